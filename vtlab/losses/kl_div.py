@@ -1,0 +1,25 @@
+"""KL-divergence distillation: KL(softmax(teacher/τ) ‖ softmax(student/τ)) over each query's document group."""
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from vtlab.losses.base import RankingLoss, group_scores
+
+
+class KLDivergence(RankingLoss):
+    requires_teacher = True
+
+    def __init__(self, temperature: float = 1.0) -> None:
+        super().__init__()
+        if temperature <= 0:
+            raise ValueError(f"loss.temperature must be > 0, got {temperature}")
+        self.temperature = temperature
+
+    def forward(self, q: Tensor, d: Tensor, teacher_scores: Tensor | None = None) -> Tensor:
+        t = self._teacher(teacher_scores)
+        s = group_scores(q, d)
+        log_p_student = F.log_softmax(s / self.temperature, dim=-1)
+        p_teacher = F.softmax(t.to(s.dtype) / self.temperature, dim=-1)
+        # summed over the group, averaged over queries
+        return F.kl_div(log_p_student, p_teacher, reduction="batchmean")

@@ -1,0 +1,113 @@
+"""SPLADE pooling without materializing B×L×V tensors.
+
+SPLADE's term weight is w[b, v] = max_i log1p(relu(logit[b, i, v])) over non-pad positions i. Because log1p∘relu is
+monotone, this equals log1p(relu(max_i logit[b, i, v])): we take the max of *raw* logits first. The decoder matmul is
+done a few positions at a time into one reused buffer, keeping a running max and its argmax, so peak memory is
+O(B·V + chunk) instead of O(B·L·V), and the bias (constant over positions) is added once after the max.
+
+The backward pass only needs the argmax position of each (b, v): d max / d logit is one-hot there. The incoming
+gradient is non-zero only where the term is active (relu'(z) = 0 elsewhere), typically a few hundred terms per text,
+so the gradient w.r.t. the hidden states and the decoder weight is a sparse scatter instead of a dense B×L×V product.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+# Size of one logits slab. Small slabs stay cache-resident and are reused; slabs over glibc's mmap threshold
+# (32 MiB) page-fault on every allocation (see shared/research/perf-peers.md).
+DEFAULT_CHUNK_BYTES = 16 * 2**20
+# Gradient entries processed at once in backward (bounds the K×H temporaries).
+_BACKWARD_CHUNK = 65536
+
+
+def _positions_per_chunk(batch: int, vocab: int, element_size: int, chunk_bytes: int) -> int:
+    return max(1, chunk_bytes // max(1, batch * vocab * element_size))
+
+
+class MaskedMaxLogits(torch.autograd.Function):
+    """z[b, v] = max over positions i with mask[b, i] of (hidden[b, i] · weight[v]) + bias[v]."""
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, mask: Tensor, chunk_bytes: int) -> Tensor:
+        B, L, H = hidden.shape
+        V = weight.shape[0]
+        w = weight.to(hidden.dtype)
+        mask = mask.bool()
+        step = min(L, _positions_per_chunk(B, V, hidden.element_size(), chunk_bytes))
+        buf = hidden.new_empty((B * step, V))
+        best = hidden.new_full((B, V), float("-inf"))
+        arg = torch.zeros((B, V), dtype=torch.long, device=hidden.device)
+        for start in range(0, L, step):
+            m = mask[:, start : start + step]
+            if not bool(m.any()):
+                continue  # pure padding: contributes nothing (sequences are sorted/padded on the right)
+            c = m.shape[1]
+            h = hidden[:, start : start + c].reshape(B * c, H)
+            out = buf[: B * c]
+            torch.mm(h, w.t(), out=out)
+            logits = out.view(B, c, V)
+            if not bool(m.all()):
+                logits.masked_fill_(~m.unsqueeze(-1), float("-inf"))
+            val, idx = logits.max(dim=1)
+            better = val > best
+            best = torch.where(better, val, best)
+            arg = torch.where(better, idx + start, arg)
+        if bias is not None:
+            best = best + bias.to(best.dtype)
+        ctx.save_for_backward(hidden, weight, arg)
+        ctx.has_bias = bias is not None
+        return best
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        hidden, weight, arg = ctx.saved_tensors
+        B, L, H = hidden.shape
+        acc = torch.promote_types(hidden.dtype, torch.float32)  # accumulate in fp32 (fp64 when given fp64)
+        g_all = grad_out.to(acc)
+        b_idx, v_idx = torch.nonzero(g_all, as_tuple=True)
+        grad_hidden = grad_weight = None
+        if ctx.needs_input_grad[0]:
+            grad_hidden = torch.zeros((B * L, H), dtype=acc, device=hidden.device)
+        if ctx.needs_input_grad[1]:
+            grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
+        for s in range(0, b_idx.numel(), _BACKWARD_CHUNK):
+            b = b_idx[s : s + _BACKWARD_CHUNK]
+            v = v_idx[s : s + _BACKWARD_CHUNK]
+            g = g_all[b, v].unsqueeze(1)
+            flat_pos = b * L + arg[b, v]
+            if grad_hidden is not None:
+                grad_hidden.index_add_(0, flat_pos, g * weight[v].to(acc))
+            if grad_weight is not None:
+                grad_weight.index_add_(0, v, g * hidden.reshape(B * L, H)[flat_pos].to(acc))
+        if grad_hidden is not None:
+            grad_hidden = grad_hidden.view(B, L, H).to(hidden.dtype)
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)
+        grad_bias = grad_out.sum(0) if (ctx.has_bias and ctx.needs_input_grad[2]) else None
+        return grad_hidden, grad_weight, grad_bias, None, None
+
+
+def max_logits(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, mask: Tensor, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Tensor:
+    """Masked max over positions of the MLM logits, shape [B, V], without a B×L×V tensor."""
+    return MaskedMaxLogits.apply(hidden, weight, bias, mask, chunk_bytes)
+
+
+def splade_activation(z: Tensor, double_log: bool = False) -> Tensor:
+    """log1p(relu(z)); `double_log` adds the second log1p of the ℓ0-approximating activation (OpenSearch `use_l0`)."""
+    w = torch.log1p(torch.relu(z))
+    return torch.log1p(w) if double_log else w
+
+
+def splade_pool(
+    hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    mask: Tensor,
+    double_log: bool = False,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> Tensor:
+    """SPLADE max pooling: w[b, v] = max_i log1p(relu(logit[b, i, v])) over non-pad positions."""
+    return splade_activation(max_logits(hidden, weight, bias, mask, chunk_bytes), double_log)

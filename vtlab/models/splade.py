@@ -1,0 +1,143 @@
+"""SPLADE fine-tuning as a LightningModule: ranking loss + per-side sparsity regularizers + retrieval validation."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import scipy.sparse as sp
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from vtlab.evaluation import compute_metrics, sparsity_stats
+from vtlab.index import InvertedIndex, to_run
+from vtlab.losses import RankingLoss
+from vtlab.models.encoder import SpladeEncoder, dense_to_csr
+from vtlab.regularizers import Regularizer
+
+_NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
+
+
+class SpladeModule(pl.LightningModule):
+    """Siamese (or two-tower) SPLADE trained on (query, positive, negatives[, teacher scores]) batches."""
+
+    def __init__(
+        self,
+        encoder: SpladeEncoder,
+        loss: RankingLoss,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        query_regularizer: Regularizer | None = None,
+        doc_regularizer: Regularizer | None = None,
+        scheduler: Callable[..., Any] | None = None,
+        weight_decay: float = 0.01,
+        val_measures: Sequence[str] = ("nDCG@10", "R@10"),
+        val_top_k: int = 100,
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.loss = loss
+        self.query_regularizer = query_regularizer
+        self.doc_regularizer = doc_regularizer
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.weight_decay = weight_decay
+        self.val_measures = list(val_measures)
+        self.val_top_k = val_top_k
+        self._val: dict[int, tuple[list[str], list[sp.csr_matrix]]] = {}
+
+    # ---- training -------------------------------------------------------------------------------------------------
+    def encode_batch(self, enc: dict[str, Tensor], side: str) -> Tensor:
+        return self.encoder(enc["input_ids"], enc["attention_mask"], side=side)
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        q = self.encode_batch(batch["query"], "query")
+        d = self.encode_batch(batch["docs"], "doc")
+        rank_loss = self.loss(q, d, batch.get("teacher_scores"))
+        total = rank_loss
+        logs = {"train/rank_loss": rank_loss.detach()}
+        for side, reg, reps in (("q", self.query_regularizer, q), ("d", self.doc_regularizer, d)):
+            if reg is None:
+                continue
+            weighted, raw, lam = reg(reps, self.global_step)
+            total = total + weighted
+            logs[f"train/reg_{side}"] = raw.detach()
+            logs[f"train/lambda_{side}"] = lam
+        logs["train/loss"] = total.detach()
+        logs["train/query_active_dims"] = (q != 0).sum(1).float().mean()
+        logs["train/doc_active_dims"] = (d != 0).sum(1).float().mean()
+        if not torch.isfinite(total):
+            raise FloatingPointError(
+                f"non-finite loss at step {self.global_step}: "
+                + ", ".join(f"{k}={float(v):.4g}" for k, v in logs.items())
+            )
+        self.log_dict(logs, prog_bar=False, on_step=True, on_epoch=False, batch_size=q.shape[0])
+        self.log("loss", total.detach(), prog_bar=True, on_step=True, on_epoch=False, batch_size=q.shape[0])
+        return total
+
+    # ---- validation: retrieval over a small dev collection ---------------------------------------------------------
+    def on_validation_epoch_start(self) -> None:
+        self._val = {0: ([], []), 1: ([], [])}
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        side = "query" if dataloader_idx == 0 else "doc"
+        w = self.encoder(batch["input_ids"], batch["attention_mask"], side=side)
+        ids, mats = self._val[dataloader_idx]
+        ids.extend(batch["ids"])
+        mats.append(dense_to_csr(w))
+
+    def on_validation_epoch_end(self) -> None:
+        parts = self._val
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            gathered: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, parts)
+            parts = {k: ([i for g in gathered for i in g[k][0]], [m for g in gathered for m in g[k][1]]) for k in (0, 1)}
+        (q_ids, q_mats), (d_ids, d_mats) = parts[0], parts[1]
+        if not q_ids or not d_ids:
+            return
+        queries, docs = sp.vstack(q_mats, format="csr"), sp.vstack(d_mats, format="csr")
+        # DistributedSampler may repeat items to even out shards; keep the first copy of each id
+        q_keep = _first_occurrence(q_ids)
+        d_keep = _first_occurrence(d_ids)
+        queries, docs = queries[q_keep], docs[d_keep]
+        q_ids, d_ids = [q_ids[i] for i in q_keep], [d_ids[i] for i in d_keep]
+        index = InvertedIndex(docs, d_ids)
+        scores, idx = index.search(queries, self.val_top_k)
+        qrels = self.trainer.datamodule.dev_collection.qrels
+        metrics = compute_metrics(to_run(scores, idx, q_ids, d_ids), qrels, self.val_measures)
+        stats = sparsity_stats(queries, docs)
+        logs = {f"val/{k}": float(v) for k, v in metrics.items()}
+        logs.update({f"val/{k}": float(stats[k]) for k in ("query_active_dims", "doc_active_dims", "flops")})
+        main = f"val/{self.val_measures[0]}"
+        self.log(main, logs.pop(main), prog_bar=True)
+        self.log_dict(logs)
+
+    # ---- optimization ----------------------------------------------------------------------------------------------
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        decay, no_decay = [], []
+        for name, p in self.named_parameters():
+            if not p.requires_grad:
+                continue
+            (no_decay if name.endswith(_NO_DECAY) else decay).append(p)
+        return [
+            {"params": decay, "weight_decay": self.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+
+    def configure_optimizers(self) -> Any:
+        optimizer = self.optimizer_factory(self.parameter_groups())
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler = self.scheduler_factory(optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _first_occurrence(ids: Sequence[str]) -> np.ndarray:
+    seen: set[str] = set()
+    keep = []
+    for i, x in enumerate(ids):
+        if x not in seen:
+            seen.add(x)
+            keep.append(i)
+    return np.asarray(keep, dtype=np.int64)
