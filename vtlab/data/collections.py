@@ -1,0 +1,210 @@
+"""Retrieval test collections in BEIR layout (corpus, queries, qrels)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Collection:
+    """An IR test collection held in memory.
+
+    corpus: doc_id -> text (title and body already joined with a space when the source has a title)
+    queries: query_id -> text (only queries that have at least one judged document)
+    qrels: query_id -> {doc_id: relevance grade (int)}
+    """
+
+    name: str
+    corpus: dict[str, str]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loaders. Kept below the dataclass so importing Collection stays cheap (datasets is imported lazily).
+
+import json  # noqa: E402
+import os  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Iterator  # noqa: E402
+
+from vtlab.errors import AssetError, DataError  # noqa: E402
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[str, str]]:
+    """Yield ("path:lineno", line) for non-blank lines, decoding each line separately to report bad bytes."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
+    for lineno, b in enumerate(raw.split(b"\n"), start=1):
+        where = f"{path}:{lineno}"
+        try:
+            line = b.decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError as e:
+            raise DataError(f"{where}: not valid UTF-8 (byte {e.start} of the line)") from None
+        if line.strip():
+            yield where, line
+
+
+def _json_obj(where: str, line: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _id(obj: dict[str, Any], where: str) -> str:
+    v = obj.get("_id")
+    # Some BEIR dumps store numeric ids; they are compared as strings everywhere else.
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = str(v)
+    if not isinstance(v, str) or not v:
+        raise DataError(f"{where}: field '_id' must be a non-empty string, got {v!r}")
+    return v
+
+
+def _str_field(obj: dict[str, Any], name: str, where: str, required: bool) -> str:
+    v = obj.get(name)
+    if v is None and not required:
+        return ""
+    if v is None:
+        raise DataError(f"{where}: missing field '{name}' (expected a string)")
+    if not isinstance(v, str):
+        raise DataError(f"{where}: field '{name}' must be a string, got {type(v).__name__}")
+    return v
+
+
+def _join(title: str, text: str) -> str:
+    return f"{title} {text}" if title.strip() else text
+
+
+def load_beir(path: str, split: str = "test") -> Collection:
+    """Load a BEIR-layout directory: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.
+
+    Only queries with at least one qrels line are kept. Titles are joined to the text with a space.
+    """
+    root = Path(path)
+    qrels_path = root / "qrels" / f"{split}.tsv"
+    for p in (root / "corpus.jsonl", root / "queries.jsonl"):
+        if not p.is_file():
+            raise DataError(f"{p}: missing BEIR file (expected corpus.jsonl, queries.jsonl and qrels/{split}.tsv under {root})")
+    if not qrels_path.is_file():
+        have = sorted(p.stem for p in (root / "qrels").glob("*.tsv")) if (root / "qrels").is_dir() else []
+        raise DataError(f"{qrels_path}: missing qrels for split '{split}' (available splits: {have or 'none'})")
+
+    corpus: dict[str, str] = {}
+    for where, line in _iter_lines(root / "corpus.jsonl"):
+        obj = _json_obj(where, line)
+        did = _id(obj, where)
+        if did in corpus:
+            raise DataError(f"{where}: duplicate doc id '_id'={did!r}")
+        corpus[did] = _join(_str_field(obj, "title", where, False), _str_field(obj, "text", where, True))
+
+    all_queries: dict[str, str] = {}
+    for where, line in _iter_lines(root / "queries.jsonl"):
+        obj = _json_obj(where, line)
+        qid = _id(obj, where)
+        if qid in all_queries:
+            raise DataError(f"{where}: duplicate query id '_id'={qid!r}")
+        all_queries[qid] = _str_field(obj, "text", where, True)
+
+    qrels: dict[str, dict[str, int]] = {}
+    for n, (where, line) in enumerate(_iter_lines(qrels_path)):
+        cols = line.split("\t")
+        if n == 0 and cols[0].strip() == "query-id":
+            continue  # header
+        if len(cols) != 3:
+            raise DataError(f"{where}: expected 3 tab-separated columns 'query-id corpus-id score', got {len(cols)}")
+        qid, did, score = (c.strip() for c in cols)
+        try:
+            grade = int(float(score)) if float(score).is_integer() else None
+        except ValueError:
+            grade = None
+        if grade is None:
+            raise DataError(f"{where}: column 'score' must be an integer relevance grade, got {score!r}")
+        if qid not in all_queries:
+            raise DataError(f"{where}: 'query-id' {qid!r} is not in queries.jsonl")
+        if did not in corpus:
+            raise DataError(f"{where}: 'corpus-id' {did!r} is not in corpus.jsonl")
+        qrels.setdefault(qid, {})[did] = grade
+
+    queries = {qid: t for qid, t in all_queries.items() if qid in qrels}
+    return Collection(name=root.name, corpus=corpus, queries=queries, qrels=qrels)
+
+
+def save_beir(collection: Collection, path: str | os.PathLike[str], split: str = "test") -> Path:
+    """Write `collection` in BEIR layout under `path` (each file atomically). Returns the directory."""
+    from vtlab.data.triplets import atomic_write_text
+
+    root = Path(path)
+    atomic_write_text(
+        root / "corpus.jsonl",
+        (json.dumps({"_id": d, "title": "", "text": t}, ensure_ascii=False) + "\n" for d, t in collection.corpus.items()),
+    )
+    atomic_write_text(
+        root / "queries.jsonl",
+        (json.dumps({"_id": q, "text": t}, ensure_ascii=False) + "\n" for q, t in collection.queries.items()),
+    )
+    for qid, rel in collection.qrels.items():
+        for did in rel:
+            # Tabs/newlines in ids would corrupt the TSV silently; refuse them at write time.
+            if any(c in s for s in (qid, did) for c in "\t\n\r"):
+                raise DataError(f"save_beir: id {qid!r}/{did!r} contains a tab or newline")
+    atomic_write_text(
+        root / "qrels" / f"{split}.tsv",
+        ["query-id\tcorpus-id\tscore\n"]
+        + [f"{q}\t{d}\t{g}\n" for q, rel in collection.qrels.items() for d, g in rel.items()],
+    )
+    return root
+
+
+# ---- Hugging Face hub collections (network needed) ----------------------------------------------------------
+
+
+def _hf_load(repo: str, config: str | None, split: str) -> Any:
+    """datasets.load_dataset, turning any hub/offline failure into one-line AssetError naming the dataset."""
+    import datasets
+
+    try:
+        return datasets.load_dataset(repo, config, split=split)
+    except Exception as e:  # noqa: BLE001 - datasets raises many types (ConnectionError, FileNotFoundError, ValueError)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
+        hint = " (HF offline mode is on and it is not cached)" if offline else " (needs network access to the Hugging Face hub or a cached copy)"
+        raise AssetError(f"cannot load HF dataset '{repo}' config={config!r} split={split!r}{hint}: {type(e).__name__}: {first[:200]}") from None
+
+
+def _from_hf(name: str, corpus_ds: Any, queries_ds: Any, qrels_ds: Any) -> Collection:
+    corpus = {str(r["_id"]): _join(r.get("title") or "", r["text"]) for r in corpus_ds}
+    qrels: dict[str, dict[str, int]] = {}
+    for r in qrels_ds:
+        qrels.setdefault(str(r["query-id"]), {})[str(r["corpus-id"])] = int(r["score"])
+    all_q = {str(r["_id"]): r["text"] for r in queries_ds}
+    missing = [q for q in qrels if q not in all_q]
+    if missing:
+        raise DataError(f"{name}: {len(missing)} qrels query ids are not in the queries (e.g. {missing[0]!r})")
+    queries = {q: all_q[q] for q in qrels}
+    # Qrels pointing outside the corpus are dropped with the pair (some BEIR sets have a few); warn-free by design.
+    qrels = {q: {d: g for d, g in rel.items() if d in corpus} for q, rel in qrels.items()}
+    return Collection(name=name, corpus=corpus, queries=queries, qrels=qrels)
+
+
+def load_hf_beir(name: str, split: str = "test") -> Collection:
+    """BEIR dataset from the hub: `BeIR/<name>` (configs corpus, queries) + `BeIR/<name>-qrels` (split)."""
+    repo = f"BeIR/{name}"
+    corpus = _hf_load(repo, "corpus", "corpus")
+    queries = _hf_load(repo, "queries", "queries")
+    qrels = _hf_load(f"{repo}-qrels", None, split)
+    return _from_hf(name, corpus, queries, qrels)
+
+
+def load_mteb(name: str, split: str = "test") -> Collection:
+    """MTEB retrieval dataset from the hub: `mteb/<name>` configs corpus, queries and default (qrels per split)."""
+    repo = f"mteb/{name}"
+    corpus = _hf_load(repo, "corpus", "corpus")
+    queries = _hf_load(repo, "queries", "queries")
+    qrels = _hf_load(repo, "default", split)
+    return _from_hf(name, corpus, queries, qrels)

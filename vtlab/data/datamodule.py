@@ -1,0 +1,220 @@
+"""Lightning DataModule: SPLADE training batches (query, positive + sampled negatives, teacher scores) and
+validation loaders over a dev Collection."""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from vtlab.data.collections import Collection
+from vtlab.data.examples import TripletExample
+from vtlab.errors import DataError, VtlabError
+
+
+def _source_name(obj: Any) -> str:
+    """Human-readable name of a data source for error messages (function, partial or literal list)."""
+    if isinstance(obj, functools.partial):
+        args = ", ".join(f"{k}={v!r}" for k, v in obj.keywords.items())
+        return f"{_source_name(obj.func)}({args})"
+    if callable(obj):
+        return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}".lstrip(".")
+    return f"{type(obj).__name__} of training examples"
+
+
+class EpochSampler(Sampler[tuple[int, int]]):
+    """Seeded per-epoch shuffle yielding (example index, epoch).
+
+    Lightning calls set_epoch() before each epoch. Passing the epoch along with the index keeps negative
+    sampling reproducible even in worker processes, which hold their own copy of the dataset.
+    """
+
+    def __init__(self, n: int, seed: int = 0, shuffle: bool = True, epoch: int = 0) -> None:
+        self.n, self.seed, self.shuffle, self.epoch = n, seed, shuffle, epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        order = np.random.default_rng([self.seed, self.epoch, 0]).permutation(self.n) if self.shuffle else range(self.n)
+        epoch = self.epoch
+        return iter([(int(i), epoch) for i in order])
+
+
+class TripletDataset(Dataset):
+    """Indexed by (i, epoch): returns (query, [positive] + n sampled negatives, aligned scores or None)."""
+
+    def __init__(self, examples: Sequence[TripletExample], num_negatives: int, seed: int = 0) -> None:
+        self.examples, self.n, self.seed = examples, num_negatives, seed
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, key: tuple[int, int] | int) -> tuple[str, list[str], list[float] | None]:
+        i, epoch = key if isinstance(key, tuple) else (key, 0)
+        ex = self.examples[i]
+        if self.n == len(ex.negatives):
+            pick = list(range(self.n))
+        else:
+            # One generator per (seed, epoch, example): independent of batch order and worker count.
+            rng = np.random.default_rng([self.seed, epoch, i, 1])
+            pick = sorted(rng.choice(len(ex.negatives), size=self.n, replace=False).tolist())
+        docs = [ex.positive] + [ex.negatives[j] for j in pick]
+        scores = None if ex.scores is None else [ex.scores[0]] + [ex.scores[1 + j] for j in pick]
+        return ex.query, docs, scores
+
+
+class _TextDataset(Dataset):
+    def __init__(self, items: list[tuple[str, str]]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[str, str]:
+        return self.items[i]
+
+
+class TripletDataModule(pl.LightningDataModule):
+    """Training triplets + optional dev Collection, tokenized with dynamic padding per batch.
+
+    train batch: {"query": {input_ids, attention_mask} [B,Lq], "docs": {input_ids, attention_mask} [B*(1+n),Ld],
+    "teacher_scores": [B,1+n] (only when the examples carry scores)}; docs rows b*(1+n) .. b*(1+n)+n are
+    query b's positive then its n negatives.
+    val: [queries_loader, docs_loader], batches {"ids": list[str], "input_ids", "attention_mask"}.
+    """
+
+    def __init__(
+        self,
+        train: Any,
+        dev: Any = None,
+        tokenizer: Any = None,
+        batch_size: int = 16,
+        num_negatives: int = 1,
+        query_max_length: int = 64,
+        doc_max_length: int = 256,
+        eval_batch_size: int = 64,
+        num_workers: int = 0,
+        seed: int = 0,
+        preprocess: Callable[[str], str] | None = None,
+    ) -> None:
+        super().__init__()
+        self._train_src, self._dev_src = train, dev
+        self.tokenizer = tokenizer
+        self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
+        self.num_negatives = int(num_negatives)
+        self.query_max_length, self.doc_max_length = int(query_max_length), int(doc_max_length)
+        self.num_workers, self.seed = int(num_workers), int(seed)
+        self.preprocess = preprocess
+        self.train_examples: list[TripletExample] | None = None
+        self.dev_collection: Collection | None = None
+        self.has_teacher_scores = False
+        self._epoch = 0
+        self._train_sampler: EpochSampler | None = None
+
+    # ---- setup -----------------------------------------------------------------------------------------
+
+    def set_tokenizer(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def set_epoch(self, epoch: int) -> None:
+        """For use outside Lightning (which calls the sampler's set_epoch itself)."""
+        self._epoch = int(epoch)
+        if self._train_sampler is not None:
+            self._train_sampler.set_epoch(epoch)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_examples is None:
+            self.train_examples = self._load_train()
+        if self.dev_collection is None and self._dev_src is not None:
+            dev = self._dev_src() if callable(self._dev_src) else self._dev_src
+            if not isinstance(dev, Collection):
+                raise DataError(f"{_source_name(self._dev_src)}: dev must be a Collection, got {type(dev).__name__}")
+            if not dev.queries or not dev.corpus:
+                raise DataError(f"{dev.name}: dev collection has {len(dev.queries)} queries and {len(dev.corpus)} docs")
+            self.dev_collection = dev
+
+    def _load_train(self) -> list[TripletExample]:
+        src = self._train_src
+        name = _source_name(src)
+        examples = src() if callable(src) else src
+        examples = list(examples) if examples is not None else []
+        if not examples:
+            raise DataError(f"{name}: the training set is empty")
+        if self.num_negatives < 0:
+            raise DataError(f"num_negatives={self.num_negatives} must be >= 0")
+        with_scores = 0
+        for i, ex in enumerate(examples):
+            if not isinstance(ex, TripletExample):
+                raise DataError(f"{name}: example {i} is a {type(ex).__name__}, expected TripletExample")
+            if len(ex.negatives) < self.num_negatives:
+                raise DataError(
+                    f"{name}: example {i} (query {ex.query[:60]!r}) has {len(ex.negatives)} negatives, "
+                    f"but num_negatives={self.num_negatives}"
+                )
+            with_scores += ex.scores is not None
+        if 0 < with_scores < len(examples):
+            first = next(i for i, ex in enumerate(examples) if ex.scores is None)
+            raise DataError(f"{name}: {with_scores}/{len(examples)} examples have teacher 'scores' (example {first} has none); give all or none")
+        self.has_teacher_scores = with_scores == len(examples)
+        return examples
+
+    # ---- tokenization ----------------------------------------------------------------------------------
+
+    def _tok(self, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
+        if self.tokenizer is None:
+            raise VtlabError("TripletDataModule has no tokenizer: pass tokenizer= or call set_tokenizer()")
+        if self.preprocess is not None:
+            texts = [self.preprocess(t) for t in texts]
+        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        return {"input_ids": enc["input_ids"].long(), "attention_mask": enc["attention_mask"].long()}
+
+    def _collate_train(self, items: list[tuple[str, list[str], list[float] | None]]) -> dict[str, Any]:
+        batch: dict[str, Any] = {
+            "query": self._tok([q for q, _, _ in items], self.query_max_length),
+            "docs": self._tok([d for _, docs, _ in items for d in docs], self.doc_max_length),
+        }
+        if self.has_teacher_scores:
+            batch["teacher_scores"] = torch.tensor([s for _, _, s in items], dtype=torch.float32)
+        return batch
+
+    def _collate_text(self, items: list[tuple[str, str]], max_length: int) -> dict[str, Any]:
+        return {"ids": [i for i, _ in items], **self._tok([t for _, t in items], max_length)}
+
+    # ---- loaders ---------------------------------------------------------------------------------------
+
+    def train_dataloader(self) -> DataLoader:
+        if self.train_examples is None:
+            self.setup("fit")
+        assert self.train_examples is not None
+        self._train_sampler = EpochSampler(len(self.train_examples), seed=self.seed, epoch=self._epoch)
+        return DataLoader(
+            TripletDataset(self.train_examples, self.num_negatives, seed=self.seed),
+            batch_size=self.batch_size,
+            sampler=self._train_sampler,
+            collate_fn=self._collate_train,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def val_dataloader(self) -> list[DataLoader]:
+        if self._dev_src is None:
+            return []
+        if self.dev_collection is None:
+            self.setup("validate")
+        assert self.dev_collection is not None
+        queries = list(self.dev_collection.queries.items())
+        # Longest docs first: similar lengths per batch waste less padding; ids keep the mapping.
+        docs = sorted(self.dev_collection.corpus.items(), key=lambda kv: -len(kv[1]))
+        return [
+            DataLoader(_TextDataset(queries), batch_size=self.eval_batch_size, shuffle=False,
+                       collate_fn=functools.partial(self._collate_text, max_length=self.query_max_length), num_workers=self.num_workers),
+            DataLoader(_TextDataset(docs), batch_size=self.eval_batch_size, shuffle=False,
+                       collate_fn=functools.partial(self._collate_text, max_length=self.doc_max_length), num_workers=self.num_workers),
+        ]

@@ -1,0 +1,153 @@
+"""Triplet JSONL: one {"query", "positive", "negatives", "scores"?} object per line.
+
+Reading is strict: every malformed line raises DataError "path:lineno: what is wrong", because a silently
+skipped or mis-parsed line would bias training without any visible symptom.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from vtlab.data.examples import TripletExample
+from vtlab.errors import DataError
+
+_ALIASES = {"positive": "pos", "negatives": "negs"}
+
+
+def _field(obj: dict[str, Any], name: str, where: str) -> Any:
+    alias = _ALIASES.get(name)
+    if alias is not None and name in obj and alias in obj:
+        raise DataError(f"{where}: both '{name}' and its alias '{alias}' are present; keep one")
+    if name in obj:
+        return obj[name]
+    return obj.get(alias) if alias is not None else None
+
+
+def _text(value: Any, name: str, where: str) -> str:
+    if value is None:
+        raise DataError(f"{where}: missing field '{name}' (expected a non-empty string)")
+    if not isinstance(value, str):
+        raise DataError(f"{where}: field '{name}' must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise DataError(f"{where}: field '{name}' is an empty string (expected non-empty text)")
+    return value
+
+
+def _opt_id(value: Any, name: str, where: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DataError(f"{where}: field '{name}' must be a string id, got {type(value).__name__}")
+    return str(value)
+
+
+def parse_triplet(obj: Any, where: str, require_scores: bool = False) -> TripletExample:
+    """Validate one decoded JSON value; `where` ("path:lineno") prefixes every error."""
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: expected a JSON object with 'query', 'positive', 'negatives', got {type(obj).__name__}")
+    query = _text(_field(obj, "query", where), "query", where)
+    positive = _text(_field(obj, "positive", where), "positive", where)
+    negs = _field(obj, "negatives", where)
+    if negs is None:
+        raise DataError(f"{where}: missing field 'negatives' (expected a non-empty list of strings)")
+    if not isinstance(negs, list):
+        raise DataError(f"{where}: field 'negatives' must be a list of strings, got {type(negs).__name__}")
+    if not negs:
+        raise DataError(f"{where}: field 'negatives' is empty (expected at least one negative passage)")
+    negatives = [_text(n, f"negatives[{i}]", where) for i, n in enumerate(negs)]
+    if positive in negatives:
+        raise DataError(f"{where}: field 'negatives[{negatives.index(positive)}]' equals the positive passage")
+
+    scores = obj.get("scores")
+    if scores is None:
+        if require_scores:
+            raise DataError(f"{where}: missing field 'scores' (required: {1 + len(negatives)} teacher scores for [positive] + negatives)")
+    else:
+        if not isinstance(scores, list):
+            raise DataError(f"{where}: field 'scores' must be a list of numbers, got {type(scores).__name__}")
+        if len(scores) != 1 + len(negatives):
+            raise DataError(
+                f"{where}: field 'scores' has {len(scores)} values, expected {1 + len(negatives)} (1 positive + {len(negatives)} negatives)"
+            )
+        for i, s in enumerate(scores):
+            if isinstance(s, bool) or not isinstance(s, (int, float)):
+                raise DataError(f"{where}: field 'scores[{i}]' must be a number, got {type(s).__name__}")
+            if not math.isfinite(s):
+                raise DataError(f"{where}: field 'scores[{i}]' is {s} (expected a finite number)")
+        scores = [float(s) for s in scores]
+
+    neg_ids = obj.get("negative_ids")
+    if neg_ids is not None:
+        if not isinstance(neg_ids, list) or len(neg_ids) != len(negatives):
+            raise DataError(f"{where}: field 'negative_ids' must be a list of {len(negatives)} ids (one per negative)")
+        neg_ids = [_opt_id(x, f"negative_ids[{i}]", where) for i, x in enumerate(neg_ids)]
+    return TripletExample(
+        query=query,
+        positive=positive,
+        negatives=negatives,
+        scores=scores,
+        query_id=_opt_id(obj.get("query_id"), "query_id", where),
+        positive_id=_opt_id(obj.get("positive_id"), "positive_id", where),
+        negative_ids=neg_ids,
+    )
+
+
+def read_jsonl_triplets(path: str, require_scores: bool = False) -> list[TripletExample]:
+    """Read and validate a triplet JSONL file (blank lines are skipped)."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read triplet file ({e.strerror or e})") from None
+    out: list[TripletExample] = []
+    # Decode per line (not the whole file) so a bad byte is reported with its line number.
+    for lineno, bline in enumerate(raw.split(b"\n"), start=1):
+        where = f"{path}:{lineno}"
+        try:
+            line = bline.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(f"{where}: not valid UTF-8 (byte {e.start} of the line)") from None
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+        out.append(parse_triplet(obj, where, require_scores=require_scores))
+    return out
+
+
+def triplet_to_dict(ex: TripletExample) -> dict[str, Any]:
+    d: dict[str, Any] = {"query": ex.query, "positive": ex.positive, "negatives": list(ex.negatives)}
+    for k in ("scores", "query_id", "positive_id", "negative_ids"):
+        v = getattr(ex, k)
+        if v is not None:
+            d[k] = v
+    return d
+
+
+def atomic_write_text(path: str | os.PathLike[str], lines: Iterable[str]) -> None:
+    """Write lines to a temp file in the same directory, then os.replace: readers never see half a file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            for line in lines:
+                f.write(line)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_jsonl_triplets(path: str | os.PathLike[str], examples: Iterable[TripletExample]) -> None:
+    """Write examples as JSONL atomically (tmp file + os.replace)."""
+    atomic_write_text(path, (json.dumps(triplet_to_dict(ex), ensure_ascii=False) + "\n" for ex in examples))
