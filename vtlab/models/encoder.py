@@ -57,6 +57,7 @@ class SpladeEncoder(nn.Module):
         self.double_log = double_log
         self.chunk_bytes = chunk_bytes
         self.preprocess = preprocess
+        self.train(model.training)  # follow the loaded model (eval after from_pretrained), not nn.Module's default
 
     @classmethod
     def from_backbone(cls, backbone: Backbone, shared: bool = True, **kwargs) -> "SpladeEncoder":

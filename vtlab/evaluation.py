@@ -1,0 +1,347 @@
+"""Retrieval evaluation of a sparse encoder: encode, index, retrieve, score with ir_measures, report sparsity.
+
+Reported keys (all floats): each measure string as given (e.g. "nDCG@10"), "query_active_dims",
+"doc_active_dims", "flops", and timings "encode_query_s", "encode_doc_s", "index_build_s",
+"search_ms_per_query", "total_s".
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Literal, Protocol, Sequence, TextIO
+
+import ir_measures
+import numpy as np
+import scipy.sparse as sp
+from rich.table import Table
+
+from vtlab.data.collections import Collection
+from vtlab.errors import DataError, VtlabError
+from vtlab.index.inverted import InvertedIndex, to_run
+
+DEFAULT_MEASURES: tuple[str, ...] = ("nDCG@10", "RR@10", "R@100")
+TIMING_KEYS: tuple[str, ...] = ("encode_query_s", "encode_doc_s", "index_build_s", "search_ms_per_query", "total_s")
+SPARSITY_KEYS: tuple[str, ...] = ("query_active_dims", "doc_active_dims", "flops")
+
+
+class SparseEncoder(Protocol):
+    """What evaluation needs from a model. Only `encode` is called: query encoding may involve no network."""
+
+    vocab_size: int
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        side: Literal["query", "doc"],
+        batch_size: int = 64,
+        show_progress: bool = True,
+    ) -> sp.csr_matrix: ...
+
+
+# ---------------------------------------------------------------------------------------------------- metrics
+
+
+def _parse_measures(measures: Sequence[str]) -> dict[Any, str]:
+    """measure object -> the key it is reported under (the user's string when it names one measure)."""
+    parsed: dict[Any, str] = {}
+    for name in measures:
+        try:
+            objs = [ir_measures.parse_measure(name)]
+        except Exception:  # ir_measures raises plain ValueError/NameError/SyntaxError on unknown syntax
+            try:
+                objs = list(ir_measures.parse_trec_measure(name))
+            except Exception:
+                objs = []
+        if not objs:
+            raise VtlabError(f"unknown retrieval measure {name!r} (ir_measures syntax, e.g. nDCG@10, RR@10, R@100)")
+        for m in objs:
+            parsed[m] = name if len(objs) == 1 else str(m)
+    return parsed
+
+
+def compute_metrics(
+    run: dict[str, dict[str, float]],
+    qrels: dict[str, dict[str, int]],
+    measures: Sequence[str] = DEFAULT_MEASURES,
+) -> dict[str, float]:
+    """Mean of each measure over every query that has qrels.
+
+    Queries with qrels but no (or an empty) run entry count as 0 for every measure. We do that ourselves rather
+    than rely on the ir_measures provider: per-query values come from `ir_measures.iter_calc`, and the mean
+    divides by the number of judged queries, so the result does not depend on which provider answers.
+    Run entries for queries without qrels are ignored.
+    """
+    parsed = _parse_measures(measures)
+    judged = {q: {d: int(r) for d, r in rels.items()} for q, rels in qrels.items() if rels}
+    if not judged:
+        raise DataError("no query has relevance judgments (qrels are empty)")
+    # empty rankings are dropped: they score 0 through the fill below, and some providers reject them
+    run = {q: docs for q, docs in run.items() if q in judged and docs}
+    totals = {m: 0.0 for m in parsed}
+    if run:
+        for metric in ir_measures.iter_calc(list(parsed), judged, run):
+            totals[metric.measure] += float(metric.value)
+    return {parsed[m]: totals[m] / len(judged) for m in parsed}
+
+
+def sparsity_stats(queries: sp.csr_matrix, docs: sp.csr_matrix) -> dict[str, float]:
+    """Mean active (non-zero) dims per query and per doc, and FLOPS as in the SPLADE papers.
+
+    flops = Σ_v p_q(v)·p_d(v), p(v) = fraction of queries (docs) with a non-zero weight on term v: the expected
+    number of multiplications for one query-doc pair in an inverted index.
+    """
+    if queries.shape[1] != docs.shape[1]:
+        raise ValueError(f"queries have {queries.shape[1]} dims, docs {docs.shape[1]}")
+    vocab = queries.shape[1]
+
+    def term_fraction(m: sp.csr_matrix) -> tuple[float, np.ndarray]:
+        m = sp.csr_matrix(m)
+        if not m.has_canonical_format:  # duplicate entries would be counted twice
+            m = m.copy()
+            m.sum_duplicates()
+        nz = m.data != 0  # explicit zeros are not active dims
+        terms = m.indices if nz.all() else m.indices[nz]
+        n = max(m.shape[0], 1)
+        return float(terms.size / n), np.bincount(terms, minlength=vocab) / n
+
+    q_dims, p_q = term_fraction(queries)
+    d_dims, p_d = term_fraction(docs)
+    return {"query_active_dims": q_dims, "doc_active_dims": d_dims, "flops": float(p_q @ p_d)}
+
+
+# ---------------------------------------------------------------------------------------------------- writing
+
+
+def _atomic_write(path: str | Path, write: Callable[[TextIO], None]) -> Path:
+    """Write through a temp file in the same directory and os.replace it: readers see the old or the new file,
+    never a half-written one, and a failure leaves no temp file behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Atomic JSON write (numpy scalars/arrays and Paths are converted)."""
+    # json.dump streams into the temp file, so an unencodable value fails mid-write; _atomic_write cleans up
+    return _atomic_write(path, lambda f: (json.dump(obj, f, indent=2, default=_json_default), f.write("\n")))
+
+
+def write_trec_run(path: str | Path, run: dict[str, dict[str, float]], tag: str = "vtlab") -> Path:
+    """Atomic TREC run file: `qid Q0 docid rank score tag`, ranks from 1, score descending per query.
+
+    Equal scores keep the run's order (stable sort), i.e. the index's lower-doc-index-first rule.
+    """
+
+    def write(f: TextIO) -> None:
+        for qid, docs in run.items():
+            ranked = sorted(docs.items(), key=lambda kv: -kv[1])
+            for rank, (doc_id, score) in enumerate(ranked, start=1):
+                f.write(f"{qid} Q0 {doc_id} {rank} {float(score)!r} {tag}\n")  # repr: exact round trip
+
+    return _atomic_write(path, write)
+
+
+def results_table(metrics: dict[str, float], title: str) -> Table:
+    """One screen: retrieval measures, then sparsity (active dims, FLOPS), then timings."""
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    measures = [k for k in metrics if k not in SPARSITY_KEYS and k not in TIMING_KEYS]
+    for key in measures:
+        table.add_row(key, f"{metrics[key]:.4f}")
+    sections = [
+        [("query active dims", "query_active_dims", "{:.1f}"), ("doc active dims", "doc_active_dims", "{:.1f}"),
+         ("FLOPS", "flops", "{:.3f}")],
+        [("encode queries", "encode_query_s", "{:.1f} s"), ("encode docs", "encode_doc_s", "{:.1f} s"),
+         ("index build", "index_build_s", "{:.2f} s"), ("search", "search_ms_per_query", "{:.3f} ms/query"),
+         ("total", "total_s", "{:.1f} s")],
+    ]
+    for rows in sections:
+        present = [(label, key, fmt) for label, key, fmt in rows if key in metrics]
+        if present and table.row_count:
+            table.add_section()
+        for label, key, fmt in present:
+            table.add_row(label, fmt.format(metrics[key]))
+    return table
+
+
+# ---------------------------------------------------------------------------------------------------- evaluate
+
+
+def _check_encoded(x: Any, n: int, vocab_size: int, side: str) -> sp.csr_matrix:
+    if not sp.issparse(x):
+        raise TypeError(f"encoder.encode(side={side!r}) returned {type(x).__name__}, expected scipy.sparse.csr_matrix")
+    x = sp.csr_matrix(x, dtype=np.float32)
+    if x.shape != (n, vocab_size):
+        raise ValueError(f"encoder.encode(side={side!r}) returned shape {x.shape}, expected {(n, vocab_size)}")
+    return x
+
+
+def evaluate(
+    encoder: SparseEncoder,
+    collection: Collection,
+    out_dir: str | Path | None = None,
+    measures: Sequence[str] = DEFAULT_MEASURES,
+    top_k: int = 100,
+    batch_size: int = 64,
+    index: Callable[[sp.csr_matrix, Sequence[str]], Any] | None = None,
+    show_progress: bool = True,
+) -> dict[str, float]:
+    """Encode queries and corpus, retrieve top_k per query, and score the run against the qrels.
+
+    index: optional factory (docs, doc_ids) -> object with `.search(queries, k) -> (scores, indices)`;
+    default InvertedIndex (exact). With out_dir, writes out_dir/run.trec and out_dir/metrics.json.
+    """
+    _parse_measures(measures)  # fail on a bad measure name before spending minutes on encoding
+    query_ids, doc_ids = list(collection.queries), list(collection.corpus)
+    if not query_ids or not doc_ids:
+        raise DataError(f"collection {collection.name!r} has {len(query_ids)} queries and {len(doc_ids)} docs")
+    vocab = int(encoder.vocab_size)
+    t_start = time.perf_counter()
+
+    t = time.perf_counter()
+    q = encoder.encode([collection.queries[i] for i in query_ids], side="query", batch_size=batch_size,
+                       show_progress=show_progress)
+    encode_query_s = time.perf_counter() - t
+    q = _check_encoded(q, len(query_ids), vocab, "query")
+
+    t = time.perf_counter()
+    d = encoder.encode([collection.corpus[i] for i in doc_ids], side="doc", batch_size=batch_size,
+                       show_progress=show_progress)
+    encode_doc_s = time.perf_counter() - t
+    d = _check_encoded(d, len(doc_ids), vocab, "doc")
+
+    t = time.perf_counter()
+    idx = (index or InvertedIndex)(d, doc_ids)
+    index_build_s = time.perf_counter() - t
+
+    t = time.perf_counter()
+    scores, indices = idx.search(q, k=top_k)
+    search_s = time.perf_counter() - t
+
+    run = to_run(np.asarray(scores), np.asarray(indices), query_ids, doc_ids)
+    metrics: dict[str, float] = compute_metrics(run, collection.qrels, measures)
+    metrics.update(sparsity_stats(q, d))
+    metrics.update(
+        encode_query_s=encode_query_s,
+        encode_doc_s=encode_doc_s,
+        index_build_s=index_build_s,
+        search_ms_per_query=1000.0 * search_s / len(query_ids),
+        total_s=time.perf_counter() - t_start,
+    )
+
+    if out_dir is not None:
+        out = Path(out_dir)
+        write_trec_run(out / "run.trec", run)
+        report = {
+            "collection": {
+                "name": collection.name,
+                "n_docs": len(doc_ids),
+                "n_queries": len(query_ids),
+                "n_judged_queries": sum(1 for r in collection.qrels.values() if r),
+            },
+            "measures": list(measures),
+            "top_k": top_k,
+            "metrics": metrics,
+            "index": idx.stats() if hasattr(idx, "stats") else None,
+        }
+        write_json(out / "metrics.json", report)  # last: its presence means the run file is complete too
+    return metrics
+
+
+def _accepts(fn: Callable[..., Any], param: str) -> bool:
+    """Whether fn takes `param` as a keyword that is not already bound (functools.partial binds keywords)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    bound = getattr(fn, "keywords", None) or {}
+    if param in bound:
+        return False
+    return param in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+class RetrievalEvaluation:
+    """Evaluation config as an object Hydra can build (conf/eval/*.yaml); call it with an encoder.
+
+    collection: a Collection, or a loader (e.g. a Hydra `_partial_`) called on first use; the result is kept.
+    name, path: short top-level config keys (`eval.path=DIR`, `eval.name=scifact`). When set, each is passed to
+        the loader as a keyword if the loader has a parameter of that name (load_beir's path, load_hf_beir's
+        name); otherwise it is only a label. A config interpolation (`path: ${..path}`) would do the same, but
+        OmegaConf.missing_keys cannot resolve interpolations to `???`, so the configs pass the value here instead.
+        name also labels logs and tables; it defaults to the collection's name once loaded.
+    """
+
+    def __init__(
+        self,
+        collection: Collection | Callable[[], Collection],
+        measures: Sequence[str] = DEFAULT_MEASURES,
+        top_k: int = 100,
+        batch_size: int = 64,
+        name: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        if not isinstance(collection, Collection) and not callable(collection):
+            raise TypeError(f"collection must be a Collection or a loader, got {type(collection).__name__}")
+        self.measures = [str(m) for m in measures]  # Hydra passes a ListConfig
+        _parse_measures(self.measures)  # config errors surface when the config is built, not after training
+        if top_k < 1:
+            raise VtlabError(f"eval.top_k must be >= 1, got {top_k}")
+        self.top_k = int(top_k)
+        self.batch_size = int(batch_size)
+        self.path = path
+        self._source = collection
+        self._collection: Collection | None = collection if isinstance(collection, Collection) else None
+        self._name = name
+
+    @property
+    def collection(self) -> Collection:
+        if self._collection is None:
+            loader = self._source
+            kwargs = {k: v for k, v in (("path", self.path), ("name", self._name)) if v is not None
+                      and _accepts(loader, k)}
+            loaded = loader(**kwargs)  # type: ignore[operator]
+            if not isinstance(loaded, Collection):
+                raise TypeError(f"collection loader returned {type(loaded).__name__}, expected Collection")
+            self._collection = loaded
+        return self._collection
+
+    @property
+    def name(self) -> str | None:
+        if self._name is not None:
+            return self._name
+        return self._collection.name if self._collection is not None else None
+
+    def __call__(self, encoder: SparseEncoder, out_dir: str | Path | None = None, **kwargs: Any) -> dict[str, float]:
+        """kwargs go to `evaluate` (index=..., show_progress=...)."""
+        return evaluate(encoder, self.collection, out_dir=out_dir, measures=self.measures, top_k=self.top_k,
+                        batch_size=self.batch_size, **kwargs)
+
+    def __repr__(self) -> str:
+        return (f"RetrievalEvaluation(name={self.name!r}, measures={self.measures}, top_k={self.top_k}, "
+                f"batch_size={self.batch_size})")
