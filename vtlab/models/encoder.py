@@ -100,7 +100,7 @@ class SpladeEncoder(nn.Module):
         lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=self.max_length[side])["input_ids"]]
         order = np.argsort(-np.asarray(lengths), kind="stable")
         rows: list[sp.csr_matrix] = []
-        bar = tqdm(total=len(texts), desc=f"encode {side}s", unit=side, disable=not show_progress, leave=False)
+        bar = tqdm(total=len(texts), desc="encode queries" if side == "query" else "encode docs", unit=side, disable=not show_progress, leave=False)
         for start in range(0, len(texts), batch_size):
             idx = order[start : start + batch_size]
             enc = self.tokenizer(

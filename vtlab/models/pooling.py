@@ -7,7 +7,8 @@ O(B·V + chunk) instead of O(B·L·V), and the bias (constant over positions) is
 
 The backward pass only needs the argmax position of each (b, v): d max / d logit is one-hot there. The incoming
 gradient is non-zero only where the term is active (relu'(z) = 0 elsewhere), typically a few hundred terms per text,
-so the gradient w.r.t. the hidden states and the decoder weight is a sparse scatter instead of a dense B×L×V product.
+so backward recomputes the logits of just those terms over the positions to find the argmax, and the gradient w.r.t.
+the hidden states and the decoder weight is a sparse scatter instead of a dense B×L×V product.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from torch import Tensor
 
 # Size of one logits slab. Small slabs stay cache-resident and are reused; slabs over glibc's mmap threshold
 # (32 MiB) page-fault on every allocation (see shared/research/perf-peers.md).
-DEFAULT_CHUNK_BYTES = 16 * 2**20
+DEFAULT_CHUNK_BYTES = 32 * 2**20
 # Gradient entries processed at once in backward (bounds the K×H temporaries).
 _BACKWARD_CHUNK = 65536
 
@@ -37,49 +38,59 @@ class MaskedMaxLogits(torch.autograd.Function):
         step = min(L, _positions_per_chunk(B, V, hidden.element_size(), chunk_bytes))
         buf = hidden.new_empty((B * step, V))
         best = hidden.new_full((B, V), float("-inf"))
-        arg = torch.zeros((B, V), dtype=torch.long, device=hidden.device)
         for start in range(0, L, step):
             m = mask[:, start : start + step]
             if not bool(m.any()):
-                continue  # pure padding: contributes nothing (sequences are sorted/padded on the right)
+                continue  # pure padding: contributes nothing
             c = m.shape[1]
-            h = hidden[:, start : start + c].reshape(B * c, H)
             out = buf[: B * c]
-            torch.mm(h, w.t(), out=out)
+            torch.mm(hidden[:, start : start + c].reshape(B * c, H), w.t(), out=out)
             logits = out.view(B, c, V)
             if not bool(m.all()):
                 logits.masked_fill_(~m.unsqueeze(-1), float("-inf"))
-            val, idx = logits.max(dim=1)
-            better = val > best
-            best = torch.where(better, val, best)
-            arg = torch.where(better, idx + start, arg)
+            torch.maximum(best, logits.amax(dim=1), out=best)
         if bias is not None:
             best = best + bias.to(best.dtype)
-        ctx.save_for_backward(hidden, weight, arg)
+        ctx.save_for_backward(hidden, weight, mask)
         ctx.has_bias = bias is not None
         return best
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
-        hidden, weight, arg = ctx.saved_tensors
+        hidden, weight, mask = ctx.saved_tensors
         B, L, H = hidden.shape
         acc = torch.promote_types(hidden.dtype, torch.float32)  # accumulate in fp32 (fp64 when given fp64)
         g_all = grad_out.to(acc)
+        # nonzero() is row-major, so the (b, v) pairs come grouped by b
         b_idx, v_idx = torch.nonzero(g_all, as_tuple=True)
+        # Recover the arg-max position of each active (b, v) by recomputing only those K×L logits
+        # (K ≈ a few hundred per text) instead of tracking a B×V argmax through every forward chunk.
+        w = weight.to(hidden.dtype)
+        pos = torch.empty_like(v_idx)
+        offsets = torch.zeros(B + 1, dtype=torch.long)
+        offsets[1:] = torch.cumsum(torch.bincount(b_idx, minlength=B), 0).cpu()
+        for b in range(B):
+            lo, hi = int(offsets[b]), int(offsets[b + 1])
+            if lo == hi:
+                continue
+            scores = w[v_idx[lo:hi]] @ hidden[b].t()  # [k_b, L]
+            scores.masked_fill_(~mask[b].unsqueeze(0), float("-inf"))
+            pos[lo:hi] = scores.argmax(dim=1)
         grad_hidden = grad_weight = None
         if ctx.needs_input_grad[0]:
             grad_hidden = torch.zeros((B * L, H), dtype=acc, device=hidden.device)
         if ctx.needs_input_grad[1]:
             grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
+        flat_hidden = hidden.reshape(B * L, H)
         for s in range(0, b_idx.numel(), _BACKWARD_CHUNK):
             b = b_idx[s : s + _BACKWARD_CHUNK]
             v = v_idx[s : s + _BACKWARD_CHUNK]
             g = g_all[b, v].unsqueeze(1)
-            flat_pos = b * L + arg[b, v]
+            flat_pos = b * L + pos[s : s + _BACKWARD_CHUNK]
             if grad_hidden is not None:
                 grad_hidden.index_add_(0, flat_pos, g * weight[v].to(acc))
             if grad_weight is not None:
-                grad_weight.index_add_(0, v, g * hidden.reshape(B * L, H)[flat_pos].to(acc))
+                grad_weight.index_add_(0, v, g * flat_hidden[flat_pos].to(acc))
         if grad_hidden is not None:
             grad_hidden = grad_hidden.view(B, L, H).to(hidden.dtype)
         if grad_weight is not None:

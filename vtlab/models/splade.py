@@ -48,6 +48,10 @@ class SpladeModule(pl.LightningModule):
         self._val: dict[int, tuple[list[str], list[sp.csr_matrix]]] = {}
 
     # ---- training -------------------------------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        # from_pretrained leaves the network in eval mode and Lightning preserves module modes: turn dropout on
+        self.train()
+
     def encode_batch(self, enc: dict[str, Tensor], side: str) -> Tensor:
         return self.encoder(enc["input_ids"], enc["attention_mask"], side=side)
 
@@ -65,6 +69,7 @@ class SpladeModule(pl.LightningModule):
             logs[f"train/reg_{side}"] = raw.detach()
             logs[f"train/lambda_{side}"] = lam
         logs["train/loss"] = total.detach()
+        logs["train/lr"] = self.optimizers().param_groups[0]["lr"] if self._trainer is not None else 0.0
         logs["train/query_active_dims"] = (q != 0).sum(1).float().mean()
         logs["train/doc_active_dims"] = (d != 0).sum(1).float().mean()
         if not torch.isfinite(total):
