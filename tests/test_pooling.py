@@ -54,3 +54,14 @@ def test_float32_matches_reference():
     hidden, weight, bias, mask = _inputs(B=8, L=33, H=16, V=300, dtype=torch.float32, seed=2)
     out = splade_pool(hidden, weight, bias, mask, chunk_bytes=8 * 4 * 300 * 3)
     assert torch.allclose(out, literal(hidden, weight, bias, mask), atol=1e-5)
+
+
+def test_mixed_precision_autocast():
+    """Under bf16 autocast the vocabulary matmul runs in bf16 and the result stays close to the fp32 reference."""
+    hidden, weight, bias, mask = _inputs(B=4, L=16, H=32, V=200, dtype=torch.float32, seed=3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = splade_pool(hidden, weight, bias, mask)
+    assert out.dtype == torch.float32
+    assert torch.allclose(out, literal(hidden, weight, bias, mask), atol=0.1, rtol=0.02)
+    out.sum().backward()
+    assert hidden.grad is not None and torch.isfinite(hidden.grad).all() and weight.grad.dtype == torch.float32

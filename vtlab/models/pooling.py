@@ -49,6 +49,8 @@ class MaskedMaxLogits(torch.autograd.Function):
             if not bool(m.all()):
                 logits.masked_fill_(~m.unsqueeze(-1), float("-inf"))
             torch.maximum(best, logits.amax(dim=1), out=best)
+        # the running max may be bf16/fp16 (mixed precision); the bias and everything after it are fp32
+        best = best.to(torch.promote_types(hidden.dtype, torch.float32))
         if bias is not None:
             best = best + bias.to(best.dtype)
         ctx.save_for_backward(hidden, weight, mask)
@@ -103,6 +105,12 @@ def max_logits(
     hidden: Tensor, weight: Tensor, bias: Tensor | None, mask: Tensor, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> Tensor:
     """Masked max over positions of the MLM logits, shape [B, V], without a B×L×V tensor."""
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):
+        # autocast does not reach inside a custom Function (and refuses out= matmuls): cast explicitly instead
+        dtype = torch.get_autocast_dtype(device)
+        with torch.autocast(device, enabled=False):
+            return MaskedMaxLogits.apply(hidden.to(dtype), weight, bias, mask, chunk_bytes)
     return MaskedMaxLogits.apply(hidden, weight, bias, mask, chunk_bytes)
 
 
