@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: install demo test test-fast clean-cache
+.PHONY: install demo test test-fast bench clean-cache
 
 install: $(VENV)/.installed
 
@@ -26,3 +26,6 @@ test-fast: install
 
 clean-cache:
 	rm -rf $${VTLAB_CACHE:-$$HOME/.cache/vtlab}
+
+bench: install
+	$(PY) -m vtlab.bench.transfer --similarity pmi

@@ -149,6 +149,10 @@ class Backbone:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, name_or_path={self.name_or_path!r}, family={self.family!r})"
 
+    def cache_key(self) -> str:
+        """Identifies the weights + tokenizer this backbone loads (for caching derived artifacts such as transfers)."""
+        return f"{self.name_or_path}|{self.tokenizer}|{self.revision}"
+
     # -- where to load from ------------------------------------------------------------------------------------------
     def _source(self, tokenizer: bool) -> tuple[str, str]:
         """(resolved path or hub id, config key to blame in errors)."""
@@ -216,6 +220,9 @@ class _GeneratedBackbone(Backbone):
         key = json.dumps({"recipe": self.recipe, **self.params}, sort_keys=True)
         self.dirname = f"{self.prefix}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
         super().__init__(name_or_path=self.prefix, family=family, attn_implementation="sdpa", name=name or self.prefix)
+
+    def cache_key(self) -> str:
+        return self.dirname
 
     def _source(self, tokenizer: bool) -> tuple[str, str]:
         return str(self.materialize()), "backbone.name_or_path"

@@ -65,6 +65,13 @@ class SpladeEncoder(nn.Module):
         query_model = None if shared else copy.deepcopy(model)
         return cls(model, backbone.load_tokenizer(), query_model=query_model, **kwargs)
 
+    def replace_networks(self, model: nn.Module, tokenizer) -> None:
+        """Swap in a network on another vocabulary (vocabulary transfer); a separate query network follows it."""
+        self.model = model
+        if self.query_model is not None:
+            self.query_model = copy.deepcopy(model)
+        self.tokenizer = tokenizer
+
     @property
     def vocab_size(self) -> int:
         return self.model.get_output_embeddings().weight.shape[0]

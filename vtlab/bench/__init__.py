@@ -1,0 +1,1 @@
+"""Benchmarks (`make bench`): measured in their own processes, never asserted in unit tests."""

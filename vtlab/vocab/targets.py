@@ -1,0 +1,289 @@
+"""The `vocab` config group: which vocabulary a run uses, and how input text is normalized.
+
+`conf/vocab/<name>.yaml` instantiates one of these. `NativeVocab` keeps the backbone's tokenizer (optionally with a
+`Normalizer` as the input-normalization baselines); `PretrainedVocab` and `CorpusWordPiece` are transfer targets.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from functools import lru_cache
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerBase
+
+from vtlab.errors import AssetError, VtlabError
+
+log = logging.getLogger(__name__)
+
+Preprocess = Callable[[str], str]
+
+
+class VocabConfigError(VtlabError, ValueError):
+    """A bad `vocab.*` config value; the message names the key."""
+
+
+# -- input normalization (the authors' to_lower / blank_prefix / blank_prefix_lower) -----------------------------------
+class Normalizer:
+    """Picklable text preprocessor: optional lowercasing, then optionally one leading space.
+
+    The leading space makes a byte-level BPE see the first word as word-initial ("Ġword"), like every later word.
+    A class (not a lambda) so DataLoader workers can pickle it and Hydra can build it from YAML.
+    """
+
+    def __init__(self, lowercase: bool = False, blank_prefix: bool = False) -> None:
+        self.lowercase = bool(lowercase)
+        self.blank_prefix = bool(blank_prefix)
+
+    def __call__(self, text: str) -> str:
+        if self.lowercase:
+            text = text.lower()
+        return " " + text if self.blank_prefix else text
+
+    def __repr__(self) -> str:
+        return f"Normalizer(lowercase={self.lowercase}, blank_prefix={self.blank_prefix})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Normalizer) and (self.lowercase, self.blank_prefix) == (
+            other.lowercase, other.blank_prefix)
+
+    def __hash__(self) -> int:
+        return hash((self.lowercase, self.blank_prefix))
+
+
+def to_lower(text: str) -> str:
+    return text.lower()
+
+
+def blank_prefix(text: str) -> str:
+    return " " + text
+
+
+def blank_prefix_lower(text: str) -> str:
+    return " " + text.lower()
+
+
+# -- base ---------------------------------------------------------------------------------------------------------------
+class TargetVocab:
+    """A run's vocabulary. `transfers`: whether the backbone must be moved onto a different tokenizer."""
+
+    name: str
+    preprocess: Preprocess | None
+
+    def __init__(self, name: str, preprocess: Preprocess | None = None) -> None:
+        self.name = name
+        self.preprocess = preprocess
+
+    @property
+    def transfers(self) -> bool:
+        return True
+
+    def load_tokenizer(self, source_tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+        """The tokenizer the run will use (the source model's own one when nothing is transferred)."""
+        raise NotImplementedError
+
+    def embedding_source(self) -> str | None:
+        """name_or_path of a masked LM whose input embeddings (and MLM bias) live in this vocabulary, or None."""
+        return None
+
+    def cache_key(self) -> str:
+        """Stable string naming this vocabulary for caches of transferred models."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return f"vocab={self.name}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+class NativeVocab(TargetVocab):
+    """The backbone's own tokenizer; `preprocess` turns it into the lowercase / blank-prefix baselines."""
+
+    @property
+    def transfers(self) -> bool:
+        return False
+
+    def load_tokenizer(self, source_tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+        return source_tokenizer
+
+    def cache_key(self) -> str:
+        return f"native:{self.name}"
+
+    def describe(self) -> str:
+        how = f"input preprocessed by {self.preprocess!r}" if self.preprocess is not None else "no preprocessing"
+        return f"vocab={self.name}: the backbone's own tokenizer, {how}"
+
+
+# -- a pretrained tokenizer (e.g. bert-base-uncased) ----------------------------------------------------------------------
+class PretrainedVocab(TargetVocab):
+    """An existing tokenizer (hub id, local dir or asset:NAME), with an optional model whose embeddings use it."""
+
+    def __init__(self, name: str, tokenizer: str, embedding_model: str | None = None,
+                 preprocess: Preprocess | None = None) -> None:
+        super().__init__(name, preprocess)
+        if not tokenizer:
+            raise VocabConfigError(f"vocab.tokenizer must name a tokenizer (hub id, directory or asset:NAME) for {name}")
+        self.tokenizer = tokenizer
+        self.embedding_model = embedding_model
+
+    def load_tokenizer(self, source_tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+        from transformers import AutoTokenizer
+
+        from vtlab.assets import resolve
+        from vtlab.backbones import Backbone
+
+        # Backbone's loader gives the quick offline check and one-line errors; we only rename the blamed key.
+        return Backbone(self.tokenizer)._load(AutoTokenizer.from_pretrained, resolve(self.tokenizer), "vocab.tokenizer")
+
+    def embedding_source(self) -> str | None:
+        return self.embedding_model
+
+    def cache_key(self) -> str:
+        return f"pretrained:{self.name}:tokenizer={self.tokenizer}:embeddings={self.embedding_model}"
+
+    def describe(self) -> str:
+        emb = self.embedding_model or "none (semantic init and set_bias unavailable)"
+        return f"vocab={self.name}: tokenizer {self.tokenizer}, target embeddings from {emb}"
+
+
+# -- a WordPiece trained on a corpus ------------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def boolq_passages() -> tuple[str, ...]:
+    """Distinct BoolQ passages, train then validation (10,144): the offline default corpus for CorpusWordPiece.
+
+    Validation passages are included on purpose: a tokenizer is unsupervised, like a BM25 vocabulary."""
+    from vtlab.data.boolq import train_pairs, validation_pairs
+
+    return tuple(dict.fromkeys(p for _, p in (*train_pairs(), *validation_pairs())))
+
+
+SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
+MIN_VOCAB, MAX_VOCAB = 1000, 200_000
+_RECIPE = "wordpiece-v1"  # bump when the training recipe changes, so old caches are not reused
+
+
+def _corpus_id(corpus: Callable[[], Iterable[str]] | Iterable[str]) -> str:
+    """Stable identity of a corpus: a function by its qualified name (+ partial args), texts by their hash."""
+    if callable(corpus):
+        if isinstance(corpus, functools.partial):  # Hydra's `_partial_: true`; a bare one equals its function
+            bound = f"{corpus.args!r}{sorted(corpus.keywords.items())!r}" if corpus.args or corpus.keywords else ""
+            return _corpus_id(corpus.func) + bound
+        return f"{getattr(corpus, '__module__', '?')}.{getattr(corpus, '__qualname__', repr(corpus))}"
+    h = hashlib.sha1()
+    for text in corpus:
+        h.update(text.encode("utf-8"))
+        h.update(b"\0")
+    return f"texts:{h.hexdigest()}"
+
+
+class CorpusWordPiece(TargetVocab):
+    """A BERT-style WordPiece vocabulary trained on a corpus (default: BoolQ passages), cached once trained.
+
+    No pretrained model has embeddings in such a vocabulary, so `embedding_source()` is None: initializations that
+    need target-space similarities (semantic init) or a target MLM bias (set_bias) cannot be used with it.
+    """
+
+    def __init__(self, name: str, vocab_size: int = 20000,
+                 corpus: Callable[[], Iterable[str]] | Iterable[str] | None = None, lowercase: bool = True,
+                 strip_accents: bool = True, min_frequency: int = 5, preprocess: Preprocess | None = None) -> None:
+        super().__init__(name, preprocess)
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not MIN_VOCAB <= vocab_size <= MAX_VOCAB:
+            raise VocabConfigError(f"vocab.vocab_size={vocab_size!r} must be an integer in [{MIN_VOCAB}, {MAX_VOCAB}]")
+        if min_frequency < 1:
+            raise VocabConfigError(f"vocab.min_frequency={min_frequency!r} must be >= 1")
+        if corpus is not None and not callable(corpus) and not isinstance(corpus, (list, tuple)):
+            corpus = list(corpus)  # a one-shot iterator would be consumed by hashing before training
+        self.vocab_size = vocab_size
+        self.corpus = boolq_passages if corpus is None else corpus
+        self.lowercase = bool(lowercase)
+        self.strip_accents = bool(strip_accents)
+        self.min_frequency = int(min_frequency)
+
+    def _params(self) -> dict[str, object]:
+        import tokenizers
+
+        return {"recipe": _RECIPE, "tokenizers": tokenizers.__version__, "vocab_size": self.vocab_size,
+                "corpus": _corpus_id(self.corpus), "lowercase": self.lowercase,
+                "strip_accents": self.strip_accents, "min_frequency": self.min_frequency}
+
+    def cache_key(self) -> str:
+        digest = hashlib.sha1(json.dumps(self._params(), sort_keys=True).encode()).hexdigest()[:12]
+        return f"{self.name}-{digest}"
+
+    def cache_path(self) -> Path:
+        from vtlab.assets import cache_dir
+
+        return cache_dir("vocab") / self.cache_key()
+
+    def _texts(self) -> Iterable[str]:
+        texts = self.corpus() if callable(self.corpus) else self.corpus
+        return (t for t in texts if isinstance(t, str) and t.strip())
+
+    def _train(self) -> PreTrainedTokenizerBase:
+        from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
+        from tokenizers.models import WordPiece
+        from tokenizers.processors import TemplateProcessing
+        from tokenizers.trainers import WordPieceTrainer
+        from transformers import PreTrainedTokenizerFast
+
+        tk = Tokenizer(WordPiece(unk_token="[UNK]", continuing_subword_prefix="##", max_input_chars_per_word=100))
+        tk.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                   strip_accents=self.strip_accents, lowercase=self.lowercase)
+        tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tk.decoder = decoders.WordPiece(prefix="##")
+        trainer = WordPieceTrainer(vocab_size=self.vocab_size, min_frequency=self.min_frequency,
+                                   special_tokens=list(SPECIALS), continuing_subword_prefix="##", show_progress=False)
+        tk.train_from_iterator(self._texts(), trainer=trainer)
+        if tk.get_vocab_size() <= len(SPECIALS):
+            raise VtlabError(f"vocab={self.name}: the corpus {_corpus_id(self.corpus)} gave no tokens (is it empty?)")
+        if tk.get_vocab_size() < self.vocab_size:
+            log.warning("vocab=%s: the corpus only supports %d of vocab.vocab_size=%d tokens",
+                        self.name, tk.get_vocab_size(), self.vocab_size)
+        cls_id, sep_id = tk.token_to_id("[CLS]"), tk.token_to_id("[SEP]")
+        tk.post_processor = TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                               special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+        return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                       sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
+
+    def materialize(self) -> Path:
+        """Train into the cache unless already there (built in a temp dir and renamed: racing runs are safe)."""
+        final = self.cache_path()
+        done = final / "vtlab_vocab.json"
+        if not done.is_file():
+            log.info("vocab=%s: training a %d-token WordPiece -> %s", self.name, self.vocab_size, final)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+            try:
+                self._train().save_pretrained(tmp)
+                (tmp / "vtlab_vocab.json").write_text(json.dumps(self._params(), indent=1, sort_keys=True))
+                if not done.is_file():
+                    if final.exists():
+                        shutil.rmtree(final)  # an incomplete earlier build
+                    os.replace(tmp, final)
+            except OSError:
+                if not done.is_file():
+                    raise
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return final
+
+    def load_tokenizer(self, source_tokenizer: PreTrainedTokenizerBase | None = None) -> PreTrainedTokenizerBase:
+        from transformers import PreTrainedTokenizerFast
+
+        path = self.materialize()
+        try:
+            return PreTrainedTokenizerFast.from_pretrained(str(path))
+        except (OSError, ValueError) as e:
+            raise AssetError(f"vocab={self.name}: cached tokenizer {path} is unreadable ({e}); delete it to retrain")
+
+    def describe(self) -> str:
+        return (f"vocab={self.name}: {self.vocab_size}-token WordPiece trained on {_corpus_id(self.corpus)} "
+                f"(lowercase={self.lowercase}, strip_accents={self.strip_accents}); no pretrained model has embeddings "
+                f"in this vocabulary, so semantic init / set_bias are unavailable: use an init that needs only the "
+                f"source model (e.g. sub-token mean or random)")
