@@ -44,7 +44,7 @@ def test_zscore_map_hand_values():
     source = torch.tensor([10.0, 14.0])      # mean 12, std 2.828427
     expected = torch.tensor([12 - 2.828427, 12.0, 12 + 2.828427])
     assert torch.allclose(zscore_map(target, source), expected, atol=1e-5)
-    with pytest.raises(VtlabError, match="set_bias"):
+    with pytest.raises(VtlabError, match="transfer.bias"):
         zscore_map(torch.zeros(3), source)
 
 
@@ -105,7 +105,7 @@ def test_bert_to_olmo_bpe_and_back_reloads_identically(tmp_path):
     model, tok = _tiny_bert()
     olmo = TinyModernBert().load_tokenizer()
     target_emb = torch.randn(len(olmo), 16)
-    report = apply_transfer(model, tok, olmo, Semantic(), target_emb, None, TransferOptions(set_bias=False))
+    report = apply_transfer(model, tok, olmo, Semantic(), target_emb, None, TransferOptions(bias="zeros"))
     assert report["overlap"]["n_exact"] > 10000 and report["init"]["name"] == "semantic"
     _check_transferred(model, olmo)
     model.save_pretrained(tmp_path)
@@ -129,7 +129,7 @@ def test_modernbert_to_bert_uncased():
     # set_bias: the new bias has the source bias' mean/std (z-map), times the target-norm scale
     alpha = report["target_norm_scale"]
     bias = model.get_output_embeddings().bias.detach() / alpha
-    assert report["set_bias"] and bias.std().item() == pytest.approx(report["bias"]["new_std"] / alpha, rel=1e-4)
+    assert report["bias"]["mode"] == "zmap" and bias.std().item() == pytest.approx(report["bias"]["new_std"] / alpha, rel=1e-4)
     # target_norm: overlap rows now have the target model's mean norm
     assert report["norms"]["new_overlap_mean"] == pytest.approx(
         target_emb[torch.as_tensor(_overlap_ids(src, tgt))].norm(dim=1).mean().item(), rel=1e-4)
@@ -146,7 +146,7 @@ def test_roberta_position_table_follows_new_pad_id():
     model, src = backbone.load_model(), backbone.load_tokenizer()
     old_positions = model.roberta.embeddings.position_embeddings.weight.detach().clone()
     tgt = AutoTokenizer.from_pretrained(str(asset_path("minilm")))
-    report = apply_transfer(model, src, tgt, Subword(), None, None, TransferOptions(set_bias=False))
+    report = apply_transfer(model, src, tgt, Subword(), None, None, TransferOptions(bias="zeros"))
     _check_transferred(model, tgt)
     assert report["position_table_shifted"]
     new_positions = model.roberta.embeddings.position_embeddings.weight.detach()
@@ -166,3 +166,26 @@ def test_transfer_is_cached(monkeypatch):
 
     monkeypatch.setattr(transfer, "apply_transfer", lambda *a, **k: pytest.fail("recomputed a cached transfer"))
     assert cached_transfer(Backbone("asset:splade-tiny"), bert_vocab(), Mean()) == first
+
+
+def test_bias_follows_init_when_no_target_model():
+    """bias=init: overlap tokens keep their source bias; a mean-initialized new token gets the mean source bias."""
+    model, tok = _tiny_bert()
+    with torch.no_grad():
+        model.get_output_embeddings().bias.copy_(torch.randn(len(tok)))
+    src_bias = model.get_output_embeddings().bias.detach().clone()
+    olmo = TinyModernBert().load_tokenizer()
+    from vtlab.vocab.canonical import match_vocabularies
+
+    ov = match_vocabularies(tok, olmo)
+    report = apply_transfer(model, tok, olmo, Mean(), None, None, TransferOptions(bias="zmap"))
+    assert report["bias"]["mode"] == "init"  # zmap needs a target model: falls back
+    new_bias = model.get_output_embeddings().bias.detach()
+    assert torch.allclose(new_bias[torch.as_tensor(ov.target_ids)], src_bias[torch.as_tensor(ov.source_ids)])
+    new = torch.as_tensor(ov.new_target_ids)
+    assert torch.allclose(new_bias[new], src_bias[torch.as_tensor(ov.source_ids)].mean().expand(len(new)), atol=1e-5)
+
+
+def test_bad_bias_mode():
+    with pytest.raises(VtlabError, match="transfer.bias"):
+        TransferOptions(bias="copy")

@@ -1,8 +1,10 @@
 """Vocabulary Transfer: put a source masked-LM onto a target vocabulary (the paper's VT, authors' transform.py).
 
 Input embeddings come from an `Initializer` (vtlab/vocab/init.py); the MLM decoder is replaced by a new Linear of the
-target size whose weight is tied to the new embeddings; its bias is zeros or the target model's MLM bias z-score-mapped
-into the source bias distribution (`set_bias`); optionally all embeddings and the bias are rescaled by one scalar so
+target size whose weight is tied to the new embeddings; its bias is the target model's MLM bias z-score-mapped into the
+source bias distribution (`bias=zmap`, the authors' --set_bias), zeros, or carried through the initializer like one
+more embedding column (`bias=init`: overlap tokens keep their source bias, new ones get the same combination of source
+biases as their embedding — the choice when the target vocabulary has no trained model); optionally all embeddings and the bias are rescaled by one scalar so
 overlap tokens have the target model's mean norm (`target_norm`). The encoder and the MLM head transform stay the
 source model's. Results are cached by (backbone, vocab, init, options).
 """
@@ -36,10 +38,17 @@ log = logging.getLogger("vtlab")
 class TransferOptions:
     """Output-layer and matching switches (authors' flags: --set_bias, --use_target_norm, --fuzzy)."""
 
-    set_bias: bool = True
+    bias: str = "zmap"  # zmap | zeros | init (zmap falls back to init when the vocabulary has no target model)
     target_norm: bool = True
     fuzzy: bool = False
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.bias not in BIAS_MODES:
+            raise VtlabError(f"transfer.bias must be one of {', '.join(BIAS_MODES)}, got {self.bias!r}")
+
+
+BIAS_MODES = ("zmap", "zeros", "init")
 
 
 def zscore_map(target_bias: Tensor, source_bias: Tensor) -> Tensor:
@@ -47,7 +56,8 @@ def zscore_map(target_bias: Tensor, source_bias: Tensor) -> Tensor:
     t, s = target_bias.double(), source_bias.double()
     std_t = t.std()
     if not torch.isfinite(std_t) or std_t == 0:
-        raise VtlabError("set_bias: the target model's MLM bias is constant (untrained head?); use transfer.set_bias=false")
+        raise VtlabError("transfer.bias=zmap: the target model's MLM bias is constant (untrained head?); "
+                         "use transfer.bias=init or transfer.bias=zeros")
     return ((t - t.mean()) / std_t * s.std() + s.mean()).float()
 
 
@@ -108,13 +118,23 @@ def apply_transfer(
     source_bias = model.get_output_embeddings().bias
     source_bias = source_bias.detach().float() if source_bias is not None else torch.zeros(source_emb.shape[0])
     generator = torch.Generator().manual_seed(options.seed)
-    new_emb, init_stats = init(
-        source_emb, overlap, target_size=len(target_tokenizer), source_tokenizer=source_tokenizer,
+    bias_mode = options.bias if (options.bias != "zmap" or target_bias is not None) else "init"
+    # bias=init: the bias rides along as one more embedding column, so every rule (copy, semantic weights, subword
+    # pieces, random) fills it exactly as it fills that token's embedding
+    source_rows = torch.cat([source_emb, source_bias.unsqueeze(1)], 1) if bias_mode == "init" else source_emb
+    new_rows, init_stats = init(
+        source_rows, overlap, target_size=len(target_tokenizer), source_tokenizer=source_tokenizer,
         target_tokenizer=target_tokenizer, target_embeddings=target_embeddings,
         initializer_range=float(getattr(model.config, "initializer_range", 0.02)), generator=generator,
     )
+    new_emb = new_rows[:, : source_emb.shape[1]]
     V, H = new_emb.shape
-    bias = zscore_map(target_bias, source_bias) if (options.set_bias and target_bias is not None) else torch.zeros(V)
+    if bias_mode == "init":
+        bias = new_rows[:, -1].clone()
+    elif bias_mode == "zmap":
+        bias = zscore_map(target_bias, source_bias)
+    else:
+        bias = torch.zeros(V)
     alpha = 1.0
     if options.target_norm and target_embeddings is not None:
         alpha = target_norm_scale(target_embeddings, new_emb, overlap)
@@ -146,7 +166,6 @@ def apply_transfer(
         "target_vocab_size": V,
         "overlap": overlap.report(),
         "init": {"name": getattr(init, "name", type(init).__name__), **init_stats},
-        "set_bias": bool(options.set_bias and target_bias is not None),
         "target_norm_scale": alpha,
         "fuzzy": options.fuzzy,
         "norms": {
@@ -156,7 +175,7 @@ def apply_transfer(
             if len(overlap.target_ids) else None,
             "target_mean": float(target_embeddings.norm(dim=1).mean()) if target_embeddings is not None else None,
         },
-        "bias": {"source_mean": float(source_bias.mean()), "new_mean": float(bias.mean()),
+        "bias": {"mode": bias_mode, "source_mean": float(source_bias.mean()), "new_mean": float(bias.mean()),
                  "new_std": float(bias.std())},
         "position_table_shifted": shifted,
         "seconds": time.perf_counter() - start,
@@ -170,7 +189,7 @@ def _target_model_tensors(vocab: TargetVocab, options: TransferOptions) -> tuple
     model = Backbone(source).load_model()
     emb = model.get_input_embeddings().weight.detach().float().clone()
     dec = model.get_output_embeddings()
-    bias = dec.bias.detach().float().clone() if (options.set_bias and dec is not None and dec.bias is not None) else None
+    bias = dec.bias.detach().float().clone() if (options.bias == "zmap" and dec is not None and dec.bias is not None) else None
     return emb, bias
 
 
