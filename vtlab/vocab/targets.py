@@ -125,7 +125,7 @@ class NativeVocab(TargetVocab):
 class PretrainedVocab(TargetVocab):
     """An existing tokenizer (hub id, local dir or asset:NAME), with an optional model whose embeddings use it."""
 
-    def __init__(self, name: str, tokenizer: str, embedding_model: str | None = None,
+    def __init__(self, name: str, tokenizer: "str | Backbone", embedding_model: str | None = None,
                  preprocess: Preprocess | None = None) -> None:
         super().__init__(name, preprocess)
         if not tokenizer:
@@ -139,6 +139,8 @@ class PretrainedVocab(TargetVocab):
         from vtlab.assets import resolve
         from vtlab.backbones import Backbone
 
+        if hasattr(self.tokenizer, "load_tokenizer"):  # a Backbone object, e.g. TinyModernBert's real OLMo BPE
+            return self.tokenizer.load_tokenizer()
         # Backbone's loader gives the quick offline check and one-line errors; we only rename the blamed key.
         return Backbone(self.tokenizer)._load(AutoTokenizer.from_pretrained, resolve(self.tokenizer), "vocab.tokenizer")
 
@@ -146,7 +148,8 @@ class PretrainedVocab(TargetVocab):
         return self.embedding_model
 
     def cache_key(self) -> str:
-        return f"pretrained:{self.name}:tokenizer={self.tokenizer}:embeddings={self.embedding_model}"
+        tok = self.tokenizer.cache_key() if hasattr(self.tokenizer, "cache_key") else self.tokenizer
+        return f"pretrained:{self.name}:tokenizer={tok}:embeddings={self.embedding_model}"
 
     def describe(self) -> str:
         emb = self.embedding_model or "none (semantic init and set_bias unavailable)"
