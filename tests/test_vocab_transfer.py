@@ -189,3 +189,39 @@ def test_bias_follows_init_when_no_target_model():
 def test_bad_bias_mode():
     with pytest.raises(VtlabError, match="transfer.bias"):
         TransferOptions(bias="copy")
+
+
+def _sentencepiece_tokenizer(tmp_path):
+    """A SentencePiece-style (Metaspace + Unigram, cased) tokenizer in XLM-R's layout, trained on BoolQ passages:
+    the tokenizer family of gte-multilingual / XLM-R (their real 250k tokenizers are not available offline)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from vtlab.vocab.targets import boolq_passages
+
+    tk = Tokenizer(models.Unigram())
+    tk.pre_tokenizer = pre_tokenizers.Metaspace()
+    tk.decoder = decoders.Metaspace()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    tk.train_from_iterator(boolq_passages()[:3000], trainers.UnigramTrainer(vocab_size=4000, special_tokens=specials,
+                                                                            unk_token="<unk>"))
+    tk.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                  pad_token="<pad>", mask_token="<mask>", cls_token="<s>", sep_token="</s>")
+    tok.save_pretrained(tmp_path)
+    return AutoTokenizer.from_pretrained(str(tmp_path))
+
+
+def test_xlmr_sentencepiece_family_to_bert_uncased(tmp_path):
+    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
+
+    src = _sentencepiece_tokenizer(tmp_path)
+    torch.manual_seed(0)
+    model = XLMRobertaForMaskedLM(XLMRobertaConfig(
+        vocab_size=len(src), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=130, pad_token_id=src.pad_token_id, bos_token_id=0, eos_token_id=2)).eval()
+    tgt = AutoTokenizer.from_pretrained(str(asset_path("minilm")))
+    report = apply_transfer(model, src, tgt, Subword(), None, None, TransferOptions(bias="init"))
+    assert report["overlap"]["n_exact"] > 1000  # "▁the" ↔ "the", "s" ↔ "##s", …
+    assert report["init"]["subword"] > 10000    # most new WordPiece tokens decompose into SentencePiece pieces
+    _check_transferred(model, tgt)
