@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from vtlab.backbones import Backbone, decoder_site
-from vtlab.models.pooling import DEFAULT_CHUNK_BYTES, splade_pool
+from vtlab.models.pooling import DEFAULT_CHUNK_BYTES, max_logits, splade_activation
 
 Side = Literal["query", "doc"]
 
@@ -80,10 +80,18 @@ class SpladeEncoder(nn.Module):
         return self.query_model if (side == "query" and self.query_model is not None) else self.model
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, side: Side = "doc") -> Tensor:
+        return splade_activation(self.max_logits(input_ids, attention_mask, side), self.double_log)
+
+    def max_logits(self, input_ids: Tensor, attention_mask: Tensor, side: Side = "doc") -> Tensor:
+        """Raw per-term max over non-pad positions of the MLM logits, [B, V] (before relu/log): what APC calibrates."""
         net = self.network(side)
         with _decoder_bypassed(net) as decoder:
             hidden = net(input_ids=input_ids, attention_mask=attention_mask).logits
-        return splade_pool(hidden, decoder.weight, decoder.bias, attention_mask, self.double_log, self.chunk_bytes)
+        return max_logits(hidden, decoder.weight, decoder.bias, attention_mask, self.chunk_bytes)
+
+    def output_bias(self, side: Side = "doc") -> Tensor:
+        """The MLM decoder bias of the network used for `side` (APC shifts it)."""
+        return self.network(side).get_output_embeddings().bias
 
     def tokenize(self, texts: Sequence[str], side: Side) -> dict[str, Tensor]:
         if self.preprocess is not None:

@@ -46,6 +46,7 @@ class SpladeModule(pl.LightningModule):
         self.val_measures = list(val_measures)
         self.val_top_k = val_top_k
         self._val: dict[int, tuple[list[str], list[sp.csr_matrix]]] = {}
+        self.last_batch: dict[str, Any] = {}
 
     # ---- training -------------------------------------------------------------------------------------------------
     def on_fit_start(self) -> None:
@@ -59,6 +60,8 @@ class SpladeModule(pl.LightningModule):
         q = self.encode_batch(batch["query"], "query")
         d = self.encode_batch(batch["docs"], "doc")
         rank_loss = self.loss(q, d, batch.get("teacher_scores"))
+        # the last step's representations, for health callbacks (detached: monitoring never touches the graph)
+        self.last_batch = {"q": q.detach(), "d": d.detach(), "group_size": d.shape[0] // q.shape[0]}
         total = rank_loss
         logs = {"train/rank_loss": rank_loss.detach()}
         for side, reg, reps in (("q", self.query_regularizer, q), ("d", self.doc_regularizer, d)):
