@@ -13,14 +13,17 @@ from omegaconf import DictConfig
 log = logging.getLogger("vtlab")
 
 
-def build_module(cfg: DictConfig) -> pl.LightningModule:
+def build_module(cfg: DictConfig, state: dict[str, Any] | None = None) -> pl.LightningModule:
+    """The SPLADE module; on the backbone an earlier stage produced (e.g. the MLM-adapted one) when there is one."""
+    if state and "backbone" in state:
+        return instantiate(cfg.model, encoder=instantiate(cfg.model.encoder, backbone=state["backbone"]))
     return instantiate(cfg.model)
 
 
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.paths.run_dir)
-    module = state.get("module") or build_module(cfg)
+    module = state.get("module") or build_module(cfg, state)
     encoder = module.encoder
     datamodule = instantiate(cfg.data, tokenizer=encoder.tokenizer, preprocess=encoder.preprocess)
     callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None]

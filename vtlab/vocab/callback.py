@@ -27,6 +27,9 @@ class VocabTransferCallback(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit" or not self.vocab.transfers or self.applied_from is not None:
             return
+        current = pl_module.encoder.tokenizer
+        if current.get_vocab() == self.vocab.load_tokenizer(current).get_vocab():
+            return  # an earlier stage (MLM adaptation) already runs on the target vocabulary
         target = transferred_backbone(self.backbone, self.vocab, self.init, self.options)
         pl_module.encoder.replace_networks(target.load_model(), target.load_tokenizer())
         datamodule = getattr(trainer, "datamodule", None)

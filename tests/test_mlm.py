@@ -1,0 +1,156 @@
+"""MLM adaptation: span packing + masking statistics, a real loss decrease, the cached Hydra stage, offline corpora."""
+import functools
+import os
+import time
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from hydra import compose, initialize_config_dir
+
+from vtlab.backbones import TinyModernBert
+from vtlab.data import corpora
+from vtlab.errors import AssetError, VtlabError
+from vtlab.models.mlm import MLMModule, TextDataModule, pack_spans
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("VTLAB_CACHE", os.environ.get("VTLAB_TEST_CACHE", str(tmp_path_factory.getbasetemp() / "cache")))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return TinyModernBert()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny):
+    return tiny.load_tokenizer()
+
+
+def _first_batch(tokenizer, seed=0, **kw):
+    dm = TextDataModule(functools.partial(corpora.boolq_passages, max_docs=300), tokenizer, seed=seed, **kw)
+    dm.setup("fit")
+    return dm, next(iter(dm.train_dataloader()))
+
+
+def test_pack_spans_wraps_every_span_and_keeps_all_tokens():
+    spans, lengths = pack_spans([[1, 2, 3], [], [4, 5, 6, 7]], start=100, end=101, max_length=5)
+    # stream 1 2 3 SEP 4 5 6 7 → bodies of 3
+    assert spans[:, 0].tolist() == [100] * 3
+    assert [spans[i, : lengths[i]].tolist() for i in range(3)] == [[100, 1, 2, 3, 101], [100, 101, 4, 5, 101],
+                                                                   [100, 6, 7, 101]]
+
+
+def test_masking_rate_specials_span_shape_and_seed(tokenizer):
+    dm, batch = _first_batch(tokenizer, batch_size=64, max_length=128, mlm_probability=0.3)
+    ids, labels, attn = batch["input_ids"], batch["labels"], batch["attention_mask"]
+    assert ids.shape[1] <= 128 and (ids[:, 0] == tokenizer.cls_token_id).all()
+    # the original ids: labels where masked, else the (unchanged) input
+    original = torch.where(labels != -100, labels, ids)
+    special = torch.isin(original, torch.tensor(tokenizer.all_special_ids)) | (attn == 0)
+    assert (labels[special] == -100).all(), "a special or padding token was masked"
+    share = (labels[~special] != -100).float().mean().item()
+    assert abs(share - 0.3) < 0.03, share
+    # 80/10/10: most masked inputs show [MASK]
+    masked = labels != -100
+    assert 0.7 < (ids[masked] == tokenizer.mask_token_id).float().mean().item() < 0.9
+    _, again = _first_batch(tokenizer, batch_size=64, max_length=128, mlm_probability=0.3)
+    assert all(torch.equal(batch[k], again[k]) for k in batch)
+    _, other = _first_batch(tokenizer, seed=1, batch_size=64, max_length=128, mlm_probability=0.3)
+    assert not torch.equal(batch["input_ids"], other["input_ids"])
+    assert dm.num_docs == 300 and dm.num_tokens > 20_000 and len(dm.dataset) == -(-(dm.num_tokens + 299) // 126)
+
+
+@pytest.mark.parametrize("p", [0, 1, 1.5, -0.1])
+def test_mlm_probability_validated(p):
+    with pytest.raises(VtlabError, match="mlm.mlm_probability"):
+        TextDataModule(["text"], None, mlm_probability=p)
+
+
+def test_training_reduces_loss_and_keeps_decoder_tied(tokenizer, tmp_path):
+    pl.seed_everything(0)
+    # narrower than the default tiny model: on CPU the step cost is the 50k-row embedding/decoder, ∝ hidden size
+    model = TinyModernBert(hidden_size=64, num_hidden_layers=1, intermediate_size=128).load_model()
+    dm = TextDataModule(functools.partial(corpora.boolq_passages, max_docs=300), tokenizer, batch_size=8,
+                        max_length=64, seed=0)
+    module = MLMModule(model, functools.partial(torch.optim.AdamW, lr=1e-3))
+    losses: list[float] = []
+
+    class Record(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            losses.append(float(outputs["loss"]))
+
+    trainer = pl.Trainer(accelerator="cpu", max_steps=30, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=[Record()],
+                         default_root_dir=str(tmp_path))
+    trainer.fit(module, datamodule=dm)
+    assert len(losses) == 30
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    print(f"MLM loss: first 5 steps {first:.3f}, last 5 steps {last:.3f}")
+    assert last < first - 0.5, (first, last)
+    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    assert model.sparse_prediction is False  # restored: SPLADE needs full logits
+
+
+def _compose(overrides):
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        try:
+            return compose("config", overrides=overrides)
+        except Exception:  # the `mlm` group is not in the defaults list yet
+            return compose("config", overrides=["+mlm=default", *overrides])
+
+
+def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
+    from transformers import AutoModelForMaskedLM
+
+    from vtlab.stages import mlm as stage
+
+    run_dir = tmp_path / "run"
+    cfg = _compose(["backbone=tiny-modernbert", "mlm.steps=3", "mlm.batch_size=4", "logger=none",
+                    f"paths.run_dir={run_dir}", "mlm.corpus.max_docs=200", "mlm.warmup_steps=1",
+                    "mlm.log_every_n_steps=1"])
+    state = stage.run(cfg, {"keep": 1})
+    out = Path(state["backbone"].name_or_path)
+    assert state["keep"] == 1 and state["mlm_report"]["steps"] == 3
+    assert (run_dir / "mlm" / "model").resolve() == out.resolve()
+    assert (run_dir / "mlm" / "csv" / "metrics.csv").is_file()
+    adapted = AutoModelForMaskedLM.from_pretrained(out)
+    start = TinyModernBert().load_model()
+    a, b = adapted.get_input_embeddings().weight, start.get_input_embeddings().weight
+    assert a.shape == b.shape and not torch.equal(a, b)
+    assert adapted.config.sparse_prediction is False
+    mtime = (out / "vtlab_mlm.json").stat().st_mtime
+
+    def boom(*a, **k):
+        raise AssertionError("trained again although cached")
+
+    monkeypatch.setattr(stage, "_train", boom)
+    again = stage.run(cfg, {})
+    assert Path(again["backbone"].name_or_path) == out and (out / "vtlab_mlm.json").stat().st_mtime == mtime
+
+    off = _compose(["backbone=tiny-modernbert", "mlm.steps=0", "logger=none", f"paths.run_dir={run_dir}"])
+    state0 = {"x": object()}
+    assert stage.run(off, state0) is state0
+
+
+def test_sweep_and_paper_config_compose():
+    cfg = _compose(["mlm=paper", "logger=none"])
+    assert cfg.mlm.steps == 20000 and cfg.mlm.batch_size * cfg.mlm.accumulate_grad_batches == 2048
+    assert cfg.mlm.corpus._target_ == "vtlab.data.corpora.wikibook"
+    assert _compose(["mlm.steps=500"]).mlm.steps == 500
+
+
+@pytest.mark.parametrize("fn,name", [(corpora.wikipedia, "wikimedia/wikipedia"), (corpora.bookcorpus, "bookcorpus"),
+                                     (corpora.wikibook, "wikimedia/wikipedia")])
+def test_offline_hub_corpus_fails_fast_naming_dataset(fn, name, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    began = time.perf_counter()
+    with pytest.raises(AssetError, match=name):
+        fn(max_docs=10)
+    assert time.perf_counter() - began < 10

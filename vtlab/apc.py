@@ -1,0 +1,313 @@
+"""Activation Potential Calibration (APC): one constant shift of the MLM output bias before sparse fine-tuning.
+
+Following the authors' probe_activation_percentiles.py: for each probe document take the max over non-pad positions of
+the RAW MLM logits, z[d, v]; sample those values (with replacement, capped per batch and in total; all (doc, term)
+values with `include_zeros`, else only z > 0); cutoff = percentile(samples); `decoder.bias -= cutoff`, once.
+With include_zeros and percentile 60, about 40% of (doc, term) max-logits are > 0 right after the shift: the model
+starts neither dead (ReLU(z) = 0 everywhere, no gradient) nor dense (everything active, collapse).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from vtlab.errors import VtlabError
+from vtlab.evaluation import write_json
+
+log = logging.getLogger("vtlab")
+
+PERCENTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
+STAT_KEYS = ("mean_active_per_doc", "dead_fraction", "positive_share")
+# Fixed-width histogram of every probed z (bins of 1/64 over ±256, plus under/overflow): it gives the "after" counts
+# of z > cutoff without a second pass or keeping the N×V matrix; the error is at most one bin's count.
+_HIST_RANGE, _HIST_WIDTH = 256.0, 1.0 / 64
+
+
+class APC:
+    """Activation Potential Calibration settings (Hydra target `vtlab.apc.APC`, conf/apc/*.yaml).
+
+    percentile: the cutoff percentile of the sampled max-logits (authors: 60); None with shift None = off.
+    shift: a fixed offset ADDED to the bias instead (no percentile), for deliberately dead (<0) or dense (>0) starts.
+    """
+
+    def __init__(
+        self,
+        percentile: float | None = 60.0,
+        include_zeros: bool = True,
+        num_docs: int = 20000,
+        batch_size: int = 32,
+        max_length: int = 256,
+        per_batch_samples: int = 20000,
+        max_samples: int = 1_000_000,
+        shift: float | None = None,
+        seed: int = 42,
+        name: str | None = None,
+    ) -> None:
+        if percentile is not None and shift is not None:
+            raise VtlabError(f"apc.percentile={percentile} and apc.shift={shift} are mutually exclusive; set one to null")
+        if percentile is not None and not 0.0 < float(percentile) < 100.0:
+            raise VtlabError(f"apc.percentile={percentile} must be in (0, 100) (or null to disable APC)")
+        for key, value in (("num_docs", num_docs), ("batch_size", batch_size), ("max_length", max_length),
+                           ("per_batch_samples", per_batch_samples), ("max_samples", max_samples)):
+            if int(value) <= 0:
+                raise VtlabError(f"apc.{key}={value} must be > 0")
+        self.percentile = None if percentile is None else float(percentile)
+        self.shift = None if shift is None else float(shift)
+        self.include_zeros = bool(include_zeros)
+        self.num_docs, self.batch_size, self.max_length = int(num_docs), int(batch_size), int(max_length)
+        self.per_batch_samples, self.max_samples = int(per_batch_samples), int(max_samples)
+        self.seed = int(seed)
+        self.name = name or ("off" if not self.enabled else
+                             f"p{self.percentile:g}" if self.percentile is not None else f"shift{self.shift:+g}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.percentile is not None or self.shift is not None
+
+    def __repr__(self) -> str:
+        return f"APC(name={self.name!r}, percentile={self.percentile}, shift={self.shift}, include_zeros={self.include_zeros})"
+
+    # ---- probing --------------------------------------------------------------------------------------------------
+
+    def probe(self, encoder, texts: Sequence[str]) -> dict[str, Any]:
+        """Stream the first `num_docs` texts through `encoder` (doc side) and summarize their raw max-logits.
+
+        Returns stats (mean_active_per_doc, dead_fraction, positive_share, percentiles of the samples), the sampled
+        values ("samples", 1-D float32 CPU tensor) and the state needed to re-evaluate stats at a shifted bias
+        ("term_max" [V], "hist"), so `calibrate` never runs a second pass.
+        """
+        texts = list(texts)[: self.num_docs]
+        if not texts:
+            raise VtlabError("apc: no probe documents")
+        device = next(encoder.parameters()).device
+        n_docs = len(texts)
+        # longest first: similar lengths per batch waste less padding (characters are a good enough proxy)
+        order = sorted(range(n_docs), key=lambda i: -len(texts[i]))
+        gen = torch.Generator().manual_seed(self.seed)
+        edges = torch.arange(-_HIST_RANGE, _HIST_RANGE + _HIST_WIDTH / 2, _HIST_WIDTH, device=device)
+        hist = torch.zeros(len(edges) + 1, dtype=torch.long, device=device)
+        term_max: Tensor | None = None
+        n_positive, samples, n_sampled = 0, [], 0
+        was_training = encoder.training
+        encoder.eval()  # a plain forward pass: no dropout
+        saved_length = encoder.max_length["doc"]
+        encoder.max_length["doc"] = self.max_length
+        try:
+            with torch.inference_mode():
+                for start in range(0, n_docs, self.batch_size):
+                    batch = [texts[i] for i in order[start : start + self.batch_size]]
+                    enc = encoder.tokenize(batch, side="doc")
+                    z = encoder.max_logits(enc["input_ids"].to(device), enc["attention_mask"].to(device), side="doc")
+                    z = z.float()
+                    positive = z > 0
+                    n_positive += int(positive.sum())
+                    batch_max = z.amax(dim=0)
+                    term_max = batch_max if term_max is None else torch.maximum(term_max, batch_max)
+                    hist += torch.bincount(torch.bucketize(z.flatten(), edges, right=True), minlength=len(hist))
+                    # Quotas scale with the batch's size, so every document weighs the same: the total cap never
+                    # leaves the later (shorter, since sorted) documents unsampled, and a short last batch is not
+                    # oversampled (with a fixed 20k per batch, p60 on 200 BoolQ docs gave 41% positive, not 40%).
+                    quota = min(math.ceil(self.per_batch_samples * len(batch) / self.batch_size),
+                                math.ceil(self.max_samples * len(batch) / n_docs), self.max_samples - n_sampled)
+                    pool = z.flatten() if self.include_zeros else z[positive]
+                    if quota <= 0 or pool.numel() == 0:
+                        continue
+                    if pool.numel() <= quota:
+                        # the quota covers every value: take them all (exact) instead of resampling with replacement
+                        picked = pool
+                    else:
+                        idx = torch.randint(pool.numel(), (quota,), generator=gen)
+                        picked = pool[idx.to(pool.device)]
+                    samples.append(picked.cpu())
+                    n_sampled += picked.numel()
+        finally:
+            encoder.max_length["doc"] = saved_length
+            encoder.train(was_training)
+        assert term_max is not None
+        sample = torch.cat(samples) if samples else torch.empty(0)
+        vocab = int(term_max.numel())
+        return {
+            "n_docs": n_docs,
+            "vocab_size": vocab,
+            "n_samples": int(sample.numel()),
+            "samples": sample,
+            "term_max": term_max.cpu(),
+            "hist": hist.cpu(),
+            "mean_active_per_doc": n_positive / n_docs,
+            "dead_fraction": float((term_max <= 0).float().mean()),
+            "positive_share": n_positive / (n_docs * vocab),
+            "percentiles": _percentiles(sample),
+        }
+
+    # ---- calibration ----------------------------------------------------------------------------------------------
+
+    def cutoff(self, samples: Tensor) -> float:
+        """The bias offset to subtract: percentile(samples), or -shift."""
+        if self.shift is not None:
+            return -self.shift
+        if self.percentile is None:
+            raise VtlabError("apc is off (apc.percentile and apc.shift are null): nothing to calibrate")
+        if samples.numel() == 0:
+            raise VtlabError("apc: the probe sampled no values (no positive max-logits; try apc.include_zeros=true)")
+        # numpy's default linear interpolation, in float64 (torch.quantile refuses inputs over 16M values)
+        return float(np.percentile(samples.double().numpy(), self.percentile))
+
+    def calibrate(self, encoder, texts: Sequence[str]) -> dict[str, Any]:
+        """Probe, subtract the cutoff from the doc (and a separate query) network's MLM output bias, report."""
+        t0 = time.perf_counter()
+        before = self.probe(encoder, texts)
+        cut = self.cutoff(before["samples"])
+        biases = [encoder.output_bias("doc")]
+        if encoder.output_bias("query") is not biases[0]:  # separate query network: the same constant shift
+            biases.append(encoder.output_bias("query"))
+        if any(b is None for b in biases):
+            raise VtlabError("apc: the MLM decoder has no output bias to shift (decoder built with bias=False)")
+        with torch.no_grad():
+            for bias in biases:
+                bias.sub_(cut)
+        # The shift is a constant, so the "after" z on the same documents is exactly z - cutoff: the after-stats come
+        # from the probe's per-term max and value histogram instead of a second forward pass.
+        n_values = before["n_docs"] * before["vocab_size"]
+        after_positive = _count_above(before["hist"], cut)
+        after = {
+            "mean_active_per_doc": after_positive / before["n_docs"],
+            "dead_fraction": float((before["term_max"] <= cut).float().mean()),
+            "positive_share": after_positive / n_values,
+            "percentiles": {k: v - cut for k, v in before["percentiles"].items()},
+        }
+        return {
+            "name": self.name,
+            "cutoff": cut,
+            "percentile": self.percentile,
+            "shift": self.shift,
+            "include_zeros": self.include_zeros,
+            "n_docs": before["n_docs"],
+            "vocab_size": before["vocab_size"],
+            "n_samples": before["n_samples"],
+            "before": {k: before[k] for k in (*STAT_KEYS, "percentiles")},
+            "after": after,
+            "seconds": time.perf_counter() - t0,
+            "samples": before["samples"],  # for the histogram; dropped by json_report
+        }
+
+
+def json_report(report: dict[str, Any]) -> dict[str, Any]:
+    """The report without the sampled values (numbers only, for apc_report.json)."""
+    return {k: v for k, v in report.items() if k != "samples"}
+
+
+def summary_line(report: dict[str, Any], when: str) -> str:
+    s = report[when]
+    return (f"APC {report['name']} {when}: cutoff={report['cutoff']:.3f} active/doc={s['mean_active_per_doc']:.1f} "
+            f"positive_share={s['positive_share']:.3f} dead_fraction={s['dead_fraction']:.3f} "
+            f"(docs={report['n_docs']}, samples={report['n_samples']})")
+
+
+def flat_metrics(report: dict[str, Any]) -> dict[str, float]:
+    """apc/cutoff, apc/before_positive_share, ... for Lightning loggers."""
+    out = {"apc/cutoff": float(report["cutoff"])}
+    for when in ("before", "after"):
+        out.update({f"apc/{when}_{k}": float(report[when][k]) for k in STAT_KEYS})
+    return out
+
+
+def save_histogram(samples_before: Tensor, cutoff: float, path: str | Path) -> Path:
+    """PNG of the sampled max-logit distribution before and after the shift (after = before - cutoff), log y."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless, also under DDP workers
+    import matplotlib.pyplot as plt
+
+    before = samples_before.double().numpy()
+    after = before - cutoff
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if before.size:
+        lo, hi = min(before.min(), after.min()), max(before.max(), after.max())
+        bins = np.linspace(lo, hi if hi > lo else lo + 1, 121)
+        ax.hist(before, bins=bins, alpha=0.5, label=f"before ({(before > 0).mean():.1%} > 0)")
+        ax.hist(after, bins=bins, alpha=0.5, label=f"after ({(after > 0).mean():.1%} > 0)")
+        ax.set_yscale("log")
+    ax.axvline(0.0, color="k", linewidth=1)
+    ax.set_xlabel("max over positions of raw MLM logit")
+    ax.set_ylabel("sampled (doc, term) values")
+    ax.set_title(f"APC: bias -= {cutoff:.3f}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_outputs(report: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
+    """apc_report.json + apc_hist.png into out_dir."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return (write_json(out_dir / "apc_report.json", json_report(report)),
+            save_histogram(report["samples"], report["cutoff"], out_dir / "apc_hist.png"))
+
+
+class APCCallback(pl.Callback):
+    """Calibrate the module's encoder once when fitting starts (after vocabulary transfer: list it after that callback).
+
+    texts: a function returning the probe documents; default: the distinct positives and negatives of the
+    datamodule's training examples, in a seeded random order (the probe takes the first `apc.num_docs`).
+    """
+
+    def __init__(self, apc: APC, out_dir: str | None = None, texts: Callable[[], list[str]] | None = None) -> None:
+        self.apc, self.out_dir, self.texts = apc, out_dir, texts
+        self.report: dict[str, Any] | None = None
+
+    def _train_texts(self, trainer: pl.Trainer) -> list[str]:
+        datamodule = getattr(trainer, "datamodule", None)
+        if datamodule is None or not hasattr(datamodule, "train_examples"):
+            raise VtlabError("apc: no probe texts: pass texts= to APCCallback or fit with a TripletDataModule")
+        if datamodule.train_examples is None:
+            datamodule.setup("fit")
+        docs = list(dict.fromkeys(d for ex in datamodule.train_examples for d in (ex.positive, *ex.negatives)))
+        order = np.random.default_rng(self.apc.seed).permutation(len(docs))[: self.apc.num_docs]
+        return [docs[i] for i in order]
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit" or not self.apc.enabled or self.report is not None:
+            return
+        texts = self.texts() if self.texts is not None else self._train_texts(trainer)
+        # every rank calibrates (same texts, same seed → same cutoff); only rank 0 writes files
+        self.report = self.apc.calibrate(pl_module.encoder, texts)
+        log.info(summary_line(self.report, "before"))
+        log.info(summary_line(self.report, "after"))
+        for logger in trainer.loggers:
+            logger.log_metrics(flat_metrics(self.report), step=0)
+        if trainer.is_global_zero:
+            write_outputs(self.report, self.out_dir or trainer.default_root_dir)
+
+
+def _percentiles(samples: Tensor) -> dict[str, float]:
+    if samples.numel() == 0:
+        return {f"p{p}": float("nan") for p in PERCENTILES}
+    values = np.percentile(samples.double().numpy(), PERCENTILES)
+    return {f"p{p}": float(v) for p, v in zip(PERCENTILES, values)}
+
+
+def _count_above(hist: Tensor, c: float) -> float:
+    """Number of histogrammed values > c, interpolating linearly inside c's bin."""
+    # bucket k (1..n-1) holds values in [edges[k-1], edges[k]); bucket 0 and n hold the under/overflow
+    n_edges = len(hist) - 1
+    pos = (c + _HIST_RANGE) / _HIST_WIDTH  # c's position in edge units
+    if pos < 0:
+        return float(hist.sum())
+    if pos >= n_edges - 1:
+        return float(hist[-1])  # c beyond the range (never in practice): count the overflow as above
+    k = int(math.floor(pos))  # c in [edges[k], edges[k+1]) → bucket k+1
+    frac_above = 1.0 - (pos - k)
+    return float(hist[k + 2 :].sum()) + frac_above * float(hist[k + 1])

@@ -1,0 +1,106 @@
+"""Plain-text corpora for MLM adaptation: zero-argument callables (Hydra `_partial_: true`) yielding documents.
+
+Offline: BoolQ passages (≈10k Wikipedia paragraphs, ≈1M words). Online: the authors' recipe, English Wikipedia
+(`wikimedia/wikipedia` 20231101.en) + BookCorpus, from the Hugging Face hub. Without the hub (offline flags set or
+the endpoint unreachable) the hub corpora raise AssetError naming the dataset at once, unless a cached copy exists.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from vtlab.errors import AssetError, VtlabError
+
+WIKIPEDIA = "wikimedia/wikipedia"
+WIKIPEDIA_CONFIG = "20231101.en"
+BOOKCORPUS = "bookcorpus"  # the id the authors' prepare_mlm_data.py loads (the hub redirects to bookcorpus/bookcorpus)
+
+
+def _check_max_docs(max_docs: int | None, key: str) -> None:
+    if max_docs is not None and (isinstance(max_docs, bool) or not isinstance(max_docs, int) or max_docs < 1):
+        raise VtlabError(f"{key}={max_docs!r} must be a positive integer or null")
+
+
+def boolq_passages(max_docs: int | None = None) -> tuple[str, ...]:
+    """Distinct BoolQ passages (train, then validation); the offline MLM corpus. `max_docs` keeps the first N."""
+    from vtlab.vocab.targets import boolq_passages as _all
+
+    _check_max_docs(max_docs, "mlm.corpus.max_docs")
+    texts = _all()
+    return texts if max_docs is None else texts[:max_docs]
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _offline_flag() -> bool:
+    return any(_truthy(os.environ.get(k)) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+@contextlib.contextmanager
+def _forced_offline() -> Iterator[None]:
+    """Make `datasets` use only its local cache. It reads the offline flag at import time, so an unreachable hub
+    without the env flag would otherwise cost ~25 s of retries per file before failing."""
+    import datasets.config
+    import huggingface_hub.constants as hub_constants
+
+    saved = datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = hub_constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE = saved
+
+
+def hub_dataset(repo: str, config: str | None = None, split: str = "train", streaming: bool = False) -> Any:
+    """`datasets.load_dataset(repo, config, split=...)`, or AssetError naming the dataset when it cannot be had."""
+    import datasets
+
+    from vtlab.backbones import _hub_reachable  # one bounded TCP probe, shared with the model loader
+
+    offline = _offline_flag() or not _hub_reachable()
+    ctx = _forced_offline() if offline else contextlib.nullcontext()
+    try:
+        with ctx:
+            return datasets.load_dataset(repo, config, split=split, streaming=streaming)
+    except Exception as e:  # noqa: BLE001 - datasets raises many types; all mean "not available here"
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        why = "the Hugging Face hub is unreachable (offline) and it is not cached" if offline else "loading failed"
+        raise AssetError(f"MLM corpus: cannot load dataset '{repo}' (config={config!r}, split={split!r}): {why}: "
+                         f"{type(e).__name__}: {first}. Use mlm=default (offline BoolQ passages) or run with network."
+                         ) from None
+
+
+def _texts(rows: Iterable[dict[str, Any]], field: str = "text") -> Iterator[str]:
+    return (t for r in rows if isinstance(t := r.get(field), str) and t.strip())
+
+
+def wikipedia(max_docs: int | None = None, config: str = WIKIPEDIA_CONFIG, streaming: bool = False) -> Iterator[str]:
+    """English Wikipedia articles (one document each). `streaming` avoids the full ≈20 GB download when capped."""
+    _check_max_docs(max_docs, "mlm.corpus.max_docs")
+    ds = hub_dataset(WIKIPEDIA, config, streaming=streaming)
+    return itertools.islice(_texts(ds), max_docs)
+
+
+def bookcorpus(max_docs: int | None = None, sentences_per_doc: int = 64, streaming: bool = False) -> Iterator[str]:
+    """BookCorpus: one sentence per row, consecutive within a book; grouped into pseudo-documents of
+    `sentences_per_doc` sentences so packing does not put a separator after every sentence."""
+    _check_max_docs(max_docs, "mlm.corpus.max_docs")
+    if sentences_per_doc < 1:
+        raise VtlabError(f"mlm.corpus.sentences_per_doc={sentences_per_doc!r} must be >= 1")
+    ds = hub_dataset(BOOKCORPUS, None, streaming=streaming)
+    sentences = _texts(ds)
+    docs = (" ".join(chunk) for chunk in iter(lambda: list(itertools.islice(sentences, sentences_per_doc)), []))
+    return itertools.islice(docs, max_docs)
+
+
+def wikibook(max_docs: int | None = None, streaming: bool = False, sentences_per_doc: int = 64) -> Iterator[str]:
+    """The authors' MLM corpus (prepare_mlm_data.py): Wikipedia 20231101.en followed by BookCorpus.
+    `max_docs` caps each of the two. Both datasets are opened up front, so a missing one fails before any work."""
+    wiki = wikipedia(max_docs, streaming=streaming)
+    books = bookcorpus(max_docs, sentences_per_doc=sentences_per_doc, streaming=streaming)
+    return itertools.chain(wiki, books)

@@ -1,0 +1,37 @@
+"""Stage `apc`: calibrate the (vocabulary-transferred) backbone's MLM output bias and save it as an HF directory."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from vtlab.apc import APC, json_report, summary_line, write_outputs
+from vtlab.errors import VtlabError
+
+log = logging.getLogger("vtlab")
+
+
+def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
+    if cfg.get("apc") is None:
+        raise VtlabError("stage=apc needs an apc config: add apc=p60 (or +apc=p60)")
+    apc: APC = instantiate(cfg.apc)
+    if not apc.enabled:
+        raise VtlabError("stage=apc: apc=off has nothing to calibrate; choose e.g. apc=p60")
+    from vtlab.stages.evaluate import build_encoder  # applies vocabulary transfer when `vocab` changes it
+    from vtlab.vocab.targets import boolq_passages
+
+    encoder = state.get("encoder") or build_encoder(cfg)
+    report = apc.calibrate(encoder, boolq_passages())  # the probe takes the first apc.num_docs
+    out = Path(cfg.paths.run_dir) / "apc"
+    encoder.model.save_pretrained(out)
+    encoder.tokenizer.save_pretrained(out)
+    if encoder.query_model is not None:
+        encoder.query_model.save_pretrained(out / "query")
+    write_outputs(report, out)
+    for when in ("before", "after"):
+        print(summary_line(report, when))
+    print(f"calibrated model: {out}  ({report['seconds']:.1f}s)")
+    return {**state, "encoder": encoder, "apc_report": json_report(report), "apc_dir": out}

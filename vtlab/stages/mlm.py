@@ -1,0 +1,153 @@
+"""Stage `mlm`: masked-LM adaptation of the (vocabulary-transferred) backbone, before APC and sparse fine-tuning.
+
+The adapted model is cached under $VTLAB_CACHE/mlm per (starting backbone, resolved `mlm` config, preprocessing,
+seed), linked as <run_dir>/mlm/model, and handed on as `state["backbone"]`. `mlm.steps=0` is the paper's no-MLM
+variant: the stage does nothing."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.loggers import CSVLogger, Logger
+from transformers import get_scheduler
+
+from vtlab.assets import cache_dir
+from vtlab.backbones import Backbone
+from vtlab.errors import VtlabError
+from vtlab.models.mlm import MLMModule, TextDataModule
+from vtlab.stages.transfer import transfer_parts
+from vtlab.vocab.transfer import transferred_backbone
+
+log = logging.getLogger("vtlab")
+
+_RECIPE = "mlm-v1"  # bump when training changes in a way the config does not show, so old caches are not reused
+_DONE = "vtlab_mlm.json"
+_NOT_IN_KEY = ("log_every_n_steps", "num_workers")  # do not change the trained weights
+
+
+def _cache_key(start: Backbone, mlm: dict[str, Any], preprocess: Any, seed: int, precision: str) -> str:
+    mlm = {k: v for k, v in mlm.items() if k not in _NOT_IN_KEY}
+    blob = json.dumps({"recipe": _RECIPE, "backbone": start.cache_key(), "mlm": mlm, "preprocess": repr(preprocess),
+                       "seed": seed, "precision": precision}, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def _starting_point(cfg: DictConfig, state: dict[str, Any]) -> tuple[Backbone, Any]:
+    """(backbone to adapt, input preprocess): the state's backbone if an earlier stage set one, else the
+    configured backbone moved to the run's vocabulary (MLM runs after vocabulary transfer)."""
+    backbone, vocab, init, options = transfer_parts(cfg)
+    start = state.get("backbone") or transferred_backbone(backbone, vocab, init, options)
+    return start, vocab.preprocess
+
+
+def _loggers(cfg: DictConfig, out: Path) -> list[Logger]:
+    loggers: list[Logger] = [CSVLogger(save_dir=str(out), name="csv", version="")]
+    wandb_cfg = (cfg.get("logger") or {}).get("wandb")
+    if wandb_cfg is not None:
+        # its own wandb run (job_type=mlm), finished after training so the fine-tune stage starts a fresh one
+        loggers.append(instantiate(wandb_cfg, name=f"{cfg.name}-mlm", job_type="mlm"))
+    return loggers
+
+
+def _train(cfg: DictConfig, start: Backbone, preprocess: Any, out: Path, run_dir: Path) -> pl.Trainer:
+    m = cfg.mlm
+    steps = int(m.steps)
+    model = start.load_model()
+    tokenizer = start.load_tokenizer()
+    data = TextDataModule(instantiate(m.corpus), tokenizer, max_length=int(m.max_length),
+                          batch_size=int(m.batch_size), mlm_probability=float(m.mlm_probability), seed=int(cfg.seed),
+                          num_workers=int(m.get("num_workers", 0)), preprocess=preprocess)
+    optimizer = functools.partial(torch.optim.AdamW, lr=float(m.lr), betas=tuple(m.get("betas", (0.9, 0.999))),
+                                  eps=float(m.get("eps", 1e-8)))
+    scheduler = None
+    if m.scheduler is not None:
+        try:
+            get_scheduler(str(m.scheduler), torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0),
+                          num_warmup_steps=1, num_training_steps=2)  # fail on a bad name before loading data
+        except (ValueError, KeyError) as e:
+            raise VtlabError(f"mlm.scheduler={m.scheduler!r}: {e}") from None
+        scheduler = functools.partial(get_scheduler, str(m.scheduler), num_warmup_steps=int(m.warmup_steps))
+    module = MLMModule(model, optimizer, scheduler, weight_decay=float(m.weight_decay))
+    loggers = _loggers(cfg, run_dir / "mlm")
+    t = cfg.trainer
+    trainer = pl.Trainer(
+        accelerator=t.get("accelerator", "auto"), devices=t.get("devices", "auto"), strategy=t.get("strategy", "auto"),
+        precision=t.get("precision", "32-true"), max_steps=steps, max_epochs=-1,
+        accumulate_grad_batches=int(m.get("accumulate_grad_batches", 1)),
+        gradient_clip_val=m.get("gradient_clip_val"), limit_val_batches=0, num_sanity_val_steps=0,
+        enable_checkpointing=False, logger=loggers, log_every_n_steps=int(m.get("log_every_n_steps", 50)),
+        default_root_dir=str(run_dir / "mlm"), enable_model_summary=False,
+    )
+    began = time.perf_counter()
+    trainer.fit(module, datamodule=data)
+    seconds = time.perf_counter() - began
+    if trainer.is_global_zero:
+        _save(module.model, tokenizer, out, {
+            "recipe": _RECIPE, "start": start.cache_key(), "steps": trainer.global_step, "seconds": round(seconds, 1),
+            "docs": data.num_docs, "tokens": data.num_tokens, "spans": len(data.dataset),
+            "mlm": OmegaConf.to_container(m, resolve=True), "seed": int(cfg.seed),
+        })
+    trainer.strategy.barrier()  # other ranks wait for rank 0's directory
+    for lg in loggers:
+        if type(lg).__name__ == "WandbLogger" and getattr(lg, "_experiment", None) is not None:
+            lg.experiment.finish()
+    return trainer
+
+
+def _save(model: Any, tokenizer: Any, out: Path, report: dict[str, Any]) -> None:
+    """Write into a temp dir next to `out` and rename: a crash never leaves a half model that looks done."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _DONE).write_text(json.dumps(report, indent=1, default=str))
+        if not (out / _DONE).is_file():  # a racing run may have finished first; theirs is as good
+            if out.exists():
+                shutil.rmtree(out)  # an incomplete earlier attempt
+            os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
+    m = cfg.mlm
+    steps = int(m.steps)
+    if steps == 0:
+        return state  # the no-MLM variant
+    if steps < 0:
+        raise VtlabError(f"mlm.steps={steps} must be >= 0")
+    if not 0.0 < float(m.mlm_probability) < 1.0:
+        raise VtlabError(f"mlm.mlm_probability={m.mlm_probability!r} must be in (0, 1)")
+    run_dir = Path(cfg.paths.run_dir)
+    start, preprocess = _starting_point(cfg, state)
+    key = _cache_key(start, OmegaConf.to_container(m, resolve=True), preprocess, int(cfg.seed),
+                     str(cfg.trainer.get("precision", "32-true")))
+    out = cache_dir("mlm") / f"{start.name}-{steps}-{key}"
+    if (out / _DONE).is_file():
+        log.info("mlm: cached %s", out)
+    else:
+        pl.seed_everything(int(cfg.seed), workers=True)
+        log.info("mlm: %d steps on %s -> %s", steps, start.name_or_path, out)
+        _train(cfg, start, preprocess, out, run_dir)
+    link = run_dir / "mlm" / "model"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() and Path(os.readlink(link)) != out:
+        link.unlink()  # a rerun into the same run_dir with another config
+    if not link.is_symlink() and not link.exists():
+        os.symlink(out, link, target_is_directory=True)
+    report = json.loads((out / _DONE).read_text())
+    print(f"MLM-adapted model: {link} -> {out} ({report['steps']} steps)")
+    return {**state, "backbone": Backbone(str(out), family=start.family, name=f"{start.name}-mlm{steps}"),
+            "mlm_dir": out, "mlm_report": report}
