@@ -87,14 +87,14 @@ def test_positives_only_cutoff_is_the_percentile_of_positive_values():
     assert report["after"]["positive_share"] == pytest.approx(0.4 * report["before"]["positive_share"], rel=0.02)
 
 
-@pytest.mark.parametrize("recipe", ["shift-dead", "shift-dense"])
+@pytest.mark.parametrize("recipe", ["dead", "dense"])
 def test_shift_recipes_make_dead_or_dense_starts(recipe, tmp_path):
     texts = list(boolq_passages()[200:208])
-    # shift-dead uses separate query/doc networks: both biases must move (by the same constant)
-    encoder = SpladeEncoder.from_backbone(Backbone("asset:splade-tiny"), shared=recipe != "shift-dead",
+    # the dead start uses separate query/doc networks: both biases must move (by the same constant)
+    encoder = SpladeEncoder.from_backbone(Backbone("asset:splade-tiny"), shared=recipe != "dead",
                                           doc_max_length=DOC_LEN)
     query_bias = encoder.output_bias("query").detach().clone()
-    cfg = OmegaConf.load(CONF / "apc" / f"{recipe}.yaml")
+    cfg = OmegaConf.load(CONF / "start" / f"{recipe}.yaml")
     apc: APC = instantiate(cfg, num_docs=8, max_length=DOC_LEN)
     seen: list[dict] = []
     recorder = SimpleNamespace(log_metrics=lambda metrics, step: seen.append({"step": step, **metrics}))
@@ -108,7 +108,7 @@ def test_shift_recipes_make_dead_or_dense_starts(recipe, tmp_path):
     with torch.inference_mode():
         enc = encoder.tokenize(texts, "doc")
         active = (encoder(enc["input_ids"], enc["attention_mask"], "doc") > 0).sum(1).float()
-    if recipe == "shift-dead":
+    if recipe == "dead":
         assert active.max() == 0 and callback.report["after"]["dead_fraction"] == 1.0
     else:
         assert active.min() >= 0.9 * encoder.vocab_size

@@ -13,10 +13,10 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import DataCollatorForLanguageModeling, PreTrainedModel, PreTrainedTokenizerBase
 
 from vtlab.errors import VtlabError
+from vtlab.models.optim import configure_optimizers
 
 log = logging.getLogger("vtlab")
 
-_NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
 _TOKENIZE_BATCH = 1000
 
 
@@ -212,16 +212,5 @@ class MLMModule(pl.LightningModule):
         self.log("loss", loss.detach(), prog_bar=True, on_step=True, on_epoch=False, batch_size=n, logger=False)
         return loss
 
-    def parameter_groups(self) -> list[dict[str, Any]]:
-        decay, no_decay = [], []
-        for name, p in self.named_parameters():  # tied decoder weight appears once
-            if p.requires_grad:
-                (no_decay if name.endswith(_NO_DECAY) else decay).append(p)
-        return [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
     def configure_optimizers(self) -> Any:
-        optimizer = self.optimizer_factory(self.parameter_groups())
-        if self.scheduler_factory is None:
-            return optimizer
-        scheduler = self.scheduler_factory(optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return configure_optimizers(self, self.optimizer_factory, self.scheduler_factory, self.weight_decay)

@@ -15,9 +15,9 @@ from vtlab.evaluation import compute_metrics, sparsity_stats
 from vtlab.index import InvertedIndex, to_run
 from vtlab.losses import RankingLoss
 from vtlab.models.encoder import SpladeEncoder, dense_to_csr
+from vtlab.models.optim import configure_optimizers
 from vtlab.regularizers import Regularizer
 
-_NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
 
 
 class SpladeModule(pl.LightningModule):
@@ -122,23 +122,8 @@ class SpladeModule(pl.LightningModule):
         self.log_dict(logs)
 
     # ---- optimization ----------------------------------------------------------------------------------------------
-    def parameter_groups(self) -> list[dict[str, Any]]:
-        decay, no_decay = [], []
-        for name, p in self.named_parameters():
-            if not p.requires_grad:
-                continue
-            (no_decay if name.endswith(_NO_DECAY) else decay).append(p)
-        return [
-            {"params": decay, "weight_decay": self.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
-
     def configure_optimizers(self) -> Any:
-        optimizer = self.optimizer_factory(self.parameter_groups())
-        if self.scheduler_factory is None:
-            return optimizer
-        scheduler = self.scheduler_factory(optimizer, num_training_steps=int(self.trainer.estimated_stepping_batches))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return configure_optimizers(self, self.optimizer_factory, self.scheduler_factory, self.weight_decay)
 
 
 def _first_occurrence(ids: Sequence[str]) -> np.ndarray:
