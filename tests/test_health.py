@@ -23,13 +23,14 @@ def _private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("VTLAB_CACHE", os.environ.get("VTLAB_TEST_CACHE", str(tmp_path_factory.getbasetemp() / "cache")))
 
 
-def fit(run_dir: Path, shift: float = 0.0, batch_size: int = 4, patience: int = PATIENCE):
+def fit(run_dir: Path, shift: float = 0.0, batch_size: int = 4, patience: int = PATIENCE, extra: tuple = ()):
     """A short SPLADE-tiny run with the default callbacks; `shift` is added to the decoder bias before fitting."""
     overrides = [
         "backbone=splade-tiny", "logger=csv", f"paths.run_dir={run_dir}", "stage=finetune",
         f"trainer.max_steps={MAX_STEPS}", "+trainer.limit_val_batches=0", "trainer.log_every_n_steps=1",
         f"data.batch_size={batch_size}", "data.query_max_length=16", "data.doc_max_length=32", "data.dev.dev_size=20", "data.dev.max_docs=100",
         "+data.train.max_examples=200", "~callbacks.progress_bar", f"callbacks.collapse_detector.patience={patience}",
+        *extra,
     ]
     with initialize_config_dir(str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
@@ -133,3 +134,21 @@ def test_warn_action_warns_once_per_kind_and_keeps_training(tmp_path):
     assert not trainer.should_stop and det.fired["kind"] == "dead" and det.fired["step"] == 1
     assert json.loads((tmp_path / "collapse.json").read_text())["action"] == "warn"
     assert not (tmp_path / "collapse.ckpt").exists()
+
+
+def test_dead_start_recipe_is_rescued_by_apc(tmp_path):
+    """The same collapse-prone start as `experiment=collapse-dead` (start=dead: bias −30), now with apc=p60: APC runs
+    after the shift, so training starts with ~40% of (doc, term) max-logits positive and never collapses."""
+    apc = ("start=dead", "start.num_docs=16", "start.max_length=32", "apc=p60", "apc.num_docs=64", "apc.max_length=32")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer, pre, det = fit(tmp_path, extra=apc)
+    assert not [w for w in caught if "vtlab collapse" in str(w.message)]
+    start = json.loads((tmp_path / "start_shift" / "apc_report.json").read_text())
+    assert start["cutoff"] == 30.0 and start["after"]["mean_active_per_doc"] == 0.0  # the start really was dead
+    assert pre.report["status"] == "ok" and 0.2 < pre.report["doc_active_share"] < 0.5
+    assert det.fired is None and trainer.global_step == MAX_STEPS
+    rows = [dict(zip(lines[0].split(","), r.split(","))) for lines in [(tmp_path / "csv" / "metrics.csv").read_text()
+                                                                         .splitlines()] for r in lines[1:]]
+    dims = [float(r["health/doc_active_dims"]) for r in rows if r.get("health/doc_active_dims")]
+    assert dims and min(dims) > 100  # alive at every step
