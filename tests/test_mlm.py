@@ -111,7 +111,7 @@ def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
     from vtlab.stages import mlm as stage
 
     run_dir = tmp_path / "run"
-    cfg = _compose(["backbone=tiny-modernbert", "mlm.steps=3", "mlm.batch_size=4", "logger=none",
+    cfg = _compose(["backbone=tiny-modernbert", "vocab=native", "mlm.steps=3", "mlm.batch_size=4", "logger=none",
                     f"paths.run_dir={run_dir}", "mlm.corpus.max_docs=200", "mlm.warmup_steps=1",
                     "mlm.log_every_n_steps=1"])
     state = stage.run(cfg, {"keep": 1})
@@ -133,7 +133,7 @@ def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
     again = stage.run(cfg, {})
     assert Path(again["backbone"].name_or_path) == out and (out / "vtlab_mlm.json").stat().st_mtime == mtime
 
-    off = _compose(["backbone=tiny-modernbert", "mlm.steps=0", "logger=none", f"paths.run_dir={run_dir}"])
+    off = _compose(["backbone=tiny-modernbert", "vocab=native", "mlm.steps=0", "logger=none", f"paths.run_dir={run_dir}"])
     state0 = {"x": object()}
     assert stage.run(off, state0) is state0
 

@@ -32,7 +32,7 @@ SMALL_EVAL = ["+eval.collection.max_queries=40", "+eval.collection.max_docs=150"
 def test_fast_dev_run_tiny_modernbert(tmp_path):
     """One training and one validation batch of a random ModernBERT with the real OLMo tokenizer, then evaluation."""
     cfg = compose_cfg([
-        "backbone=tiny-modernbert", "logger=none", f"paths.run_dir={tmp_path}", "+trainer.fast_dev_run=true",
+        "backbone=tiny-modernbert", "vocab=native", "apc=off", "baseline=false", "logger=none", f"paths.run_dir={tmp_path}", "+trainer.fast_dev_run=true",
         "data.batch_size=4", "data.doc_max_length=64", *SMALL_DEV, *SMALL_EVAL,
     ])
     state = run(cfg)
@@ -45,7 +45,7 @@ def test_fast_dev_run_tiny_modernbert(tmp_path):
 
 def test_short_training_keeps_best_checkpoint_and_evaluates_it(tmp_path):
     cfg = compose_cfg([
-        "backbone=splade-tiny", "logger=csv", f"paths.run_dir={tmp_path}", "trainer.max_steps=6",
+        "backbone=splade-tiny", "vocab=native", "apc=off", "logger=csv", f"paths.run_dir={tmp_path}", "trainer.max_steps=6",
         "trainer.val_check_interval=3", "trainer.log_every_n_steps=1", "data.batch_size=4", "data.doc_max_length=128", *SMALL_DEV, *SMALL_EVAL,
     ])
     state = run(cfg)
@@ -67,10 +67,10 @@ def test_short_training_keeps_best_checkpoint_and_evaluates_it(tmp_path):
 
 @pytest.mark.slow
 def test_cli_evaluate_splade_tiny_on_boolq_beats_bm25(tmp_path):
-    """`python -m vtlab stage=evaluate backbone=splade-tiny eval=boolq` — the real model vs BM25 on the same queries."""
+    """`python -m vtlab stage=evaluate backbone=splade-tiny vocab=native eval=boolq` — the real model vs BM25."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     res = subprocess.run(
-        [sys.executable, "-m", "vtlab", "stage=evaluate", "backbone=splade-tiny", "eval=boolq", "logger=none",
+        [sys.executable, "-m", "vtlab", "stage=evaluate", "backbone=splade-tiny", "vocab=native", "eval=boolq", "logger=none",
          f"hydra.run.dir={tmp_path}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
@@ -94,3 +94,21 @@ def test_cli_evaluate_splade_tiny_on_boolq_beats_bm25(tmp_path):
     # the published sanity numbers for these two systems (offline-assets.md): 0.834 vs 0.766
     assert splade["nDCG@10"] == pytest.approx(0.834, abs=0.01)
     assert 5 < splade["query_active_dims"] < 60 and 50 < splade["doc_active_dims"] < 400
+
+
+def test_default_pipeline_is_vocabulary_transfer(tmp_path):
+    """No vocab/init/apc overrides: SPLADE-tiny → BoolQ WordPiece (init=auto → subword) → APC → fine-tune → evaluate,
+    with the untransferred model evaluated alongside."""
+    cfg = compose_cfg([
+        "logger=none", f"paths.run_dir={tmp_path}", "trainer.max_steps=2", "trainer.val_check_interval=2",
+        "data.batch_size=4", "data.doc_max_length=64", "apc.num_docs=64", "apc.max_length=64", *SMALL_DEV,
+        *SMALL_EVAL,
+    ])
+    state = run(cfg)
+    assert state["encoder"].vocab_size == cfg.vocab.vocab_size == 20000
+    assert len(state["encoder"].tokenizer) == 20000
+    apc = json.loads((tmp_path / "apc_report.json").read_text())
+    assert apc["include_zeros"] is False and apc["after"]["mean_active_per_doc"] < apc["before"]["mean_active_per_doc"]
+    out = tmp_path / "eval" / "boolq"
+    baseline = json.loads((out / "baseline_metrics.json").read_text())
+    assert 0 < baseline["nDCG@10"] <= 1 and json.loads((out / "metrics.json").read_text())["metrics"]["nDCG@10"] > 0

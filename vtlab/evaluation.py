@@ -166,14 +166,25 @@ def write_trec_run(path: str | Path, run: dict[str, dict[str, float]], tag: str 
     return _atomic_write(path, write)
 
 
-def results_table(metrics: dict[str, float], title: str) -> Table:
-    """One screen: retrieval measures, then sparsity (active dims, FLOPS), then timings."""
+def results_table(metrics: dict[str, float], title: str, baseline: dict[str, float] | None = None,
+                  baseline_label: str = "baseline") -> Table:
+    """One screen: retrieval measures, then sparsity (active dims, FLOPS), then timings; optionally a baseline column
+    (e.g. the untransferred, untrained backbone on the same collection)."""
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
+    if baseline is not None:
+        table.add_column(baseline_label, justify="right")
+
+    def row(label: str, key: str, fmt: str) -> None:
+        cells = [fmt.format(metrics[key])]
+        if baseline is not None:
+            cells.append(fmt.format(baseline[key]) if key in baseline else "")
+        table.add_row(label, *cells)
+
     measures = [k for k in metrics if k not in SPARSITY_KEYS and k not in TIMING_KEYS]
     for key in measures:
-        table.add_row(key, f"{metrics[key]:.4f}")
+        row(key, key, "{:.4f}")
     sections = [
         [("query active dims", "query_active_dims", "{:.1f}"), ("doc active dims", "doc_active_dims", "{:.1f}"),
          ("FLOPS", "flops", "{:.3f}")],
@@ -186,7 +197,7 @@ def results_table(metrics: dict[str, float], title: str) -> Table:
         if present and table.row_count:
             table.add_section()
         for label, key, fmt in present:
-            table.add_row(label, fmt.format(metrics[key]))
+            row(label, key, fmt)
     return table
 
 

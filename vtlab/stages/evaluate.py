@@ -1,15 +1,18 @@
 """Stage `evaluate`: encode the collection, exact retrieval from the inverted index, ir-measures metrics."""
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from vtlab.evaluation import results_table
+from vtlab.assets import cache_dir
+from vtlab.evaluation import results_table, write_json
 from vtlab.stages.transfer import transfer_parts
 from vtlab.vocab.transfer import transferred_backbone
 
@@ -22,6 +25,21 @@ def build_encoder(cfg: DictConfig):
     return instantiate(cfg.model.encoder, backbone=transferred_backbone(backbone, vocab, init, options))
 
 
+def baseline_metrics(cfg: DictConfig, evaluation) -> dict[str, float]:
+    """The plain backbone (native vocabulary, no APC, no training) on the same collection, cached per configuration."""
+    key = hashlib.sha1(json.dumps({
+        "backbone": instantiate(cfg.backbone).cache_key(),
+        "eval": OmegaConf.to_container(cfg.eval, resolve=True),
+        "lengths": [cfg.model.encoder.query_max_length, cfg.model.encoder.doc_max_length],
+    }, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    path = cache_dir("evals") / f"{key}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    metrics = evaluation(instantiate(cfg.model.encoder))
+    write_json(path, metrics)
+    return metrics
+
+
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     if cfg.eval is None:
         return state
@@ -29,7 +47,14 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     evaluation = instantiate(cfg.eval)
     out_dir = Path(cfg.paths.run_dir) / "eval" / (evaluation.name or "eval")
     metrics = evaluation(encoder, out_dir=out_dir)
+    vocab = instantiate(cfg.vocab)
+    baseline = None
+    if cfg.get("baseline", False) and ("encoder" in state or vocab.transfers):
+        baseline = baseline_metrics(cfg, evaluation)
     console = Console()
-    console.print(results_table(metrics, title=f"{cfg.name}: {evaluation.name}"))
+    console.print(results_table(metrics, title=f"{cfg.name}: {evaluation.name}", baseline=baseline,
+                                baseline_label=f"{cfg.backbone.get('name', 'backbone')} as is"))
     console.print(f"outputs: {Path(cfg.paths.run_dir).resolve()}  (metrics: {out_dir / 'metrics.json'})")
-    return {**state, "metrics": metrics, "eval_dir": out_dir}
+    if baseline is not None:
+        write_json(out_dir / "baseline_metrics.json", baseline)
+    return {**state, "metrics": metrics, "baseline_metrics": baseline, "eval_dir": out_dir}

@@ -397,3 +397,19 @@ class Subword(Initializer):
         stats = _stats(subword=n_sub, mean_fallback=len(new_ids) - n_sub)
         stats.update(special=n_special, pieces_mean=float(counts[has].mean()) if n_sub else 0.0)
         return rows, stats
+
+
+@dataclass
+class Auto(Initializer):
+    """The default: `Semantic` when the target vocabulary has a model with input embeddings (e.g. bert-uncased),
+    otherwise `Subword` (FVT) — e.g. a corpus-trained WordPiece, where no target embedding space exists.
+    Choosing `init=semantic` explicitly on such a vocabulary is an error instead."""
+
+    similarity: str = "cosine"
+    name: str = field(default="auto", kw_only=True)
+
+    def __call__(self, source_embeddings: Tensor, overlap: Overlap, *, target_embeddings: Tensor | None = None,
+                 **kwargs: Any) -> tuple[Tensor, dict[str, Any]]:
+        chosen = Semantic(similarity=self.similarity) if target_embeddings is not None else Subword()
+        rows, stats = chosen(source_embeddings, overlap, target_embeddings=target_embeddings, **kwargs)
+        return rows, {**stats, "chosen": chosen.name}
