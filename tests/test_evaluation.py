@@ -179,7 +179,8 @@ def test_evaluate_end_to_end(tmp_path):
     m = evaluate(enc, TOY, out_dir=tmp_path / "eval", top_k=3, index=factory, show_progress=False)
     assert enc.calls == [("query", 3), ("doc", 4)] and built == [(4, len(VOCAB))]
     assert set(m) == {"nDCG@10", "RR@10", "R@100", "query_active_dims", "doc_active_dims", "flops",
-                      "encode_query_s", "encode_doc_s", "index_build_s", "search_ms_per_query", "total_s"}
+                      "encode_query_s", "encode_query_ms_per_query", "encode_doc_s", "index_build_s",
+                      "search_ms_per_query", "total_s"}
     ref_run = reference_run(TOY)
     # hand check of the reference: q2 "fish sea" only hits d3 (2*fish + 1*sea); q3 "dog sings" hits d2 and d4
     assert ref_run["q2"] == {"d3": 3.0} and ref_run["q3"] == {"d2": 1.0, "d4": 1.0}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -71,6 +72,15 @@ class SpladeEncoder(nn.Module):
         if self.query_model is not None:
             self.query_model = copy.deepcopy(model)
         self.tokenizer = tokenizer
+
+    def save_pretrained(self, path: str | Path) -> Path:
+        """The network and tokenizer as a Hugging Face directory (a separate query network under `query/`)."""
+        path = Path(path)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        if self.query_model is not None:
+            self.query_model.save_pretrained(path / "query")
+        return path
 
     @property
     def vocab_size(self) -> int:

@@ -30,7 +30,8 @@ def baseline_metrics(cfg: DictConfig, evaluation) -> dict[str, float]:
     key = hashlib.sha1(json.dumps({
         "backbone": instantiate(cfg.backbone).cache_key(),
         "eval": OmegaConf.to_container(cfg.eval, resolve=True),
-        "lengths": [cfg.model.encoder.query_max_length, cfg.model.encoder.doc_max_length],
+        "encoder": {k: v for k, v in OmegaConf.to_container(cfg.model.encoder, resolve=True).items()
+                    if k != "backbone"},  # the model type (siamese / inference-free), lengths, activation
     }, sort_keys=True, default=str).encode()).hexdigest()[:16]
     path = cache_dir("evals") / f"{key}.json"
     if path.exists():

@@ -38,10 +38,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         log.info("loaded checkpoint %s", ckpt)
     model_dir = run_dir / "model"
     if trainer.is_global_zero:
-        encoder.model.save_pretrained(model_dir)
-        encoder.tokenizer.save_pretrained(model_dir)
-        if encoder.query_model is not None:
-            encoder.query_model.save_pretrained(model_dir / "query")
+        encoder.save_pretrained(model_dir)
     return {**state, "module": module, "encoder": encoder, "model_dir": model_dir, "checkpoint": ckpt,
             "trainer": trainer}
 

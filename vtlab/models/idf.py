@@ -1,0 +1,199 @@
+"""IDF tables for inference-free SPLADE's query side, computed under the run's own tokenizer.
+
+idf(t) = log(1 + (N − df(t) + 0.5) / (df(t) + 0.5)) over N documents (the authors' get_idf.py, BM25's idf).
+After vocabulary transfer a table computed for the old tokenizer is meaningless (its ids name other strings), so
+tables are derived from a corpus under the tokenizer the model runs with, cached per (tokenizer, corpus, options),
+and saved as `idf.json` ({token: weight}, the format OpenSearch and sentence-transformers load).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+
+from vtlab.assets import cache_dir
+from vtlab.errors import DataError, VtlabError
+from vtlab.evaluation import write_json
+
+log = logging.getLogger("vtlab")
+
+
+def idf_from_df(df: np.ndarray, n_docs: int) -> np.ndarray:
+    """The BM25 idf of each document frequency; always > 0 (a term in every document gets log(1 + 0.5/(N+0.5)))."""
+    df = np.asarray(df, dtype=np.float64)
+    return np.log1p((n_docs - df + 0.5) / (df + 0.5))
+
+
+def document_frequencies(
+    tokenizer: Any,
+    texts: Iterable[str],
+    lowercase: bool = False,
+    preprocess: Callable[[str], str] | None = None,
+    batch_size: int = 1024,
+) -> tuple[np.ndarray, int]:
+    """(df over the tokenizer's ids, number of documents). Specials are not added; each document counts a token once."""
+    vocab_size = len(tokenizer)
+    df = np.zeros(vocab_size, dtype=np.int64)
+    n_docs = 0
+    batch: list[str] = []
+
+    def flush() -> None:
+        enc = tokenizer(batch, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+        uniq = [np.unique(np.asarray(ids, dtype=np.int64)) for ids in enc]
+        if uniq:
+            df[:] += np.bincount(np.concatenate(uniq), minlength=vocab_size)[:vocab_size]
+        batch.clear()
+
+    for text in texts:
+        if preprocess is not None:
+            text = preprocess(text)
+        batch.append(text.lower() if lowercase else text)
+        n_docs += 1
+        if len(batch) >= batch_size:
+            flush()
+    if batch:
+        flush()
+    return df, n_docs
+
+
+@dataclass
+class IdfTable:
+    """One weight per token id of `tokens` (special tokens weigh 0); `df` is None for a table loaded from json."""
+
+    tokens: list[str]
+    weights: np.ndarray
+    n_docs: int | None = None
+    df: np.ndarray | None = None
+    source: str = ""
+
+    @classmethod
+    def from_corpus(cls, tokenizer: Any, texts: Sequence[str], lowercase: bool = False,
+                    preprocess: Callable[[str], str] | None = None, cache: bool = True) -> "IdfTable":
+        """Compute (or load from the cache) the table of `texts` under `tokenizer`."""
+        texts = list(texts)
+        if not texts:
+            raise DataError("idf: the corpus is empty; the IDF table needs at least one document")
+        key = _cache_key(tokenizer, texts, lowercase, preprocess)
+        path = cache_dir("idf") / f"{key}.npz"
+        if cache and path.exists():
+            with np.load(path) as z:
+                df, n_docs = z["df"], int(z["n_docs"])
+        else:
+            df, n_docs = document_frequencies(tokenizer, texts, lowercase=lowercase, preprocess=preprocess)
+            if cache:
+                tmp = path.with_name(path.name + ".tmp.npz")
+                np.savez(tmp, df=df, n_docs=n_docs)
+                tmp.replace(path)  # atomic: a concurrent run never reads half a table
+        weights = idf_from_df(df, n_docs).astype(np.float32)
+        weights[_special_ids(tokenizer)] = 0.0
+        return cls(tokens=id_to_token(tokenizer), weights=weights, n_docs=n_docs, df=df,
+                   source=f"{n_docs} documents{' (lowercased)' if lowercase else ''}, cache key {key}")
+
+    @classmethod
+    def from_json(cls, path: str | Path, tokenizer: Any) -> "IdfTable":
+        """Load {token: weight}; tokens absent from the file weigh 0, tokens unknown to `tokenizer` are an error."""
+        path = Path(path)
+        try:
+            table = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DataError(f"{path}: no such IDF file (expected a JSON object token -> weight)") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DataError(f"{path}: not valid JSON ({e}); expected an object token -> weight") from None
+        if not isinstance(table, dict):
+            raise DataError(f"{path}: expected a JSON object token -> weight, got {type(table).__name__}")
+        vocab = tokenizer.get_vocab()
+        weights = np.zeros(len(tokenizer), dtype=np.float32)
+        for token, w in table.items():
+            if token not in vocab:
+                raise DataError(f"{path}: token {token!r} is not in the model's vocabulary (an IDF table from "
+                                f"another tokenizer? recompute it under this one)")
+            if not isinstance(w, (int, float)) or isinstance(w, bool) or not np.isfinite(w):
+                raise DataError(f"{path}: token {token!r} has weight {w!r}, expected a finite number")
+            weights[vocab[token]] = w
+        weights[_special_ids(tokenizer)] = 0.0
+        return cls(tokens=id_to_token(tokenizer), weights=weights, source=str(path))
+
+    def to_json(self, path: str | Path, weights: np.ndarray | None = None) -> Path:
+        """Write {token: weight} (`weights` overrides the table's, e.g. trained values); zero weights are left out."""
+        w = self.weights if weights is None else np.asarray(weights, dtype=np.float32)
+        return write_json(path, {t: float(x) for t, x in zip(self.tokens, w) if x != 0.0})
+
+    def report(self) -> dict[str, Any]:
+        """Coverage: how many vocabulary entries never occur in the corpus (df = 0: they get the maximal idf)."""
+        out: dict[str, Any] = {"vocab_size": len(self.tokens), "source": self.source}
+        nz = self.weights[self.weights > 0]
+        out.update(nonzero_weights=int(nz.size), min_weight=float(nz.min()) if nz.size else 0.0,
+                   max_weight=float(nz.max()) if nz.size else 0.0)
+        if self.df is not None:
+            unseen = (self.df == 0) & (self.weights > 0)  # special tokens (weight 0) are never counted
+            out.update(n_docs=self.n_docs, zero_df=int(unseen.sum()), zero_df_share=float(unseen.mean()))
+        return out
+
+
+def _special_ids(tokenizer: Any) -> list[int]:
+    return sorted({int(i) for i in tokenizer.all_special_ids if i is not None and 0 <= i < len(tokenizer)})
+
+
+def id_to_token(tokenizer: Any) -> list[str]:
+    """The token string of each id (len(tokenizer) entries, added tokens included)."""
+    tokens = [""] * len(tokenizer)
+    for token, i in tokenizer.get_vocab().items():
+        if 0 <= i < len(tokens):
+            tokens[i] = token
+    return tokens
+
+
+def _cache_key(tokenizer: Any, texts: Sequence[str], lowercase: bool, preprocess: Callable | None) -> str:
+    h = hashlib.sha1()
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    # the serialized fast tokenizer covers vocab, normalizer and pre-tokenizer; else the vocab and the class
+    h.update(backend.to_str().encode() if backend is not None
+             else (type(tokenizer).__name__ + json.dumps(tokenizer.get_vocab(), sort_keys=True)).encode())
+    h.update(json.dumps([lowercase, getattr(preprocess, "__qualname__", repr(preprocess)) if preprocess else None,
+                         len(texts)]).encode())
+    for t in texts:
+        h.update(t.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+class IdfCallback(pl.Callback):
+    """Compute the encoder's IDF table when fitting starts, from the training documents, under the tokenizer the model
+    trains with — so list it after the vocabulary-transfer callback. A no-op for encoders without a query IDF.
+
+    texts: a function returning the corpus; default: the distinct positives and negatives of the training examples.
+    Writes `idf.json` and `idf_report.json` to out_dir (default: the trainer's root dir).
+    """
+
+    def __init__(self, out_dir: str | None = None, texts: Callable[[], list[str]] | None = None) -> None:
+        self.out_dir, self.texts = out_dir, texts
+        self.report: dict[str, Any] | None = None
+
+    def _train_texts(self, trainer: pl.Trainer) -> list[str]:
+        datamodule = getattr(trainer, "datamodule", None)
+        if datamodule is None or not hasattr(datamodule, "train_examples"):
+            raise VtlabError("idf: no corpus: pass texts= to IdfCallback or fit with a TripletDataModule")
+        if datamodule.train_examples is None:
+            datamodule.setup("fit")
+        return list(dict.fromkeys(d for ex in datamodule.train_examples for d in (ex.positive, *ex.negatives)))
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        encoder = getattr(pl_module, "encoder", None)
+        if stage != "fit" or not getattr(encoder, "needs_idf", False):
+            return
+        texts = self.texts() if self.texts is not None else self._train_texts(trainer)
+        table = encoder.fit_idf(texts)
+        self.report = table.report()
+        log.info("idf: %d training documents, %d of %d vocabulary entries never occur (df = 0)",
+                 self.report["n_docs"], self.report["zero_df"], self.report["vocab_size"])
+        if trainer.is_global_zero:
+            out = Path(self.out_dir or trainer.default_root_dir)
+            table.to_json(out / "idf.json")
+            write_json(out / "idf_report.json", self.report)
