@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: install demo test test-fast bench clean-cache
+.PHONY: install demo test test-fast bench clean-cache reproduce-table
 
 install: $(VENV)/.installed
 
@@ -27,5 +27,14 @@ test-fast: install
 clean-cache:
 	rm -rf $${VTLAB_CACHE:-$$HOME/.cache/vtlab}
 
+# vtlab vs sentence-transformers / scipy in one run, each tool in its own process: outputs/bench/summary.json + a table.
+# BENCH_ARGS: e.g. --quick (smoke run), --n-docs 200000 (smaller synthetic set), --only encode,train
 bench: install
-	$(PY) -m vtlab.bench.transfer --similarity pmi
+	HF_HUB_OFFLINE=1 $(PY) -m vtlab.bench $(BENCH_ARGS)
+
+# The paper's main table + init/APC ablations as Hydra sweeps, then the tables (vtlab/reproduce.py, vtlab/report.py).
+# SCALE=cpu runs offline on miniature replicas; SCALE=paper submits the authors' recipe through hydra/launcher=slurm.
+SCALE ?= cpu
+SEEDS ?= 1
+reproduce-table: install
+	$(PY) -m vtlab.reproduce --scale $(SCALE) --seeds $(SEEDS)

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
-GROUPS = sorted(d.name for d in CONF.iterdir() if d.is_dir())
+GROUPS = sorted(d.name for d in CONF.iterdir() if d.is_dir() and d.name != "hydra")  # hydra/: Hydra's own groups
 # keys a user must fill for some choices (`???` in the YAML); everything else must resolve as composed
 REQUIRED = {("eval", "beir"): {"eval.path"}, ("eval", "hf-beir"): {"eval.name"}, ("eval", "mteb"): {"eval.name"},
             ("data", "jsonl"): {"data.train.path"}}

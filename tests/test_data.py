@@ -320,7 +320,7 @@ def test_validation_errors(tokenizer) -> None:
     exs = _examples(3, negs=4)
     exs[1].negatives = ["only one"]
     exs[1].scores = [1.0, 0.0]
-    with pytest.raises(DataError, match=r"example 1 \(query 'query number 1'\) has 1 negatives, but num_negatives=2"):
+    with pytest.raises(DataError, match=r"example 1 \(query 'query number 1'\) has 1 negatives, but data.num_negatives=2"):
         TripletDataModule(exs, tokenizer=tokenizer, num_negatives=2).setup("fit")
     mixed = _examples(3)
     mixed[2].scores = None

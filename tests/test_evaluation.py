@@ -303,3 +303,20 @@ def test_eval_configs_build(tmp_path):
     cfg.path = str(tmp_path / "toy")
     m = instantiate(cfg)(BagOfWords(VOCAB), show_progress=False)
     assert m["R@100"] == pytest.approx((1 + 0.5 + 1) / 3)
+
+
+def test_eval_index_option_selects_the_backend(tmp_path):
+    """eval.index=exact|scipy|seismic → the factory handed to evaluate(); all agree on this toy collection."""
+    from vtlab.evaluation import RetrievalEvaluation
+
+    results = {}
+    for name in ("exact", "scipy", "seismic"):
+        ev = RetrievalEvaluation(TOY, index=name, index_options={"n_postings": 100} if name == "seismic" else None)
+        assert repr(ev).endswith(f"index={name!r})")
+        results[name] = ev(BagOfWords(VOCAB), out_dir=tmp_path / name, show_progress=False)
+        report = json.loads((tmp_path / name / "metrics.json").read_text())
+        assert report["index"]["backend"] in ({"exact": ("native", "scipy")}.get(name) or (name,))
+    for name in ("scipy", "seismic"):
+        assert results[name]["nDCG@10"] == pytest.approx(results["exact"]["nDCG@10"])
+    with pytest.raises(VtlabError, match="eval.index"):
+        RetrievalEvaluation(TOY, index="faiss")

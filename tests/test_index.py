@@ -115,3 +115,49 @@ def test_to_run_keeps_order_and_drops_zero_scores():
     assert run == {"q1": {"d2": 3.0, "d0": 1.0}, "q2": {}}
     assert list(run["q1"]) == ["d2", "d0"]
     assert to_run(scores, idx, ["q1", "q2"], ["d0", "d1", "d2"], drop_zeros=False)["q2"] == {"d0": 0, "d1": 0, "d2": 0}
+
+
+# ---- the compiled kernel (vtlab/index/taat.c) against scipy and the brute force --------------------------------------
+
+native_only = pytest.mark.skipif(InvertedIndex(sp.csr_matrix(np.eye(2, dtype=np.float32))).backend != "native",
+                                 reason="no C compiler: the exact index runs on scipy")
+
+
+@native_only
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{s[0]}x{s[1]}x{s[2]}k{s[5]}" for s in SHAPES])
+@pytest.mark.parametrize("block_docs", [1, 7, 1 << 17])  # one doc per accumulator block, ragged blocks, one block
+def test_native_kernel_equals_scipy_and_brute_force(shape, block_docs):
+    nq, nd, dim, dq, dd, k = shape
+    rng = np.random.default_rng(hash(shape) % 2**32 + 1)
+    for integer in (True, False):
+        q, d = random_csr(nq, dim, dq, rng, integer=integer), random_csr(nd, dim, dd, rng, integer=integer)
+        q, d = empty_rows(q, [0]), empty_rows(d, [1])
+        fast = InvertedIndex(d, backend="native", block_docs=block_docs)
+        assert fast.backend == "native"
+        scores, idx = fast.search(q, k, n_threads=2)
+        ref_scores, ref_idx = InvertedIndex(d, backend="scipy").search(q, k)
+        # same arithmetic as scipy's SpGEMM (term order, float32, no FMA): bitwise-equal scores, same ranking
+        np.testing.assert_array_equal(scores, ref_scores)
+        np.testing.assert_array_equal(idx, ref_idx)
+        if integer:  # exact sums: the independent float64 brute force agrees too, ties included
+            bf_scores, bf_idx = brute_force(q, d, k)
+            np.testing.assert_array_equal(idx, bf_idx)
+            np.testing.assert_array_equal(scores, bf_scores.astype(np.float32))
+
+
+def test_scipy_backend_is_the_fallback(monkeypatch):
+    from vtlab.index import native
+
+    d = sp.csr_matrix(np.eye(3, dtype=np.float32))
+    assert InvertedIndex(d, backend="scipy").backend == "scipy"
+    monkeypatch.setattr(native, "load", lambda: None)  # as without a compiler
+    assert InvertedIndex(d).backend == "scipy"
+    with pytest.raises(RuntimeError, match="kernel"):
+        InvertedIndex(d, backend="native")
+    with pytest.raises(ValueError, match="backend"):
+        InvertedIndex(d, backend="gpu")
+
+
+def test_to_run_skips_padding_of_short_rows():
+    scores = np.array([[2.0, 0.0]], dtype=np.float32)
+    assert to_run(scores, np.array([[1, -1]]), ["q"], ["d0", "d1"], drop_zeros=False) == {"q": {"d1": 2.0}}

@@ -182,7 +182,7 @@ def test_model_config_defaults_to_kl_divergence_and_doc_only_regularization(tmp_
 
 
 def test_paper_experiment_composes_with_the_authors_settings(tmp_path):
-    cfg = compose_cfg(["experiment=vt-inference-free", f"paths.run_dir={tmp_path}"])
+    cfg = compose_cfg(["experiment=paper/main/modernbert-vt-inference-free", f"paths.run_dir={tmp_path}"])
     assert cfg.model._target_.endswith("InferenceFreeModule") and cfg.model.encoder.use_idf is False
     assert cfg.loss._target_ == "vtlab.losses.KLDivergence"
     doc = cfg.regularizer.doc

@@ -65,3 +65,21 @@ def test_mixed_precision_autocast():
     assert torch.allclose(out, literal(hidden, weight, bias, mask), atol=0.1, rtol=0.02)
     out.sum().backward()
     assert hidden.grad is not None and torch.isfinite(hidden.grad).all() and weight.grad.dtype == torch.float32
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 11 * 8 * 3, 11 * 8 * 18, 10**9])  # runs of one doc, groups of 2 docs, one slab
+def test_packed_slabs_with_empty_and_long_rows(chunk_bytes):
+    """Packing only real positions: an all-pad row gives -inf max-logits (weight 0); docs straddling slabs are exact."""
+    hidden, weight, bias, mask = _inputs(B=4, L=9, H=6, V=11, seed=4)
+    mask[0, :] = 0  # an empty row first
+    mask[3, 1:] = 0  # a one-token row last
+    z = max_logits(hidden, weight, bias, mask, chunk_bytes)
+    assert torch.isneginf(z[0]).all()
+    ref = literal(hidden, weight, bias, mask)
+    assert torch.allclose(splade_pool(hidden, weight, bias, mask, chunk_bytes=chunk_bytes), ref, atol=1e-12)
+    upstream = torch.randn(4, 11, dtype=torch.double)
+    fused = torch.autograd.grad((splade_pool(hidden, weight, bias, mask, chunk_bytes=chunk_bytes) * upstream).sum(),
+                                (hidden, weight, bias))
+    expected = torch.autograd.grad((ref * upstream).sum(), (hidden, weight, bias))
+    for a, b in zip(fused, expected):
+        assert torch.allclose(a, b, atol=1e-10)

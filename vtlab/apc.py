@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -244,8 +246,18 @@ def save_histogram(samples_before: Tensor, cutoff: float, path: str | Path) -> P
     ax.set_title(f"APC: bias -= {cutoff:.3f}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    # temp file + rename, like write_json: a crash never leaves a truncated PNG next to a complete report
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="png", dpi=100)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -182,7 +182,23 @@ class Backbone:
     # -- public ------------------------------------------------------------------------------------------------------
     def load_tokenizer(self) -> PreTrainedTokenizerBase:
         source, field = self._source(tokenizer=True)
-        return self._load(AutoTokenizer.from_pretrained, source, field)
+        tokenizer = self._load(AutoTokenizer.from_pretrained, source, field)
+        if self.tokenizer:
+            self._check_vocab_fits(tokenizer)
+        return tokenizer
+
+    def _check_vocab_fits(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        """A tokenizer from elsewhere (backbone.tokenizer) must not emit ids past the model's embedding rows: they would
+        fail as an index error deep inside the first forward pass (or, on GPU, as a device-side assert)."""
+        from transformers import AutoConfig
+
+        source, field = self._source(tokenizer=False)
+        rows = getattr(self._load(AutoConfig.from_pretrained, source, field), "vocab_size", None)
+        if isinstance(rows, int) and len(tokenizer) > rows:
+            raise AssetError(
+                f"backbone.tokenizer={self.tokenizer!r} has {len(tokenizer)} tokens but {field}={self.name_or_path!r} "
+                f"has {rows} embedding rows (config vocab_size): expected a tokenizer of at most {rows} tokens, e.g. "
+                "the model's own (backbone.tokenizer=null); to move a model to another vocabulary use vocab=...")
 
     def load_model(self) -> PreTrainedModel:
         source, field = self._source(tokenizer=False)
@@ -374,3 +390,34 @@ class TinyRoberta(_GeneratedBackbone):
             pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5,
         )
         return self._seeded(lambda: RobertaForMaskedLM(config))
+
+
+class TinyBert(_GeneratedBackbone):
+    """Random-init BERT with the real bert-base-uncased WordPiece (the MiniLM asset's vocab.txt): the start of the
+    CPU-scale stand-in for bert-base-uncased (pretrained by vtlab's MLM stage, see vtlab/pretrain.py)."""
+
+    recipe = "bert-v1"
+    prefix = "tiny-bert"
+
+    def __init__(self, hidden_size: int = 128, num_hidden_layers: int = 2, num_attention_heads: int = 2,
+                 intermediate_size: int = 256, seed: int = 0, name: str | None = None) -> None:
+        super().__init__("bert", dict(hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                                      num_attention_heads=num_attention_heads,
+                                      intermediate_size=intermediate_size, seed=seed), name)
+
+    def _build_tokenizer(self) -> PreTrainedTokenizerBase:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(asset_path("minilm")))
+
+    def _build_model(self) -> PreTrainedModel:
+        from transformers import BertConfig, BertForMaskedLM
+
+        p = self.params
+        tok = self._build_tokenizer()
+        config = BertConfig(
+            vocab_size=len(tok), hidden_size=p["hidden_size"], num_hidden_layers=p["num_hidden_layers"],
+            num_attention_heads=p["num_attention_heads"], intermediate_size=p["intermediate_size"],
+            max_position_embeddings=512, pad_token_id=tok.pad_token_id,
+        )
+        return self._seeded(lambda: BertForMaskedLM(config))

@@ -11,3 +11,16 @@ class DataError(VtlabError):
 
 class AssetError(VtlabError):
     """An offline asset or hub model that cannot be found or loaded."""
+
+
+class ConfigError(VtlabError, ValueError):
+    """A config value out of range or of the wrong kind: the message names the key (e.g. `data.batch_size`)."""
+
+
+class RunDirError(VtlabError):
+    """The run directory cannot be used as asked: it holds an earlier run's results, or there is nothing to resume."""
+
+
+class NonFiniteLossError(VtlabError, FloatingPointError):
+    """Training produced a NaN/inf loss: the message names the step, the loss parts and the last finite loss.
+    Still a FloatingPointError, so code that catches numeric failures keeps working."""

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from vtlab.data.collections import Collection
 from vtlab.errors import DataError, VtlabError
+from vtlab.index import INDEXES, index_factory
 from vtlab.index.inverted import InvertedIndex, to_run
 
 DEFAULT_MEASURES: tuple[str, ...] = ("nDCG@10", "RR@10", "R@100")
@@ -231,7 +232,8 @@ def evaluate(
     """Encode queries and corpus, retrieve top_k per query, and score the run against the qrels.
 
     index: optional factory (docs, doc_ids) -> object with `.search(queries, k) -> (scores, indices)`;
-    default InvertedIndex (exact). With out_dir, writes out_dir/run.trec and out_dir/metrics.json.
+    default InvertedIndex (exact; `vtlab.index.index_factory("seismic", {...})` is approximate).
+    With out_dir, writes out_dir/run.trec and out_dir/metrics.json.
     """
     _parse_measures(measures)  # fail on a bad measure name before spending minutes on encoding
     query_ids, doc_ids = list(collection.queries), list(collection.corpus)
@@ -288,7 +290,8 @@ def evaluate(
             "measures": list(measures),
             "top_k": top_k,
             "metrics": metrics,
-            "index": idx.stats() if hasattr(idx, "stats") else None,
+            "index": {"type": type(idx).__name__, "backend": getattr(idx, "backend", None),
+                      **(idx.stats() if hasattr(idx, "stats") else {})},
         }
         write_json(out / "metrics.json", report)  # last: its presence means the run file is complete too
     return metrics
@@ -325,6 +328,8 @@ class RetrievalEvaluation:
         batch_size: int = 64,
         name: str | None = None,
         path: str | None = None,
+        index: str = "exact",
+        index_options: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(collection, Collection) and not callable(collection):
             raise TypeError(f"collection must be a Collection or a loader, got {type(collection).__name__}")
@@ -335,6 +340,10 @@ class RetrievalEvaluation:
         self.top_k = int(top_k)
         self.batch_size = int(batch_size)
         self.path = path
+        if index not in INDEXES:
+            raise VtlabError(f"eval.index={index!r}: choose one of {', '.join(INDEXES)}")
+        self.index = str(index)
+        self.index_options = dict(index_options or {})  # Hydra passes a DictConfig
         self._source = collection
         self._collection: Collection | None = collection if isinstance(collection, Collection) else None
         self._name = name
@@ -358,10 +367,11 @@ class RetrievalEvaluation:
         return self._collection.name if self._collection is not None else None
 
     def __call__(self, encoder: SparseEncoder, out_dir: str | Path | None = None, **kwargs: Any) -> dict[str, float]:
-        """kwargs go to `evaluate` (index=..., show_progress=...)."""
+        """kwargs go to `evaluate` (show_progress=..., or index=<factory> to override eval.index)."""
+        kwargs.setdefault("index", index_factory(self.index, self.index_options))
         return evaluate(encoder, self.collection, out_dir=out_dir, measures=self.measures, top_k=self.top_k,
                         batch_size=self.batch_size, **kwargs)
 
     def __repr__(self) -> str:
         return (f"RetrievalEvaluation(name={self.name!r}, measures={self.measures}, top_k={self.top_k}, "
-                f"batch_size={self.batch_size})")
+                f"batch_size={self.batch_size}, index={self.index!r})")

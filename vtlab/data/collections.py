@@ -23,11 +23,14 @@ class Collection:
 # Loaders. Kept below the dataclass so importing Collection stays cheap (datasets is imported lazily).
 
 import json  # noqa: E402
+import logging  # noqa: E402
 import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Iterator  # noqa: E402
 
 from vtlab.errors import AssetError, DataError  # noqa: E402
+
+log = logging.getLogger(__name__)
 
 
 def _iter_lines(path: Path) -> Iterator[tuple[str, str]]:
@@ -109,7 +112,10 @@ def load_beir(path: str, split: str = "test") -> Collection:
         qid = _id(obj, where)
         if qid in all_queries:
             raise DataError(f"{where}: duplicate query id '_id'={qid!r}")
-        all_queries[qid] = _str_field(obj, "text", where, True)
+        text = _str_field(obj, "text", where, True)
+        if not text.strip():
+            raise DataError(f"{where}: field 'text' of query {qid!r} is an empty string (expected the query text)")
+        all_queries[qid] = text
 
     qrels: dict[str, dict[str, int]] = {}
     for n, (where, line) in enumerate(_iter_lines(qrels_path)):
@@ -131,7 +137,14 @@ def load_beir(path: str, split: str = "test") -> Collection:
             raise DataError(f"{where}: 'corpus-id' {did!r} is not in corpus.jsonl")
         qrels.setdefault(qid, {})[did] = grade
 
+    if not qrels:
+        raise DataError(f"{qrels_path}: no judgments (expected lines 'query-id<TAB>corpus-id<TAB>score' for the "
+                        f"{len(all_queries)} queries of queries.jsonl)")
     queries = {qid: t for qid, t in all_queries.items() if qid in qrels}
+    if len(queries) < len(all_queries):
+        # BEIR keeps one queries.jsonl for all splits: queries judged only in another split are expected here
+        log.info("%s: %d of %d queries have no judgments in %s and are left out", root.name,
+                 len(all_queries) - len(queries), len(all_queries), qrels_path.name)
     return Collection(name=root.name, corpus=corpus, queries=queries, qrels=qrels)
 
 

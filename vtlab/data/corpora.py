@@ -24,12 +24,19 @@ def _check_max_docs(max_docs: int | None, key: str) -> None:
         raise VtlabError(f"{key}={max_docs!r} must be a positive integer or null")
 
 
-def boolq_passages(max_docs: int | None = None) -> tuple[str, ...]:
-    """Distinct BoolQ passages (train, then validation); the offline MLM corpus. `max_docs` keeps the first N."""
+def boolq_passages(max_docs: int | None = None, split: str = "all") -> tuple[str, ...]:
+    """Distinct BoolQ passages (train, then validation); the offline MLM corpus. `max_docs` keeps the first N.
+
+    split: all | train | validation. Pretraining from scratch uses `train`, so the evaluation passages stay unseen."""
+    from vtlab.data.boolq import train_pairs, validation_pairs
     from vtlab.vocab.targets import boolq_passages as _all
 
     _check_max_docs(max_docs, "mlm.corpus.max_docs")
-    texts = _all()
+    sources = {"all": _all, "train": lambda: tuple(dict.fromkeys(p for _, p in train_pairs())),
+               "validation": lambda: tuple(dict.fromkeys(p for _, p in validation_pairs()))}
+    if split not in sources:
+        raise VtlabError(f"mlm.corpus.split={split!r}: expected one of {sorted(sources)}")
+    texts = sources[split]()
     return texts if max_docs is None else texts[:max_docs]
 
 

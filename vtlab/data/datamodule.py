@@ -3,6 +3,7 @@ validation loaders over a dev Collection."""
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -12,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vtlab.data.collections import Collection
 from vtlab.data.examples import TripletExample
-from vtlab.errors import DataError, VtlabError
+from vtlab.errors import ConfigError, DataError, VtlabError
 
 
 def _source_name(obj: Any) -> str:
@@ -25,26 +26,81 @@ def _source_name(obj: Any) -> str:
     return f"{type(obj).__name__} of training examples"
 
 
+def _check_int(key: str, value: Any, low: int) -> None:
+    """Config values that size batches and sequences: integers >= low (3 tokens: CLS, one token, SEP)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ConfigError(f"{key}={value!r} must be an integer >= {low}")
+
+
 class EpochSampler(Sampler[tuple[int, int]]):
     """Seeded per-epoch shuffle yielding (example index, epoch).
 
     Lightning calls set_epoch() before each epoch. Passing the epoch along with the index keeps negative
     sampling reproducible even in worker processes, which hold their own copy of the dataset.
+    `skip_next(k)` makes the next pass start at position k of the epoch's order (resuming mid-epoch).
     """
 
     def __init__(self, n: int, seed: int = 0, shuffle: bool = True, epoch: int = 0) -> None:
         self.n, self.seed, self.shuffle, self.epoch = n, seed, shuffle, epoch
+        self._skip = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
+    def skip_next(self, items: int) -> None:
+        self._skip = int(items)
+
     def __len__(self) -> int:
-        return self.n
+        return self.n  # the full epoch, also when resuming: Lightning counts batches against it
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         order = np.random.default_rng([self.seed, self.epoch, 0]).permutation(self.n) if self.shuffle else range(self.n)
-        epoch = self.epoch
-        return iter([(int(i), epoch) for i in order])
+        epoch, start, self._skip = self.epoch, self._skip, 0
+        return iter([(int(i), epoch) for i in order[start:]])
+
+
+class ResumableDataLoader(DataLoader):
+    """A training DataLoader whose place inside an epoch survives a kill and restart.
+
+    Lightning stores `state_dict()` in every checkpoint (the fit loop's loader state) and gives it back through
+    `load_state_dict()` before it iterates again. The state is (epoch, batches served in the current pass): Lightning
+    does not prefetch from loaders that have a length, so every batch served when a checkpoint is written has been
+    trained on. The next pass then skips exactly those batches — at the sampler when it is an EpochSampler (nothing
+    is loaded or tokenized), else by drawing and dropping them — and yields the remaining batches of the same order
+    with the same sampled negatives, as the uninterrupted run would have.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._served = 0
+        self._resume_at = 0  # batches to skip at the start of the next pass
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": int(getattr(self.sampler, "epoch", 0)), "batches": self._served}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        epoch, batches = int(state.get("epoch", 0)), int(state.get("batches", 0))
+        if batches >= len(self):  # saved after an epoch's last batch: the next pass is the next epoch, from its start
+            epoch, batches = epoch + 1, 0
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+        self._resume_at = batches
+
+    def __iter__(self) -> Iterator[Any]:
+        skip, self._resume_at = self._resume_at, 0
+        drop = skip
+        if skip and isinstance(self.sampler, EpochSampler) and self.batch_sampler is not None:
+            self.sampler.skip_next(skip * self.batch_size)  # whole batches: the batch sampler regroups from there
+            drop = 0
+        self._served = skip
+        return self._counted(super().__iter__(), drop)
+
+    def _counted(self, batches: Iterator[Any], drop: int) -> Iterator[Any]:
+        for _ in itertools.islice(batches, drop):
+            pass
+        for batch in batches:
+            self._served += 1
+            yield batch
 
 
 class TripletDataset(Dataset):
@@ -105,6 +161,10 @@ class TripletDataModule(pl.LightningDataModule):
         preprocess: Callable[[str], str] | None = None,
     ) -> None:
         super().__init__()
+        for key, value, low in (("batch_size", batch_size, 1), ("eval_batch_size", eval_batch_size, 1),
+                                ("num_negatives", num_negatives, 0), ("query_max_length", query_max_length, 3),
+                                ("doc_max_length", doc_max_length, 3), ("num_workers", num_workers, 0)):
+            _check_int(f"data.{key}", value, low)
         self._train_src, self._dev_src = train, dev
         self.tokenizer = tokenizer
         self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
@@ -147,8 +207,6 @@ class TripletDataModule(pl.LightningDataModule):
         examples = list(examples) if examples is not None else []
         if not examples:
             raise DataError(f"{name}: the training set is empty")
-        if self.num_negatives < 0:
-            raise DataError(f"num_negatives={self.num_negatives} must be >= 0")
         with_scores = 0
         for i, ex in enumerate(examples):
             if not isinstance(ex, TripletExample):
@@ -156,7 +214,7 @@ class TripletDataModule(pl.LightningDataModule):
             if len(ex.negatives) < self.num_negatives:
                 raise DataError(
                     f"{name}: example {i} (query {ex.query[:60]!r}) has {len(ex.negatives)} negatives, "
-                    f"but num_negatives={self.num_negatives}"
+                    f"but data.num_negatives={self.num_negatives}"
                 )
             with_scores += ex.scores is not None
         if 0 < with_scores < len(examples):
@@ -194,14 +252,20 @@ class TripletDataModule(pl.LightningDataModule):
             self.setup("fit")
         assert self.train_examples is not None
         self._train_sampler = EpochSampler(len(self.train_examples), seed=self.seed, epoch=self._epoch)
-        return DataLoader(
+        return ResumableDataLoader(
             TripletDataset(self.train_examples, self.num_negatives, seed=self.seed),
             batch_size=self.batch_size,
             sampler=self._train_sampler,
             collate_fn=self._collate_train,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            generator=self._generator(),
         )
+
+    def _generator(self) -> torch.Generator:
+        # Each DataLoader pass draws a worker base seed; from its own generator, not the global RNG, so starting an
+        # epoch or a validation never shifts the dropout RNG stream (a resumed run replays it from the checkpoint).
+        return torch.Generator().manual_seed(self.seed)
 
     def val_dataloader(self) -> list[DataLoader]:
         if self._dev_src is None:
@@ -214,7 +278,9 @@ class TripletDataModule(pl.LightningDataModule):
         docs = sorted(self.dev_collection.corpus.items(), key=lambda kv: -len(kv[1]))
         return [
             DataLoader(_TextDataset(queries), batch_size=self.eval_batch_size, shuffle=False,
-                       collate_fn=functools.partial(self._collate_text, max_length=self.query_max_length), num_workers=self.num_workers),
+                       collate_fn=functools.partial(self._collate_text, max_length=self.query_max_length),
+                       num_workers=self.num_workers, generator=self._generator()),
             DataLoader(_TextDataset(docs), batch_size=self.eval_batch_size, shuffle=False,
-                       collate_fn=functools.partial(self._collate_text, max_length=self.doc_max_length), num_workers=self.num_workers),
+                       collate_fn=functools.partial(self._collate_text, max_length=self.doc_max_length),
+                       num_workers=self.num_workers, generator=self._generator()),
         ]

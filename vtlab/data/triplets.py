@@ -45,6 +45,28 @@ def _opt_id(value: Any, name: str, where: str) -> str | None:
     return str(value)
 
 
+def check_scores(scores: Any, n_negatives: int, where: str, field: str | None = "scores") -> list[float]:
+    """Teacher scores aligned with [positive] + negatives: a list of 1 + n finite numbers.
+
+    field: the JSON field holding them (inline scores), or None for a line of a separate teacher-score file."""
+    whole = f"field '{field}'" if field else "the score list"
+
+    def item(i: int) -> str:
+        return f"field '{field}[{i}]'" if field else f"score [{i}]"
+
+    if not isinstance(scores, list):
+        raise DataError(f"{where}: {whole} must be a list of numbers, got {type(scores).__name__}")
+    if len(scores) != 1 + n_negatives:
+        raise DataError(f"{where}: {whole} has {len(scores)} values, expected {1 + n_negatives} "
+                        f"(1 positive + {n_negatives} negatives)")
+    for i, s in enumerate(scores):
+        if isinstance(s, bool) or not isinstance(s, (int, float)):
+            raise DataError(f"{where}: {item(i)} must be a number, got {type(s).__name__}")
+        if not math.isfinite(s):
+            raise DataError(f"{where}: {item(i)} is {s} (expected a finite number)")
+    return [float(s) for s in scores]
+
+
 def parse_triplet(obj: Any, where: str, require_scores: bool = False) -> TripletExample:
     """Validate one decoded JSON value; `where` ("path:lineno") prefixes every error."""
     if not isinstance(obj, dict):
@@ -67,18 +89,7 @@ def parse_triplet(obj: Any, where: str, require_scores: bool = False) -> Triplet
         if require_scores:
             raise DataError(f"{where}: missing field 'scores' (required: {1 + len(negatives)} teacher scores for [positive] + negatives)")
     else:
-        if not isinstance(scores, list):
-            raise DataError(f"{where}: field 'scores' must be a list of numbers, got {type(scores).__name__}")
-        if len(scores) != 1 + len(negatives):
-            raise DataError(
-                f"{where}: field 'scores' has {len(scores)} values, expected {1 + len(negatives)} (1 positive + {len(negatives)} negatives)"
-            )
-        for i, s in enumerate(scores):
-            if isinstance(s, bool) or not isinstance(s, (int, float)):
-                raise DataError(f"{where}: field 'scores[{i}]' must be a number, got {type(s).__name__}")
-            if not math.isfinite(s):
-                raise DataError(f"{where}: field 'scores[{i}]' is {s} (expected a finite number)")
-        scores = [float(s) for s in scores]
+        scores = check_scores(scores, len(negatives), where)
 
     neg_ids = obj.get("negative_ids")
     if neg_ids is not None:
@@ -96,14 +107,13 @@ def parse_triplet(obj: Any, where: str, require_scores: bool = False) -> Triplet
     )
 
 
-def read_jsonl_triplets(path: str, require_scores: bool = False) -> list[TripletExample]:
-    """Read and validate a triplet JSONL file (blank lines are skipped)."""
-    p = Path(path)
+def _json_lines(path: str, what: str) -> list[tuple[str, Any]]:
+    """("path:lineno", decoded JSON value) for every non-blank line; DataError naming the line otherwise."""
     try:
-        raw = p.read_bytes()
+        raw = Path(path).read_bytes()
     except OSError as e:
-        raise DataError(f"{path}: cannot read triplet file ({e.strerror or e})") from None
-    out: list[TripletExample] = []
+        raise DataError(f"{path}: cannot read {what} ({e.strerror or e})") from None
+    out: list[tuple[str, Any]] = []
     # Decode per line (not the whole file) so a bad byte is reported with its line number.
     for lineno, bline in enumerate(raw.split(b"\n"), start=1):
         where = f"{path}:{lineno}"
@@ -114,10 +124,32 @@ def read_jsonl_triplets(path: str, require_scores: bool = False) -> list[Triplet
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            out.append((where, json.loads(line)))
         except json.JSONDecodeError as e:
             raise DataError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
-        out.append(parse_triplet(obj, where, require_scores=require_scores))
+    return out
+
+
+def read_jsonl_triplets(path: str, require_scores: bool = False, scores_path: str | None = None) -> list[TripletExample]:
+    """Read and validate a triplet JSONL file (blank lines are skipped).
+
+    scores_path: teacher scores in a file of their own, one JSON list per line ([positive] + negatives), aligned line
+    by line (blank lines skipped) with the triplet file, e.g. cross-encoder scores computed after the triplets.
+    """
+    lines = _json_lines(path, "triplet file")
+    if scores_path is None:
+        return [parse_triplet(obj, where, require_scores=require_scores) for where, obj in lines]
+    score_lines = _json_lines(scores_path, "teacher-score file")
+    if len(score_lines) != len(lines):
+        raise DataError(f"{scores_path}: {len(score_lines)} score lines for {len(lines)} triplets in {path} "
+                        "(expected one list of scores per triplet, in the same order)")
+    out = []
+    for (where, obj), (s_where, scores) in zip(lines, score_lines):
+        ex = parse_triplet(obj, where)
+        if ex.scores is not None:
+            raise DataError(f"{where}: has a 'scores' field and data.train.scores_path={scores_path} is set; keep one")
+        ex.scores = check_scores(scores, len(ex.negatives), f"{s_where} (scores of {where})", field=None)
+        out.append(ex)
     return out
 
 

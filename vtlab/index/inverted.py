@@ -3,30 +3,33 @@
 The posting lists are the rows of the term x doc matrix P = Dᵀ in CSR form: row v holds the doc indices
 (int32) and weights (float32) of term v. Scoring a batch of queries Q is Q @ P, i.e. term-at-a-time
 accumulation: for every query term, its posting list is scaled by the query weight and added into a per-query
-accumulator. scipy's SpGEMM does exactly that in C++ (one dense accumulator per query row), so we use it.
+accumulator.
 
-Measured on this machine (2 CPU cores; Zipf-Mandelbrot synthetic data, 30,522 dims, ~120 nnz/doc and
-~25.7 nnz/query, FLOPS ~2.46, accumulation only, ms per query):
+Two backends compute the same ranking with bitwise-equal scores:
 
-    method                                  3k docs (B=16)   100k docs (B=1 / 16 / 64)
-    scipy  (Q_batch @ P).toarray()          0.047            1.56 / 1.86 / 1.68
-    numpy  bincount over gathered postings  0.051            1.74 / 3.19 / 5.71
-    torch  index_add_ over gathered postings 0.072           2.67 / 2.86 / 4.35
-    D @ dense(Q_batch)ᵀ (doc-at-a-time)     0.090            (not run: touches every posting)
+- `native` (default when a C compiler is present): vtlab/index/taat.c, built once and called through ctypes on
+  query slices in a thread pool. Per query it walks the doc-id space in blocks of 2^17 docs (a 512 KiB accumulator
+  that stays in L2), adds every query term's postings of the block, then scans the block into a k-heap and clears
+  it: no dense B×n_docs score rows, no argpartition, no SpGEMM bookkeeping.
+- `scipy`: (Q_batch @ P).toarray() + argpartition (`topk_rows`), batches on a thread pool. This is also the
+  peer baseline of `make bench`.
 
-scipy is the fastest or tied everywhere, needs no gathered posting copies, and its build is one transpose
-(0.08 s at 100k docs). End to end (accumulate + top-100, batch 32): 0.056 ms/query at 3k docs and 1.9 ms/query
-at 100k docs on one thread; scipy releases the GIL, so batches run on a thread pool: 0.030 and 0.98 ms/query on
-2 threads (the peer measurement in research/perf-peers.md §3 was 0.050 and 2.0 ms/query).
+Dynamic pruning (MaxScore/WAND/block-max) was measured and not adopted for the exact path: on the bench's synthetic
+1M-doc collection (independent Gamma weights, so upper bounds are loose) the block-max bound of a 32-doc block
+exceeded the true 10th score for 85% of the blocks (median query), and for 8-doc blocks 2% — but the block-max
+lists were then as long as the postings themselves. The time goes into touching ~2.4M postings per query, which
+the kernel does at a few ns each (scipy: ~11 ns), see README "Performance".
 """
 from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import scipy.sparse as sp
+
+from vtlab.index import native
 
 # Dense accumulator budget per batch (elements): batch rows are capped so that B * n_docs stays under it, which
 # keeps the accumulator (float32, 16 MiB) cache-friendly and bounded even on 1M-doc collections.
@@ -43,13 +46,24 @@ def _as_csr(m: sp.spmatrix | sp.sparray, name: str) -> sp.csr_matrix:
     return m
 
 
+Backend = Literal["auto", "native", "scipy"]
+# Docs per accumulator block of the compiled kernel: 2^17 float32 = 512 KiB, resident in a core's L2.
+NATIVE_BLOCK_DOCS = 1 << 17
+
+
 class InvertedIndex:
     """Posting lists for exact top-k dot-product retrieval.
 
     docs: csr_matrix [n_docs, vocab_size]; doc_ids: optional external ids (kept for `to_run`).
+    backend: "native" scores with the compiled kernel (vtlab/index/taat.c: cache-blocked term-at-a-time, a k-heap
+    per query, no dense score rows), "scipy" with SpGEMM into dense rows + argpartition, "auto" = native when it
+    builds, else scipy. Both return the same ranking, with bitwise-equal scores.
     """
 
-    def __init__(self, docs: sp.csr_matrix, doc_ids: Sequence[str] | None = None) -> None:
+    def __init__(self, docs: sp.csr_matrix, doc_ids: Sequence[str] | None = None, backend: Backend = "auto",
+                 block_docs: int = NATIVE_BLOCK_DOCS) -> None:
+        if backend not in ("auto", "native", "scipy"):
+            raise ValueError(f"backend must be auto, native or scipy, got {backend!r}")
         docs = _as_csr(docs, "docs")
         if doc_ids is not None and len(doc_ids) != docs.shape[0]:
             raise ValueError(f"{len(doc_ids)} doc_ids for {docs.shape[0]} docs")
@@ -63,6 +77,13 @@ class InvertedIndex:
         if postings.indices.dtype != np.int32 and postings.nnz < np.iinfo(np.int32).max:
             postings.indices = postings.indices.astype(np.int32)
         self._postings: sp.csr_matrix = postings
+        self._lib = native.load() if backend != "scipy" and postings.indices.dtype == np.int32 else None
+        if backend == "native" and self._lib is None:
+            raise RuntimeError("backend='native': the exact-search kernel could not be built (see the log)")
+        self.backend: str = "native" if self._lib is not None else "scipy"
+        self.block_docs = int(block_docs)
+        # the kernel reads int64 row pointers (a 30k-entry copy)
+        self._indptr64 = postings.indptr.astype(np.int64) if self._lib is not None else postings.indptr
 
     @property
     def n_docs(self) -> int:
@@ -97,8 +118,8 @@ class InvertedIndex:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k by dot product.
 
-        batch_size: queries scored together (capped so one dense accumulator stays <= 16 MiB);
-        n_threads: batches scored in parallel (default: all CPUs, at most 8).
+        batch_size: scipy backend: queries scored together (capped so one dense accumulator stays <= 16 MiB);
+        n_threads: query slices scored in parallel (default: all CPUs, at most 8).
 
         Returns (scores float32 [Q, k'], doc indices int64 [Q, k']) with k' = min(k, n_docs), each row sorted by
         score descending, ties broken by lower doc index. Docs sharing no term with the query score 0 and
@@ -115,6 +136,10 @@ class InvertedIndex:
         indices = np.zeros((n_q, k), dtype=np.int64)
         if k == 0 or n_q == 0:
             return scores, indices
+        threads = n_threads or min(os.cpu_count() or 1, 8)
+        if self._lib is not None:
+            self._search_native(queries, k, scores, indices, threads)
+            return scores, indices
         step = max(1, min(batch_size, _ACCUMULATOR_ELEMENTS // n))
         starts = range(0, n_q, step)
 
@@ -124,7 +149,7 @@ class InvertedIndex:
             acc = (queries[start:stop] @ self._postings).toarray()
             scores[start:stop], indices[start:stop] = topk_rows(acc, k)
 
-        threads = min(n_threads or min(os.cpu_count() or 1, 8), len(starts))
+        threads = min(threads, len(starts))
         if threads <= 1:
             for start in starts:
                 run_batch(start)
@@ -132,6 +157,28 @@ class InvertedIndex:
             with ThreadPoolExecutor(threads) as pool:
                 list(pool.map(run_batch, starts))  # list() re-raises a worker's exception
         return scores, indices
+
+    def _search_native(self, queries: sp.csr_matrix, k: int, scores: np.ndarray, indices: np.ndarray,
+                       threads: int) -> None:
+        p = self._postings
+        post = (self._indptr64, p.indices, p.data)
+        qs = (queries.indptr.astype(np.int64), queries.indices.astype(np.int32, copy=False),
+              queries.data.astype(np.float32, copy=False))
+        n_q = queries.shape[0]
+        # small slices keep both threads busy to the end; ctypes drops the GIL during each call
+        step = max(1, min(64, -(-n_q // (4 * threads))))
+        starts = range(0, n_q, step)
+
+        def run(start: int) -> int:
+            return native.taat_topk(self._lib, post, self._n_docs, qs, start, min(start + step, n_q), k, scores,
+                                    indices, self.block_docs)
+
+        if threads <= 1 or len(starts) == 1:
+            for start in starts:
+                run(start)
+        else:
+            with ThreadPoolExecutor(min(threads, len(starts))) as pool:
+                list(pool.map(run, starts))
 
 
 def topk_rows(acc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -176,5 +223,6 @@ def to_run(
         raise ValueError(f"scores {scores.shape}, indices {indices.shape}, {len(query_ids)} query ids")
     run: dict[str, dict[str, float]] = {}
     for qid, row_s, row_i in zip(query_ids, scores.tolist(), indices.tolist()):
-        run[qid] = {doc_ids[i]: s for s, i in zip(row_s, row_i) if not (drop_zeros and s == 0.0)}
+        # index -1 pads rows of approximate backends that found fewer than k docs
+        run[qid] = {doc_ids[i]: s for s, i in zip(row_s, row_i) if i >= 0 and not (drop_zeros and s == 0.0)}
     return run

@@ -1,7 +1,18 @@
 """Shared scoring for ranking losses."""
 from __future__ import annotations
 
+import math
+
 from torch import Tensor, nn
+
+from vtlab.errors import ConfigError
+
+
+def check_temperature(temperature: float) -> None:
+    """loss.temperature divides the scores: a positive finite number (0 or NaN would make every step NaN)."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) \
+            or temperature <= 0:
+        raise ConfigError(f"loss.temperature must be a finite number > 0, got {temperature!r}")
 
 
 def group_scores(q: Tensor, d: Tensor) -> Tensor:

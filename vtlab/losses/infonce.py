@@ -5,14 +5,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from vtlab.losses.base import RankingLoss, group_scores
+from vtlab.losses.base import RankingLoss, check_temperature, group_scores
 
 
 class InfoNCE(RankingLoss):
     def __init__(self, temperature: float = 1.0, in_batch_negatives: bool = True) -> None:
         super().__init__()
-        if temperature <= 0:
-            raise ValueError(f"loss.temperature must be > 0, got {temperature}")
+        check_temperature(temperature)
         self.temperature = temperature
         self.in_batch_negatives = in_batch_negatives
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from vtlab.losses.base import RankingLoss, group_scores
+from vtlab.losses.base import RankingLoss, check_temperature, group_scores
 
 
 class KLDivergence(RankingLoss):
@@ -12,8 +12,7 @@ class KLDivergence(RankingLoss):
 
     def __init__(self, temperature: float = 1.0) -> None:
         super().__init__()
-        if temperature <= 0:
-            raise ValueError(f"loss.temperature must be > 0, got {temperature}")
+        check_temperature(temperature)
         self.temperature = temperature
 
     def forward(self, q: Tensor, d: Tensor, teacher_scores: Tensor | None = None) -> Tensor:

@@ -110,36 +110,60 @@ class SpladeEncoder(nn.Module):
             list(texts), padding=True, truncation=True, max_length=self.max_length[side], return_tensors="pt"
         )
 
+    def batches(
+        self, texts: Sequence[str], side: Side, batch_size: int = 64
+    ) -> Iterator[tuple[np.ndarray, Tensor, Tensor]]:
+        """(positions in `texts`, input_ids, attention_mask) batches, longest texts first.
+
+        Every text is tokenized once, in one call of the (Rust, multi-threaded) fast tokenizer, and batches are padded
+        from those ids: sorting by token length cuts padding from ~30% to ~2% on BoolQ.
+        """
+        texts = [self.preprocess(t) for t in texts] if self.preprocess is not None else list(texts)
+        if not texts:
+            return
+        ids = self.tokenizer(texts, truncation=True, max_length=self.max_length[side], return_attention_mask=False,
+                             return_token_type_ids=False)["input_ids"]
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        order = np.argsort(-lengths, kind="stable")
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        left = getattr(self.tokenizer, "padding_side", "right") == "left"
+        for start in range(0, len(texts), batch_size):
+            idx = order[start : start + batch_size]
+            width = int(lengths[idx[0]])  # the longest of this batch comes first
+            input_ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx):
+                n = int(lengths[i])
+                cols = slice(width - n, width) if left else slice(0, n)
+                input_ids[row, cols] = ids[i]
+                mask[row, cols] = 1
+            yield idx, torch.from_numpy(input_ids), torch.from_numpy(mask)
+
     @torch.inference_mode()
     def encode(
         self, texts: Sequence[str], side: Side = "doc", batch_size: int = 64, show_progress: bool = True
     ) -> sp.csr_matrix:
-        """Encode texts into a CSR matrix [len(texts), vocab_size], float32, in input order.
-
-        Texts are batched by token length (sorted once), which cuts padding from ~30% to ~2% on BoolQ.
-        """
+        """Encode texts into a CSR matrix [len(texts), vocab_size], float32, in input order (batches: `batches`)."""
         was_training = self.training
         self.eval()
         device = next(self.parameters()).device
-        texts = [self.preprocess(t) for t in texts] if self.preprocess is not None else list(texts)
-        lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=self.max_length[side])["input_ids"]]
-        order = np.argsort(-np.asarray(lengths), kind="stable")
         rows: list[sp.csr_matrix] = []
-        bar = tqdm(total=len(texts), desc="encode queries" if side == "query" else "encode docs", unit=side, disable=not show_progress, leave=False)
-        for start in range(0, len(texts), batch_size):
-            idx = order[start : start + batch_size]
-            enc = self.tokenizer(
-                [texts[i] for i in idx], padding=True, truncation=True, max_length=self.max_length[side],
-                return_tensors="pt",
-            )
-            w = self(enc["input_ids"].to(device), enc["attention_mask"].to(device), side=side)
-            rows.append(dense_to_csr(w))
-            bar.update(len(idx))
-        bar.close()
-        self.train(was_training)
+        positions: list[np.ndarray] = []
+        bar = tqdm(total=len(texts), desc="encode queries" if side == "query" else "encode docs", unit=side,
+                   disable=not show_progress, leave=False)
+        try:
+            for idx, input_ids, mask in self.batches(texts, side, batch_size):
+                w = self(input_ids.to(device), mask.to(device), side=side)
+                rows.append(dense_to_csr(w))
+                positions.append(idx)
+                bar.update(len(idx))
+        finally:
+            bar.close()
+            self.train(was_training)
         if not rows:
             return sp.csr_matrix((0, self.vocab_size), dtype=np.float32)
         stacked = sp.vstack(rows, format="csr")
+        order = np.concatenate(positions)
         inverse = np.empty_like(order)
         inverse[order] = np.arange(len(order))
         return stacked[inverse]

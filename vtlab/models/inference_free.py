@@ -63,13 +63,45 @@ class InferenceFreeEncoder(SpladeEncoder):
 
     @classmethod
     def from_backbone(cls, backbone: Backbone, shared: bool | None = None, **kwargs: Any) -> "InferenceFreeEncoder":
+        """A saved inference-free model (or an OpenSearch doc model) ships its table as `idf.json` beside the weights:
+        used when `idf_path` is not given, from a local directory or, for a hub id, downloaded from the repo."""
         if shared is False:
             raise VtlabError("model.encoder.shared=false: inference-free SPLADE has no query network to separate")
-        if kwargs.get("idf_path") is None:
-            local = Path(str(backbone.name_or_path)) / IDF_FILE
-            if local.is_file():  # a saved inference-free model (or an OpenSearch doc model) ships its table
-                kwargs["idf_path"] = local
-        return cls(backbone.load_model(), backbone.load_tokenizer(), **kwargs)
+        model, tokenizer = backbone.load_model(), backbone.load_tokenizer()  # their own errors come first
+        if kwargs.get("idf_path") is None and kwargs.get("use_idf", True):
+            import os
+
+            from vtlab.backbones import _hub_offline_flag, _hub_reachable, _is_connection_error, _looks_like_path
+
+            source, field = backbone._source(tokenizer=False)  # asset: names and generated backbones resolved
+            if os.path.isdir(source):
+                local = Path(source) / IDF_FILE
+                kwargs["idf_path"] = local if local.is_file() else None
+            elif not _looks_like_path(source):  # a hub id (the model itself loaded from the hub or its cache)
+                from huggingface_hub import _CACHED_NO_EXIST, hf_hub_download, try_to_load_from_cache
+                from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+                cached = try_to_load_from_cache(source, IDF_FILE, revision=backbone.revision)
+                offline_hint = ("; run once with network, set model.encoder.idf_path=FILE, or "
+                                "model.encoder.use_idf=false")
+                if isinstance(cached, str):
+                    kwargs["idf_path"] = cached
+                elif cached is not _CACHED_NO_EXIST:  # unknown: ask the hub (a known-absent file needs no ask)
+                    if _hub_offline_flag() or not _hub_reachable():
+                        raise VtlabError(f"{field}={source!r}: cannot check the hub for its {IDF_FILE} (offline)"
+                                         + offline_hint)
+                    try:
+                        kwargs["idf_path"] = hf_hub_download(source, IDF_FILE, revision=backbone.revision)
+                    except LocalEntryNotFoundError as exc:  # before EntryNotFoundError: it is a subclass
+                        raise VtlabError(f"{field}={source!r}: could not download {IDF_FILE} (offline)"
+                                         + offline_hint) from exc
+                    except EntryNotFoundError:
+                        pass  # the repo has no table: one is computed from the training / evaluation corpus
+                    except OSError as exc:
+                        why = ("hub unreachable" + offline_hint if _is_connection_error(exc)
+                               else (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+                        raise VtlabError(f"{field}={source!r}: could not download {IDF_FILE}: {why}") from exc
+        return cls(model, tokenizer, **kwargs)
 
     # ---- the query side --------------------------------------------------------------------------------------------
     def _reset_query_side(self) -> None:

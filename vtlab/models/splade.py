@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from vtlab.errors import NonFiniteLossError
 from vtlab.evaluation import compute_metrics, sparsity_stats
 from vtlab.index import InvertedIndex, to_run
 from vtlab.losses import RankingLoss
@@ -47,6 +48,7 @@ class SpladeModule(pl.LightningModule):
         self.val_top_k = val_top_k
         self._val: dict[int, tuple[list[str], list[sp.csr_matrix]]] = {}
         self.last_batch: dict[str, Any] = {}
+        self._last_finite_loss: tuple[int, float] | None = None  # (step, loss), for the non-finite error
 
     # ---- training -------------------------------------------------------------------------------------------------
     def on_fit_start(self) -> None:
@@ -76,10 +78,8 @@ class SpladeModule(pl.LightningModule):
         logs["train/query_active_dims"] = (q != 0).sum(1).float().mean()
         logs["train/doc_active_dims"] = (d != 0).sum(1).float().mean()
         if not torch.isfinite(total):
-            raise FloatingPointError(
-                f"non-finite loss at step {self.global_step}: "
-                + ", ".join(f"{k}={float(v):.4g}" for k, v in logs.items())
-            )
+            raise NonFiniteLossError(_non_finite_message(self.global_step, logs, self._last_finite_loss))
+        self._last_finite_loss = (self.global_step, float(total.detach()))
         self.log_dict(logs, prog_bar=False, on_step=True, on_epoch=False, batch_size=q.shape[0])
         self.log("loss", total.detach(), prog_bar=True, on_step=True, on_epoch=False, batch_size=q.shape[0])
         return total
@@ -124,6 +124,14 @@ class SpladeModule(pl.LightningModule):
     # ---- optimization ----------------------------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
         return configure_optimizers(self, self.optimizer_factory, self.scheduler_factory, self.weight_decay)
+
+
+def _non_finite_message(step: int, logs: dict[str, Any], last_finite: tuple[int, float] | None) -> str:
+    """One line: the step, every loss part of that step (which one blew up), the last finite loss, what to try."""
+    parts = ", ".join(f"{k}={float(v):.4g}" for k, v in logs.items())
+    before = f"last finite loss {last_finite[1]:.4g} at step {last_finite[0]}" if last_finite else "no finite step before it"
+    return (f"training stopped: non-finite loss at step {step} ({parts}); {before}. Lower model.optimizer.lr, set "
+            "trainer.gradient_clip_val, or check the data and loss.temperature")
 
 
 def _first_occurrence(ids: Sequence[str]) -> np.ndarray:

@@ -1,9 +1,13 @@
 """Regularizer base: λ schedule and cross-device gathering."""
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+
+from vtlab.errors import ConfigError
 
 
 def gather_with_grad(x: Tensor) -> Tensor:
@@ -28,10 +32,11 @@ class Regularizer(nn.Module):
 
     def __init__(self, weight: float, warmup_steps: int = 0, delay_steps: int = 0, gather: bool = True) -> None:
         super().__init__()
-        if weight < 0:
-            raise ValueError(f"regularizer weight (λ) must be >= 0, got {weight}")
-        if warmup_steps < 0 or delay_steps < 0:
-            raise ValueError(f"regularizer warmup_steps/delay_steps must be >= 0, got {warmup_steps}/{delay_steps}")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+            raise ConfigError(f"regularizer weight (λ) must be a finite number >= 0, got {weight!r}")
+        for key, value in (("warmup_steps", warmup_steps), ("delay_steps", delay_steps)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"regularizer {key} must be an integer >= 0, got {value!r}")
         self.weight = float(weight)
         self.warmup_steps = int(warmup_steps)
         self.delay_steps = int(delay_steps)

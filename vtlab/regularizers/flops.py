@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from vtlab.errors import ConfigError
 from vtlab.regularizers.base import Regularizer
 
 
@@ -16,8 +17,9 @@ class Flops(Regularizer):
     def __init__(self, weight: float, warmup_steps: int = 0, delay_steps: int = 0, threshold: int | None = None,
                  gather: bool = True) -> None:
         super().__init__(weight, warmup_steps, delay_steps, gather)
-        if threshold is not None and threshold < 0:
-            raise ValueError(f"regularizer threshold must be >= 0 or null, got {threshold}")
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0):
+            raise ConfigError(f"regularizer threshold (ℓ0: active terms before a text is penalized) must be an "
+                              f"integer >= 0 or null, got {threshold!r}")
         self.threshold = threshold
 
     def penalty(self, reps: Tensor) -> Tensor:

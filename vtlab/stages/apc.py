@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from vtlab.apc import APC, json_report, summary_line, write_outputs
 from vtlab.errors import VtlabError
+from vtlab.pipeline import atomic_dir
 
 log = logging.getLogger("vtlab")
 
@@ -26,11 +27,12 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     encoder = state.get("encoder") or build_encoder(cfg)
     report = apc.calibrate(encoder, boolq_passages())  # the probe takes the first apc.num_docs
     out = Path(cfg.paths.run_dir) / "apc"
-    encoder.model.save_pretrained(out)
-    encoder.tokenizer.save_pretrained(out)
-    if encoder.query_model is not None:
-        encoder.query_model.save_pretrained(out / "query")
-    write_outputs(report, out)
+    with atomic_dir(out) as tmp:  # complete or absent: a crash never leaves half a calibrated model
+        encoder.model.save_pretrained(tmp)
+        encoder.tokenizer.save_pretrained(tmp)
+        if encoder.query_model is not None:
+            encoder.query_model.save_pretrained(tmp / "query")
+        write_outputs(report, tmp)
     for when in ("before", "after"):
         print(summary_line(report, when))
     print(f"calibrated model: {out}  ({report['seconds']:.1f}s)")

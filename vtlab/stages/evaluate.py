@@ -1,4 +1,4 @@
-"""Stage `evaluate`: encode the collection, exact retrieval from the inverted index, ir-measures metrics."""
+"""Stage `evaluate`: encode the collection(s), exact retrieval from the inverted index, ir-measures metrics."""
 from __future__ import annotations
 
 import hashlib
@@ -12,8 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from vtlab.assets import cache_dir
+from vtlab.eval_suite import EvaluationSuite, average
 from vtlab.evaluation import results_table, write_json
 from vtlab.stages.transfer import transfer_parts
+from vtlab.tracking import log_results, run_loggers
 from vtlab.vocab.transfer import transferred_backbone
 
 log = logging.getLogger("vtlab")
@@ -25,11 +27,12 @@ def build_encoder(cfg: DictConfig):
     return instantiate(cfg.model.encoder, backbone=transferred_backbone(backbone, vocab, init, options))
 
 
-def baseline_metrics(cfg: DictConfig, evaluation) -> dict[str, float]:
+def baseline_metrics(cfg: DictConfig, evaluation, dataset: str) -> dict[str, float]:
     """The plain backbone (native vocabulary, no APC, no training) on the same collection, cached per configuration."""
     key = hashlib.sha1(json.dumps({
         "backbone": instantiate(cfg.backbone).cache_key(),
         "eval": OmegaConf.to_container(cfg.eval, resolve=True),
+        "dataset": dataset,
         "encoder": {k: v for k, v in OmegaConf.to_container(cfg.model.encoder, resolve=True).items()
                     if k != "backbone"},  # the model type (siamese / inference-free), lengths, activation
     }, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -46,16 +49,25 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         return state
     encoder = state.get("encoder") or build_encoder(cfg)
     evaluation = instantiate(cfg.eval)
-    out_dir = Path(cfg.paths.run_dir) / "eval" / (evaluation.name or "eval")
-    metrics = evaluation(encoder, out_dir=out_dir)
-    vocab = instantiate(cfg.vocab)
-    baseline = None
-    if cfg.get("baseline", False) and ("encoder" in state or vocab.transfers):
-        baseline = baseline_metrics(cfg, evaluation)
+    run_dir = Path(cfg.paths.run_dir)
+    datasets = evaluation.items() if isinstance(evaluation, EvaluationSuite) else [(None, evaluation)]
+    with_baseline = cfg.get("baseline", False) and ("encoder" in state or instantiate(cfg.vocab).transfers)
     console = Console()
-    console.print(results_table(metrics, title=f"{cfg.name}: {evaluation.name}", baseline=baseline,
-                                baseline_label=f"{cfg.backbone.get('name', 'backbone')} as is"))
-    console.print(f"outputs: {Path(cfg.paths.run_dir).resolve()}  (metrics: {out_dir / 'metrics.json'})")
-    if baseline is not None:
-        write_json(out_dir / "baseline_metrics.json", baseline)
-    return {**state, "metrics": metrics, "baseline_metrics": baseline, "eval_dir": out_dir}
+    results: dict[str, dict[str, float]] = {}
+    for name, ev in datasets:
+        out_dir = run_dir / "eval" / (name or ev.name or "eval")
+        metrics = ev(encoder, out_dir=out_dir)
+        name = name or ev.name or "eval"  # a BEIR directory's name is known once loaded
+        results[name] = metrics
+        baseline = baseline_metrics(cfg, ev, name) if with_baseline else None
+        console.print(results_table(metrics, title=f"{cfg.name}: {name}", baseline=baseline,
+                                    baseline_label=f"{cfg.backbone.get('name', 'backbone')} as is"))
+        if baseline is not None:
+            write_json(out_dir / "baseline_metrics.json", baseline)
+    summary = average(results) if len(results) > 1 else next(iter(results.values()))
+    if len(results) > 1:
+        write_json(run_dir / "eval" / "summary.json", {"datasets": results, "average": summary})
+        console.print(results_table(summary, title=f"{cfg.name}: average over {len(results)} datasets"))
+    console.print(f"outputs: {run_dir.resolve()}  (metrics: {run_dir / 'eval'}/<dataset>/metrics.json)")
+    log_results(run_loggers(cfg, state), results, run_dir)
+    return {**state, "metrics": summary, "results": results, "eval_dir": run_dir / "eval"}

@@ -1,14 +1,28 @@
-"""Stage `finetune`: SPLADE training with Lightning; keeps the best checkpoint by dev retrieval and exports it."""
+"""Stage `finetune`: SPLADE training with Lightning; keeps the best checkpoint by dev retrieval and exports it.
+
+Resuming (`state["resume_from"]`, set by vtlab.pipeline for an interrupted run dir) continues exactly: Lightning
+restores weights, optimizer, scheduler and loop counters; the training DataLoader restores its place in the epoch
+(vtlab.data.datamodule.ResumableDataLoader); ResumeState restores the global RNG streams (dropout).
+"""
 from __future__ import annotations
 
 import logging
+import os
+import random
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+from vtlab.errors import ConfigError, RunDirError
+from vtlab.pipeline import atomic_dir
 
 log = logging.getLogger("vtlab")
 
@@ -26,10 +40,17 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     module = state.get("module") or build_module(cfg, state)
     encoder = module.encoder
     datamodule = instantiate(cfg.data, tokenizer=encoder.tokenizer, preprocess=encoder.preprocess)
-    callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None]
+    datamodule.setup("fit")  # read and check the data before any model work (Lightning's own setup is then a no-op)
+    _check_teacher_scores(module, datamodule, cfg)
+    resume_from = state.get("resume_from")
+    # ResumeState last: its setup check runs after the callbacks that reshape the model (vocabulary transfer)
+    callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None] + [ResumeState(resume_from)]
     loggers = [instantiate(c) for c in cfg.logger.values() if c is not None]
-    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
-    trainer.fit(module, datamodule=datamodule)
+    extra = {} if cfg.trainer.get("plugins") else {"plugins": [SameDirCheckpointIO()]}
+    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **extra)
+    if resume_from:
+        log.info("resuming training from %s", resume_from)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
 
     ckpt = _chosen_checkpoint(trainer)
     if ckpt is not None:
@@ -38,9 +59,21 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         log.info("loaded checkpoint %s", ckpt)
     model_dir = run_dir / "model"
     if trainer.is_global_zero:
-        encoder.save_pretrained(model_dir)
+        with atomic_dir(model_dir) as tmp:  # a kill mid-save leaves no half-written model/
+            encoder.save_pretrained(tmp)
     return {**state, "module": module, "encoder": encoder, "model_dir": model_dir, "checkpoint": ckpt,
             "trainer": trainer}
+
+
+def _check_teacher_scores(module: pl.LightningModule, datamodule: Any, cfg: DictConfig) -> None:
+    """A distillation loss on triplets without teacher scores fails at the first step otherwise, after model loading,
+    transfer and calibration."""
+    loss = getattr(module, "loss", None)
+    if getattr(loss, "requires_teacher", False) and not getattr(datamodule, "has_teacher_scores", True):
+        raise ConfigError(
+            f"loss={type(loss).__name__} needs teacher scores, and the training data "
+            f"({OmegaConf.select(cfg, 'data.train._target_', default='data.train')}) has none: add 'scores' to the "
+            "triplets (or data.train.scores_path=FILE), or use loss=infonce")
 
 
 def _chosen_checkpoint(trainer: pl.Trainer) -> str | None:
@@ -48,3 +81,142 @@ def _chosen_checkpoint(trainer: pl.Trainer) -> str | None:
     if cb is None:
         return None
     return cb.best_model_path or cb.last_model_path or None
+
+
+# ---- exact resume ------------------------------------------------------------------------------------------------
+
+
+def rng_states() -> dict[str, Any]:
+    """The global RNG streams, as tensors and plain values (checkpoints load with torch's weights_only)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    states: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate(),
+                              "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss]}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    random.setstate(states["python"])
+    kind, keys, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def check_checkpoint_fits(path: str | os.PathLike[str], module: torch.nn.Module) -> None:
+    """RunDirError naming the first tensor whose shape differs between the checkpoint and this run's model (a run
+    resumed with another vocabulary or backbone), instead of Lightning's multi-page RuntimeError."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception as e:  # noqa: BLE001 - truncated or foreign file: any load error means "cannot resume from it"
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise RunDirError(f"{path}: cannot read the checkpoint ({type(e).__name__}: {first}); delete it to resume "
+                          "from an earlier one, or pass overwrite=true to start over") from None
+    saved = ckpt.get("state_dict", {}) if isinstance(ckpt, dict) else {}
+    current = module.state_dict()
+    for key, tensor in current.items():
+        if key in saved and saved[key].shape != tensor.shape:
+            raise RunDirError(
+                f"{path}: cannot resume: {key} has shape {list(saved[key].shape)} in the checkpoint but "
+                f"{list(tensor.shape)} in this run's model (a different vocab/backbone?); resume with the "
+                "interrupted run's settings, or pass overwrite=true to start over")
+    missing, unexpected = sorted(set(current) - set(saved)), sorted(set(saved) - set(current))
+    if missing or unexpected:
+        what = f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}"
+        raise RunDirError(f"{path}: cannot resume: the checkpoint's weights do not match this run's model ({what}, "
+                          f"{len(missing)} missing, {len(unexpected)} unexpected); resume with the interrupted run's "
+                          "settings, or pass overwrite=true to start over")
+
+
+class ResumeState(pl.Callback):
+    """What a Lightning checkpoint lacks for an exact restart.
+
+    Saves the global RNG states with every checkpoint and restores them when training starts again (after the
+    setup-time callbacks — transfer, IDF, APC — and the pre-flight probe, none of which draw from them on restore),
+    so dropout continues the uninterrupted run's stream. Before the restore it checks that the checkpoint fits the
+    model as set up (after vocabulary transfer).
+    """
+
+    def __init__(self, resume_from: str | None = None) -> None:
+        self.resume_from = resume_from
+        self._pending: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": rng_states()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pending = state_dict.get("rng")
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit" and self.resume_from:
+            check_checkpoint_fits(self.resume_from, pl_module)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._pending is not None:
+            set_rng_states(self._pending)
+            self._pending = None
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """checkpoints/last.ckpt every `every_n_train_steps` steps and when training ends: what a killed run resumes from.
+
+    When a validation runs right after a due step, the save waits for its end: Lightning, restarting from a checkpoint
+    written before that validation, counts the validation as done and skips it (the run would then miss a dev score
+    and may keep another best checkpoint). The only writer of last.ckpt: the best-by-dev ModelCheckpoint keeps
+    save_last off, since two writers make Lightning version each other's file as last-v1.ckpt.
+    """
+
+    def __init__(self, dirpath: str, every_n_train_steps: int = 50) -> None:
+        if isinstance(every_n_train_steps, bool) or not isinstance(every_n_train_steps, int) or every_n_train_steps < 1:
+            raise ConfigError(f"callbacks.last_checkpoint.every_n_train_steps={every_n_train_steps!r} must be an "
+                              "integer >= 1")
+        super().__init__(dirpath=dirpath, every_n_train_steps=every_n_train_steps, save_top_k=0, save_last=True)
+        self._save_after_validation = False
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if _validation_follows(trainer):
+            due = trainer.global_step % self._every_n_train_steps == 0
+            self._save_after_validation = self._save_after_validation or due
+            return
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # after the best-by-dev ModelCheckpoint (listed before): the saved state includes this validation's outcome
+        if self._save_after_validation and not trainer.sanity_checking:
+            self._save_after_validation = False
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.global_step != self._last_global_step_saved:  # the final steps since the last multiple of N
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
+def _validation_follows(trainer: pl.Trainer) -> bool:
+    """Whether the fit loop validates right after the current training batch (Lightning's own test, read early)."""
+    loop = trainer.fit_loop
+    return bool(trainer.enable_validation) and loop.epoch_loop._should_check_val_fx(loop._data_fetcher)  # noqa: SLF001
+
+
+class SameDirCheckpointIO(TorchCheckpointIO):
+    """Checkpoints written to a temp file next to the target and renamed into place: a kill leaves the previous
+    last.ckpt intact. (Lightning's own transaction stages the file in the system temp dir, and moving it onto another
+    filesystem is a copy, which a kill can cut short.)"""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if storage_options is not None or "://" in str(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -29,10 +29,21 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
                          "vocab=bert-uncased or vocab=corpus-wordpiece")
     cached = cached_transfer(backbone, vocab, init, options)
     out = Path(cfg.paths.run_dir) / "transfer"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if not out.exists():
-        os.symlink(cached, out, target_is_directory=True)
+    _link(cached, out)
     report = json.loads((cached / "transfer_report.json").read_text())
     print(f"transferred model: {out} -> {cached}")
     print(f"overlap: {report['overlap']}  init: {report['init']}  ({report['seconds']:.1f}s)")
     return {**state, "transferred_dir": cached, "transfer_report": report}
+
+
+def _link(target: Path, link: Path) -> None:
+    """Point `link` at `target`, replacing an older link in one rename (never a dangling or half-made link)."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp, target_is_directory=True)
+    try:
+        os.replace(tmp, link)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise

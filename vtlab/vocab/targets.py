@@ -125,7 +125,7 @@ class NativeVocab(TargetVocab):
 class PretrainedVocab(TargetVocab):
     """An existing tokenizer (hub id, local dir or asset:NAME), with an optional model whose embeddings use it."""
 
-    def __init__(self, name: str, tokenizer: "str | Backbone", embedding_model: str | None = None,
+    def __init__(self, name: str, tokenizer: "str | Backbone", embedding_model: "str | Backbone | None" = None,
                  preprocess: Preprocess | None = None) -> None:
         super().__init__(name, preprocess)
         if not tokenizer:
@@ -144,12 +144,13 @@ class PretrainedVocab(TargetVocab):
         # Backbone's loader gives the quick offline check and one-line errors; we only rename the blamed key.
         return Backbone(self.tokenizer)._load(AutoTokenizer.from_pretrained, resolve(self.tokenizer), "vocab.tokenizer")
 
-    def embedding_source(self) -> str | None:
+    def embedding_source(self) -> "str | Backbone | None":
         return self.embedding_model
 
     def cache_key(self) -> str:
         tok = self.tokenizer.cache_key() if hasattr(self.tokenizer, "cache_key") else self.tokenizer
-        return f"pretrained:{self.name}:tokenizer={tok}:embeddings={self.embedding_model}"
+        emb = self.embedding_model.cache_key() if hasattr(self.embedding_model, "cache_key") else self.embedding_model
+        return f"pretrained:{self.name}:tokenizer={tok}:embeddings={emb}"
 
     def describe(self) -> str:
         emb = self.embedding_model or "none (semantic init and set_bias unavailable)"

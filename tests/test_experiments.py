@@ -1,0 +1,118 @@
+"""The paper's tables as configs: paper-scale rows match the authors' recipe (vt-method.md §2.1–2.5), CPU-scale rows
+share one pretraining budget, ablations sweep the right values, the SLURM launcher composes, reproduce builds sweeps."""
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from vtlab import reproduce
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def compose_cfg(overrides, hydra=False):
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        return compose("config", overrides=overrides, return_hydra_config=hydra)
+
+
+def experiment(name, *extra):
+    return compose_cfg([f"experiment={name}", "paths.run_dir=/tmp/x", *extra], hydra=True)
+
+
+PAPER_ROWS = sorted(p.stem for p in (CONF / "experiment/paper/main").glob("*.yaml"))
+
+
+def test_paper_rows_are_the_papers_table():
+    assert set(PAPER_ROWS) == {"bert-native", "modernbert-native", "modernbert-lowercase", "modernbert-vt",
+                               "roberta-large-native", "roberta-large-vt", "bert-inference-free",
+                               "modernbert-inference-free", "modernbert-vt-inference-free"}
+
+
+@pytest.mark.parametrize("row", PAPER_ROWS)
+def test_paper_rows_follow_the_authors_recipe(row):
+    cfg = experiment(f"paper/main/{row}")
+    assert cfg.name == f"paper-{row}" and cfg.trainer.precision == "bf16-mixed"
+    assert cfg.data.query_max_length == cfg.data.doc_max_length == 256
+    assert cfg.model.optimizer.lr == 2e-5 and cfg.model.scheduler.num_warmup_steps == 6000
+    assert cfg.model.weight_decay == 0.01
+    assert cfg.eval._target_ == "vtlab.eval_suite.EvaluationSuite" and len(cfg.eval.evaluations) == 13
+    assert cfg.regularizer.doc.threshold == 150
+    family = "roberta-large" if row.startswith("roberta-large") else row.split("-")[0]
+    backbone = {"bert": "bert-base-uncased", "modernbert": "answerdotai/ModernBERT-base",
+                "roberta-large": "FacebookAI/roberta-large"}[family]
+    assert cfg.backbone.name_or_path == backbone
+    if row.endswith("inference-free"):  # c_doc.yaml
+        assert cfg.model._target_.endswith("InferenceFreeModule") and cfg.loss._target_.endswith("KLDivergence")
+        assert (cfg.regularizer.doc.weight, cfg.regularizer.doc.warmup_steps) == (0.004, 10000)
+        assert cfg.trainer.max_steps == 100000 and cfg.data.batch_size == 20 and not cfg.model.encoder.use_idf
+    else:  # c.yaml
+        assert cfg.model._target_.endswith("SpladeModule") and cfg.loss._target_.endswith("MarginMSE")
+        assert (cfg.regularizer.doc.weight, cfg.regularizer.query.weight) == (4, 8)
+        assert cfg.regularizer.doc.warmup_steps == cfg.regularizer.query.warmup_steps == 50000
+        assert cfg.trainer.max_steps == 150000 and cfg.data.batch_size == 16 and cfg.data.num_negatives == 1
+    if "-vt" in row:  # run_vt.sh: transform.py (PMI) → run_mlm.py → APC p60 with zeros
+        assert cfg.vocab.name == "bert-uncased" and cfg.vocab.embedding_model == "bert-base-uncased"
+        assert cfg.init.name == "semantic-pmi" and cfg.init.similarity == "pmi"
+        m = cfg.mlm
+        assert (m.steps, m.mlm_probability, m.max_length, m.lr, m.scheduler, m.warmup_steps) == \
+            (20000, 0.3, 128, 3e-4, "cosine", 4000)
+        assert m.batch_size * m.accumulate_grad_batches == 2048 and m.weight_decay == 0.01
+        assert cfg.apc.percentile == 60 and cfg.apc.include_zeros is True
+    else:
+        assert cfg.mlm.steps == 0 and cfg.apc.name == "off"
+        assert cfg.vocab.name == ("lowercase" if row.endswith("lowercase") else "native")
+
+
+@pytest.mark.parametrize("scale", ["paper", "cpu"])
+@pytest.mark.parametrize("ablation,key,values", [
+    ("init", "init", "semantic-pmi,semantic,mean,subword,new-random,all-random"),
+    ("apc", "apc", "off,p40,p60,p80"),
+    ("mlm", "mlm.steps", None),
+    ("wordpiece", "vocab.vocab_size", "10000,20000,30000,40000,50000"),
+])
+def test_ablations_sweep_their_values(scale, ablation, key, values):
+    cfg = experiment(f"{scale}/ablation-{ablation}")
+    params = OmegaConf.to_container(cfg.hydra.sweeper.params)
+    expected = values or {"paper": "0,500,1000,2000,3000,5000,10000,15000,20000", "cpu": "0,100,300,1000"}[scale]
+    assert params == {key: expected}
+    assert cfg.group == f"{scale}-ablation-{ablation}" and cfg.backbone.name == f"{'cpu-' if scale == 'cpu' else ''}modernbert"
+
+
+def test_cpu_replicas_share_one_pretraining_budget():
+    bert, mb = experiment("cpu/main/bert-native"), experiment("cpu/main/modernbert-native")
+    assert bert.backbone.mlm == mb.backbone.mlm and bert.backbone.mlm.steps == 1000
+    assert bert.backbone.mlm.corpus.split == "train"  # the evaluation passages stay unseen
+    assert bert.backbone.start._target_.endswith("TinyBert") and mb.backbone.start._target_.endswith("TinyModernBert")
+    for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+        assert bert.backbone.start[k] == mb.backbone.start[k]
+    vt = experiment("cpu/main/modernbert-vt")
+    assert vt.vocab.embedding_model.name == "cpu-bert" and vt.vocab.embedding_model.mlm == bert.backbone.mlm
+    assert vt.apc.include_zeros is True and vt.mlm.steps == 300
+
+
+def test_blog_rows_follow_the_blog():
+    for bb in ("klue-roberta", "ax-encoder", "gte-multilingual", "mmbert"):
+        for vt in (False, True):
+            cfg = experiment(f"blog/{bb}{'-vt' if vt else ''}", "data.train.path=/data/ko.jsonl")
+            assert cfg.data.batch_size == 8 and cfg.data.query_max_length == cfg.data.doc_max_length == 512
+            assert (cfg.regularizer.query.weight, cfg.regularizer.doc.weight) == (5e-5, 3e-5)
+            assert cfg.trainer.precision == "bf16-mixed" and cfg.trainer.val_check_interval == 0.05
+            assert cfg.loss._target_.endswith("InfoNCE") and cfg.model.val_measures[0] == "R@10"
+            assert cfg.vocab.name == ("klue" if vt else "native") and cfg.apc.name == ("p60" if vt else "off")
+
+
+def test_slurm_launcher_composes():
+    cfg = experiment("paper/ablation-init", "hydra/launcher=slurm")
+    assert cfg.hydra.launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert cfg.hydra.launcher.gpus_per_node == 8
+
+
+def test_reproduce_builds_one_sweep_per_table():
+    sweeps = reproduce.sweeps("cpu", 3, ["main", "ablation-init"])
+    rows = sweeps["main"][0].removeprefix("experiment=").split(",")
+    assert rows[0] == "cpu/main/bert-native" and "cpu/main/modernbert-vt" in rows and len(rows) == 7
+    assert sweeps["main"][1] == sweeps["ablation-init"][1] == "seed=0,1,2"
+    assert sweeps["ablation-init"][0] == "experiment=cpu/ablation-init"
+    for row in rows:  # every listed row composes
+        experiment(row)

@@ -1,0 +1,277 @@
+"""vtlab.report: tables from hand-written Hydra sweep directories, against hand-computed means and sample stds."""
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vtlab.report import build_table, main, to_csv, to_latex, to_markdown
+
+EXPERIMENT = "+experiment=cpu/ablation-init"
+
+
+def write_multirun(sweep: Path, task: list[str], params: dict | None = None, config_dir: Path | None = None) -> None:
+    """The parts of a real multirun.yaml the report reads (BasicSweeper, params, task overrides, config sources)."""
+    sources = [{"path": "hydra.conf", "schema": "pkg", "provider": "hydra"}]
+    if config_dir is not None:
+        sources.append({"path": str(config_dir), "schema": "file", "provider": "main"})
+    multirun = {"hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                                      "max_batch_size": None, "params": params},
+                          "overrides": {"hydra": ["hydra.mode=MULTIRUN"], "task": task},
+                          "runtime": {"output_dir": "???", "config_sources": sources}},
+                "name": "quickstart", "run_dir": "${hydra:runtime.output_dir}"}
+    sweep.mkdir(parents=True, exist_ok=True)
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump(multirun, sort_keys=False))
+
+
+def write_job(sweep: Path, num: int, overrides: list[str], name: str, status: str | None = "done",
+              error: str | None = None, metrics: dict[str, dict[str, float]] | None = None) -> Path:
+    """A job directory as `python -m vtlab -m` leaves it: .hydra/, status.json, eval/<collection>/metrics.json."""
+    job = sweep / str(num)
+    (job / ".hydra").mkdir(parents=True)
+    seed = next((int(o.split("=")[1]) for o in overrides if o.startswith("seed=")), 0)
+    # unresolvable outside Hydra, as in real job configs: the report must not resolve the whole config
+    (job / ".hydra" / "config.yaml").write_text(
+        f"name: {name}\nseed: {seed}\npaths:\n  run_dir: ${{hydra:runtime.output_dir}}\n")
+    (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    (job / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"job": {"num": num, "name": "__main__"}}}))
+    if status is not None:
+        (job / "status.json").write_text(json.dumps(
+            {"status": status, "name": name, "overrides": overrides, "started": "2026-01-01T00:00:00+00:00",
+             "finished": None, "seconds": None, "error": error}))
+    for dataset, values in (metrics or {}).items():
+        (job / "eval" / dataset).mkdir(parents=True)
+        (job / "eval" / dataset / "metrics.json").write_text(json.dumps(
+            {"collection": {"name": dataset, "n_docs": 10, "n_queries": 5}, "measures": ["nDCG@10", "RR@10"],
+             "top_k": 100, "metrics": values, "index": None}))
+    return job
+
+
+def m(ndcg: float, flops: float, q: float, d: float, rr: float = 0.5) -> dict[str, float]:
+    return {"nDCG@10": ndcg, "RR@10": rr, "R@100": 0.9, "query_active_dims": q, "doc_active_dims": d, "flops": flops,
+            "encode_query_s": 1.0}
+
+
+@pytest.fixture
+def ablation(tmp_path: Path) -> Path:
+    """`python -m vtlab -m +experiment=cpu/ablation-init seed=0,1`, whose config sweeps init over 3 values.
+
+    BasicSweeper order: sweeper params first, then the command line → jobs 0..5 =
+    (mean,0) (mean,1) (subword,0) (subword,1) (semantic,0) (semantic,1).
+    Job 3 failed, job 5 never started (no directory).
+    """
+    sweep = tmp_path / "multirun" / "2026-01-01" / "10-00-00-ablation-init"
+    write_multirun(sweep, [EXPERIMENT, "seed=0,1"], params={"init": "mean,subword,semantic"})
+
+    def job(num: int, init: str, seed: int, **kw) -> None:
+        write_job(sweep, num, [f"init={init}", EXPERIMENT, f"seed={seed}"], "ablation-init", **kw)
+
+    job(0, "mean", 0, metrics={"boolq": m(0.80, 1.0, 10, 100, rr=0.70), "scifact": m(0.60, 3.0, 14, 140, rr=0.50)})
+    job(1, "mean", 1, metrics={"boolq": m(0.82, 2.0, 12, 120, rr=0.74), "scifact": m(0.64, 4.0, 16, 160, rr=0.52)})
+    job(2, "subword", 0, metrics={"boolq": m(0.75, 0.5, 8, 80), "scifact": m(0.55, 1.5, 10, 100)})
+    job(3, "subword", 1, status="failed", error="RuntimeError: CUDA out of memory | tried 2 GiB")
+    job(4, "semantic", 0, metrics={"boolq": m(0.84, 2.0, 20, 200), "scifact": m(0.66, 2.0, 20, 200)})
+    return sweep
+
+
+# Hand arithmetic for row init=mean (seeds 0 and 1), sample std (ddof=1) of two values = |a - b| / √2:
+#   boolq nDCG@10   0.80, 0.82          → 0.8100 ± 0.0141 (0.02/√2 = 0.01414)
+#   scifact nDCG@10 0.60, 0.64          → 0.6200 ± 0.0283 (0.04/√2 = 0.02828)
+#   avg nDCG@10     seed0 (0.80+0.60)/2 = 0.70, seed1 (0.82+0.64)/2 = 0.73 → 0.7150 ± 0.0212 (0.03/√2)
+#   avg FLOPS       seed0 (1+3)/2 = 2,  seed1 (2+4)/2 = 3           → 2.500 ± 0.707
+#   avg q dims      seed0 (10+14)/2 = 12, seed1 (12+16)/2 = 14      → 13.0 ± 1.4
+#   avg d dims      seed0 120, seed1 140                             → 130.0 ± 14.1
+# init=subword: seed 0 only (seed 1 failed): 0.7500, 0.5500, avg 0.6500, FLOPS 1.000, q 9.0, d 90.0, no std
+# init=semantic: seed 0 only (seed 1 missing): 0.8400, 0.6600, avg 0.7500, FLOPS 2.000, q 20.0, d 200.0
+HEADER = ["run", "n", "boolq nDCG@10", "scifact nDCG@10", "avg nDCG@10", "avg FLOPS", "avg q dims", "avg d dims",
+          "status"]
+EXPECTED_ROWS = [
+    ["init=mean", "2", "0.8100 ± 0.0141", "0.6200 ± 0.0283", "0.7150 ± 0.0212", "2.500 ± 0.707", "13.0 ± 1.4",
+     "130.0 ± 14.1", "ok"],
+    ["init=subword", "1", "0.7500", "0.5500", "0.6500", "1.000", "9.0", "90.0",
+     "failed (seed=1): RuntimeError: CUDA out of memory \\| tried 2 GiB"],
+    ["init=semantic", "1", "0.8400", "0.6600", "0.7500", "2.000", "20.0", "200.0", "missing (seed=1)"],
+]
+
+
+def md_rows(markdown: str) -> list[list[str]]:
+    """Table lines → cells (an escaped `\\|` stays inside its cell)."""
+    lines = [ln for ln in markdown.splitlines() if ln.startswith("| ")]
+    return [[c.strip() for c in ln.strip("|").replace("\\|", "\0").split(" | ")] for ln in lines]
+
+
+def test_markdown_cells_against_hand_arithmetic(ablation: Path) -> None:
+    table = build_table(ablation)
+    assert table.title == "ablation-init"  # the jobs' common name
+    md = to_markdown(table)
+    rows = [[c.replace("\0", "\\|") for c in r] for r in md_rows(md)]
+    assert rows[0] == HEADER
+    assert rows[1:] == EXPECTED_ROWS  # sweep order; failed and missing seeds shown, not dropped
+    assert "sample std (ddof=1)" in md
+    assert "jobs: 6 expected from multirun.yaml, 5 present" in md
+
+
+def test_rows_numbers(ablation: Path) -> None:
+    table = build_table(ablation)
+    mean, subword, semantic = table.rows
+    avg = mean.cells[2]
+    assert avg.values == pytest.approx([0.70, 0.73])
+    assert avg.mean == pytest.approx(0.715) and avg.std == pytest.approx(0.03 / 2 ** 0.5)
+    assert subword.n == 1 and subword.cells[0].std is None
+    assert subword.notes == ["failed (seed=1): RuntimeError: CUDA out of memory | tried 2 GiB"]
+    assert semantic.notes == ["missing (seed=1)"]
+
+
+def test_csv_parses(ablation: Path) -> None:
+    rows = list(csv.reader(io.StringIO(to_csv(build_table(ablation)))))
+    assert rows[0][:5] == ["run", "n", "boolq nDCG@10", "boolq nDCG@10 std", "boolq nDCG@10 n"]
+    assert rows[0][-1] == "status" and len(rows[0]) == 2 + 6 * 3 + 1
+    assert [r[0] for r in rows[1:]] == ["init=mean", "init=subword", "init=semantic"]
+    mean = dict(zip(rows[0], rows[1]))
+    assert float(mean["boolq nDCG@10"]) == pytest.approx(0.81)
+    assert float(mean["boolq nDCG@10 std"]) == pytest.approx(0.02 / 2 ** 0.5)
+    assert float(mean["avg FLOPS"]) == pytest.approx(2.5) and mean["avg FLOPS n"] == "2"
+    subword = dict(zip(rows[0], rows[2]))
+    assert subword["n"] == "1" and subword["boolq nDCG@10 std"] == ""
+    assert subword["status"] == "failed (seed=1): RuntimeError: CUDA out of memory | tried 2 GiB"  # whole, unescaped
+    assert dict(zip(rows[0], rows[3]))["status"] == "missing (seed=1)"
+
+
+def test_latex_has_the_same_rows(ablation: Path) -> None:
+    tex = to_latex(build_table(ablation))
+    body = tex.split(r"\midrule")[1].split(r"\bottomrule")[0].strip().splitlines()
+    assert r"\begin{tabular}{lrrrrrrrl}" in tex and r"\toprule" in tex and r"\end{tabular}" in tex
+    assert body[0] == (r"init=mean & 2 & 0.8100 $\pm$ 0.0141 & 0.6200 $\pm$ 0.0283 & 0.7150 $\pm$ 0.0212 & "
+                       r"2.500 $\pm$ 0.707 & 13.0 $\pm$ 1.4 & 130.0 $\pm$ 14.1 & ok \\")
+    assert body[1].startswith("init=subword & 1 & 0.7500 &")
+    assert body[1].endswith(r"& failed (seed=1): RuntimeError: CUDA out of memory \textbar{} tried 2 GiB \\")
+    assert body[2].endswith(r"& missing (seed=1) \\")
+    assert len(body) == 3
+    header = tex.split(r"\toprule")[1].split(r"\midrule")[0].strip()
+    assert header.startswith(r"run & n & boolq nDCG@10") and "avg q dims" in header
+
+
+def test_latex_escapes() -> None:
+    from vtlab.report import latex_escape
+
+    assert latex_escape("a_b 50% R&D #1 {x} ~^\\ a|b $") == (
+        r"a\_b 50\% R\&D \#1 \{x\} \textasciitilde{}\textasciicircum{}\textbackslash{} a\textbar{}b \$")
+
+
+def test_cli_writes_files_and_prints_markdown(ablation: Path, tmp_path: Path, capsys) -> None:
+    assert main([str(ablation)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("### ablation-init") and "| init=semantic | 1 |" in out
+    assert (ablation / "table.md").read_text() == to_markdown(build_table(ablation))
+    assert (ablation / "table.csv").is_file() and (ablation / "table.tex").is_file()
+    assert not list(ablation.glob(".table*"))  # no temp files left
+    # --measure: another column set; --out with several sweeps: one sub-directory each
+    out_dir = tmp_path / "tables"
+    assert main([str(ablation), str(ablation), "--measure", "RR@10", "--out", str(out_dir)]) == 0
+    written = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("table.md"))
+    assert written == ["2026-01-01_10-00-00-ablation-init_0/table.md", "2026-01-01_10-00-00-ablation-init_1/table.md"]
+    md = (out_dir / written[0]).read_text()
+    # RR@10 of init=mean: boolq 0.70, 0.74 → 0.7200 ± 0.0283; avg per seed 0.60, 0.63 → 0.6150 ± 0.0212
+    assert "| init=mean | 2 | 0.7200 ± 0.0283 | 0.5100 ± 0.0141 | 0.6150 ± 0.0212 |" in md
+
+
+def test_cli_not_a_sweep_dir_exits_2_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("x")
+    proc = subprocess.run([sys.executable, "-m", "vtlab.report", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"vtlab: error: {tmp_path}: not a Hydra sweep directory (expected multirun.yaml or <n>/.hydra/)"]
+    assert proc.stdout == ""
+
+
+def test_malformed_metrics_names_the_file(ablation: Path, capsys) -> None:
+    bad = ablation / "2" / "eval" / "scifact" / "metrics.json"
+    bad.write_text('{"metrics": {"nDCG@10": 0.5')
+    assert main([str(ablation)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"vtlab: error: {bad}: malformed metrics.json")
+    assert not (ablation / "table.md").exists()
+
+
+def test_unknown_measure_exits_2(ablation: Path, capsys) -> None:
+    assert main([str(ablation), "--measure", "P@5"]) == 2
+    assert "no metrics.json has the measure 'P@5'" in capsys.readouterr().err
+
+
+def test_no_multirun_yaml_incomplete_and_names(tmp_path: Path) -> None:
+    """Without multirun.yaml the present job dirs are the table; names differ across jobs → rows are labelled by name.
+    Job 1 is still running (its boolq metrics are not aggregated), job 2 has no status.json and no metrics, job 3 has
+    no status.json but metrics (a run from before status.json: done)."""
+    sweep = tmp_path / "sweep"
+    write_job(sweep, 0, ["experiment=a", "seed=0"], "exp-a", metrics={"boolq": m(0.5, 1.0, 10, 100)})
+    write_job(sweep, 1, ["experiment=a", "seed=1"], "exp-a", status="running", metrics={"boolq": m(0.9, 9, 90, 900)})
+    write_job(sweep, 2, ["experiment=b", "seed=0"], "exp-b", status=None)
+    write_job(sweep, 3, ["experiment=c", "seed=0"], "exp-c", status=None, metrics={"boolq": m(0.7, 2.0, 20, 200)})
+    table = build_table(sweep)
+    assert table.title == "tmp_path_dir/sweep".replace("tmp_path_dir", tmp_path.name)  # names differ: the dir name
+    rows = md_rows(to_markdown(table))[1:]
+    assert rows == [
+        ["exp-a", "1", "0.5000", "0.5000", "1.000", "10.0", "100.0", "incomplete (seed=1)"],
+        ["exp-b", "0", "–", "–", "–", "–", "–", "incomplete (seed=0)"],
+        ["exp-c", "1", "0.7000", "0.7000", "2.000", "20.0", "200.0", "ok"],
+    ]
+    assert "jobs: the 4 job directories present (no multirun.yaml)" in to_markdown(table)
+
+
+def test_glob_over_a_config_group_and_collection_sweep(tmp_path: Path) -> None:
+    """`experiment=glob(*) eval=boolq,scifact` expanded with Hydra's parser against the sweep's config dir: 2 rows ×
+    2 collections = 4 jobs; only experiment a ran (jobs 0, 1), so b's two jobs are missing. Jobs that differ only in
+    the collection fill the columns of one row."""
+    conf = tmp_path / "conf"
+    (conf / "experiment").mkdir(parents=True)
+    for exp in ("a", "b"):
+        (conf / "experiment" / f"{exp}.yaml").write_text(f"# @package _global_\nname: exp-{exp}\n")
+    sweep = tmp_path / "sweep"
+    write_multirun(sweep, ["experiment=glob(*)", "eval=boolq,scifact"], config_dir=conf)
+    write_job(sweep, 0, ["experiment=a", "eval=boolq"], "exp-a", metrics={"boolq": m(0.8, 1.0, 10, 100)})
+    write_job(sweep, 1, ["experiment=a", "eval=scifact"], "exp-a", metrics={"scifact": m(0.6, 3.0, 30, 300)})
+    rows = md_rows(to_markdown(build_table(sweep)))
+    assert rows[0][2:5] == ["boolq nDCG@10", "scifact nDCG@10", "avg nDCG@10"]
+    # names are all exp-a where known, so rows are labelled by the varying overrides; avg = (0.8 + 0.6) / 2
+    assert rows[1:] == [
+        ["experiment=a", "1", "0.8000", "0.6000", "0.7000", "2.000", "20.0", "200.0", "ok"],
+        ["experiment=b", "0", "–", "–", "–", "–", "–", "–", "missing (eval=boolq); missing (eval=scifact)"],
+    ]
+
+
+def test_expansion_that_disagrees_with_the_jobs_falls_back(tmp_path: Path) -> None:
+    """A config dir changed since the sweep (or gone) must not invent missing rows: trust the directories."""
+    sweep = tmp_path / "sweep"
+    write_multirun(sweep, ["experiment=glob(*)"], config_dir=tmp_path / "gone")
+    write_job(sweep, 0, ["experiment=a"], "exp-a", metrics={"boolq": m(0.8, 1.0, 10, 100)})
+    md = to_markdown(build_table(sweep))
+    assert "jobs: the 1 job directories present (multirun.yaml expands to no job)" in md
+    assert [r[0] for r in md_rows(md)[1:]] == ["exp-a"]
+
+
+def test_columns_follow_the_suite_order(tmp_path: Path) -> None:
+    """A run evaluated on a suite writes eval/summary.json; its dataset order (the paper's) orders the columns."""
+    sweep = tmp_path / "sweep"
+    job = write_job(sweep, 0, ["seed=0"], "suite", metrics={"boolq": m(0.8, 1.0, 10, 100),
+                                                             "scifact": m(0.6, 3.0, 30, 300)})
+    (job / "eval" / "summary.json").write_text(json.dumps({"datasets": {"scifact": {}, "boolq": {}}, "average": {}}))
+    rows = md_rows(to_markdown(build_table(sweep)))
+    assert rows[0][2:4] == ["scifact nDCG@10", "boolq nDCG@10"]
+    assert rows[1][:4] == ["suite", "1", "0.6000", "0.8000"]  # one row: nothing varies, labelled by the name
+
+
+def test_shared_names_get_their_overrides_and_no_metrics_is_shown(tmp_path: Path) -> None:
+    """Names differ across the sweep but exp-a covers two rows: those rows say which (lr=…). A job that finished
+    without evaluating anything (stage=transfer, eval=none) is not silently a row of blanks: "no metrics"."""
+    sweep = tmp_path / "sweep"
+    write_job(sweep, 0, ["experiment=a", "lr=1"], "exp-a", metrics={"boolq": m(0.8, 1.0, 10, 100)})
+    write_job(sweep, 1, ["experiment=a", "lr=2"], "exp-a", metrics={"boolq": m(0.6, 1.0, 10, 100)})
+    write_job(sweep, 2, ["experiment=b", "lr=1"], "exp-b")
+    rows = md_rows(to_markdown(build_table(sweep)))[1:]
+    assert [r[0] for r in rows] == ["exp-a (lr=1)", "exp-a (lr=2)", "exp-b"]
+    assert rows[2][1] == "0" and rows[2][-1] == "no metrics (job 2)"

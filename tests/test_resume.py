@@ -1,0 +1,295 @@
+"""Exact resume: a run restarted from its last checkpoint continues as if it had never stopped.
+
+The fast tests drive Lightning with a toy module over the real TripletDataModule (batch order, sampled negatives,
+dropout RNG across epoch boundaries and validations); the slow one SIGKILLs a real `python -m vtlab` training run and
+compares the restarted run's final metrics and weights with an uninterrupted run's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from hydra import compose, initialize_config_dir
+from torch import nn
+
+from vtlab.data.collections import Collection
+from vtlab.data.datamodule import ResumableDataLoader, TripletDataModule
+from vtlab.data.examples import TripletExample
+from vtlab.pipeline import LAST_CKPT, atomic_dir, prepare_run_dir
+from vtlab.stages.finetune import LastCheckpoint, ResumeState, SameDirCheckpointIO
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---- toy training: what the batches and the RNG look like across a restart --------------------------------------
+
+
+class _Tok:
+    """A stand-in tokenizer: each distinct text gets one id, so a batch tells which texts it holds."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def __call__(self, texts, **_: object) -> dict[str, torch.Tensor]:
+        ids = torch.tensor([[self.ids.setdefault(t, len(self.ids))] for t in texts])
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+class _Toy(pl.LightningModule):
+    """Records, per step, the query and document ids of its batch and one dropout-stream draw."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 1)
+        self.drop = nn.Dropout(0.5)
+        self.seen: list[tuple[int, list[int], list[int], float]] = []
+
+    def training_step(self, batch, batch_idx):
+        draw = float(torch.rand(()))  # the global torch stream, as dropout uses it
+        self.seen.append((self.global_step, batch["query"]["input_ids"][:, 0].tolist(),
+                          batch["docs"]["input_ids"][:, 0].tolist(), draw))
+        return self.lin(self.drop(torch.ones(2, 4))).sum()
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        return None
+
+    def on_validation_epoch_end(self) -> None:
+        self.seen.append(("validation", self.global_step))  # a restart must neither skip nor repeat one
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _examples(n: int = 10) -> list[TripletExample]:
+    return [TripletExample(f"q{i}", f"p{i}", [f"n{i}-{j}" for j in range(4)]) for i in range(n)]
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL: nothing after it runs (no on_exception checkpoint: ModelCheckpoint saves none by default)."""
+
+
+class _KillAfter(pl.Callback):
+    """Dies at the first hook after step `step` finished — before a validation due at that step, or the next step."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def _maybe_die(self, trainer: pl.Trainer, *_: object) -> None:
+        if trainer.global_step >= self.step:
+            raise _Killed
+
+    on_validation_start = on_train_batch_start = _maybe_die
+
+
+def _fit(tmp: Path, tok: _Tok, kill_after: int | None = None, ckpt: Path | None = None) -> list:
+    torch.manual_seed(123)  # the resumed run starts from another RNG state than the killed one had: must not matter
+    if ckpt is not None:
+        torch.rand(17)
+    dev = Collection("dev", corpus={"d1": "doc one", "d2": "doc two"}, queries={"a": "query"}, qrels={"a": {"d1": 1}})
+    dm = TripletDataModule(_examples(), dev=dev, tokenizer=tok, batch_size=4, num_negatives=2, seed=7)
+    module = _Toy()
+    trainer = pl.Trainer(
+        max_steps=9, max_epochs=-1, accelerator="cpu", logger=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=2, check_val_every_n_epoch=None,
+        default_root_dir=tmp, plugins=[SameDirCheckpointIO()],
+        callbacks=[LastCheckpoint(str(tmp / "checkpoints"), every_n_train_steps=1),
+                   ResumeState(str(ckpt) if ckpt else None), *([_KillAfter(kill_after)] if kill_after else [])],
+    )
+    try:
+        trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
+    except _Killed:
+        pass
+    return module.seen
+
+
+@pytest.mark.parametrize("kill_after", [1, 2, 3, 5, 6, 7])
+def test_restart_replays_the_remaining_batches_negatives_and_dropout(tmp_path: Path, kill_after: int) -> None:
+    """10 examples, batches of 4: epochs end after steps 3, 6, 9; validation every 2 steps; a checkpoint every step.
+    Killed right after any step (mid-epoch, at an epoch's end, before a due validation) and restarted, the run goes on
+    exactly as the uninterrupted one: same queries, same sampled negatives, same dropout draws, every validation
+    once. At most the steps since the last checkpoint are done again."""
+    tok = _Tok()
+    reference = _fit(tmp_path / "ref", tok)
+    steps = [s for s in reference if s[0] != "validation"]
+    assert len(steps) == 9 and len({tuple(q) for _, q, _, _ in steps[:3]}) == 3
+    assert [s for s in reference if s[0] == "validation"] == [("validation", k) for k in (2, 4, 6, 8)]
+    killed = _fit(tmp_path / "run", tok, kill_after=kill_after)
+    assert killed == reference[: len(killed)] and killed[-1][0] == kill_after - 1
+    resumed = _fit(tmp_path / "run", tok, ckpt=tmp_path / "run" / LAST_CKPT)
+    redone = len(killed) + len(resumed) - len(reference)
+    assert 0 <= redone <= 2  # the step after the last checkpoint (and its validation), no more
+    assert killed[: len(killed) - redone] + resumed == reference
+
+
+def test_loader_state_skips_served_batches_and_rolls_over_at_epoch_end() -> None:
+    tok = _Tok()
+    dm = TripletDataModule(_examples(), tokenizer=tok, batch_size=4, num_negatives=1, seed=1)
+    loader = dm.train_dataloader()
+    assert isinstance(loader, ResumableDataLoader) and len(loader) == 3
+    full = [b["query"]["input_ids"][:, 0].tolist() for b in loader]
+    it = iter(loader)
+    next(it)
+    assert loader.state_dict() == {"epoch": 0, "batches": 1}
+    again = TripletDataModule(_examples(), tokenizer=tok, batch_size=4, num_negatives=1, seed=1).train_dataloader()
+    again.load_state_dict({"epoch": 0, "batches": 1})
+    assert [b["query"]["input_ids"][:, 0].tolist() for b in again] == full[1:]
+    assert again.state_dict() == {"epoch": 0, "batches": 3}
+    again.load_state_dict({"epoch": 0, "batches": 3})  # saved after the epoch's last batch: next epoch, from its start
+    assert again.sampler.epoch == 1 and len(list(again)) == 3
+
+
+# ---- where a restart finds its run -----------------------------------------------------------------------------
+
+
+def _cfg(run_dir: Path, *overrides: str):
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=[f"paths.run_dir={run_dir}", *overrides])
+
+
+def test_interrupted_run_dir_is_resumed_and_a_fresh_one_is_not(tmp_path: Path) -> None:
+    assert prepare_run_dir(_cfg(tmp_path)) is None
+    # killed before its first checkpoint: what it left (APC report, logs) is made again, the same command starts over
+    (tmp_path / "apc_report.json").write_text("{}")
+    (tmp_path / "csv").mkdir()
+    assert prepare_run_dir(_cfg(tmp_path)) is None
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / LAST_CKPT).write_bytes(b"x")
+    (tmp_path / "checkpoints" / "best-step4.ckpt").write_bytes(b"x")
+    assert prepare_run_dir(_cfg(tmp_path)) == tmp_path / LAST_CKPT
+    assert prepare_run_dir(_cfg(tmp_path, "resume=true")) == tmp_path / LAST_CKPT
+
+
+def test_overwrite_removes_old_checkpoints_so_they_are_not_resumed(tmp_path: Path) -> None:
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / LAST_CKPT).write_bytes(b"x")
+    (tmp_path / "eval" / "boolq").mkdir(parents=True)
+    (tmp_path / "eval" / "boolq" / "metrics.json").write_text("{}")
+    assert prepare_run_dir(_cfg(tmp_path, "overwrite=true")) is None
+    assert not (tmp_path / "checkpoints").exists()
+
+
+# ---- writes a crash cannot leave half done ---------------------------------------------------------------------
+
+
+def test_atomic_dir_replaces_whole_or_not_at_all(tmp_path: Path) -> None:
+    out = tmp_path / "model"
+    with atomic_dir(out) as tmp:
+        (tmp / "config.json").write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_dir(out) as tmp:
+            (tmp / "config.json").write_text("new, half")
+            raise RuntimeError("killed while saving")
+    assert (out / "config.json").read_text() == "old"
+    with atomic_dir(out) as tmp:
+        (tmp / "weights").write_text("new")
+    assert sorted(p.name for p in out.iterdir()) == ["weights"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temp or old directories left behind
+
+
+def test_checkpoint_write_failure_keeps_the_previous_last_ckpt(tmp_path: Path, monkeypatch) -> None:
+    io, path = SameDirCheckpointIO(), tmp_path / "checkpoints" / "last.ckpt"
+    io.save_checkpoint({"global_step": 3}, path)
+
+    def dies(*args, **kwargs):
+        raise KeyboardInterrupt  # interrupted halfway through serializing
+
+    monkeypatch.setattr(torch, "save", dies)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"global_step": 6}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True) == {"global_step": 3}
+    assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]
+
+
+def test_apc_histogram_is_renamed_into_place(tmp_path: Path) -> None:
+    from vtlab.apc import save_histogram
+
+    out = save_histogram(torch.randn(500), 0.3, tmp_path / "apc_hist.png")
+    assert out.read_bytes().startswith(b"\x89PNG") and [p.name for p in tmp_path.iterdir()] == ["apc_hist.png"]
+
+
+def test_refused_run_writes_nothing_and_never_starts(tmp_path: Path) -> None:
+    from vtlab.errors import RunDirError
+    from vtlab.pipeline import run
+
+    (tmp_path / "eval" / "boolq").mkdir(parents=True)
+    (tmp_path / "eval" / "boolq" / "metrics.json").write_text("{}")
+    started = []
+    with pytest.raises(RunDirError, match="is finished"):
+        run(_cfg(tmp_path), on_start=lambda: started.append(True))
+    assert started == []
+
+
+# ---- a real run, SIGKILLed mid-training -----------------------------------------------------------------------
+
+_RUN = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none", "trainer.max_steps=12",
+        "trainer.val_check_interval=6", "callbacks.last_checkpoint.every_n_train_steps=3", "data.batch_size=4",
+        "data.doc_max_length=64", "data.dev.dev_size=20", "data.dev.max_docs=100", "+eval.collection.max_queries=40",
+        "+eval.collection.max_docs=150"]
+_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
+        "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _vtlab(run_dir: Path, log: Path) -> subprocess.Popen:
+    # output to a file: a pipe nobody drains while the other run goes on could fill up and stall the process
+    with open(log, "a") as f:
+        return subprocess.Popen([sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={run_dir}"], cwd=ROOT, env=_ENV,
+                                stdout=f, stderr=subprocess.STDOUT)
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
+
+
+def _ckpt_step(path: Path) -> int:
+    return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
+
+
+def _results(run_dir: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    metrics = json.loads((run_dir / "eval" / "boolq" / "metrics.json").read_text())
+    quality = {k: v for k, v in metrics["metrics"].items() if not k.endswith(("_s", "_ms_per_query"))}  # no timings
+    from safetensors.torch import load_file
+
+    return quality, load_file(str(run_dir / "model" / "model.safetensors"))
+
+
+@pytest.mark.slow
+def test_sigkilled_training_resumes_to_the_same_metrics_and_weights(tmp_path: Path) -> None:
+    ref_dir, run_dir = tmp_path / "uninterrupted", tmp_path / "killed"
+    ref_log, run_log = tmp_path / "uninterrupted.log", tmp_path / "killed.log"
+    reference = _vtlab(ref_dir, ref_log)
+    killed = _vtlab(run_dir, run_log)
+    last = run_dir / LAST_CKPT
+    deadline = time.monotonic() + 300
+    # kill once last.ckpt holds step 6 or later (written after the step-6 validation): in the middle of training
+    while killed.poll() is None and time.monotonic() < deadline:
+        if last.is_file() and _ckpt_step(last) >= 6:
+            break
+        time.sleep(0.2)
+    assert killed.poll() is None, f"the run ended before it could be killed: {_tail(run_log)}"
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    killed_at = _ckpt_step(last)
+    assert killed.returncode == -signal.SIGKILL and 6 <= killed_at < 12
+    assert not (run_dir / "eval").exists() and not (run_dir / "model").exists()
+
+    resumed = _vtlab(run_dir, run_log)  # the same command: resume=auto finds checkpoints/last.ckpt
+    assert resumed.wait(timeout=600) == 0, _tail(run_log)
+    assert reference.wait(timeout=600) == 0, _tail(ref_log)
+    assert _ckpt_step(last) == 12
+    ref_metrics, ref_weights = _results(ref_dir)
+    got_metrics, got_weights = _results(run_dir)
+    assert got_metrics == ref_metrics  # exactly: CPU training is deterministic here
+    trec = Path("eval") / "boolq" / "run.trec"
+    assert (run_dir / trec).read_bytes() == (ref_dir / trec).read_bytes()  # every score of every ranked document
+    assert ref_weights.keys() == got_weights.keys()
+    for name, tensor in ref_weights.items():
+        assert torch.equal(tensor, got_weights[name]), name

@@ -1,0 +1,114 @@
+"""Shared bench plumbing: one measurement per fresh subprocess, peak RSS, timers, machine facts."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_mb() -> float:
+    """Current resident set."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def cpu_s() -> float:
+    """User + system CPU seconds of this process (all threads): less sensitive than wall time to other jobs."""
+    t = os.times()
+    return t.user + t.system
+
+
+@dataclass
+class Timer:
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@contextmanager
+def timed() -> Iterator[Timer]:
+    t = Timer()
+    w0, c0 = time.perf_counter(), cpu_s()
+    try:
+        yield t
+    finally:
+        t.wall_s, t.cpu_s = time.perf_counter() - w0, cpu_s() - c0
+
+
+def set_threads(n: int) -> None:
+    """Same thread count for every tool: torch intra-op threads and the BLAS/OpenMP pools."""
+    import torch
+
+    torch.set_num_threads(n)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(n)
+
+
+def worker_env(threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WANDB_MODE="disabled",
+               TRANSFORMERS_VERBOSITY="error", PYTHONWARNINGS="ignore")
+    return env
+
+
+def run_worker(module: str, args: list[str], out: Path, threads: int, timeout: float | None = None) -> dict[str, Any]:
+    """Run `python -m module args --out out` in a fresh process and return the JSON it wrote.
+
+    A fresh process per measurement makes peak RSS (ru_maxrss) belong to one tool; the worker's stderr passes through.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", module, *args, "--out", str(out)]
+    began = time.perf_counter()
+    proc = subprocess.run(cmd, env=worker_env(threads), timeout=timeout, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0 or not out.is_file():
+        tail = "\n".join(proc.stdout.splitlines()[-20:])
+        raise RuntimeError(f"{' '.join(cmd)} failed with exit code {proc.returncode}\n{tail}")
+    result = json.loads(out.read_text())
+    result["process_wall_s"] = round(time.perf_counter() - began, 2)
+    return result
+
+
+def write_result(path: str | Path, result: dict[str, Any]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    result.setdefault("peak_rss_mb", round(peak_rss_mb(), 1))
+    path.write_text(json.dumps(result, indent=2, default=float) + "\n")
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on, including how busy the machine was (other jobs skew wall times)."""
+    info: dict[str, Any] = {"python": platform.python_version(), "cpus": os.cpu_count(),
+                            "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()]}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        flags = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags"))
+        info["amx_bf16"] = " amx_bf16" in flags
+        info["avx512_bf16"] = " avx512_bf16" in flags
+    except (OSError, StopIteration):
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["gpu"] = torch.cuda.is_available()
+    except ImportError:
+        pass
+    return info

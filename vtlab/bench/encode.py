@@ -1,0 +1,200 @@
+"""Encoding benchmark worker: one tool, one model, BoolQ-val passages then questions, in this (fresh) process.
+
+    python -m vtlab.bench.encode --tool vtlab|vtlab-bf16|st|floor --model splade-tiny|minilm --out FILE [--vectors DIR]
+
+- `vtlab`: SpladeEncoder.encode (fp32); `vtlab-bf16`: the same under bf16 autocast.
+- `st`: sentence-transformers SparseEncoder = MLMTransformer (fill-mask) + SpladePooling(max, relu), its own encode().
+- `floor`: what no SPLADE encoder can skip, on vtlab's batches: tokenization, the encoder body + MLM head transform,
+  and the vocabulary matmul on the real (non-pad) tokens only, into one reused buffer; no pooling, no output.
+
+Peak RSS is this process's (ru_maxrss); vectors go to --vectors as CSR .npz for the parent's equality check.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, timed, write_result
+
+DOC_LEN, QUERY_LEN = 256, 64
+SIDES = (("doc", DOC_LEN), ("query", QUERY_LEN))
+
+
+def model_dir(name: str) -> Path:
+    """A masked-LM directory both tools load. MiniLM has no MLM head: one is initialized once (seed 0), its output
+    bias shifted so that a passage has ~186 active terms as with SPLADE-tiny (a random head would make every vector
+    dense, and the bench would measure 30k-term outputs instead of SPLADE), and saved, so every tool sees the same
+    weights."""
+    from vtlab.assets import asset_path, cache_dir
+
+    if name == "splade-tiny":
+        return asset_path("splade-tiny")
+    if name != "minilm":
+        raise ValueError(f"unknown bench model {name!r}")
+    out = cache_dir("bench") / "minilm-mlm-seed0-186"
+    if not (out / "model.safetensors").is_file():
+        import shutil
+
+        import torch
+
+        from vtlab.backbones import Backbone
+        from vtlab.models.encoder import SpladeEncoder
+
+        torch.manual_seed(0)
+        backbone = Backbone("asset:minilm", family="bert")
+        enc = SpladeEncoder(backbone.load_model(), backbone.load_tokenizer(), doc_max_length=DOC_LEN)
+        with torch.inference_mode():
+            _, ids, mask = next(enc.batches(texts(64, 0)[0], "doc", 64))
+            z = enc.max_logits(ids, mask, "doc")
+            cut = torch.quantile(z.flatten()[:: max(1, z.numel() // 2**24)], 1 - 186 / z.shape[1])
+            enc.output_bias("doc").sub_(cut)
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        enc.model.save_pretrained(tmp)
+        enc.tokenizer.save_pretrained(tmp)
+        tmp.replace(out)
+    return out
+
+
+def texts(limit_docs: int | None = None, limit_queries: int | None = None) -> tuple[list[str], list[str]]:
+    """BoolQ validation passages (2,938) and questions (3,270), in collection order."""
+    from vtlab.data.boolq import boolq_collection
+
+    c = boolq_collection("validation")
+    return list(c.corpus.values())[:limit_docs], list(c.queries.values())[:limit_queries]
+
+
+def torch_sparse_to_csr(t: Any) -> sp.csr_matrix:
+    t = t.coalesce().cpu()
+    idx = t.indices().numpy()
+    return sp.csr_matrix((t.values().float().numpy(), (idx[0], idx[1])), shape=tuple(t.shape))
+
+
+# ---------------------------------------------------------------------------------------------------- the tools
+
+
+def run_vtlab(path: Path, docs: list[str], queries: list[str], batch: int, bf16: bool) -> dict[str, Any]:
+    import torch
+
+    from vtlab.backbones import Backbone
+    from vtlab.models.encoder import SpladeEncoder
+
+    enc = SpladeEncoder.from_backbone(Backbone(str(path), family="bert"), query_max_length=QUERY_LEN,
+                                      doc_max_length=DOC_LEN)
+    result: dict[str, Any] = {"rss_after_load_mb": round(rss_mb(), 1)}
+    enc.encode(docs[:batch], "doc", batch_size=batch, show_progress=False)  # warm-up: one-time allocations, oneDNN
+    vectors = {}
+    for side, _ in SIDES:
+        items = docs if side == "doc" else queries
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else torch.autocast("cpu", enabled=False)
+        with ctx, timed() as t:
+            vectors[side] = enc.encode(items, side, batch_size=batch, show_progress=False)
+        result[side] = {"n": len(items), "wall_s": round(t.wall_s, 3), "cpu_s": round(t.cpu_s, 3),
+                        "per_s": round(len(items) / t.wall_s, 2)}
+    return {**result, "_vectors": vectors}
+
+
+def run_st(path: Path, docs: list[str], queries: list[str], batch: int) -> dict[str, Any]:
+    import torch
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules.mlm_transformer import MLMTransformer
+    from sentence_transformers.sparse_encoder.modules.splade_pooling import SpladePooling
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
+        mlm = MLMTransformer(str(path), max_seq_length=DOC_LEN)
+        model = SparseEncoder(modules=[mlm, SpladePooling(pooling_strategy="max", activation_function="relu")],
+                              device="cpu")
+    model.eval()
+    result: dict[str, Any] = {"rss_after_load_mb": round(rss_mb(), 1)}
+    model.encode(docs[:batch], batch_size=batch, show_progress_bar=False)  # warm-up, as for vtlab
+    vectors = {}
+    for side, max_len in SIDES:
+        items = docs if side == "doc" else queries
+        model.max_seq_length = max_len
+        with timed() as t:
+            emb = model.encode(items, batch_size=batch, show_progress_bar=False, convert_to_sparse_tensor=True)
+        vectors[side] = torch_sparse_to_csr(emb)
+        result[side] = {"n": len(items), "wall_s": round(t.wall_s, 3), "cpu_s": round(t.cpu_s, 3),
+                        "per_s": round(len(items) / t.wall_s, 2)}
+    return {**result, "_vectors": vectors}
+
+
+def run_floor(path: Path, docs: list[str], queries: list[str], batch: int) -> dict[str, Any]:
+    """Tokenize + body + head transform + decoder GEMM over real tokens, on the batches vtlab's encode forms."""
+    import torch
+
+    from vtlab.backbones import Backbone
+    from vtlab.models.encoder import SpladeEncoder, _decoder_bypassed
+    from vtlab.models.pooling import DEFAULT_CHUNK_BYTES
+
+    enc = SpladeEncoder.from_backbone(Backbone(str(path), family="bert"), query_max_length=QUERY_LEN,
+                                      doc_max_length=DOC_LEN)
+    enc.eval()
+    net = enc.model
+    result: dict[str, Any] = {"rss_after_load_mb": round(rss_mb(), 1)}
+    rows_per_slab = max(1, DEFAULT_CHUNK_BYTES // (enc.vocab_size * 4))
+    with _decoder_bypassed(net) as decoder:
+        w = decoder.weight
+        buf = torch.empty((rows_per_slab, w.shape[0]))
+
+        def one_pass(items: list[str], side: str) -> None:
+            for _, ids, mask in enc.batches(items, side, batch):  # the same tokenization + length-sorted batches
+                hidden = net(input_ids=ids, attention_mask=mask).logits
+                real = hidden[mask.bool()]  # [tokens, H]
+                for s in range(0, real.shape[0], rows_per_slab):
+                    part = real[s : s + rows_per_slab]
+                    torch.mm(part, w.t(), out=buf[: part.shape[0]])
+
+        with torch.inference_mode():
+            one_pass(docs[:batch], "doc")  # warm-up
+            for side, _ in SIDES:
+                items = docs if side == "doc" else queries
+                with timed() as t:
+                    one_pass(items, side)
+                result[side] = {"n": len(items), "wall_s": round(t.wall_s, 3), "cpu_s": round(t.cpu_s, 3),
+                                "per_s": round(len(items) / t.wall_s, 2)}
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tool", required=True, choices=["vtlab", "vtlab-bf16", "st", "floor"])
+    ap.add_argument("--model", default="splade-tiny", choices=["splade-tiny", "minilm"])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--docs", type=int, default=None, help="first N passages only (default: all 2,938)")
+    ap.add_argument("--queries", type=int, default=None, help="first N questions only (default: all 3,270)")
+    ap.add_argument("--vectors", default=None, help="directory for the output vectors (.npz)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    set_threads(args.threads)
+    path = model_dir(args.model)
+    docs, queries = texts(args.docs, args.queries)
+    if args.tool == "st":
+        result = run_st(path, docs, queries, args.batch)
+    elif args.tool == "floor":
+        result = run_floor(path, docs, queries, args.batch)
+    else:
+        result = run_vtlab(path, docs, queries, args.batch, bf16=args.tool == "vtlab-bf16")
+    vectors = result.pop("_vectors", {})
+    if args.vectors and vectors:
+        d = Path(args.vectors)
+        d.mkdir(parents=True, exist_ok=True)
+        for side, m in vectors.items():
+            sp.save_npz(d / f"{args.tool}-{args.model}-{side}.npz", sp.csr_matrix(m, dtype=np.float32))
+            result[side]["nnz_per_row"] = round(m.nnz / max(m.shape[0], 1), 1)
+    result.update(tool=args.tool, model=args.model, batch=args.batch, threads=args.threads,
+                  peak_rss_mb=round(peak_rss_mb(), 1))
+    write_result(args.out, result)
+
+
+if __name__ == "__main__":
+    main()

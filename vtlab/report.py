@@ -1,0 +1,546 @@
+"""`python -m vtlab.report SWEEP_DIR [SWEEP_DIR ...]`: the paper's tables from finished Hydra sweeps.
+
+Per sweep: rows = table rows (jobs whose overrides differ only in `seed=` — or in the collection, `eval=`,
+`eval.path=`, `eval.name=` — are one row), columns = one measure per evaluated collection (nDCG@10 by default,
+`--measure`), its average over the collections, and the average FLOPS and query/doc active dims; each cell is the mean
+± sample std (ddof=1) over seeds, with the number of seeds. Written as markdown, CSV and LaTeX
+(`table.md`, `table.csv`, `table.tex` in the sweep directory or `--out DIR`); the markdown also goes to stdout.
+
+Nothing is dropped: a failed job shows "failed" with its error, a job the sweep expected but that has no directory
+shows "missing", a job still running (or killed: status "running" or no status.json and no metrics) "incomplete".
+
+Expected jobs come from `multirun.yaml` expanded the way Hydra's BasicSweeper does it (`hydra.sweeper.params`, then
+`hydra.overrides.task`, through Hydra's own override parser: `a,b,c`, `range()`, `choice()`; `glob()` over a config
+group is listed from the sweep's own `hydra.runtime.config_sources`). When that is not possible — no multirun.yaml,
+another sweeper (optuna…), a config dir that no longer exists, or an expansion that disagrees with the job directories
+— the table is built from the job directories present, and its footer says so.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import enum
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from vtlab.errors import VtlabError
+
+DEFAULT_MEASURE = "nDCG@10"
+SEED_KEY = "seed"
+# overrides that choose the collection: jobs differing only in these fill different columns of the same row
+COLLECTION_KEYS = frozenset({"eval", "eval.path", "eval.name"})
+OUTPUT_NAMES = ("table.md", "table.csv", "table.tex")
+MAX_NOTE_CHARS = 200  # errors are cut in markdown/LaTeX cells (the CSV keeps them whole)
+STD_NOTE = "mean ± sample std (ddof=1) over seeds; n = seeds with results, (n=k) where a cell has fewer"
+
+
+class ReportError(VtlabError):
+    """Bad input to the report: the message names the path and what is wrong with it."""
+
+
+class State(enum.Enum):
+    DONE = "done"
+    FAILED = "failed"
+    MISSING = "missing"
+    INCOMPLETE = "incomplete"
+    NO_METRICS = "no metrics"  # finished, but evaluated nothing (stage=transfer, eval=none)
+
+
+_STATUS_STATES = {"done": State.DONE, "failed": State.FAILED, "running": State.INCOMPLETE}
+
+
+# ---------------------------------------------------------------------------------------------------- reading jobs
+
+
+@dataclass
+class Job:
+    num: int
+    overrides: tuple[str, ...]
+    state: State
+    name: str | None = None
+    seed: str | None = None
+    error: str | None = None
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # collection -> metrics.json "metrics"
+
+
+def override_key(override: str) -> str:
+    """`+experiment=x` -> `experiment`, `~a.b` -> `a.b` (a Hydra key never contains `=`)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _override_value(overrides: Iterable[str], key: str) -> str | None:
+    for o in overrides:
+        if "=" in o and override_key(o) == key:
+            return o.split("=", 1)[1]
+    return None
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ReportError(f"{path}: cannot read ({' '.join(str(exc).split())})") from exc
+
+
+def _load_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{path}: malformed {what} ({' '.join(str(exc).split())})") from exc
+    if not isinstance(data, dict):
+        raise ReportError(f"{path}: malformed {what} (expected a JSON object, got {type(data).__name__})")
+    return data
+
+
+def read_metrics(path: Path) -> dict[str, Any]:
+    """The "metrics" object of an `eval/<collection>/metrics.json` (see vtlab.evaluation.evaluate)."""
+    metrics = _load_json(path, "metrics.json").get("metrics")
+    if not isinstance(metrics, dict):
+        raise ReportError(f"{path}: malformed metrics.json (no \"metrics\" object)")
+    return metrics
+
+
+def _load_config(path: Path) -> Any:
+    try:
+        return OmegaConf.load(path)
+    except Exception as exc:  # noqa: BLE001 - yaml and omegaconf errors alike: name the file
+        raise ReportError(f"{path}: cannot read ({' '.join(str(exc).split())})") from exc
+
+
+def _suite_order(eval_dir: Path, datasets: Iterable[str]) -> list[str]:
+    """The configured order of an evaluation suite (eval/summary.json, e.g. BEIR in the paper's order), else by name."""
+    summary = eval_dir / "summary.json"
+    order = list((_load_json(summary, "summary.json").get("datasets") or {}) if summary.is_file() else ())
+    names = sorted(datasets)
+    return [d for d in order if d in names] + [d for d in names if d not in order]
+
+
+def _plain(cfg: DictConfig, key: str) -> Any:
+    # job configs hold ${hydra:...} interpolations that only resolve inside Hydra: read single keys, never resolve all
+    return OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+
+
+def _dig(data: Any, *keys: str) -> Any:
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def _job_num(job_dir: Path) -> int | None:
+    hydra_yaml = job_dir / ".hydra" / "hydra.yaml"
+    num = _dig(_load_yaml(hydra_yaml), "hydra", "job", "num") if hydra_yaml.is_file() else None
+    if isinstance(num, int):
+        return num
+    return int(job_dir.name) if job_dir.name.isdigit() else None
+
+
+def _job_state(status: dict[str, Any] | None, has_metrics: bool) -> State:
+    if status is None:  # runs from before status.json: metrics.json is written last, so it means finished
+        return State.DONE if has_metrics else State.INCOMPLETE
+    state = _STATUS_STATES.get(str(status.get("status")), State.INCOMPLETE)
+    return State.NO_METRICS if state is State.DONE and not has_metrics else state
+
+
+def read_job(job_dir: Path, num: int) -> Job:
+    overrides_yaml = job_dir / ".hydra" / "overrides.yaml"
+    overrides = tuple(str(o) for o in (_load_yaml(overrides_yaml) or [])) if overrides_yaml.is_file() else ()
+    config_yaml = job_dir / ".hydra" / "config.yaml"
+    cfg = _load_config(config_yaml) if config_yaml.is_file() else OmegaConf.create()
+    status_path = job_dir / "status.json"
+    status = _load_json(status_path, "status.json") if status_path.is_file() else None
+    metrics = {p.parent.name: read_metrics(p) for p in sorted((job_dir / "eval").glob("*/metrics.json"))}
+    metrics = {d: metrics[d] for d in _suite_order(job_dir / "eval", metrics)}
+    name = _plain(cfg, "name") if isinstance(cfg, DictConfig) else None
+    seed = _override_value(overrides, SEED_KEY)
+    if seed is None and isinstance(cfg, DictConfig) and _plain(cfg, SEED_KEY) is not None:
+        seed = str(_plain(cfg, SEED_KEY))
+    return Job(num=num, overrides=overrides, state=_job_state(status, bool(metrics)),
+               name=str(name) if name is not None else (status or {}).get("name"),
+               seed=seed, error=(status or {}).get("error"), metrics=metrics)
+
+
+def job_dirs(sweep: Path) -> list[Path]:
+    """Direct children with a `.hydra/` folder (vtlab's `hydra.sweep.subdir` is the job number)."""
+    return sorted((p for p in sweep.iterdir() if (p / ".hydra").is_dir()),
+                  key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name))
+
+
+# ---------------------------------------------------------------------------------------------------- expected jobs
+
+
+class _GroupOptions:
+    """Just enough of a Hydra ConfigLoader for `glob()`: a config group's options from the sweep's config sources."""
+
+    def __init__(self, config_sources: Sequence[dict[str, Any]]) -> None:
+        from hydra._internal.config_repository import ConfigRepository
+        from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
+        from hydra.core.plugins import Plugins
+
+        Plugins.instance()  # registers the file/pkg/structured config source types
+        search_path = ConfigSearchPathImpl()
+        for source in config_sources:
+            search_path.append(provider=str(source["provider"]), path=f"{source['schema']}://{source['path']}")
+        self._repo = ConfigRepository(config_search_path=search_path)
+
+    def get_group_options(self, group_name: str, results_filter: Any = None, **_: Any) -> list[str]:
+        from hydra.core.object_type import ObjectType
+
+        return self._repo.get_group_options(group_name, results_filter or ObjectType.CONFIG)
+
+
+def expand_sweep(multirun: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The jobs of a BasicSweeper sweep, in job-number order, as Hydra builds them from multirun.yaml."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    target = str(_dig(multirun, "hydra", "sweeper", "_target_") or BasicSweeper.__name__)
+    if not target.endswith(BasicSweeper.__name__):
+        raise ReportError(f"sweeper {target} is not Hydra's basic sweeper")
+    # BasicSweeper.sweep: sweeper params first, then the command line's task overrides
+    arguments = [f"{k}={v}" for k, v in (_dig(multirun, "hydra", "sweeper", "params") or {}).items()]
+    arguments += [str(o) for o in _dig(multirun, "hydra", "overrides", "task") or []]
+    sources = _dig(multirun, "hydra", "runtime", "config_sources") or []
+    loader = _GroupOptions(sources) if any("glob(" in a for a in arguments) else None
+    parsed = OverridesParser.create(config_loader=loader).parse_overrides(arguments)
+    batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+    return [tuple(job) for job in batches[0]]
+
+
+def _expected_jobs(sweep: Path, present: list[Job]) -> tuple[list[tuple[str, ...]] | None, str]:
+    """(expected overrides by job number, or None to use the present jobs; a footer line saying which)."""
+    multirun_yaml = sweep / "multirun.yaml"
+    fallback = f"jobs: the {len(present)} job directories present"
+    if not multirun_yaml.is_file():
+        return None, f"{fallback} (no multirun.yaml)"
+    multirun = _load_yaml(multirun_yaml) or {}
+    try:
+        expected = expand_sweep(multirun)
+    except Exception as exc:  # noqa: BLE001 - any failure to re-expand means: trust the directories
+        return None, f"{fallback} (could not expand the sweep in multirun.yaml: {' '.join(str(exc).split())})"
+    if not expected and present:
+        return None, f"{fallback} (multirun.yaml expands to no job)"
+    # the expansion must agree with what ran (a config dir edited since would list other glob options)
+    disagree = [j.num for j in present if j.num >= len(expected) or expected[j.num] != j.overrides]
+    if disagree:
+        return None, f"{fallback} (multirun.yaml's sweep does not match job {disagree[0]}'s overrides)"
+    return expected, f"jobs: {len(expected)} expected from multirun.yaml, {len(present)} present"
+
+
+def collect_jobs(sweep: Path) -> tuple[list[Job], str]:
+    """Every job of the sweep in job-number order: the present ones read from disk, the expected absent ones MISSING."""
+    if not sweep.is_dir():
+        raise ReportError(f"{sweep}: no such directory")
+    dirs = job_dirs(sweep)
+    if not dirs and not (sweep / "multirun.yaml").is_file():
+        raise ReportError(f"{sweep}: not a Hydra sweep directory (expected multirun.yaml or <n>/.hydra/)")
+    nums = [_job_num(d) for d in dirs]
+    next_free = max((n for n in nums if n is not None), default=-1) + 1
+    present = []
+    for d, num in zip(dirs, nums):
+        if num is None:  # a custom subdir without a job number: keep it, after the numbered ones
+            num, next_free = next_free, next_free + 1
+        present.append(read_job(d, num))
+    expected, note = _expected_jobs(sweep, present)
+    by_num = {j.num: j for j in present}
+    missing = [Job(num=i, overrides=o, state=State.MISSING, seed=_override_value(o, SEED_KEY))
+               for i, o in enumerate(expected or []) if i not in by_num]
+    return sorted(present + missing, key=lambda j: j.num), note
+
+
+# ---------------------------------------------------------------------------------------------------- the table
+
+
+@dataclass
+class Cell:
+    values: list[float]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float | None:
+        return float(np.mean(self.values)) if self.values else None
+
+    @property
+    def std(self) -> float | None:
+        return float(np.std(self.values, ddof=1)) if self.n > 1 else None
+
+
+@dataclass
+class Column:
+    header: str
+    decimals: int
+    value: Callable[[dict[str, dict[str, Any]]], float | None]  # one seed's {collection: metrics} -> value
+
+
+@dataclass
+class Row:
+    label: str
+    n: int
+    cells: list[Cell]
+    notes: list[str]  # one per job that did not finish: "failed (seed=1): <error>", "missing (seed=2)", ...
+
+    @property
+    def status(self) -> str:
+        return "; ".join(self.notes) or "ok"
+
+
+@dataclass
+class Table:
+    title: str
+    sweep: Path
+    columns: list[Column]
+    rows: list[Row]
+    footer: list[str]
+
+
+def _is_row_key(override: str) -> bool:
+    key = override_key(override)
+    return key != SEED_KEY and key not in COLLECTION_KEYS
+
+
+def _row_key(job: Job) -> tuple[str, ...]:
+    return tuple(o for o in job.overrides if _is_row_key(o))
+
+
+def _number(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _dataset_value(dataset: str, key: str) -> Callable[[dict[str, dict[str, Any]]], float | None]:
+    return lambda seed: _number(seed.get(dataset, {}).get(key))
+
+
+def _average_value(datasets: Sequence[str], key: str) -> Callable[[dict[str, dict[str, Any]]], float | None]:
+    # only seeds evaluated on every collection: an average over different collections is not comparable
+    def value(seed: dict[str, dict[str, Any]]) -> float | None:
+        xs = [_number(seed.get(d, {}).get(key)) for d in datasets]
+        return float(np.mean(xs)) if xs and all(x is not None for x in xs) else None
+
+    return value
+
+
+def make_columns(datasets: Sequence[str], measure: str) -> list[Column]:
+    cols = [Column(f"{d} {measure}", 4, _dataset_value(d, measure)) for d in datasets]
+    return cols + [Column(f"avg {measure}", 4, _average_value(datasets, measure)),
+                   Column("avg FLOPS", 3, _average_value(datasets, "flops")),
+                   Column("avg q dims", 1, _average_value(datasets, "query_active_dims")),
+                   Column("avg d dims", 1, _average_value(datasets, "doc_active_dims"))]
+
+
+def _seed_metrics(jobs: Sequence[Job]) -> list[dict[str, dict[str, Any]]]:
+    """One {collection: metrics} per seed of the row's finished jobs (jobs of one seed on different collections are
+    merged; a collection evaluated twice for one seed is averaged)."""
+    per_seed: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for job in jobs:
+        if job.state is State.DONE:
+            seed = per_seed.setdefault(job.seed if job.seed is not None else f"job{job.num}", {})
+            for dataset, metrics in job.metrics.items():
+                seed.setdefault(dataset, []).append(metrics)
+    return [{d: _mean_metrics(ms) for d, ms in seed.items()} for seed in per_seed.values()]
+
+
+def _mean_metrics(ms: list[dict[str, Any]]) -> dict[str, float]:
+    keys = {k for m in ms for k, v in m.items() if _number(v) is not None}
+    return {k: float(np.mean([_number(m[k]) for m in ms if _number(m.get(k)) is not None])) for k in keys}
+
+
+def _job_note(job: Job) -> str:
+    which = " ".join(o for o in job.overrides if not _is_row_key(o)) or f"job {job.num}"
+    note = f"{job.state.value} ({which})"
+    return f"{note}: {job.error}" if job.error else note
+
+
+def _varying(groups: Sequence[list[Job]]) -> list[str]:
+    """Per row, its overrides (seed and collection excluded) whose key takes more than one value across `groups`."""
+    keys = {override_key(o) for g in groups for j in g for o in _row_key(j)}
+    varying = {k for k in keys if len({_override_value(_row_key(g[0]), k) for g in groups}) > 1}
+    return [" ".join(o for o in _row_key(g[0]) if override_key(o) in varying) for g in groups]
+
+
+def _labels(groups: list[list[Job]]) -> list[str]:
+    """The jobs' `name` when names differ across the sweep, else the overrides that vary (seed excluded); rows that
+    share a name also get the overrides that vary among them, rows that never ran (no name) their overrides."""
+    names = [next((j.name for j in g if j.name is not None), None) for g in groups]
+    by_overrides = _varying(groups)
+    if len({n for n in names if n is not None}) <= 1:
+        return [o or n or "(no overrides)" for o, n in zip(by_overrides, names)]
+    labels = [n or o for n, o in zip(names, by_overrides)]
+    for name in {n for n in names if n is not None and names.count(n) > 1}:
+        rows = [i for i, n in enumerate(names) if n == name]
+        for i, o in zip(rows, _varying([groups[i] for i in rows])):
+            labels[i] = f"{name} ({o})"
+    return labels
+
+
+def build_table(sweep: str | Path, measure: str = DEFAULT_MEASURE) -> Table:
+    sweep = Path(sweep)
+    jobs, jobs_note = collect_jobs(sweep)
+    groups: dict[tuple[str, ...], list[Job]] = {}
+    for job in jobs:  # jobs are in job-number order, so rows come in sweep order
+        groups.setdefault(_row_key(job), []).append(job)
+    datasets = list(dict.fromkeys(d for j in jobs if j.state is State.DONE for d in j.metrics))
+    done_metrics = [m for j in jobs if j.state is State.DONE for m in j.metrics.values()]
+    if done_metrics and not any(measure in m for m in done_metrics):
+        available = sorted({k for m in done_metrics for k in m})
+        raise ReportError(f"{sweep}: no metrics.json has the measure {measure!r} (available: {', '.join(available)})")
+    columns = make_columns(datasets, measure)
+    rows = []
+    for label, group in zip(_labels(list(groups.values())), groups.values()):
+        seeds = _seed_metrics(group)
+        cells = [Cell([v for s in seeds if (v := c.value(s)) is not None]) for c in columns]
+        notes = [_job_note(j) for j in group if j.state is not State.DONE]
+        rows.append(Row(label, len(seeds), cells, notes))
+    names = {j.name for j in jobs if j.name is not None}
+    title = names.pop() if len(names) == 1 else f"{sweep.parent.name}/{sweep.name}"
+    footer = [STD_NOTE + f"; avg: mean over {', '.join(datasets) or 'the collections'} per seed",
+              f"sweep: {sweep}; {jobs_note}"]
+    return Table(title, sweep, columns, rows, footer)
+
+
+# ---------------------------------------------------------------------------------------------------- rendering
+
+
+def _fmt(x: float | None, decimals: int) -> str:
+    return "" if x is None else f"{x:.{decimals}f}"
+
+
+def _cell_text(cell: Cell, decimals: int, row_n: int, pm: str) -> str:
+    if cell.mean is None:
+        return ""
+    text = _fmt(cell.mean, decimals) + (f"{pm}{_fmt(cell.std, decimals)}" if cell.std is not None else "")
+    return text if cell.n == row_n else f"{text} (n={cell.n})"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_NOTE_CHARS else text[: MAX_NOTE_CHARS - 1] + "…"
+
+
+def _row_texts(table: Table, row: Row, pm: str) -> list[str]:
+    cells = [_cell_text(c, col.decimals, row.n, pm) for c, col in zip(row.cells, table.columns)]
+    return [row.label, str(row.n), *cells, _short(row.status)]
+
+
+def _headers(table: Table) -> list[str]:
+    return ["run", "n", *(c.header for c in table.columns), "status"]
+
+
+def to_markdown(table: Table) -> str:
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") or "–" for c in cells) + " |"
+
+    headers = _headers(table)
+    rule = "|" + "|".join(["---", *["---:"] * (len(headers) - 2), "---"]) + "|"  # numbers right-aligned
+    lines = [f"### {table.title}", "", line(headers), rule]
+    lines += [line(_row_texts(table, row, " ± ")) for row in table.rows]
+    return "\n".join([*lines, "", *(f"{f}." for f in table.footer)]) + "\n"
+
+
+def to_csv(table: Table) -> str:
+    """One line per row; numbers unrounded, a `<column> std` and `<column> n` after each mean; full error text."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["run", "n", *(f"{c.header}{s}" for c in table.columns for s in ("", " std", " n")), "status"])
+    for row in table.rows:
+        stats = [x for c in row.cells for x in (c.mean, c.std, c.n)]
+        writer.writerow([row.label, row.n, *("" if x is None else repr(x) for x in stats), row.status])
+    return out.getvalue()
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "|": r"\textbar{}",
+                  "<": r"\textless{}", ">": r"\textgreater{}", "±": r"$\pm$"}
+_LATEX_RE = re.compile("|".join(re.escape(c) for c in _LATEX_SPECIAL))
+
+
+def latex_escape(text: str) -> str:
+    return _LATEX_RE.sub(lambda m: _LATEX_SPECIAL[m.group()], text)
+
+
+def to_latex(table: Table) -> str:
+    """A booktabs `table` with a `tabular`: the markdown's rows and cells, footer as the caption."""
+    headers = _headers(table)
+    spec = "l" + "r" * (len(headers) - 2) + "l"
+    lines = [r"\begin{table}[t]", r"\centering", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+             " & ".join(latex_escape(h) for h in headers) + r" \\", r"\midrule"]
+    lines += [" & ".join(latex_escape(c) or "--" for c in _row_texts(table, row, " ± ")) + r" \\"
+              for row in table.rows]
+    caption = latex_escape(f"{table.title}: {table.footer[0]}.")
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{caption}}}", r"\end{table}"]
+    return "\n".join([f"% {' '.join(f.split())}" for f in table.footer[1:]] + lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------- writing, CLI
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Atomic: a temp file in the same directory, then os.replace (readers never see half a table)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_table(table: Table, out_dir: str | Path) -> list[Path]:
+    renders = (to_markdown, to_csv, to_latex)
+    return [write_text(Path(out_dir) / name, render(table)) for name, render in zip(OUTPUT_NAMES, renders)]
+
+
+def _out_dirs(sweeps: Sequence[Path], out: Path | None) -> list[Path]:
+    """Each sweep's own directory; with --out, DIR itself for one sweep, DIR/<date>_<time> for several."""
+    if out is None:
+        return list(sweeps)
+    if len(sweeps) == 1:
+        return [out]
+    names = [f"{s.resolve().parent.name}_{s.resolve().name}" for s in sweeps]
+    return [out / (n if names.count(n) == 1 else f"{n}_{i}") for i, n in enumerate(names)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m vtlab.report",
+        description="Tables (markdown, CSV, LaTeX) from finished vtlab Hydra sweeps: mean ± sample std over seeds.")
+    parser.add_argument("sweeps", nargs="+", type=Path, metavar="SWEEP_DIR",
+                        help="outputs/multirun/<date>/<time>-<name>; one table each")
+    parser.add_argument("--measure", default=DEFAULT_MEASURE,
+                        help=f"measure shown per collection and averaged (default {DEFAULT_MEASURE})")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where table.md/.csv/.tex go (default: the sweep dir; one sub-directory per sweep "
+                             "when several are given)")
+    args = parser.parse_args(argv)
+    try:
+        tables = [build_table(s, args.measure) for s in args.sweeps]  # all read before anything is written
+        for table, out_dir in zip(tables, _out_dirs(args.sweeps, args.out)):
+            written = write_table(table, out_dir)
+            print(to_markdown(table), file=sys.stdout)
+            print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
+    except (VtlabError, OSError) as exc:
+        print(f"vtlab: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Stage `diagnose`: can the backbone's vocabulary express the corpus? Figures for one backbone × vocab, no training.
+
+Writes <run_dir>/diagnose/: diagnose.json (every figure), report.md/report.json/*.png for this candidate and, when
+APC is probed, max_logits.png (APC's histogram). In a multirun every job also re-renders the comparison over all jobs
+of the sweep so far into <sweep_dir>/diagnose/ (complete after the last job); `python -m vtlab.diagnose DIR` rebuilds
+it from the jobs' diagnose.json files.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from vtlab.apc import APC, save_histogram
+from vtlab.diagnose.activity import output_activity
+from vtlab.diagnose.corpus import describe, load_corpus
+from vtlab.diagnose.redundancy import redundancy
+from vtlab.diagnose.report import RESULT_FILE, collect, render
+from vtlab.diagnose.tokenizer_fit import tokenize_corpus, tokenizer_fit
+from vtlab.errors import VtlabError
+from vtlab.evaluation import write_json
+from vtlab.vocab.canonical import tokenizer_kind
+
+log = logging.getLogger("vtlab")
+
+
+def _choice(cfg: DictConfig, group: str) -> str:
+    """The config name the user chose for `group` (what a suggested command must say), else the node's `name`."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        choice = HydraConfig.get().runtime.choices.get(group)
+        if choice:
+            return str(choice)
+    node = cfg.get(group)
+    return str(node.get("name", "?")) if node is not None else "none"
+
+
+def sweep_dir() -> Path | None:
+    """The multirun's sweep directory, None for a single run (or outside Hydra)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    return Path(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
+
+
+def _apc(cfg: DictConfig, settings: DictConfig) -> APC:
+    """The run's APC with the diagnose probe size (apc=off still probes, without a shift)."""
+    overrides = {"num_docs": settings.num_docs, "max_length": settings.max_length, "batch_size": settings.batch_size}
+    return instantiate(cfg.apc, **overrides) if cfg.get("apc") is not None else APC(percentile=None, **overrides)
+
+
+def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
+    settings = cfg.get("diagnose")
+    if settings is None:
+        raise VtlabError("stage=diagnose needs the diagnose config group (conf/diagnose/default.yaml)")
+    t0 = time.perf_counter()
+    backbone, vocab = instantiate(cfg.backbone), instantiate(cfg.vocab)
+    texts = load_corpus(settings.corpus, cfg.get("data"))
+    probe = int(settings.activity.num_docs) > 0
+    apc = _apc(cfg, settings.activity) if probe else None  # validated before any model is loaded
+    encoder = None
+    if probe:
+        from vtlab.stages.evaluate import build_encoder  # the run's model: transferred when `vocab` changes it
+
+        encoder = build_encoder(cfg)
+        tokenizer = encoder.tokenizer
+    else:
+        tokenizer = vocab.load_tokenizer(backbone.load_tokenizer())
+    label = f"{_choice(cfg, 'backbone')} · {_choice(cfg, 'vocab')}"
+    print(f"diagnose {label}: {len(texts):,} documents from {describe(settings.corpus)}")
+
+    corpus = tokenize_corpus(tokenizer, texts, vocab.preprocess)
+    fit = tokenizer_fit(tokenizer, corpus, int(settings.fit.top_words), float(settings.fit.min_script_share))
+    red = redundancy(tokenizer, corpus.ids)
+    activity = output_activity(encoder, texts, apc, float(settings.activity.always_on)) if encoder else None
+    samples = activity.pop("_samples") if activity else None
+
+    apc_name = _choice(cfg, "apc") if cfg.get("apc") is not None else "off"
+    result = {
+        "candidate": {"label": label, "backbone": _choice(cfg, "backbone"), "vocab": _choice(cfg, "vocab"),
+                      "init": _choice(cfg, "init"), "apc": apc_name, "apc_enabled": bool(apc and apc.enabled),
+                      "transfers": vocab.transfers, "backbone_name": backbone.name, "vocab_size": len(tokenizer),
+                      "tokenizer_kind": tokenizer_kind(tokenizer), "preprocess": repr(vocab.preprocess)},
+        "corpus": {"name": describe(settings.corpus), "docs": len(texts)},
+        "fit": fit,
+        "redundancy": red,
+        "activity": activity,
+        "settings": OmegaConf.to_container(settings, resolve=True),
+        "seconds": time.perf_counter() - t0,
+    }
+    out = Path(cfg.paths.run_dir) / "diagnose"
+    write_json(out / RESULT_FILE, result)
+    if activity is not None and samples is not None and samples.numel():
+        save_histogram(samples, activity["apc"]["cutoff"], out / "max_logits.png")
+    paths = render([result], out)
+    v, c = red["vocab"], red["corpus"]
+    print(f"  fit: {fit['fertility']:.3f} tokens/word, {fit['split3_share']:.1%} words in ≥3 pieces, "
+          f"{fit['frequent_single_token_share']:.1%} of top-{fit['top_words']} words one token, "
+          f"{fit['unk_or_byte_rate']:.2%} unknown/byte tokens")
+    print(f"  redundancy: {v['entries']:,} entries → {v['normalized_forms']:,} normalized forms "
+          f"({v['collapsing_forms']:,} with >1 surface form), effective dims {v['effective_dims']:,}; "
+          f"{c['spread_mass_share']:.1%} of corpus tokens off their normalized form's main entry")
+    if activity is not None:
+        for when in ("before", "after"):
+            if activity.get(when):
+                s = activity[when]
+                print(f"  activity {when}: {s['mean_active_per_doc']:,.1f} active/doc, dead {s['dead_fraction']:.1%}, "
+                      f"always-on {s['always_on_fraction']:.2%}, mean cosine {s['mean_pairwise_cosine']:.3f}")
+    print(f"report: {paths['markdown']}")
+    sweep = sweep_dir()
+    if sweep is not None:
+        combined = render(collect(sweep), sweep / "diagnose")
+        print(f"combined report (all jobs so far): {combined['markdown']}")
+    return {**state, "diagnose": result, "diagnose_dir": out}

@@ -1,0 +1,135 @@
+"""Stage `export`: a model as a sentence-transformers SparseEncoder directory and/or its documents' sparse vectors for
+Anserini and OpenSearch (conf/stage/export.yaml lists the settings)."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+
+from vtlab.backbones import Backbone
+from vtlab.errors import VtlabError
+from vtlab.export.sentence_transformers import check_target, export_sentence_transformers
+from vtlab.export.vectors import (FORMATS, AnseriniJsonVectors, OpenSearchBulk, VectorFormat, iter_corpus_jsonl,
+                                  write_vectors)
+
+log = logging.getLogger("vtlab")
+
+
+def model_dir_of(run_dir: Path) -> Path:
+    """The Hugging Face directory of a run: <run_dir>/model (what fine-tuning writes), or run_dir itself."""
+    for candidate in (run_dir / "model", run_dir):
+        if (candidate / "config.json").is_file():
+            return candidate
+    raise VtlabError(f"run_dir={run_dir}: no model/config.json (the model a training run writes) and no "
+                     "config.json in the directory itself")
+
+
+def encoder_from_run(run_dir: Path, cfg: DictConfig) -> tuple[Any, dict[str, Any]]:
+    """The trained encoder of a run directory, rebuilt with that run's own `model.encoder` settings."""
+    if not run_dir.is_dir():
+        raise VtlabError(f"run_dir={run_dir}: no such directory")
+    model_dir = model_dir_of(run_dir)
+    run_cfg_path = run_dir / ".hydra" / "config.yaml"
+    if run_cfg_path.is_file():
+        # the run's own encoder type, lengths, activation and preprocessing (its interpolations resolve in its config)
+        encoder_cfg = OmegaConf.load(run_cfg_path).model.encoder
+    else:
+        log.warning("export: %s has no .hydra/config.yaml; using this run's model.encoder settings", run_dir)
+        encoder_cfg = cfg.model.encoder
+    # the saved model is already on the run's vocabulary: no transfer, load it as it is
+    encoder = instantiate(encoder_cfg, backbone=Backbone(str(model_dir), name=run_dir.name))
+    query_dir = model_dir / "query"
+    if encoder.query_model is not None and (query_dir / "config.json").is_file():
+        encoder.query_model = Backbone(str(query_dir)).load_model()  # two-tower: the trained query network
+    return encoder, {"run_dir": str(run_dir.resolve()), "model_dir": str(model_dir.resolve())}
+
+
+def load_encoder(cfg: DictConfig) -> tuple[Any, dict[str, Any]]:
+    if cfg.get("run_dir"):
+        return encoder_from_run(Path(str(cfg.run_dir)), cfg)
+    from vtlab.stages.evaluate import build_encoder
+
+    return build_encoder(cfg), {"backbone": OmegaConf.to_container(cfg.backbone, resolve=True),
+                                "vocab": str(cfg.vocab.get("name", "")), "init": str(cfg.init.get("name", ""))}
+
+
+def _eval_corpus(cfg: DictConfig, what: str) -> dict[str, str]:
+    """The documents of the configured eval collection (`what` names who needs them, for the error)."""
+    evaluation = instantiate(cfg.eval) if cfg.get("eval") is not None else None
+    if evaluation is None or not hasattr(evaluation, "collection"):
+        has = "no eval collection (eval=none)" if evaluation is None else "an evaluation suite, not one collection"
+        raise VtlabError(f"{what} comes from the eval collection, but this config has {has}; set "
+                         "export.vectors.corpus=<corpus.jsonl> (or model.encoder.idf_path)")
+    return evaluation.collection.corpus
+
+
+def corpus_docs(cfg: DictConfig) -> Iterable[tuple[str, str]]:
+    """(doc id, text) pairs of export.vectors.corpus: the eval collection, or a BEIR corpus.jsonl streamed."""
+    source = str(cfg.export.vectors.corpus)
+    if source == "eval":
+        return _eval_corpus(cfg, "export.vectors.corpus=eval").items()
+    path = Path(source)
+    if path.is_dir():
+        path = path / "corpus.jsonl"
+    if not path.is_file():
+        raise VtlabError(f"export.vectors.corpus={source}: no such file (expected 'eval' or a BEIR corpus.jsonl)")
+    return iter_corpus_jsonl(path)
+
+
+def _plain(node: Any) -> dict[str, Any]:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+
+
+def vector_formats(cfg: DictConfig, out_dir: Path) -> list[VectorFormat]:
+    v = cfg.export.vectors
+    names = [str(n) for n in (v.formats or [])]
+    formats: list[VectorFormat] = []
+    for name in dict.fromkeys(names):
+        if name == "anserini":
+            formats.append(AnseriniJsonVectors(out_dir / "anserini" / "docs.jsonl", **_plain(v.anserini)))
+        elif name == "opensearch":
+            formats.append(OpenSearchBulk(out_dir / "opensearch" / "bulk.ndjson", **_plain(v.opensearch)))
+        else:
+            raise VtlabError(f"export.vectors.formats: unknown format {name!r} (choose from {', '.join(FORMATS)})")
+    if not cfg.export.overwrite:
+        for fmt in formats:
+            if fmt.path.exists():
+                raise VtlabError(f"export.vectors.dir: {fmt.path} exists (set export.overwrite=true to replace it)")
+    return formats
+
+
+def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
+    ex = cfg.export
+    if not ex.sentence_transformers and not ex.vectors.formats:
+        raise VtlabError("stage=export: nothing to export (export.sentence_transformers=false and no "
+                         "export.vectors.formats)")
+    base = Path(str(cfg.run_dir)) if cfg.get("run_dir") else Path(cfg.paths.run_dir)
+    out = Path(ex.out) if ex.out else base / "sparse-encoder"
+    # config and target errors before any model is loaded
+    formats = vector_formats(cfg, Path(ex.vectors.dir) if ex.vectors.dir else base / "vectors")
+    if ex.sentence_transformers:
+        check_target(out.absolute(), bool(ex.overwrite), "export.out")
+    if state.get("encoder") is not None:  # a model trained earlier in this pipeline
+        encoder, source = state["encoder"], {"run_dir": str(Path(cfg.paths.run_dir).resolve())}
+    else:
+        encoder, source = load_encoder(cfg)
+    console = Console()
+    result: dict[str, Any] = {**state, "encoder": encoder}
+    if ex.sentence_transformers:
+        if getattr(encoder, "needs_idf", False):  # as stage=evaluate does for an untrained inference-free model
+            encoder.fit_corpus(list(_eval_corpus(cfg, "the inference-free query IDF").values()))
+        result["export_dir"] = export_sentence_transformers(encoder, out, overwrite=bool(ex.overwrite),
+                                                            source=source)
+        console.print(f"sentence-transformers: {out.resolve()}  (SparseEncoder({str(out)!r}))")
+    if formats:
+        n = write_vectors(encoder, corpus_docs(cfg), formats, chunk_size=int(ex.vectors.chunk_size),
+                          batch_size=int(ex.vectors.batch_size))
+        result["vector_files"] = [f.path for f in formats]
+        for f in formats:
+            console.print(f"vectors ({type(f).__name__}, {n} documents): {f.path.resolve()}")
+    return result

@@ -1,0 +1,82 @@
+"""Experiment tracking beyond Lightning's per-step curves: the run's resolved config, final metrics as the wandb
+summary, per-dataset results as a wandb Table and the run's PNGs (APC histograms) as images — so a wandb project shows
+a sweep (its `group`) as one comparison. Loggers other than wandb get the same metrics through `log_metrics`."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.loggers import Logger, WandbLogger
+
+log = logging.getLogger("vtlab")
+
+_RUN_CONFIG: dict[str, Any] | None = None
+
+
+def set_run_config(cfg: DictConfig) -> None:
+    """Remember the job's resolved config (called by the entry point, where Hydra's resolvers work)."""
+    global _RUN_CONFIG
+    _RUN_CONFIG = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)  # type: ignore[assignment]
+
+
+def run_config() -> dict[str, Any] | None:
+    return _RUN_CONFIG
+
+
+def log_run_config(loggers: list[Logger]) -> None:
+    """The full resolved config as hyperparameters (wandb config, CSV hparams.yaml)."""
+    config = run_config()
+    if config is None:
+        return  # called outside the CLI (tests composing configs): nothing recorded
+    for lg in loggers:
+        lg.log_hyperparams(config)
+
+
+def run_loggers(cfg: DictConfig, state: Mapping[str, Any]) -> list[Logger]:
+    """The training run's loggers when there was one, else the configured ones (an evaluate-only run)."""
+    trainer = state.get("trainer")
+    if trainer is not None:
+        return list(trainer.loggers)
+    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
+    log_run_config(loggers)
+    return loggers
+
+
+def log_results(loggers: list[Logger], results: Mapping[str, Mapping[str, float]], run_dir: str | Path,
+                step: int = 0) -> None:
+    """results: {dataset: metrics}. Summary keys `eval/<dataset>/<metric>` (+ `eval/avg/...` with > 1 dataset)."""
+    flat = {f"eval/{ds}/{k}": float(v) for ds, m in results.items() for k, v in m.items()
+            if isinstance(v, (int, float))}
+    for lg in loggers:
+        if isinstance(lg, WandbLogger):
+            _wandb_results(lg, results, flat, Path(run_dir))
+        else:
+            lg.log_metrics(flat, step=step)
+            lg.save()
+
+
+def _wandb_results(lg: WandbLogger, results: Mapping[str, Mapping[str, float]], flat: dict[str, float],
+                   run_dir: Path) -> None:
+    import wandb
+
+    exp = lg.experiment
+    exp.summary.update(flat)
+    columns = sorted({k for m in results.values() for k in m})
+    table = wandb.Table(columns=["dataset", *columns],
+                        data=[[ds, *[m.get(c) for c in columns]] for ds, m in results.items()])
+    images = {f"images/{p.relative_to(run_dir).with_suffix('').as_posix()}": wandb.Image(str(p))
+              for p in sorted(run_dir.rglob("*.png")) if "wandb" not in p.parts}
+    exp.log({"eval/results": table, **images})
+
+
+class RunConfigLogger(pl.Callback):
+    """Logs the job's full resolved config to every logger when fitting starts (wandb config, CSV hparams.yaml)."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            log_run_config(list(trainer.loggers))
