@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import time
 from pathlib import Path
 
@@ -21,7 +20,9 @@ from vtlab.vocab.transfer import TransferOptions, apply_transfer
 
 
 def peak_rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB
+    from vtlab.bench.common import peak_rss_mb  # this process's own high-water mark (see there)
+
+    return peak_rss_mb() / 1024
 
 
 def main() -> None:
