@@ -22,10 +22,8 @@ import csv
 import enum
 import io
 import json
-import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -35,6 +33,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from vtlab.errors import VtlabError
+from vtlab.evaluation import _atomic_write
 
 DEFAULT_MEASURE = "nDCG@10"
 SEED_KEY = "seed"
@@ -486,21 +485,8 @@ def to_latex(table: Table) -> str:
 
 
 def write_text(path: str | Path, text: str) -> Path:
-    """Atomic: a temp file in the same directory, then os.replace (readers never see half a table)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Atomic (vtlab.evaluation's temp file + os.replace): readers never see half a table."""
+    return _atomic_write(path, lambda f: f.write(text))
 
 
 def write_table(table: Table, out_dir: str | Path) -> list[Path]:
