@@ -282,11 +282,9 @@ class APCCallback(pl.Callback):
 
     def _train_texts(self, trainer: pl.Trainer) -> list[str]:
         datamodule = getattr(trainer, "datamodule", None)
-        if datamodule is None or not hasattr(datamodule, "train_examples"):
+        if datamodule is None or not hasattr(datamodule, "train_documents"):
             raise VtlabError("apc: no probe texts: pass texts= to APCCallback or fit with a TripletDataModule")
-        if datamodule.train_examples is None:
-            datamodule.setup("fit")
-        docs = list(dict.fromkeys(d for ex in datamodule.train_examples for d in (ex.positive, *ex.negatives)))
+        docs = datamodule.train_documents()
         order = np.random.default_rng(self.apc.seed).permutation(len(docs))[: self.apc.num_docs]
         return [docs[i] for i in order]
 

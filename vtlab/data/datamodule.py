@@ -180,6 +180,12 @@ class TripletDataModule(pl.LightningDataModule):
 
     # ---- setup -----------------------------------------------------------------------------------------
 
+    def train_documents(self) -> list[str]:
+        """The distinct positives and negatives of the training examples, in first-seen order (APC's probe, IDF)."""
+        if self.train_examples is None:
+            self.setup("fit")
+        return list(dict.fromkeys(d for ex in self.train_examples for d in (ex.positive, *ex.negatives)))
+
     def set_tokenizer(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
 

@@ -178,11 +178,9 @@ class IdfCallback(pl.Callback):
 
     def _train_texts(self, trainer: pl.Trainer) -> list[str]:
         datamodule = getattr(trainer, "datamodule", None)
-        if datamodule is None or not hasattr(datamodule, "train_examples"):
+        if datamodule is None or not hasattr(datamodule, "train_documents"):
             raise VtlabError("idf: no corpus: pass texts= to IdfCallback or fit with a TripletDataModule")
-        if datamodule.train_examples is None:
-            datamodule.setup("fit")
-        return list(dict.fromkeys(d for ex in datamodule.train_examples for d in (ex.positive, *ex.negatives)))
+        return datamodule.train_documents()
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         encoder = getattr(pl_module, "encoder", None)
