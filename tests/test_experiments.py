@@ -74,21 +74,21 @@ def test_paper_rows_follow_the_authors_recipe(row):
 def test_ablations_sweep_their_values(scale, ablation, key, values):
     cfg = experiment(f"{scale}/ablation-{ablation}")
     params = OmegaConf.to_container(cfg.hydra.sweeper.params)
-    expected = values or {"paper": "0,500,1000,2000,3000,5000,10000,15000,20000", "cpu": "0,100,300,1000"}[scale]
+    expected = values or {"paper": "0,500,1000,2000,3000,5000,10000,15000,20000", "cpu": "0,50,150,600"}[scale]
     assert params == {key: expected}
     assert cfg.group == f"{scale}-ablation-{ablation}" and cfg.backbone.name == f"{'cpu-' if scale == 'cpu' else ''}modernbert"
 
 
 def test_cpu_replicas_share_one_pretraining_budget():
     bert, mb = experiment("cpu/main/bert-native"), experiment("cpu/main/modernbert-native")
-    assert bert.backbone.mlm == mb.backbone.mlm and bert.backbone.mlm.steps == 1000
+    assert bert.backbone.mlm == mb.backbone.mlm and bert.backbone.mlm.steps == 600
     assert bert.backbone.mlm.corpus.split == "train"  # the evaluation passages stay unseen
     assert bert.backbone.start._target_.endswith("TinyBert") and mb.backbone.start._target_.endswith("TinyModernBert")
     for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
         assert bert.backbone.start[k] == mb.backbone.start[k]
     vt = experiment("cpu/main/modernbert-vt")
     assert vt.vocab.embedding_model.name == "cpu-bert" and vt.vocab.embedding_model.mlm == bert.backbone.mlm
-    assert vt.apc.include_zeros is True and vt.mlm.steps == 300
+    assert vt.apc.include_zeros is True and vt.mlm.steps == 150
 
 
 def test_blog_rows_follow_the_blog():

@@ -94,7 +94,31 @@ def test_training_reduces_loss_and_keeps_decoder_tied(tokenizer, tmp_path):
     print(f"MLM loss: first 5 steps {first:.3f}, last 5 steps {last:.3f}")
     assert last < first - 0.5, (first, last)
     assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
-    assert model.sparse_prediction is False  # restored: SPLADE needs full logits
+    assert model.sparse_prediction is False  # never switched on: SPLADE needs full logits
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert", "roberta"])
+def test_sparse_prediction_loss_equals_the_models_own(family, tokenizer):
+    """Decoder on masked rows only == HF's loss over full B×L×V logits (model(labels=...).loss), and its gradient."""
+    from vtlab.backbones import TinyBert, TinyRoberta
+
+    backbone = {"bert": TinyBert, "modernbert": TinyModernBert, "roberta": TinyRoberta}[family]()
+    tok = backbone.load_tokenizer()
+    _, batch = _first_batch(tok, batch_size=4, max_length=32)
+    results = []
+    for sparse in (True, False):
+        model = backbone.load_model().eval()  # no dropout: both paths see the same network
+        module = MLMModule(model, functools.partial(torch.optim.AdamW, lr=1e-3), sparse_prediction=sparse)
+        logits, target = module.mlm_logits(batch)
+        loss = torch.nn.functional.cross_entropy(logits, target, ignore_index=-100)
+        reference = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                          labels=batch["labels"]).loss
+        torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-5)
+        loss.backward()
+        results.append((int((target != -100).sum()), model.get_input_embeddings().weight.grad.clone()))
+        assert logits.shape[0] == (int((batch["labels"] != -100).sum()) if sparse else batch["labels"].numel())
+    assert results[0][0] == results[1][0]
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-6)
 
 
 def _compose(overrides):

@@ -7,6 +7,7 @@ SPLADE encoder can swap it for identity and do the vocabulary-sized matmul itsel
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -14,7 +15,7 @@ import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -96,6 +97,23 @@ def decoder_site(model: nn.Module) -> tuple[nn.Module, str]:
             parent_name, _, attr = name.rpartition(".")
             return model.get_submodule(parent_name), attr
     raise AssetError(f"{type(model).__name__}: its output embeddings are not a submodule of the model")
+
+
+@contextlib.contextmanager
+def decoder_bypassed(model: nn.Module) -> Iterator[nn.Linear]:
+    """Run the model with its MLM decoder replaced by identity, so `logits` are the hidden states fed to it.
+
+    This keeps every family's own head transform (BERT `transform`, RoBERTa dense+gelu+LN, ModernBERT `head`) while
+    letting the pooling do the vocabulary-sized matmul itself, chunked. The model object is restored afterwards,
+    so saving / weight tying are untouched.
+    """
+    parent, attr = decoder_site(model)
+    decoder = getattr(parent, attr)
+    parent._modules[attr] = nn.Identity()
+    try:
+        yield decoder
+    finally:
+        parent._modules[attr] = decoder
 
 
 def _fix_decoder_bias(model: PreTrainedModel, missing_keys: set[str]) -> None:

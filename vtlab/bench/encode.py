@@ -131,8 +131,8 @@ def run_floor(path: Path, docs: list[str], queries: list[str], batch: int) -> di
     """Tokenize + body + head transform + decoder GEMM over real tokens, on the batches vtlab's encode forms."""
     import torch
 
-    from vtlab.backbones import Backbone
-    from vtlab.models.encoder import SpladeEncoder, _decoder_bypassed
+    from vtlab.backbones import Backbone, decoder_bypassed
+    from vtlab.models.encoder import SpladeEncoder
     from vtlab.models.pooling import DEFAULT_CHUNK_BYTES
 
     enc = SpladeEncoder.from_backbone(Backbone(str(path), family="bert"), query_max_length=QUERY_LEN,
@@ -141,7 +141,7 @@ def run_floor(path: Path, docs: list[str], queries: list[str], batch: int) -> di
     net = enc.model
     result: dict[str, Any] = {"rss_after_load_mb": round(rss_mb(), 1)}
     rows_per_slab = max(1, DEFAULT_CHUNK_BYTES // (enc.vocab_size * 4))
-    with _decoder_bypassed(net) as decoder:
+    with decoder_bypassed(net) as decoder:
         w = decoder.weight
         buf = torch.empty((rows_per_slab, w.shape[0]))
 

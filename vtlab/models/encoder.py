@@ -1,7 +1,6 @@
 """The SPLADE encoder: any HF masked-LM → sparse vocabulary-sized vectors."""
 from __future__ import annotations
 
-import contextlib
 import copy
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -13,27 +12,10 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from vtlab.backbones import Backbone, decoder_site
+from vtlab.backbones import Backbone, decoder_bypassed
 from vtlab.models.pooling import DEFAULT_CHUNK_BYTES, max_logits, splade_activation
 
 Side = Literal["query", "doc"]
-
-
-@contextlib.contextmanager
-def _decoder_bypassed(model: nn.Module) -> Iterator[nn.Linear]:
-    """Run the model with its MLM decoder replaced by identity, so `logits` are the hidden states fed to it.
-
-    This keeps every family's own head transform (BERT `transform`, RoBERTa dense+gelu+LN, ModernBERT `head`) while
-    letting the pooling do the vocabulary-sized matmul itself, chunked. The model object is restored afterwards,
-    so saving / weight tying are untouched.
-    """
-    parent, attr = decoder_site(model)
-    decoder = getattr(parent, attr)
-    parent._modules[attr] = nn.Identity()
-    try:
-        yield decoder
-    finally:
-        parent._modules[attr] = decoder
 
 
 class SpladeEncoder(nn.Module):
@@ -95,7 +77,7 @@ class SpladeEncoder(nn.Module):
     def max_logits(self, input_ids: Tensor, attention_mask: Tensor, side: Side = "doc") -> Tensor:
         """Raw per-term max over non-pad positions of the MLM logits, [B, V] (before relu/log): what APC calibrates."""
         net = self.network(side)
-        with _decoder_bypassed(net) as decoder:
+        with decoder_bypassed(net) as decoder:
             hidden = net(input_ids=input_ids, attention_mask=attention_mask).logits
         return max_logits(hidden, decoder.weight, decoder.bias, attention_mask, self.chunk_bytes)
 
