@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from vtlab.models import pooling
 from vtlab.models.pooling import max_logits, splade_pool
 
 
@@ -67,9 +68,17 @@ def test_mixed_precision_autocast():
     assert hidden.grad is not None and torch.isfinite(hidden.grad).all() and weight.grad.dtype == torch.float32
 
 
-@pytest.mark.parametrize("chunk_bytes", [1, 11 * 8 * 3, 11 * 8 * 18, 10**9])  # runs of one doc, groups of 2 docs, one slab
-def test_packed_slabs_with_empty_and_long_rows(chunk_bytes):
-    """Packing only real positions: an all-pad row gives -inf max-logits (weight 0); docs straddling slabs are exact."""
+@pytest.mark.parametrize("chunk_bytes,columns,shape", [
+    (1, 2048, (1, 1, 1)),                # one logit per tile
+    (8 * 4 * 3, 4, (1, 3, 4)),           # runs of 3 positions of one doc × 4 vocabulary columns (last tile 3)
+    (8 * 4 * 18, 4, (2, 9, 4)),          # groups of 2 whole docs × 4 columns
+    (10**9, 2048, (10**9 // 8 // 11 // 9, 9, 11)),  # everything in one tile
+])
+def test_tiles_with_empty_and_long_rows(chunk_bytes, columns, shape, monkeypatch):
+    """Tiles over texts × vocabulary: an all-pad row gives -inf max-logits (weight 0); docs straddling tiles are
+    exact, in value and gradient."""
+    monkeypatch.setattr(pooling, "TILE_COLUMNS", columns)
+    assert pooling.tile_shape(9, 11, 8, chunk_bytes) == shape
     hidden, weight, bias, mask = _inputs(B=4, L=9, H=6, V=11, seed=4)
     mask[0, :] = 0  # an empty row first
     mask[3, 1:] = 0  # a one-token row last

@@ -23,7 +23,8 @@ from torch import nn
 from vtlab.data.collections import Collection
 from vtlab.data.datamodule import ResumableDataLoader, TripletDataModule
 from vtlab.data.examples import TripletExample
-from vtlab.pipeline import LAST_CKPT, atomic_dir, prepare_run_dir
+from vtlab.atomic import atomic_dir
+from vtlab.pipeline import LAST_CKPT, prepare_run_dir
 from vtlab.stages.finetune import LastCheckpoint, ResumeState, SameDirCheckpointIO
 
 ROOT = Path(__file__).resolve().parents[1]

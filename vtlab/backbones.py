@@ -248,12 +248,16 @@ class _GeneratedBackbone(Backbone):
 
     recipe = "override"  # bump when the build changes, so old caches are not reused
     prefix = "generated"
+    family = "override"  # the architecture family (Backbone.family)
 
-    def __init__(self, family: str, params: dict[str, int], name: str | None = None) -> None:
-        self.params = dict(params)
+    def __init__(self, hidden_size: int = 128, num_hidden_layers: int = 2, num_attention_heads: int = 2,
+                 intermediate_size: int = 256, seed: int = 0, name: str | None = None) -> None:
+        self.params = dict(hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                           num_attention_heads=num_attention_heads, intermediate_size=intermediate_size, seed=seed)
         key = json.dumps({"recipe": self.recipe, **self.params}, sort_keys=True)
         self.dirname = f"{self.prefix}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
-        super().__init__(name_or_path=self.prefix, family=family, attn_implementation="sdpa", name=name or self.prefix)
+        super().__init__(name_or_path=self.prefix, family=self.family, attn_implementation="sdpa",
+                         name=name or self.prefix)
 
     def cache_key(self) -> str:
         return self.dirname
@@ -301,13 +305,8 @@ class TinyModernBert(_GeneratedBackbone):
 
     recipe = "modernbert-v1"
     prefix = "tiny-modernbert"
+    family = "modernbert"
     VOCAB_SIZE = 50368  # ModernBertConfig's default: 50,280 OLMo ids + 5 specials + [unusedN] padding
-
-    def __init__(self, hidden_size: int = 128, num_hidden_layers: int = 2, num_attention_heads: int = 2,
-                 intermediate_size: int = 256, seed: int = 0, name: str | None = None) -> None:
-        super().__init__("modernbert", dict(hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
-                                            num_attention_heads=num_attention_heads,
-                                            intermediate_size=intermediate_size, seed=seed), name)
 
     def _build_tokenizer(self) -> PreTrainedTokenizerBase:
         from tokenizers import AddedToken, Tokenizer
@@ -362,12 +361,7 @@ class TinyRoberta(_GeneratedBackbone):
 
     recipe = "roberta-v1"
     prefix = "tiny-roberta"
-
-    def __init__(self, hidden_size: int = 128, num_hidden_layers: int = 2, num_attention_heads: int = 2,
-                 intermediate_size: int = 256, seed: int = 0, name: str | None = None) -> None:
-        super().__init__("roberta", dict(hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
-                                         num_attention_heads=num_attention_heads,
-                                         intermediate_size=intermediate_size, seed=seed), name)
+    family = "roberta"
 
     def _build_tokenizer(self) -> PreTrainedTokenizerBase:
         from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers
@@ -416,12 +410,7 @@ class TinyBert(_GeneratedBackbone):
 
     recipe = "bert-v1"
     prefix = "tiny-bert"
-
-    def __init__(self, hidden_size: int = 128, num_hidden_layers: int = 2, num_attention_heads: int = 2,
-                 intermediate_size: int = 256, seed: int = 0, name: str | None = None) -> None:
-        super().__init__("bert", dict(hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
-                                      num_attention_heads=num_attention_heads,
-                                      intermediate_size=intermediate_size, seed=seed), name)
+    family = "bert"
 
     def _build_tokenizer(self) -> PreTrainedTokenizerBase:
         from transformers import AutoTokenizer

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Literal, Protocol, Sequence, TextIO
@@ -19,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 from rich.table import Table
 
+from vtlab.atomic import atomic_write
 from vtlab.data.collections import Collection
 from vtlab.errors import DataError, VtlabError
 from vtlab.index import INDEXES, index_factory
@@ -121,25 +120,6 @@ def sparsity_stats(queries: sp.csr_matrix, docs: sp.csr_matrix) -> dict[str, flo
 # ---------------------------------------------------------------------------------------------------- writing
 
 
-def _atomic_write(path: str | Path, write: Callable[[TextIO], None]) -> Path:
-    """Write through a temp file in the same directory and os.replace it: readers see the old or the new file,
-    never a half-written one, and a failure leaves no temp file behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return obj.item()
@@ -152,8 +132,8 @@ def _json_default(obj: Any) -> Any:
 
 def write_json(path: str | Path, obj: Any) -> Path:
     """Atomic JSON write (numpy scalars/arrays and Paths are converted)."""
-    # json.dump streams into the temp file, so an unencodable value fails mid-write; _atomic_write cleans up
-    return _atomic_write(path, lambda f: (json.dump(obj, f, indent=2, default=_json_default), f.write("\n")))
+    # json.dump streams into the temp file, so an unencodable value fails mid-write; atomic_write cleans up
+    return atomic_write(path, lambda f: (json.dump(obj, f, indent=2, default=_json_default), f.write("\n")))
 
 
 def write_trec_run(path: str | Path, run: dict[str, dict[str, float]], tag: str = "vtlab") -> Path:
@@ -168,7 +148,7 @@ def write_trec_run(path: str | Path, run: dict[str, dict[str, float]], tag: str 
             for rank, (doc_id, score) in enumerate(ranked, start=1):
                 f.write(f"{qid} Q0 {doc_id} {rank} {float(score)!r} {tag}\n")  # repr: exact round trip
 
-    return _atomic_write(path, write)
+    return atomic_write(path, write)
 
 
 def results_table(metrics: dict[str, float], title: str, baseline: dict[str, float] | None = None,

@@ -5,14 +5,12 @@ overwritten, and an interrupted run (its `checkpoints/last.ckpt` but no results)
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
 import shutil
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,32 +135,6 @@ def _refusal(run_dir: Path, found: list[str], finished: list[str], has_last: boo
         why = f"holds an earlier run's outputs but no {LAST_CKPT} to resume from"
     return (f"run directory {run_dir} {why} ({shown}); it is never overwritten: choose another hydra.run.dir, "
             "or pass overwrite=true to replace it" + ("" if finished or not has_last else ", or resume=auto to continue it"))
-
-
-@contextlib.contextmanager
-def atomic_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temp directory next to `out`; when the block completes, it replaces `out` (a directory or a link) by
-    renames: a crash leaves the old directory or the new one, never a half-written one. On error the temp is removed."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it 0700; the result should look like a plain mkdir
-    try:
-        yield tmp
-        if out.is_symlink() or out.is_file():
-            out.unlink()
-        elif out.exists():
-            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
-            os.replace(out, old / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-            return
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # ---- errors -------------------------------------------------------------------------------------------------------

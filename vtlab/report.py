@@ -33,7 +33,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from vtlab.errors import VtlabError
-from vtlab.evaluation import _atomic_write
+from vtlab.atomic import atomic_write
 
 DEFAULT_MEASURE = "nDCG@10"
 SEED_KEY = "seed"
@@ -486,7 +486,7 @@ def to_latex(table: Table) -> str:
 
 def write_text(path: str | Path, text: str) -> Path:
     """Atomic (vtlab.evaluation's temp file + os.replace): readers never see half a table."""
-    return _atomic_write(path, lambda f: f.write(text))
+    return atomic_write(path, lambda f: f.write(text))
 
 
 def write_table(table: Table, out_dir: str | Path) -> list[Path]:

@@ -133,25 +133,29 @@ def run_floor(path: Path, docs: list[str], queries: list[str], batch: int) -> di
 
     from vtlab.backbones import Backbone, decoder_bypassed
     from vtlab.models.encoder import SpladeEncoder
-    from vtlab.models.pooling import DEFAULT_CHUNK_BYTES
+    from vtlab.models.pooling import DEFAULT_CHUNK_BYTES, tile_shape
 
     enc = SpladeEncoder.from_backbone(Backbone(str(path), family="bert"), query_max_length=QUERY_LEN,
                                       doc_max_length=DOC_LEN)
     enc.eval()
     net = enc.model
     result: dict[str, Any] = {"rss_after_load_mb": round(rss_mb(), 1)}
-    rows_per_slab = max(1, DEFAULT_CHUNK_BYTES // (enc.vocab_size * 4))
+    # the GEMM in the same cache-sized tiles vtlab uses (rows of real tokens × vocabulary columns), output discarded
+    rows, _, cols = tile_shape(1, enc.vocab_size, 4, DEFAULT_CHUNK_BYTES)
     with decoder_bypassed(net) as decoder:
         w = decoder.weight
-        buf = torch.empty((rows_per_slab, w.shape[0]))
+        V = w.shape[0]
+        buf = torch.empty(rows * cols)
 
         def one_pass(items: list[str], side: str) -> None:
             for _, ids, mask in enc.batches(items, side, batch):  # the same tokenization + length-sorted batches
                 hidden = net(input_ids=ids, attention_mask=mask).logits
                 real = hidden[mask.bool()]  # [tokens, H]
-                for s in range(0, real.shape[0], rows_per_slab):
-                    part = real[s : s + rows_per_slab]
-                    torch.mm(part, w.t(), out=buf[: part.shape[0]])
+                for s in range(0, real.shape[0], rows):
+                    part = real[s : s + rows]
+                    for v0 in range(0, V, cols):
+                        v1 = min(v0 + cols, V)
+                        torch.mm(part, w[v0:v1].t(), out=buf[: part.shape[0] * (v1 - v0)].view(-1, v1 - v0))
 
         with torch.inference_mode():
             one_pass(docs[:batch], "doc")  # warm-up

@@ -150,7 +150,7 @@ def load_beir(path: str, split: str = "test") -> Collection:
 
 def save_beir(collection: Collection, path: str | os.PathLike[str], split: str = "test") -> Path:
     """Write `collection` in BEIR layout under `path` (each file atomically). Returns the directory."""
-    from vtlab.data.triplets import atomic_write_text
+    from vtlab.atomic import atomic_write_text
 
     root = Path(path)
     atomic_write_text(

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from vtlab.atomic import atomic_write_text
 from vtlab.data.examples import TripletExample
 from vtlab.errors import DataError
 
@@ -160,24 +160,6 @@ def triplet_to_dict(ex: TripletExample) -> dict[str, Any]:
         if v is not None:
             d[k] = v
     return d
-
-
-def atomic_write_text(path: str | os.PathLike[str], lines: Iterable[str]) -> None:
-    """Write lines to a temp file in the same directory, then os.replace: readers never see half a file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            for line in lines:
-                f.write(line)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def write_jsonl_triplets(path: str | os.PathLike[str], examples: Iterable[TripletExample]) -> None:

@@ -18,7 +18,8 @@ import numpy as np
 
 from vtlab.diagnose.verdict import criteria_for, final_activity, rank, suggest
 from vtlab.errors import VtlabError
-from vtlab.evaluation import _atomic_write, write_json
+from vtlab.atomic import atomic_write
+from vtlab.evaluation import write_json
 
 RESULT_FILE = "diagnose.json"
 
@@ -316,7 +317,7 @@ def render(results: Sequence[dict[str, Any]], out_dir: str | Path) -> dict[str, 
           f"**{ranking[0]['label']}**; suggested: `{suggestion['command']}` (section 4).", ""]
     md += _candidates(results) + _fit(results) + _redundancy(results) + _activity(results)
     md += _verdict(results, ranking, suggestions)
-    paths["markdown"] = _atomic_write(out_dir / "report.md", lambda f: f.write("\n".join(md)))
+    paths["markdown"] = atomic_write(out_dir / "report.md", lambda f: f.write("\n".join(md)))
     ranking_out = [{k: v for k, v in e.items() if k != "_index"} for e in ranking]
     paths["json"] = write_json(out_dir / "report.json", {"corpus": corpus, "ranking": ranking_out,
                                                          "suggestion": suggestion, "suggestions": suggestions,

@@ -25,7 +25,8 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from vtlab.errors import DataError, VtlabError
-from vtlab.evaluation import _atomic_write, write_json
+from vtlab.atomic import atomic_write
+from vtlab.evaluation import write_json
 
 FORMATS = ("anserini", "opensearch")
 
@@ -169,7 +170,7 @@ def _write_all(paths: Sequence[Path], body: Any) -> None:
         if i == len(paths):
             body(files)
         else:
-            _atomic_write(paths[i], lambda f: nest(i + 1, [*files, f]))
+            atomic_write(paths[i], lambda f: nest(i + 1, [*files, f]))
     nest(0, [])
 
 

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from vtlab.apc import APC, json_report, summary_line, write_outputs
 from vtlab.errors import VtlabError
-from vtlab.pipeline import atomic_dir
+from vtlab.atomic import atomic_dir
 
 log = logging.getLogger("vtlab")
 

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from vtlab.errors import ConfigError, RunDirError
-from vtlab.pipeline import atomic_dir
+from vtlab.atomic import atomic_dir
 
 log = logging.getLogger("vtlab")
 
