@@ -90,6 +90,22 @@ def _bars(ax, labels: Sequence[str], values: Sequence[float], title: str, pct: b
         ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))  # decimals follow the axis range (0.2%, not 0%)
 
 
+def _grouped_bars(ax, groups: Sequence[str], series: Sequence[tuple[str, Sequence[float]]],
+                  fontsize: int = 8) -> None:
+    """One bar per (group, series) pair, series side by side within each group, colored per series."""
+    width = 0.8 / len(series)
+    for i, (label, values) in enumerate(series):
+        ax.bar(np.arange(len(groups)) + i * width, values, width, label=label, color=f"C{i}")
+    ax.set_xticks(np.arange(len(groups)) + width * (len(series) - 1) / 2, groups, fontsize=fontsize)
+
+
+def _finish(fig, path: Path) -> Path:
+    fig.tight_layout()
+    out = _save(fig, path)
+    _plt().close(fig)
+    return out
+
+
 def plot_fit(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
     plt = _plt()
     labels = [r["candidate"]["label"] for r in results]
@@ -99,28 +115,20 @@ def plot_fit(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
     _bars(axes[2], labels, [r["fit"]["frequent_single_token_share"] for r in results],
           f"top-{results[0]['fit']['top_words']} words as one token", pct=True)
     _bars(axes[3], labels, [r["fit"]["unk_or_byte_rate"] for r in results], "unknown / byte-fallback tokens", pct=True)
-    fig.tight_layout()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return _finish(fig, path)
 
 
 def plot_scripts(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
     plt = _plt()
     scripts = list(dict.fromkeys(s for r in results for s in r["fit"]["scripts"]))
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(scripts) * len(results) / 2), 4))
-    width = 0.8 / len(results)
-    for i, r in enumerate(results):
-        vals = [r["fit"]["scripts"].get(s, {}).get("fertility", 0.0) for s in scripts]
-        ax.bar(np.arange(len(scripts)) + i * width, vals, width, label=r["candidate"]["label"])
-    ax.set_xticks(np.arange(len(scripts)) + width * (len(results) - 1) / 2, scripts, fontsize=8)
+    _grouped_bars(ax, scripts, [(r["candidate"]["label"],
+                                 [r["fit"]["scripts"].get(s, {}).get("fertility", 0.0) for s in scripts])
+                                for r in results])
     ax.set_ylabel("tokens per word")
     ax.set_title("fertility per script")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return _finish(fig, path)
 
 
 def plot_redundancy(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
@@ -128,11 +136,8 @@ def plot_redundancy(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
     labels = [r["candidate"]["label"] for r in results]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     buckets = list(results[0]["redundancy"]["vocab"]["surface_forms_hist"])
-    width = 0.8 / len(results)
-    for i, r in enumerate(results):
-        hist = r["redundancy"]["vocab"]["surface_forms_hist"]
-        axes[0].bar(np.arange(len(buckets)) + i * width, [hist[b] for b in buckets], width, label=labels[i])
-    axes[0].set_xticks(np.arange(len(buckets)) + width * (len(results) - 1) / 2, buckets)
+    _grouped_bars(axes[0], buckets, [(labels[i], [r["redundancy"]["vocab"]["surface_forms_hist"][b] for b in buckets])
+                                     for i, r in enumerate(results)], fontsize=10)
     axes[0].set_yscale("log")
     axes[0].set_xlabel("vocabulary entries per normalized form")
     axes[0].set_ylabel("normalized forms")
@@ -141,10 +146,7 @@ def plot_redundancy(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
           "effective dims / vocabulary entries", pct=True)
     _bars(axes[2], labels, [r["redundancy"]["corpus"]["spread_mass_share"] for r in results],
           "corpus tokens off their normalized form's main entry", pct=True)
-    fig.tight_layout()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return _finish(fig, path)
 
 
 def plot_activity(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
@@ -162,13 +164,9 @@ def plot_activity(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
     axes[0].set_ylabel("active dims per document")
     axes[0].tick_params(axis="x", labelsize=7, rotation=20)
     buckets = list(probed[0]["activity"]["before"]["activation_frequency_hist"])
-    width = 0.8 / len(probed)
-    for i, r in enumerate(probed):
-        state = final_activity(r)
-        axes[1].bar(np.arange(len(buckets)) + i * width,
-                    np.asarray([state["activation_frequency_hist"][b] for b in buckets]) / r["activity"]["vocab_size"],
-                    width, label=r["candidate"]["label"], color=f"C{i}")
-    axes[1].set_xticks(np.arange(len(buckets)) + width * (len(probed) - 1) / 2, buckets, fontsize=8)
+    _grouped_bars(axes[1], buckets, [
+        (r["candidate"]["label"], np.asarray([final_activity(r)["activation_frequency_hist"][b] for b in buckets])
+         / r["activity"]["vocab_size"]) for r in probed])
     axes[1].set_title("share of the vocabulary by activation frequency (start of fine-tuning)", fontsize=9)
     axes[1].legend(fontsize=7)
     for i, r in enumerate(probed):
@@ -181,10 +179,7 @@ def plot_activity(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
     axes[2].set_xlabel("max over positions of raw MLM logit")
     axes[2].set_ylabel("cumulative share of sampled (doc, term) values")
     axes[2].legend(fontsize=7)
-    fig.tight_layout()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return _finish(fig, path)
 
 
 # -- markdown ----------------------------------------------------------------------------------------------------------
