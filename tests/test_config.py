@@ -47,7 +47,17 @@ def test_default_is_offline_quickstart(tmp_path):
     cfg = compose_cfg([f"paths.run_dir={tmp_path}"])
     assert cfg.backbone.name_or_path.startswith("asset:")
     assert cfg.trainer.accelerator == "cpu"
-    assert cfg.logger.wandb.offline is True
+    assert cfg.logger.online is False
+    # wandb is built offline unless logger.online=true; `online` itself is a setting, not a logger
+    from pytorch_lightning.loggers import CSVLogger, WandbLogger
+
+    from vtlab.tracking import configured_loggers
+
+    for online in (False, True):
+        cfg.logger.online = online
+        loggers = configured_loggers(cfg)
+        assert [type(lg) for lg in loggers] == [CSVLogger, WandbLogger]
+        assert loggers[1]._offline is (not online)
     # cheap nodes instantiate into the real objects
     from vtlab.losses import InfoNCE
     from vtlab.regularizers import Flops

@@ -37,12 +37,25 @@ def log_run_config(loggers: list[Logger]) -> None:
         lg.log_hyperparams(config)
 
 
+def instantiate_logger(cfg: DictConfig, logger_cfg: Any, **overrides: Any) -> Logger:
+    """One configured logger; wandb runs offline unless `logger.online=true`."""
+    if str(logger_cfg.get("_target_", "")).endswith("WandbLogger"):
+        overrides.setdefault("offline", not bool((cfg.get("logger") or {}).get("online", False)))
+    return instantiate(logger_cfg, **overrides)
+
+
+def configured_loggers(cfg: DictConfig) -> list[Logger]:
+    """Every logger under `logger` (entries that are settings, like `online`, are skipped)."""
+    return [instantiate_logger(cfg, c) for c in (cfg.get("logger") or {}).values()
+            if OmegaConf.is_dict(c) and "_target_" in c]
+
+
 def run_loggers(cfg: DictConfig, state: Mapping[str, Any]) -> list[Logger]:
     """The training run's loggers when there was one, else the configured ones (an evaluate-only run)."""
     trainer = state.get("trainer")
     if trainer is not None:
         return list(trainer.loggers)
-    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
+    loggers = configured_loggers(cfg)
     log_run_config(loggers)
     return loggers
 

@@ -21,8 +21,9 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from vtlab.errors import ConfigError, RunDirError
 from vtlab.atomic import atomic_dir
+from vtlab.errors import ConfigError, RunDirError
+from vtlab.tracking import configured_loggers
 
 log = logging.getLogger("vtlab")
 
@@ -45,7 +46,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     resume_from = state.get("resume_from")
     # ResumeState last: its setup check runs after the callbacks that reshape the model (vocabulary transfer)
     callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None] + [ResumeState(resume_from)]
-    loggers = [instantiate(c) for c in cfg.logger.values() if c is not None]
+    loggers = configured_loggers(cfg)
     extra = {} if cfg.trainer.get("plugins") else {"plugins": [SameDirCheckpointIO()]}
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **extra)
     if resume_from:

@@ -31,6 +31,7 @@ from vtlab.backbones import Backbone
 from vtlab.errors import VtlabError
 from vtlab.models.mlm import MLMModule, TextDataModule
 from vtlab.stages.transfer import transfer_parts
+from vtlab.tracking import instantiate_logger
 from vtlab.vocab.transfer import transferred_backbone
 
 log = logging.getLogger("vtlab")
@@ -60,7 +61,7 @@ def _loggers(cfg: DictConfig, out: Path) -> list[Logger]:
     wandb_cfg = (cfg.get("logger") or {}).get("wandb")
     if wandb_cfg is not None:
         # its own wandb run (job_type=mlm), finished after training so the fine-tune stage starts a fresh one
-        loggers.append(instantiate(wandb_cfg, name=f"{cfg.name}-mlm", job_type="mlm"))
+        loggers.append(instantiate_logger(cfg, wandb_cfg, name=f"{cfg.name}-mlm", job_type="mlm"))
     return loggers
 
 
