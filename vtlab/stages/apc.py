@@ -9,8 +9,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from vtlab.apc import APC, json_report, summary_line, write_outputs
-from vtlab.errors import VtlabError
 from vtlab.atomic import atomic_dir
+from vtlab.errors import VtlabError
 
 log = logging.getLogger("vtlab")
 
