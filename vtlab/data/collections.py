@@ -34,19 +34,33 @@ log = logging.getLogger(__name__)
 
 
 def _iter_lines(path: Path) -> Iterator[tuple[str, str]]:
-    """Yield ("path:lineno", line) for non-blank lines, decoding each line separately to report bad bytes."""
+    """Yield ("path:lineno", line) for non-blank lines, streamed, decoding each line separately to report bad bytes."""
     try:
-        raw = path.read_bytes()
+        f = path.open("rb")
     except OSError as e:
         raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
-    for lineno, b in enumerate(raw.split(b"\n"), start=1):
-        where = f"{path}:{lineno}"
-        try:
-            line = b.decode("utf-8").rstrip("\r")
-        except UnicodeDecodeError as e:
-            raise DataError(f"{where}: not valid UTF-8 (byte {e.start} of the line)") from None
-        if line.strip():
-            yield where, line
+    with f:
+        for lineno, b in enumerate(f, start=1):
+            where = f"{path}:{lineno}"
+            try:
+                line = b.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{where}: not valid UTF-8 (byte {e.start} of the line)") from None
+            if line.strip():
+                yield where, line
+
+
+def _corpus_records(path: Path) -> Iterator[tuple[str, str, str]]:
+    """("path:lineno", doc id, text) of a BEIR corpus.jsonl, title joined to the text with a space."""
+    for where, line in _iter_lines(path):
+        obj = _json_obj(where, line)
+        yield where, _id(obj, where), _join(_str_field(obj, "title", where, False), _str_field(obj, "text", where, True))
+
+
+def iter_corpus_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
+    """(doc id, text) of a BEIR corpus.jsonl, read line by line (for corpora too large to hold)."""
+    for _, did, text in _corpus_records(Path(path)):
+        yield did, text
 
 
 def _json_obj(where: str, line: str) -> dict[str, Any]:
@@ -99,12 +113,10 @@ def load_beir(path: str, split: str = "test") -> Collection:
         raise DataError(f"{qrels_path}: missing qrels for split '{split}' (available splits: {have or 'none'})")
 
     corpus: dict[str, str] = {}
-    for where, line in _iter_lines(root / "corpus.jsonl"):
-        obj = _json_obj(where, line)
-        did = _id(obj, where)
+    for where, did, text in _corpus_records(root / "corpus.jsonl"):
         if did in corpus:
             raise DataError(f"{where}: duplicate doc id '_id'={did!r}")
-        corpus[did] = _join(_str_field(obj, "title", where, False), _str_field(obj, "text", where, True))
+        corpus[did] = text
 
     all_queries: dict[str, str] = {}
     for where, line in _iter_lines(root / "queries.jsonl"):

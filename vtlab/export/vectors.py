@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -24,8 +24,8 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from vtlab.errors import DataError, VtlabError
 from vtlab.atomic import atomic_write
+from vtlab.errors import VtlabError
 from vtlab.evaluation import write_json
 
 FORMATS = ("anserini", "opensearch")
@@ -140,28 +140,6 @@ class OpenSearchBulk(VectorFormat):
         if self.text_field is not None:
             props[self.text_field] = {"type": "text"}
         write_json(self.path.with_name("mapping.json"), {"mappings": {"properties": props}})
-
-
-def iter_corpus_jsonl(path: str | Path) -> Iterator[tuple[str, str]]:
-    """(doc id, text) of a BEIR corpus.jsonl, read line by line (title joined to the text with a space)."""
-    from vtlab.data.collections import _id, _join, _json_obj, _str_field
-
-    path = Path(path)
-    try:
-        f = path.open("rb")
-    except OSError as e:
-        raise DataError(f"{path}: cannot read the corpus ({e.strerror or e})") from None
-    with f:
-        for lineno, raw in enumerate(f, start=1):
-            where = f"{path}:{lineno}"
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{where}: not valid UTF-8 (byte {e.start} of the line)") from None
-            if line.strip():
-                obj = _json_obj(where, line)
-                yield _id(obj, where), _join(_str_field(obj, "title", where, False),
-                                             _str_field(obj, "text", where, True))
 
 
 def _write_all(paths: Sequence[Path], body: Any) -> None:

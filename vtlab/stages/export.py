@@ -12,10 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from vtlab.backbones import Backbone
+from vtlab.data.collections import iter_corpus_jsonl
 from vtlab.errors import VtlabError
 from vtlab.export.sentence_transformers import check_target, export_sentence_transformers
-from vtlab.export.vectors import (FORMATS, AnseriniJsonVectors, OpenSearchBulk, VectorFormat, iter_corpus_jsonl,
-                                  write_vectors)
+from vtlab.export.vectors import FORMATS, AnseriniJsonVectors, OpenSearchBulk, VectorFormat, write_vectors
 
 log = logging.getLogger("vtlab")
 
