@@ -87,6 +87,43 @@ def test_positives_only_cutoff_is_the_percentile_of_positive_values():
     assert report["after"]["positive_share"] == pytest.approx(0.4 * report["before"]["positive_share"], rel=0.02)
 
 
+@pytest.mark.parametrize("percentile", [60, 99])
+def test_per_term_cutoff_is_each_terms_own_percentile(percentile, tmp_path):
+    texts = list(boolq_passages()[:40])
+    encoder = splade_tiny()
+    z = real_max_logits(encoder, texts).double().numpy()
+    expected = np.percentile(z, percentile, axis=0)  # numpy's reference, one cutoff per vocabulary column
+    bias_before = encoder.output_bias("doc").detach().clone()
+    # batch_size 8 < the 17 top values p60 of 40 needs: the streamed top-k is merged across several batches
+    apc = APC(percentile=percentile, include_zeros=True, num_docs=40, max_length=DOC_LEN, batch_size=8, per_term=True)
+    report = apc.calibrate(encoder, texts)
+    shift = (bias_before - encoder.output_bias("doc").detach()).double().numpy()
+    np.testing.assert_allclose(shift, expected, atol=1e-4)
+    after = z - expected
+    assert report["after"]["positive_share"] == pytest.approx(float((after > 1e-4).mean()), abs=2e-3)
+    # every term active in about (100 - p)% of the documents, whatever its offset was
+    per_term = (after > 1e-4).mean(axis=0)
+    assert np.abs(per_term - (100 - percentile) / 100).max() <= 1 / 40 + 1e-9
+    assert report["name"] == f"p{percentile}-term" and report["cutoff"] == pytest.approx(expected.mean(), abs=1e-4)
+    png = _write_report(report, tmp_path)
+    assert png.stat().st_size > 0
+
+
+def _write_report(report, out):
+    from vtlab.apc import write_outputs
+
+    jpath, png = write_outputs(report, out)
+    assert json.loads(jpath.read_text())["per_term"] is True
+    return png
+
+
+def test_per_term_needs_a_percentile_over_every_value():
+    with pytest.raises(VtlabError, match=r"apc\.per_term"):
+        APC(percentile=99, include_zeros=False, per_term=True)
+    with pytest.raises(VtlabError, match=r"apc\.per_term"):
+        APC(percentile=None, shift=1.0, per_term=True)
+
+
 @pytest.mark.parametrize("recipe", ["dead", "dense"])
 def test_shift_recipes_make_dead_or_dense_starts(recipe, tmp_path):
     texts = list(boolq_passages()[200:208])

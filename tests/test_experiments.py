@@ -67,14 +67,16 @@ def test_paper_rows_follow_the_authors_recipe(row):
 @pytest.mark.parametrize("scale", ["paper", "cpu"])
 @pytest.mark.parametrize("ablation,key,values", [
     ("init", "init", "semantic-pmi,semantic,mean,subword,new-random,all-random"),
-    ("apc", "apc", "off,p40,p60,p80"),
+    ("apc", "apc", None),
     ("mlm", "mlm.steps", None),
     ("wordpiece", "vocab.vocab_size", "10000,20000,30000,40000,50000"),
 ])
 def test_ablations_sweep_their_values(scale, ablation, key, values):
     cfg = experiment(f"{scale}/ablation-{ablation}")
     params = OmegaConf.to_container(cfg.hydra.sweeper.params)
-    expected = values or {"paper": "0,500,1000,2000,3000,5000,10000,15000,20000", "cpu": "0,50,150,600"}[scale]
+    defaults = {"mlm": {"paper": "0,500,1000,2000,3000,5000,10000,15000,20000", "cpu": "0,50,150,600"},
+                "apc": {"paper": "off,p40,p60,p80", "cpu": "off,p60,p60-term,p90-term,p99-term"}}
+    expected = values or defaults[ablation][scale]
     assert params == {key: expected}
     assert cfg.group == f"{scale}-ablation-{ablation}" and cfg.backbone.name == f"{'cpu-' if scale == 'cpu' else ''}modernbert"
 
@@ -89,6 +91,10 @@ def test_cpu_replicas_share_one_pretraining_budget():
     vt = experiment("cpu/main/modernbert-vt")
     assert vt.vocab.embedding_model.name == "cpu-bert" and vt.vocab.embedding_model.mlm == bert.backbone.mlm
     assert vt.apc.include_zeros is True and vt.mlm.steps == 150
+    # every CPU row, native or VT, starts from the same per-term calibration (cpu/base.yaml)
+    for row in reproduce.main_rows("cpu"):
+        apc = experiment(row).apc
+        assert (apc.name, apc.percentile, apc.per_term, apc.include_zeros) == ("p99-term", 99, True, True), row
 
 
 def test_blog_rows_follow_the_blog():

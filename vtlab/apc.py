@@ -5,6 +5,12 @@ the RAW MLM logits, z[d, v]; sample those values (with replacement, capped per b
 values with `include_zeros`, else only z > 0); cutoff = percentile(samples); `decoder.bias -= cutoff`, once.
 With include_zeros and percentile 60, about 40% of (doc, term) max-logits are > 0 right after the shift: the model
 starts neither dead (ReLU(z) = 0 everywhere, no gradient) nor dense (everything active, collapse).
+
+`per_term=True` (our extension, not the authors'): one cutoff per vocabulary term, the percentile of that term's
+max-logits over the probe documents, `decoder.bias[v] -= cutoff[v]`. A weakly pretrained MLM (the CPU-scale
+replicas) puts a large document-independent offset on each frequent term, so every document activates the same terms
+(doc-doc cosine > 0.95) and no single constant shift separates them; the per-term shift removes that offset, leaving
+each term active in (100 - percentile)% of the probe documents.
 """
 from __future__ import annotations
 
@@ -53,6 +59,7 @@ class APC:
         shift: float | None = None,
         seed: int = 42,
         name: str | None = None,
+        per_term: bool = False,
     ) -> None:
         if percentile is not None and shift is not None:
             raise VtlabError(f"apc.percentile={percentile} and apc.shift={shift} are mutually exclusive; set one to null")
@@ -62,6 +69,10 @@ class APC:
                            ("per_batch_samples", per_batch_samples), ("max_samples", max_samples)):
             if int(value) <= 0:
                 raise VtlabError(f"apc.{key}={value} must be > 0")
+        if per_term and (percentile is None or not include_zeros):
+            raise VtlabError("apc.per_term=true needs apc.percentile set and apc.include_zeros=true (a per-term "
+                             "percentile over every probe document)")
+        self.per_term = bool(per_term)
         self.percentile = None if percentile is None else float(percentile)
         self.shift = None if shift is None else float(shift)
         self.include_zeros = bool(include_zeros)
@@ -69,14 +80,16 @@ class APC:
         self.per_batch_samples, self.max_samples = int(per_batch_samples), int(max_samples)
         self.seed = int(seed)
         self.name = name or ("off" if not self.enabled else
-                             f"p{self.percentile:g}" if self.percentile is not None else f"shift{self.shift:+g}")
+                             f"p{self.percentile:g}{'-term' if self.per_term else ''}" if self.percentile is not None
+                             else f"shift{self.shift:+g}")
 
     @property
     def enabled(self) -> bool:
         return self.percentile is not None or self.shift is not None
 
     def __repr__(self) -> str:
-        return f"APC(name={self.name!r}, percentile={self.percentile}, shift={self.shift}, include_zeros={self.include_zeros})"
+        return (f"APC(name={self.name!r}, percentile={self.percentile}, shift={self.shift}, "
+                f"include_zeros={self.include_zeros}, per_term={self.per_term})")
 
     # ---- probing --------------------------------------------------------------------------------------------------
 
@@ -98,7 +111,11 @@ class APC:
         edges = torch.arange(-_HIST_RANGE, _HIST_RANGE + _HIST_WIDTH / 2, _HIST_WIDTH, device=device)
         hist = torch.zeros(len(edges) + 1, dtype=torch.long, device=device)
         term_max: Tensor | None = None
-        n_positive, samples, n_sampled = 0, [], 0
+        n_positive, samples, sample_terms, n_sampled = 0, [], [], 0
+        # per_term: each term's largest max-logits, as many as its percentile needs (merged in rounds, not per batch)
+        keep = _top_needed(self.percentile, n_docs) if self.per_term else 0
+        top: Tensor | None = None
+        pending: list[Tensor] = []
         was_training = encoder.training
         encoder.eval()  # a plain forward pass: no dropout
         saved_length = encoder.max_length["doc"]
@@ -114,6 +131,11 @@ class APC:
                     n_positive += int(positive.sum())
                     batch_max = z.amax(dim=0)
                     term_max = batch_max if term_max is None else torch.maximum(term_max, batch_max)
+                    if keep:
+                        pending.append(z)
+                        if sum(len(t) for t in pending) >= keep:
+                            top = _merge_top(top, pending, keep)
+                            pending = []
                     hist += torch.bincount(torch.bucketize(z.flatten(), edges, right=True), minlength=len(hist))
                     # Quotas scale with the batch's size, so every document weighs the same: the total cap never
                     # leaves the later (shorter, since sorted) documents unsampled, and a short last batch is not
@@ -126,10 +148,13 @@ class APC:
                     if pool.numel() <= quota:
                         # the quota covers every value: take them all (exact) instead of resampling with replacement
                         picked = pool
+                        idx = torch.arange(pool.numel())
                     else:
                         idx = torch.randint(pool.numel(), (quota,), generator=gen)
                         picked = pool[idx.to(pool.device)]
                     samples.append(picked.cpu())
+                    if self.per_term:  # include_zeros: pool is z.flatten(), so the term is the column
+                        sample_terms.append(idx % z.shape[1])
                     n_sampled += picked.numel()
         finally:
             encoder.max_length["doc"] = saved_length
@@ -137,7 +162,13 @@ class APC:
         assert term_max is not None
         sample = torch.cat(samples) if samples else torch.empty(0)
         vocab = int(term_max.numel())
+        per_term = {}
+        if keep:
+            top = _merge_top(top, pending, keep).cpu() if pending else top.cpu()
+            per_term = {"term_top": top, "sample_terms": torch.cat(sample_terms) if sample_terms else
+                        torch.empty(0, dtype=torch.long)}
         return {
+            **per_term,
             "n_docs": n_docs,
             "vocab_size": vocab,
             "n_samples": int(sample.numel()),
@@ -167,12 +198,10 @@ class APC:
         """Probe, subtract the cutoff from the doc (and a separate query) network's MLM output bias, report."""
         t0 = time.perf_counter()
         before = self.probe(encoder, texts)
+        if self.per_term:
+            return self._calibrate_per_term(encoder, before, t0)
         cut = self.cutoff(before["samples"])
-        biases = [encoder.output_bias("doc")]
-        if encoder.output_bias("query") is not biases[0]:  # separate query network: the same constant shift
-            biases.append(encoder.output_bias("query"))
-        if any(b is None for b in biases):
-            raise VtlabError("apc: the MLM decoder has no output bias to shift (decoder built with bias=False)")
+        biases = self._biases(encoder)
         with torch.no_grad():
             for bias in biases:
                 bias.sub_(cut)
@@ -186,6 +215,39 @@ class APC:
             "positive_share": after_positive / n_values,
             "percentiles": {k: v - cut for k, v in before["percentiles"].items()},
         }
+        return self._report(before, cut, after, before["samples"] - cut, t0)
+
+    def _calibrate_per_term(self, encoder, before: dict[str, Any], t0: float) -> dict[str, Any]:
+        """bias[v] -= percentile of term v's max-logits; after-stats exact from the kept top values."""
+        assert self.percentile is not None
+        cuts = _term_percentile(before["term_top"], self.percentile, before["n_docs"])
+        for bias in self._biases(encoder):
+            with torch.no_grad():
+                bias.sub_(cuts.to(device=bias.device, dtype=bias.dtype))
+        after_positive = float((before["term_top"] > cuts).sum())
+        samples_after = before["samples"] - cuts[before["sample_terms"]]
+        after = {
+            "mean_active_per_doc": after_positive / before["n_docs"],
+            "dead_fraction": float((before["term_max"] <= cuts).float().mean()),
+            "positive_share": after_positive / (before["n_docs"] * before["vocab_size"]),
+            "percentiles": _percentiles(samples_after),
+        }
+        report = self._report(before, float(cuts.mean()), after, samples_after, t0)
+        report["cutoff_per_term"] = {"min": float(cuts.min()), "median": float(cuts.median()),
+                                     "max": float(cuts.max()), "std": float(cuts.std())}
+        return report
+
+    @staticmethod
+    def _biases(encoder) -> list[Tensor]:
+        biases = [encoder.output_bias("doc")]
+        if encoder.output_bias("query") is not biases[0]:  # separate query network: the same constant shift
+            biases.append(encoder.output_bias("query"))
+        if any(b is None for b in biases):
+            raise VtlabError("apc: the MLM decoder has no output bias to shift (decoder built with bias=False)")
+        return biases
+
+    def _report(self, before: dict[str, Any], cut: float, after: dict[str, Any], samples_after: Tensor,
+                t0: float) -> dict[str, Any]:
         return {
             "name": self.name,
             "cutoff": cut,
@@ -198,13 +260,15 @@ class APC:
             "before": {k: before[k] for k in (*STAT_KEYS, "percentiles")},
             "after": after,
             "seconds": time.perf_counter() - t0,
+            "per_term": self.per_term,
             "samples": before["samples"],  # for the histogram; dropped by json_report
+            "samples_after": samples_after,
         }
 
 
 def json_report(report: dict[str, Any]) -> dict[str, Any]:
     """The report without the sampled values (numbers only, for apc_report.json)."""
-    return {k: v for k, v in report.items() if k != "samples"}
+    return {k: v for k, v in report.items() if k not in ("samples", "samples_after")}
 
 
 def summary_line(report: dict[str, Any], when: str) -> str:
@@ -222,15 +286,16 @@ def flat_metrics(report: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def save_histogram(samples_before: Tensor, cutoff: float, path: str | Path) -> Path:
-    """PNG of the sampled max-logit distribution before and after the shift (after = before - cutoff), log y."""
+def save_histogram(samples_before: Tensor, cutoff: float, path: str | Path, samples_after: Tensor | None = None) -> Path:
+    """PNG of the sampled max-logit distribution before and after the shift (after = before - cutoff unless given:
+    a per-term shift), log y."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless, also under DDP workers
     import matplotlib.pyplot as plt
 
     before = samples_before.double().numpy()
-    after = before - cutoff
+    after = before - cutoff if samples_after is None else samples_after.double().numpy()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -243,7 +308,8 @@ def save_histogram(samples_before: Tensor, cutoff: float, path: str | Path) -> P
     ax.axvline(0.0, color="k", linewidth=1)
     ax.set_xlabel("max over positions of raw MLM logit")
     ax.set_ylabel("sampled (doc, term) values")
-    ax.set_title(f"APC: bias -= {cutoff:.3f}")
+    ax.set_title(f"APC: bias -= {cutoff:.3f}" if samples_after is None else
+                 f"APC per term: bias[v] -= cutoff[v] (mean {cutoff:.3f})")
     ax.legend()
     fig.tight_layout()
     # temp file + rename, like write_json: a crash never leaves a truncated PNG next to a complete report
@@ -266,7 +332,8 @@ def write_outputs(report: dict[str, Any], out_dir: str | Path) -> tuple[Path, Pa
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     return (write_json(out_dir / "apc_report.json", json_report(report)),
-            save_histogram(report["samples"], report["cutoff"], out_dir / "apc_hist.png"))
+            save_histogram(report["samples"], report["cutoff"], out_dir / "apc_hist.png",
+                           report["samples_after"] if report.get("per_term") else None))
 
 
 class APCCallback(pl.Callback):
@@ -307,6 +374,28 @@ def _percentiles(samples: Tensor) -> dict[str, float]:
         return {f"p{p}": float("nan") for p in PERCENTILES}
     values = np.percentile(samples.double().numpy(), PERCENTILES)
     return {f"p{p}": float(v) for p, v in zip(PERCENTILES, values)}
+
+
+def _top_needed(percentile: float | None, n_docs: int) -> int:
+    """How many of a term's largest values numpy's linear-interpolated percentile over n_docs values reads."""
+    assert percentile is not None
+    from_top = (1.0 - percentile / 100.0) * (n_docs - 1)  # the percentile's position counted from the largest
+    return min(n_docs, int(math.floor(from_top)) + 2)
+
+
+def _merge_top(top: Tensor | None, rows: list[Tensor], keep: int) -> Tensor:
+    """The `keep` largest values per column of top ∪ rows, descending."""
+    stacked = torch.cat(([top] if top is not None else []) + rows)
+    return stacked.topk(min(keep, stacked.shape[0]), dim=0).values
+
+
+def _term_percentile(top: Tensor, percentile: float, n_docs: int) -> Tensor:
+    """Per-column percentile (numpy's linear interpolation) of n_docs values, from their largest ones (descending)."""
+    from_top = (1.0 - percentile / 100.0) * (n_docs - 1)
+    lo = int(math.floor(from_top))
+    hi = min(lo + 1, top.shape[0] - 1)
+    frac = from_top - lo  # the percentile lies between the (lo)-th and (lo+1)-th largest, nearer the larger one
+    return (top[lo] * (1.0 - frac) + top[hi] * frac).float()
 
 
 def _count_above(hist: Tensor, c: float) -> float:
