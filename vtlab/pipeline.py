@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from vtlab.errors import ConfigError, RunDirError, VtlabError
+from vtlab.reuse import reuse
 
 log = logging.getLogger("vtlab")
 
@@ -47,6 +48,8 @@ def run(cfg: DictConfig, on_start: Callable[[], None] | None = None) -> dict[str
         state["resume_from"] = str(resume_from)
     if on_start is not None:
         on_start()
+    if (src := reuse(cfg)) is not None:  # an equal finished run (reuse_runs): its results, no stage runs
+        return {"reused_from": src}
     for step in instantiate(cfg.stage.steps):
         state = step(cfg, state)
     return state

@@ -27,14 +27,17 @@ def main_rows(scale: str) -> list[str]:
     return [f"{scale}/main/{r}" for r in ordered]
 
 
-def sweeps(scale: str, seeds: int, tables: list[str]) -> dict[str, list[str]]:
-    """table → the `python -m vtlab -m` overrides that run it."""
+def sweeps(scale: str, seeds: int, tables: list[str], out: Path | None = None) -> dict[str, list[str]]:
+    """table → the `python -m vtlab -m` overrides that run it. With `out` (where the sweeps go), the ablations may
+    reuse the main table's finished jobs: an ablation's default value repeats a main row (vtlab/reuse.py)."""
     seed = "seed=" + ",".join(str(s) for s in range(seeds))
-    out = {}
+    sweeps_ = {}
     for table in tables:
         experiment = ",".join(main_rows(scale)) if table == "main" else f"{scale}/{table}"
-        out[table] = [f"experiment={experiment}", seed]
-    return out
+        sweeps_[table] = [f"experiment={experiment}", seed]
+        if out is not None and table != "main" and "main" in tables:
+            sweeps_[table].append(f"reuse_runs=['{(out / 'main').resolve()}']")
+    return sweeps_
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path("outputs") / "reproduce" / args.scale
     launcher = args.launcher or ("slurm" if args.scale == "paper" else None)
     dirs = []
-    for table, overrides in sweeps(args.scale, args.seeds, tables).items():
+    for table, overrides in sweeps(args.scale, args.seeds, tables, out).items():
         sweep_dir = out / table
         cmd = [sys.executable, "-m", "vtlab", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}", *args.extra]
         if launcher:

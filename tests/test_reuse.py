@@ -1,0 +1,82 @@
+"""vtlab.reuse: an ablation row that repeats a main-table row reuses that finished run instead of recomputing it."""
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from vtlab import pipeline, reproduce
+from vtlab.reuse import MARKER, find_equal_run
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def cfg_for(*overrides):
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def finished_job(sweep: Path, num: int, cfg, status: str = "done", ndcg: float = 0.42) -> Path:
+    """A job directory as `python -m vtlab -m` leaves it: the recorded config, status.json, results, a checkpoint."""
+    job = sweep / str(num)
+    (job / ".hydra").mkdir(parents=True)
+    OmegaConf.save(cfg, job / ".hydra" / "config.yaml")
+    (job / "status.json").write_text(json.dumps({"status": status}))
+    (job / "eval" / "boolq").mkdir(parents=True)
+    (job / "eval" / "boolq" / "metrics.json").write_text(json.dumps({"metrics": {"nDCG@10": ndcg}}))
+    (job / "apc_report.json").write_text("{}")
+    (job / "checkpoints").mkdir()
+    (job / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    return job
+
+
+@pytest.fixture
+def main_sweep(tmp_path: Path) -> Path:
+    sweep = tmp_path / "main"
+    finished_job(sweep, 0, cfg_for("experiment=cpu/main/bert-native"), ndcg=0.55)
+    finished_job(sweep, 1, cfg_for("experiment=cpu/main/modernbert-vt"), ndcg=0.35)
+    return sweep
+
+
+def test_the_ablations_default_value_is_the_main_row(main_sweep):
+    # cpu/ablation-init's config differs from cpu/main/modernbert-vt only in name and group for init=semantic-pmi
+    cfg = cfg_for("experiment=cpu/ablation-init", "init=semantic-pmi", f"reuse_runs=['{main_sweep}']")
+    assert find_equal_run(cfg, [main_sweep]) == main_sweep / "1"
+    assert find_equal_run(cfg_for("experiment=cpu/ablation-apc", "apc=p99-term"), [main_sweep]) == main_sweep / "1"
+
+
+@pytest.mark.parametrize("override", ["init=mean", "apc=p90-term", "seed=1", "trainer.max_steps=101"])
+def test_any_other_setting_is_not_reused(main_sweep, override):
+    assert find_equal_run(cfg_for("experiment=cpu/ablation-init", override), [main_sweep]) is None
+
+
+@pytest.mark.parametrize("status", ["failed", "running"])
+def test_only_finished_runs_are_reused(tmp_path, status):
+    sweep = tmp_path / "main"
+    finished_job(sweep, 0, cfg_for("experiment=cpu/main/modernbert-vt"), status=status)
+    assert find_equal_run(cfg_for("experiment=cpu/ablation-init"), [sweep]) is None
+
+
+def test_pipeline_copies_the_results_and_runs_no_stage(main_sweep, tmp_path):
+    run_dir = tmp_path / "ablation" / "0"
+    cfg = cfg_for("experiment=cpu/ablation-init", f"reuse_runs=['{main_sweep}']", f"paths.run_dir={run_dir}")
+    state = pipeline.run(cfg)  # no model exists offline for this row without pretraining: any stage would take minutes
+    assert state == {"reused_from": main_sweep / "1"}
+    assert json.loads((run_dir / "eval" / "boolq" / "metrics.json").read_text())["metrics"]["nDCG@10"] == 0.35
+    assert (run_dir / "apc_report.json").is_file()
+    assert not (run_dir / "checkpoints").exists() and not (run_dir / "status.json").exists()
+    assert (run_dir / MARKER).read_text().strip() == str((main_sweep / "1").resolve())
+    # the copy is a finished run: the same run dir is not run into again
+    with pytest.raises(Exception, match="is finished"):
+        pipeline.run(cfg)
+
+
+def test_reproduce_lets_the_ablations_reuse_the_main_table(tmp_path):
+    sweeps = reproduce.sweeps("cpu", 1, ["main", "ablation-init", "ablation-apc"], tmp_path)
+    assert not any(o.startswith("reuse_runs=") for o in sweeps["main"])
+    for table in ("ablation-init", "ablation-apc"):
+        assert sweeps[table][-1] == f"reuse_runs=['{(tmp_path / 'main').resolve()}']"
+    # without the main table in this invocation there is nothing to reuse
+    alone = reproduce.sweeps("cpu", 1, ["ablation-init"], tmp_path)["ablation-init"]
+    assert not any(o.startswith("reuse_runs=") for o in alone)
