@@ -9,13 +9,13 @@ changed since: use it within one reproduction (vtlab.reproduce passes the main t
 """
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
 
 log = logging.getLogger("vtlab")
 
@@ -32,14 +32,17 @@ def comparable(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
 
 
 def _job_dirs(root: Path) -> list[Path]:
-    if (root / ".hydra" / "config.yaml").is_file():
-        return [root]
-    return sorted((p.parents[1] for p in root.glob("*/.hydra/config.yaml")), key=lambda p: str(p))
+    """`root` itself when it is a run directory, else its sweep's job directories."""
+    from vtlab.report import job_dirs  # here: vtlab.report and vtlab.status import vtlab.pipeline, which imports us
+
+    return [root] if (root / ".hydra" / "config.yaml").is_file() else job_dirs(root)
 
 
 def _is_done(job: Path) -> bool:
+    from vtlab.status import read_status
+
     try:
-        return json.loads((job / "status.json").read_text()).get("status") == "done"
+        return (read_status(job) or {}).get("status") == "done"
     except (OSError, ValueError):
         return False
 
