@@ -320,3 +320,119 @@ def test_eval_index_option_selects_the_backend(tmp_path):
         assert results[name]["nDCG@10"] == pytest.approx(results["exact"]["nDCG@10"])
     with pytest.raises(VtlabError, match="eval.index"):
         RetrievalEvaluation(TOY, index="faiss")
+
+
+# ------------------------------------------------------------------------------------------------ budgets, per query
+
+
+class RandomSparse:
+    """A synthetic encoder: each text gets its own random non-negative weights (no ties) on 2-12 random terms."""
+
+    vocab_size = 40
+
+    def encode(self, texts, side, batch_size=64, show_progress=True):
+        rows = []
+        for text in texts:
+            rng = np.random.default_rng(list(f"{side}:{text}".encode()))  # every byte seeds it
+            row = np.zeros(self.vocab_size, dtype=np.float32)
+            terms = rng.choice(self.vocab_size, size=int(rng.integers(2, 13)), replace=False)
+            row[terms] = rng.uniform(0.1, 3.0, size=terms.size)
+            rows.append(row)
+        return sp.csr_matrix(np.stack(rows))
+
+
+def random_collection(n_queries: int = 25, n_docs: int = 80) -> Collection:
+    """Each query judges 3 random docs and RandomSparse's 2nd-best doc for it (so the metrics are not near 0)."""
+    rng = np.random.default_rng(11)
+    queries = {f"q{i}": f"query {i}" for i in range(n_queries)}
+    corpus = {f"d{i}": f"doc {i}" for i in range(n_docs)}
+    enc = RandomSparse()
+    scores = (enc.encode(list(queries.values()), "query") @ enc.encode(list(corpus.values()), "doc").T).toarray()
+    qrels = {q: {f"d{j}": int(rng.integers(1, 3)) for j in [*rng.choice(n_docs, size=3), np.argsort(-row)[1]]}
+             for q, row in zip(queries, scores)}
+    return Collection(name="synthetic", corpus=corpus, queries=queries, qrels=qrels)
+
+
+def dense_top_k(x: np.ndarray, k: int | None) -> np.ndarray:
+    """numpy reference: zero every weight of a row but its k largest."""
+    if k is None:
+        return x
+    out = np.zeros_like(x)
+    for i, row in enumerate(x):
+        keep = np.argsort(-row, kind="stable")[:k]
+        out[i, keep] = row[keep]
+    return out
+
+
+def test_budgets_and_per_query_equal_a_dense_brute_force(tmp_path):
+    coll, enc = random_collection(), RandomSparse()
+    qids, dids = list(coll.queries), list(coll.corpus)
+    measures = ["nDCG@10", "RR@10", "R@100"]
+    budgets = [{"query": 3, "doc": 5}, {"query": None, "doc": 2}]
+    m = evaluate(enc, coll, out_dir=tmp_path, measures=measures, top_k=100, budgets=budgets, show_progress=False)
+    per_query = json.loads((tmp_path / "per_query.json").read_text())
+    q_dense = enc.encode([coll.queries[i] for i in qids], "query").toarray().astype(np.float64)
+    d_dense = enc.encode([coll.corpus[i] for i in dids], "doc").toarray().astype(np.float64)
+    parsed = [ir_measures.parse_measure(x) for x in measures]
+    for suffix, kq, kd in (("", None, None), ("@q3-d5", 3, 5), ("@qall-d2", None, 2)):
+        qp, dp = dense_top_k(q_dense, kq), dense_top_k(d_dense, kd)
+        run = brute_force_run(sp.csr_matrix(qp), sp.csr_matrix(dp), qids, dids, 100)
+        ref = ir_measures.calc_aggregate(parsed, coll.qrels, run)
+        ref_per_query = {(str(r.measure), r.query_id): r.value for r in ir_measures.iter_calc(parsed, coll.qrels, run)}
+        for name, measure in zip(measures, parsed):
+            assert m[name + suffix] == pytest.approx(ref[measure]), name + suffix
+            assert set(per_query[name + suffix]) == set(qids)
+            for qid in qids:  # a query absent from the reference run scores 0
+                assert per_query[name + suffix][qid] == pytest.approx(ref_per_query.get((str(measure), qid), 0.0))
+        assert m["query_active_dims" + suffix] == pytest.approx((qp != 0).sum(1).mean())
+        assert m["doc_active_dims" + suffix] == pytest.approx((dp != 0).sum(1).mean())
+        assert m["flops" + suffix] == pytest.approx(((qp != 0).astype(float) @ (dp != 0).T.astype(float)).mean())
+    assert m["nDCG@10"] > 0.1 and m["nDCG@10@q3-d5"] != pytest.approx(m["nDCG@10"])  # not trivial; budgets bite
+    assert m["doc_active_dims@q3-d5"] <= 5 < m["doc_active_dims"]
+    report = json.loads((tmp_path / "metrics.json").read_text())
+    assert report["budgets"] == [{"query": 3, "doc": 5}, {"query": None, "doc": 2}]
+    assert report["metrics"] == pytest.approx(m)
+
+
+def test_prune_top_k_hand_example():
+    from vtlab.evaluation import prune_top_k
+
+    x = sp.csr_matrix(np.array([[0.5, 2.0, 0.0, 2.0, 1.0], [0.0, 0.0, 0.0, 0.0, 3.0]], dtype=np.float32))
+    # row 0: 2.0 at terms 1 and 3 tie (the lower term id wins for k=1); row 1 has fewer than k terms
+    assert prune_top_k(x, 1).toarray().tolist() == [[0, 2.0, 0, 0, 0], [0, 0, 0, 0, 3.0]]
+    assert prune_top_k(x, 3).toarray().tolist() == [[0, 2.0, 0, 2.0, 1.0], [0, 0, 0, 0, 3.0]]
+    assert (prune_top_k(x, None) != x).nnz == 0
+
+
+def test_budget_config_errors_and_keys():
+    from vtlab.evaluation import split_budget_key
+
+    with pytest.raises(VtlabError, match=r"eval\.budgets\[1\]\.doc: expected a positive int or null, got 0"):
+        RetrievalEvaluation(TOY, budgets=[{"query": 2, "doc": 4}, {"query": 2, "doc": 0}])
+    with pytest.raises(VtlabError, match=r"eval\.budgets\[0\]: expected \{query: K, doc: K\}"):
+        RetrievalEvaluation(TOY, budgets=[{"q": 2}])
+    with pytest.raises(VtlabError, match="listed twice"):
+        RetrievalEvaluation(TOY, budgets=[{"query": 2, "doc": 4}, {"query": 2, "doc": 4}])
+    assert split_budget_key("nDCG@10@q16-d64") == ("nDCG@10", "q16-d64")
+    assert split_budget_key("nDCG@10@qall-d8") == ("nDCG@10", "qall-d8")
+    assert split_budget_key("nDCG@10") == ("nDCG@10", None)
+
+
+def test_eval_config_budgets_reach_evaluate_and_the_suite(tmp_path):
+    cfg = OmegaConf.load(CONF_EVAL / "boolq.yaml")
+    assert cfg.budgets == []
+    cfg.collection = {"_target_": "tests.test_evaluation.random_collection", "_partial_": True}
+    cfg.budgets = [{"query": 3, "doc": 5}]
+    ev = instantiate(cfg)
+    assert repr(ev).endswith("budgets=['q3-d5'])")
+    m = ev(RandomSparse(), show_progress=False)
+    assert {"nDCG@10@q3-d5", "flops@q3-d5"} <= set(m)
+    suite_cfg = OmegaConf.load(CONF_EVAL / "beir13.yaml")
+    assert suite_cfg.budgets == []
+    from vtlab.eval_suite import EvaluationSuite
+
+    suite = EvaluationSuite({"a": RetrievalEvaluation(random_collection()), "b": RetrievalEvaluation(TOY)},
+                            budgets=[{"query": 1, "doc": 2}])
+    results = suite(RandomSparse(), out_dir=tmp_path, show_progress=False)
+    assert all("nDCG@10@q1-d2" in r for r in results.values())
+    assert "nDCG@10@q1-d2" in json.loads((tmp_path / "a" / "per_query.json").read_text())

@@ -29,14 +29,19 @@ def write_multirun(sweep: Path, task: list[str], params: dict | None = None, con
 
 
 def write_job(sweep: Path, num: int, overrides: list[str], name: str, status: str | None = "done",
-              error: str | None = None, metrics: dict[str, dict[str, float]] | None = None) -> Path:
-    """A job directory as `python -m vtlab -m` leaves it: .hydra/, status.json, eval/<collection>/metrics.json."""
+              error: str | None = None, metrics: dict[str, dict[str, float]] | None = None,
+              per_query: dict[str, dict[str, dict[str, float]]] | None = None, config_extra: str = "") -> Path:
+    """A job directory as `python -m vtlab -m` leaves it: .hydra/, status.json, eval/<collection>/metrics.json (and
+    per_query.json, {measure key: {query id: value}}, for the collections in `per_query`)."""
     job = sweep / str(num)
     (job / ".hydra").mkdir(parents=True)
     seed = next((int(o.split("=")[1]) for o in overrides if o.startswith("seed=")), 0)
     # unresolvable outside Hydra, as in real job configs: the report must not resolve the whole config
     (job / ".hydra" / "config.yaml").write_text(
-        f"name: {name}\nseed: {seed}\npaths:\n  run_dir: ${{hydra:runtime.output_dir}}\n")
+        f"name: {name}\nseed: {seed}\npaths:\n  run_dir: ${{hydra:runtime.output_dir}}\n{config_extra}")
+    for dataset, values in (per_query or {}).items():
+        (job / "eval" / dataset).mkdir(parents=True, exist_ok=True)
+        (job / "eval" / dataset / "per_query.json").write_text(json.dumps(values))
     (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     (job / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"job": {"num": num, "name": "__main__"}}}))
     if status is not None:
@@ -44,7 +49,7 @@ def write_job(sweep: Path, num: int, overrides: list[str], name: str, status: st
             {"status": status, "name": name, "overrides": overrides, "started": "2026-01-01T00:00:00+00:00",
              "finished": None, "seconds": None, "error": error}))
     for dataset, values in (metrics or {}).items():
-        (job / "eval" / dataset).mkdir(parents=True)
+        (job / "eval" / dataset).mkdir(parents=True, exist_ok=True)
         (job / "eval" / dataset / "metrics.json").write_text(json.dumps(
             {"collection": {"name": dataset, "n_docs": 10, "n_queries": 5}, "measures": ["nDCG@10", "RR@10"],
              "top_k": 100, "metrics": values, "index": None}))
@@ -275,3 +280,141 @@ def test_shared_names_get_their_overrides_and_no_metrics_is_shown(tmp_path: Path
     rows = md_rows(to_markdown(build_table(sweep)))[1:]
     assert [r[0] for r in rows] == ["exp-a (lr=1)", "exp-a (lr=2)", "exp-b"]
     assert rows[2][1] == "0" and rows[2][-1] == "no metrics (job 2)"
+
+
+# ------------------------------------------------------------------------------------------------ contrasts
+
+import itertools  # noqa: E402
+
+import numpy as np  # noqa: E402
+from scipy import stats as scipy_stats  # noqa: E402
+
+from vtlab.report import build_contrasts, tradeoff_points  # noqa: E402
+
+QUERIES = {"boolq": [f"b{i}" for i in range(12)], "scifact": [f"s{i}" for i in range(8)]}
+ROWS = {"bpe-vt": (0.55, 3), "bpe-native": (0.50, 2), "bpe-lowercase": (0.53, 2)}  # name: (level, seeds)
+CONTRASTS_YAML = "report:\n  contrasts: [[bpe-vt, bpe-native]]\n"
+
+
+@pytest.fixture
+def contrast_sweep(tmp_path: Path) -> tuple[Path, dict]:
+    """Three rows (experiments) × seeds, two collections, per-query nDCG@10 at full sparsity and at budget q4-d8; the
+    metrics.json means are the per-query means, as evaluate() writes them. Returns the sweep and its per-query data
+    {row: [seed: {dataset: {key: {qid: value}}}]}."""
+    rng = np.random.default_rng(5)
+    sweep = tmp_path / "sweep"
+    data: dict[str, list] = {}
+    num = 0
+    for name, (level, n_seeds) in ROWS.items():
+        data[name] = []
+        for seed in range(n_seeds):
+            per_query, metrics = {}, {}
+            for dataset, qids in QUERIES.items():
+                full = {q: float(np.clip(level + rng.normal(0, 0.15), 0, 1)) for q in qids}
+                pruned = {q: v * 0.9 for q, v in full.items()}
+                per_query[dataset] = {"nDCG@10": full, "nDCG@10@q4-d8": pruned}
+                metrics[dataset] = {**m(float(np.mean(list(full.values()))), 1.0 + seed, 10, 100),
+                                    "nDCG@10@q4-d8": float(np.mean(list(pruned.values())))}
+            data[name].append(per_query)
+            write_job(sweep, num, [f"experiment={name}", f"seed={seed}"], name, metrics=metrics,
+                      per_query=per_query, config_extra=CONTRASTS_YAML)
+            num += 1
+    return sweep, data
+
+
+def seed_mean(data: dict, row: str, dataset: str, key: str) -> np.ndarray:
+    """Per query (in QUERIES order), the mean over the row's seeds: written out with numpy, independent of vtlab."""
+    return np.array([[seed[dataset][key][q] for q in QUERIES[dataset]] for seed in data[row]]).mean(axis=0)
+
+
+def exact_p(a: np.ndarray, b: np.ndarray) -> float:
+    d = a - b
+    flips = np.array(list(itertools.product((-1.0, 1.0), repeat=d.size))) @ d
+    return float(np.mean(np.abs(flips) >= abs(d.sum()) - 1e-12))
+
+
+def test_contrasts_against_seed_means_scipy_and_exact_enumeration(contrast_sweep) -> None:
+    sweep, data = contrast_sweep
+    table = build_table(sweep)
+    assert [(a, b) for a, b, _ in table.contrasts] == [("bpe-vt", "bpe-native")]  # from report.contrasts, once
+    contrasts = build_contrasts(table)
+    got = {(x.dataset, x.budget): x for x in contrasts.lines}
+    assert list(got) == [("boolq", "full"), ("scifact", "full"), ("all (pooled)", "full"),
+                         ("boolq", "q4-d8"), ("scifact", "q4-d8"), ("all (pooled)", "q4-d8")]
+    for (dataset, budget), line in got.items():
+        key = "nDCG@10" if budget == "full" else f"nDCG@10@{budget}"
+        sets = QUERIES if dataset == "all (pooled)" else [dataset]
+        a = np.concatenate([seed_mean(data, "bpe-vt", d, key) for d in sets])
+        b = np.concatenate([seed_mean(data, "bpe-native", d, key) for d in sets])
+        r = line.result
+        assert (line.seeds_a, line.seeds_b, r.n) == (3, 2, a.size)
+        assert r.mean_a == pytest.approx(a.mean()) and r.delta == pytest.approx(a.mean() - b.mean())
+        assert r.p_t == pytest.approx(scipy_stats.ttest_rel(a, b).pvalue, rel=1e-9)
+        d = a - b
+        half = scipy_stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
+        assert (r.ci_low, r.ci_high) == pytest.approx((d.mean() - half, d.mean() + half))
+        if d.size <= 12:  # 4,096 sign vectors: enumerate them all
+            assert r.p_randomization == pytest.approx(exact_p(a, b), abs=0.02)
+    # pooled: every query weighs the same, so Δ is the query-weighted mean of the two sets' Δs (12 and 8 queries)
+    deltas = [got[(d, "full")].result.delta for d in QUERIES]
+    assert got[("all (pooled)", "full")].result.delta == pytest.approx((12 * deltas[0] + 8 * deltas[1]) / 20)
+
+
+def test_cli_contrast_files_and_tradeoff_plot(contrast_sweep, capsys) -> None:
+    sweep, _ = contrast_sweep
+    assert main([str(sweep), "--contrast", "bpe-vt,bpe-lowercase", "--contrast", "bpe-vt,bpe-native"]) == 0
+    out = capsys.readouterr().out
+    assert f"### contrasts: {sweep.parent.name}/sweep" in out
+    assert "| bpe-vt − bpe-lowercase | boolq | full | 12 | 3/2 |" in out
+    assert (sweep / "contrasts.md").read_text() in out
+    rows = list(csv.DictReader(io.StringIO((sweep / "contrasts.csv").read_text())))
+    # config contrast first, then the new CLI one (the repeated one once); 2 budgets × (2 sets + pooled) each
+    assert [(r["a"], r["b"]) for r in rows[::6]] == [("bpe-vt", "bpe-native"), ("bpe-vt", "bpe-lowercase")]
+    assert len(rows) == 12 and all(0 < float(r["p_randomization"]) <= 1 and r["note"] == "" for r in rows)
+    assert (sweep / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tradeoff_points_are_the_seeds(contrast_sweep) -> None:
+    sweep, data = contrast_sweep
+    points = tradeoff_points(build_table(sweep))
+    # avg FLOPS of seed s is 1 + s on both sets; avg nDCG@10 is the mean of the two sets' per-query means
+    want = [(1.0 + s, np.mean([np.mean(list(seed[d]["nDCG@10"].values())) for d in QUERIES]))
+            for s, seed in enumerate(data["bpe-vt"])]
+    assert np.array(points["bpe-vt"]) == pytest.approx(np.array(want))
+    assert list(points) == list(ROWS)
+
+
+def test_contrast_bad_inputs_one_line(contrast_sweep, capsys) -> None:
+    sweep, _ = contrast_sweep
+    assert main([str(sweep), "--contrast", "bpe-vt,bpe-cased"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "--contrast 'bpe-vt,bpe-cased': no table has both rows 'bpe-vt' and 'bpe-cased'" in err[0]
+    config = sweep / "0" / ".hydra" / "config.yaml"
+    config.write_text(config.read_text().replace(CONTRASTS_YAML, "report:\n  contrasts: [[bpe-vt, bpe-typo]]\n"))
+    assert main([str(sweep)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"vtlab: error: {config}: report.contrasts: 'bpe-typo' is not a row label of the table of "
+                   f"{sweep} (rows: bpe-vt, bpe-native, bpe-lowercase)"]
+    config.write_text(config.read_text().replace("[[bpe-vt, bpe-typo]]", "[bpe-vt, bpe-native]"))
+    assert main([str(sweep)]) == 2
+    assert "report.contrasts must be a list of [row A, row B] pairs" in capsys.readouterr().err
+
+
+def test_contrast_query_sets_must_match_and_old_runs_are_a_note(contrast_sweep, capsys) -> None:
+    sweep, _ = contrast_sweep
+    # bpe-native seed 1 (job 4) from before per-query metrics: the contrast says so instead of using one seed
+    (sweep / "4" / "eval" / "scifact" / "per_query.json").unlink()
+    lines = {(x.dataset, x.budget): x for x in build_contrasts(build_table(sweep)).lines}
+    scifact = lines[("scifact", "full")]
+    assert scifact.result is None and "no per-query nDCG@10 on scifact" in scifact.note
+    assert lines[("all (pooled)", "full")].note == "not pooled: no per-query values on scifact"
+    assert lines[("boolq", "full")].result is not None
+    # a row evaluated on other queries than the other: an error, not a silently smaller sample
+    path = sweep / "3" / "eval" / "boolq" / "per_query.json"
+    values = json.loads(path.read_text())
+    values["nDCG@10"]["b99"] = values["nDCG@10"].pop("b0")
+    path.write_text(json.dumps(values))
+    (sweep / "4" / "eval" / "boolq" / "per_query.json").write_text(json.dumps(values))
+    assert main([str(sweep)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "contrast bpe-vt vs bpe-native on boolq: query sets differ" in err[0]

@@ -6,25 +6,38 @@ The paper reports nDCG@10 per BEIR dataset and the average; `vtlab.report` build
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vtlab.errors import VtlabError
+from vtlab.evaluation import parse_budgets
 
 log = logging.getLogger("vtlab")
 
 
 class EvaluationSuite:
-    """evaluations: name → RetrievalEvaluation (anything callable as `(encoder, out_dir=...) -> metrics`)."""
+    """evaluations: name → RetrievalEvaluation (anything callable as `(encoder, out_dir=...) -> metrics`).
 
-    def __init__(self, evaluations: Mapping[str, Any], name: str = "suite") -> None:
+    budgets: matched term budgets for every member (`eval.budgets=[{query: 16, doc: 64}]` once, not per dataset);
+    when non-empty they replace the members' own `budgets`.
+    """
+
+    def __init__(self, evaluations: Mapping[str, Any], name: str = "suite",
+                 budgets: Sequence[Mapping[str, Any]] | None = None) -> None:
         if not evaluations:
             raise VtlabError("eval.evaluations is empty: list at least one collection")
         self.evaluations = dict(evaluations)
         self.name = name
+        parsed = parse_budgets(budgets)
+        if parsed:
+            for key, evaluation in self.evaluations.items():
+                if not hasattr(evaluation, "budgets"):
+                    raise VtlabError(f"eval.budgets: eval.evaluations.{key} ({type(evaluation).__name__}) "
+                                     "takes no budgets")
+                evaluation.budgets = parsed
 
     def items(self) -> list[tuple[str, Any]]:
         return list(self.evaluations.items())

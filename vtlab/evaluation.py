@@ -2,15 +2,18 @@
 
 Reported keys (all floats): each measure string as given (e.g. "nDCG@10"), "query_active_dims",
 "doc_active_dims", "flops", and timings "encode_query_s", "encode_query_ms_per_query", "encode_doc_s", "index_build_s",
-"search_ms_per_query", "total_s".
+"search_ms_per_query", "total_s". With `budgets` (matched term budgets, see `Budget`), each measure and sparsity key
+again per budget as `<key>@<budget>`, e.g. "nDCG@10@q16-d64". Per-query values go to per_query.json.
 """
 from __future__ import annotations
 
 import inspect
 import json
+import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Protocol, Sequence, TextIO
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, TextIO
 
 import ir_measures
 import numpy as np
@@ -67,16 +70,15 @@ def _parse_measures(measures: Sequence[str]) -> dict[Any, str]:
     return parsed
 
 
-def compute_metrics(
+def per_query_metrics(
     run: dict[str, dict[str, float]],
     qrels: dict[str, dict[str, int]],
     measures: Sequence[str] = DEFAULT_MEASURES,
-) -> dict[str, float]:
-    """Mean of each measure over every query that has qrels.
+) -> dict[str, dict[str, float]]:
+    """{measure key: {query id: value}} for every query that has qrels (the input of paired significance tests).
 
-    Queries with qrels but no (or an empty) run entry count as 0 for every measure. We do that ourselves rather
-    than rely on the ir_measures provider: per-query values come from `ir_measures.iter_calc`, and the mean
-    divides by the number of judged queries, so the result does not depend on which provider answers.
+    Queries with qrels but no (or an empty) run entry score 0 for every measure: we fill that in ourselves rather
+    than rely on the ir_measures provider, so the values do not depend on which provider answers.
     Run entries for queries without qrels are ignored.
     """
     parsed = _parse_measures(measures)
@@ -85,11 +87,25 @@ def compute_metrics(
         raise DataError("no query has relevance judgments (qrels are empty)")
     # empty rankings are dropped: they score 0 through the fill below, and some providers reject them
     run = {q: docs for q, docs in run.items() if q in judged and docs}
-    totals = {m: 0.0 for m in parsed}
+    values = {m: dict.fromkeys(judged, 0.0) for m in parsed}
     if run:
         for metric in ir_measures.iter_calc(list(parsed), judged, run):
-            totals[metric.measure] += float(metric.value)
-    return {parsed[m]: totals[m] / len(judged) for m in parsed}
+            values[metric.measure][metric.query_id] = float(metric.value)
+    return {parsed[m]: values[m] for m in parsed}
+
+
+def _means(per_query: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    return {key: sum(values.values()) / len(values) for key, values in per_query.items()}
+
+
+def compute_metrics(
+    run: dict[str, dict[str, float]],
+    qrels: dict[str, dict[str, int]],
+    measures: Sequence[str] = DEFAULT_MEASURES,
+) -> dict[str, float]:
+    """Mean of each measure over every query that has qrels (`per_query_metrics`, averaged: a query with qrels but
+    no run entry counts as 0, so the mean divides by the number of judged queries)."""
+    return _means(per_query_metrics(run, qrels, measures))
 
 
 def sparsity_stats(queries: sp.csr_matrix, docs: sp.csr_matrix) -> dict[str, float]:
@@ -187,6 +203,76 @@ def results_table(metrics: dict[str, float], title: str, baseline: dict[str, flo
     return table
 
 
+# ---------------------------------------------------------------------------------------------------- term budgets
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A matched term budget: each query keeps its `query` largest weights, each doc its `doc` largest (None: all).
+
+    Pruning after encoding puts models of different sparsity on the same number of active terms, so a contrast can
+    be read at equal cost as well as at each model's own sparsity.
+    """
+
+    query: int | None
+    doc: int | None
+
+    @property
+    def label(self) -> str:
+        return f"q{self.query if self.query is not None else 'all'}-d{self.doc if self.doc is not None else 'all'}"
+
+
+BUDGET_KEY = re.compile(r"^(?P<key>.+)@(?P<budget>q(?:\d+|all)-d(?:\d+|all))$")
+
+
+def budget_key(key: str, budget: Budget) -> str:
+    """`nDCG@10` at budget q16-d64 -> `nDCG@10@q16-d64`."""
+    return f"{key}@{budget.label}"
+
+
+def split_budget_key(key: str) -> tuple[str, str | None]:
+    """`nDCG@10@q16-d64` -> (`nDCG@10`, `q16-d64`); a key without a budget -> (key, None)."""
+    match = BUDGET_KEY.match(key)
+    return (match["key"], match["budget"]) if match else (key, None)
+
+
+def parse_budgets(budgets: Sequence[Budget | Mapping[str, Any]] | None, key: str = "eval.budgets") -> list[Budget]:
+    """Budgets from config entries `{query: Kq, doc: Kd}` (a missing or null side is not pruned)."""
+    parsed: list[Budget] = []
+    for i, entry in enumerate(budgets or ()):
+        if isinstance(entry, Budget):
+            parsed.append(entry)
+            continue
+        where = f"{key}[{i}]"
+        if not isinstance(entry, Mapping) or set(entry) - {"query", "doc"}:
+            raise VtlabError(f"{where}: expected {{query: K, doc: K}} (positive ints or null), got {entry!r}")
+        sides = {side: entry.get(side) for side in ("query", "doc")}
+        for side, k in sides.items():
+            if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+                raise VtlabError(f"{where}.{side}: expected a positive int or null, got {k!r}")
+        parsed.append(Budget(**sides))
+    labels = [b.label for b in parsed]
+    if len(set(labels)) != len(labels):
+        raise VtlabError(f"{key}: a budget is listed twice ({', '.join(labels)})")
+    return parsed
+
+
+def prune_top_k(x: sp.csr_matrix, k: int | None) -> sp.csr_matrix:
+    """Each row keeps its k largest weights (ties: the lower term id); k=None keeps all. Explicit zeros go first."""
+    x = sp.csr_matrix(x, copy=True)
+    x.sum_duplicates()
+    x.eliminate_zeros()
+    counts = np.diff(x.indptr)
+    if k is None or counts.size == 0 or counts.max() <= k:
+        return x
+    rows = np.repeat(np.arange(x.shape[0]), counts)
+    order = np.lexsort((x.indices, -x.data, rows))  # by row, then weight descending, then term id
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size) - x.indptr[rows[order]]  # position within its row
+    keep = rank < k
+    return sp.csr_matrix((x.data[keep], (rows[keep], x.indices[keep])), shape=x.shape, dtype=x.dtype)
+
+
 # ---------------------------------------------------------------------------------------------------- evaluate
 
 
@@ -208,22 +294,27 @@ def evaluate(
     batch_size: int = 64,
     index: Callable[[sp.csr_matrix, Sequence[str]], Any] | None = None,
     show_progress: bool = True,
+    budgets: Sequence[Budget | Mapping[str, Any]] = (),
 ) -> dict[str, float]:
     """Encode queries and corpus, retrieve top_k per query, and score the run against the qrels.
 
     index: optional factory (docs, doc_ids) -> object with `.search(queries, k) -> (scores, indices)`;
     default InvertedIndex (exact; `vtlab.index.index_factory("seismic", {...})` is approximate).
-    With out_dir, writes out_dir/run.trec and out_dir/metrics.json.
+    budgets: matched term budgets ({query: Kq, doc: Kd} or Budget): the encoded queries/docs are pruned to their top-K
+    weights and searched again (no re-encoding); measures and sparsity come back as `<key>@q<Kq>-d<Kd>`.
+    With out_dir, writes out_dir/run.trec (unpruned), out_dir/per_query.json ({measure key: {query id: value}},
+    budgets included) and out_dir/metrics.json.
     """
     _parse_measures(measures)  # fail on a bad measure name before spending minutes on encoding
+    budgets = parse_budgets(budgets)
     query_ids, doc_ids = list(collection.queries), list(collection.corpus)
     if not query_ids or not doc_ids:
         raise DataError(f"collection {collection.name!r} has {len(query_ids)} queries and {len(doc_ids)} docs")
-    vocab = int(encoder.vocab_size)
     t_start = time.perf_counter()
     fit_corpus = getattr(encoder, "fit_corpus", None)
-    if fit_corpus is not None:  # encoders with corpus statistics (an inference-free IDF) that have none yet
+    if fit_corpus is not None:  # encoders with corpus statistics (an inference-free IDF, BM25's vocabulary)
         fit_corpus([collection.corpus[i] for i in doc_ids])
+    vocab = int(encoder.vocab_size)  # after fit_corpus: BM25's vocabulary is the corpus's
 
     t = time.perf_counter()
     q = encoder.encode([collection.queries[i] for i in query_ids], side="query", batch_size=batch_size,
@@ -246,8 +337,17 @@ def evaluate(
     search_s = time.perf_counter() - t
 
     run = to_run(np.asarray(scores), np.asarray(indices), query_ids, doc_ids)
-    metrics: dict[str, float] = compute_metrics(run, collection.qrels, measures)
+    per_query = per_query_metrics(run, collection.qrels, measures)
+    metrics: dict[str, float] = _means(per_query)
     metrics.update(sparsity_stats(q, d))
+    for budget in budgets:
+        q_b, d_b = prune_top_k(q, budget.query), prune_top_k(d, budget.doc)
+        b_scores, b_indices = (index or InvertedIndex)(d_b, doc_ids).search(q_b, k=top_k)
+        b_run = to_run(np.asarray(b_scores), np.asarray(b_indices), query_ids, doc_ids)
+        b_per_query = per_query_metrics(b_run, collection.qrels, measures)
+        per_query.update({budget_key(k, budget): v for k, v in b_per_query.items()})
+        metrics.update({budget_key(k, budget): v for k, v in _means(b_per_query).items()})
+        metrics.update({budget_key(k, budget): v for k, v in sparsity_stats(q_b, d_b).items()})
     metrics.update(
         encode_query_s=encode_query_s,
         encode_query_ms_per_query=1000.0 * encode_query_s / len(query_ids),
@@ -260,6 +360,7 @@ def evaluate(
     if out_dir is not None:
         out = Path(out_dir)
         write_trec_run(out / "run.trec", run)
+        write_json(out / "per_query.json", per_query)
         report = {
             "collection": {
                 "name": collection.name,
@@ -269,11 +370,12 @@ def evaluate(
             },
             "measures": list(measures),
             "top_k": top_k,
+            "budgets": [{"query": b.query, "doc": b.doc} for b in budgets],
             "metrics": metrics,
             "index": {"type": type(idx).__name__, "backend": getattr(idx, "backend", None),
                       **(idx.stats() if hasattr(idx, "stats") else {})},
         }
-        write_json(out / "metrics.json", report)  # last: its presence means the run file is complete too
+        write_json(out / "metrics.json", report)  # last: its presence means run.trec and per_query.json are complete
     return metrics
 
 
@@ -298,6 +400,7 @@ class RetrievalEvaluation:
         name); otherwise it is only a label. A config interpolation (`path: ${..path}`) would do the same, but
         OmegaConf.missing_keys cannot resolve interpolations to `???`, so the configs pass the value here instead.
         name also labels logs and tables; it defaults to the collection's name once loaded.
+    budgets: matched term budgets `[{query: Kq, doc: Kd}, ...]` evaluated after the full run (see `evaluate`).
     """
 
     def __init__(
@@ -310,6 +413,7 @@ class RetrievalEvaluation:
         path: str | None = None,
         index: str = "exact",
         index_options: dict[str, Any] | None = None,
+        budgets: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         if not isinstance(collection, Collection) and not callable(collection):
             raise TypeError(f"collection must be a Collection or a loader, got {type(collection).__name__}")
@@ -324,6 +428,7 @@ class RetrievalEvaluation:
             raise VtlabError(f"eval.index={index!r}: choose one of {', '.join(INDEXES)}")
         self.index = str(index)
         self.index_options = dict(index_options or {})  # Hydra passes a DictConfig
+        self.budgets = parse_budgets(budgets)  # config errors surface when the config is built, not after training
         self._source = collection
         self._collection: Collection | None = collection if isinstance(collection, Collection) else None
         self._name = name
@@ -349,9 +454,11 @@ class RetrievalEvaluation:
     def __call__(self, encoder: SparseEncoder, out_dir: str | Path | None = None, **kwargs: Any) -> dict[str, float]:
         """kwargs go to `evaluate` (show_progress=..., or index=<factory> to override eval.index)."""
         kwargs.setdefault("index", index_factory(self.index, self.index_options))
+        kwargs.setdefault("budgets", self.budgets)
         return evaluate(encoder, self.collection, out_dir=out_dir, measures=self.measures, top_k=self.top_k,
                         batch_size=self.batch_size, **kwargs)
 
     def __repr__(self) -> str:
         return (f"RetrievalEvaluation(name={self.name!r}, measures={self.measures}, top_k={self.top_k}, "
-                f"batch_size={self.batch_size}, index={self.index!r})")
+                f"batch_size={self.batch_size}, index={self.index!r}"
+                + (f", budgets={[b.label for b in self.budgets]})" if self.budgets else ")"))

@@ -6,6 +6,14 @@ Per sweep: rows = table rows (jobs whose overrides differ only in `seed=` — or
 ± sample std (ddof=1) over seeds, with the number of seeds. Written as markdown, CSV and LaTeX
 (`table.md`, `table.csv`, `table.tex` in the sweep directory or `--out DIR`); the markdown also goes to stdout.
 
+Contrasts (`report.contrasts: [[A, B], ...]` in the sweep's experiment config, read from the jobs' recorded
+.hydra/config.yaml, and `--contrast A,B`): for each pair of row labels and each collection, the pooled collections and
+each matched term budget the runs evaluated (`eval.budgets`, keys `<measure>@q<K>-d<K>`), the difference of the
+measure's mean with the 95% CI of the paired difference, the paired randomization p-value and the paired t-test
+p-value over queries (vtlab.stats; per-query values from each run's per_query.json, averaged over a row's seeds).
+Written to `contrasts.md` and `contrasts.csv` beside the table, and to stdout; `tradeoff.png` plots each row's
+average measure against its FLOPS, one point per seed.
+
 Nothing is dropped: a failed job shows "failed" with its error, a job the sweep expected but that has no directory
 shows "missing", a job still running (or killed: status "running" or no status.json and no metrics) "incomplete".
 
@@ -30,16 +38,23 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from vtlab.errors import VtlabError
+from vtlab import stats
 from vtlab.atomic import atomic_write
+from vtlab.errors import VtlabError
+from vtlab.evaluation import split_budget_key
 
 DEFAULT_MEASURE = "nDCG@10"
 SEED_KEY = "seed"
 # overrides that choose the collection: jobs differing only in these fill different columns of the same row
 COLLECTION_KEYS = frozenset({"eval", "eval.path", "eval.name"})
 OUTPUT_NAMES = ("table.md", "table.csv", "table.tex")
+CONTRAST_NAMES = ("contrasts.md", "contrasts.csv")
+CONTRAST_KEY = "report.contrasts"  # the experiment config's list of [row A, row B] pairs
+FULL = "full"  # the budget column of a contrast at each run's own sparsity (no pruning)
 MAX_NOTE_CHARS = 200  # errors are cut in markdown/LaTeX cells (the CSV keeps them whole)
 STD_NOTE = "mean ± sample std (ddof=1) over seeds; n = seeds with results, (n=k) where a cell has fewer"
 
@@ -71,6 +86,16 @@ class Job:
     seed: str | None = None
     error: str | None = None
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # collection -> metrics.json "metrics"
+    path: Path | None = None  # the job directory (None: missing)
+    contrasts: tuple[tuple[str, str], ...] = ()  # its config's report.contrasts
+    _per_query: dict[str, dict[str, dict[str, float]] | None] = field(default_factory=dict, repr=False)
+
+    def per_query(self, dataset: str) -> dict[str, dict[str, float]] | None:
+        """eval/<dataset>/per_query.json ({measure key: {query id: value}}), None for runs from before it; read once."""
+        if dataset not in self._per_query:
+            path = (self.path or Path()) / "eval" / dataset / "per_query.json"
+            self._per_query[dataset] = _read_per_query(path) if self.path is not None and path.is_file() else None
+        return self._per_query[dataset]
 
 
 def override_key(override: str) -> str:
@@ -108,6 +133,25 @@ def read_metrics(path: Path) -> dict[str, Any]:
     if not isinstance(metrics, dict):
         raise ReportError(f"{path}: malformed metrics.json (no \"metrics\" object)")
     return metrics
+
+
+def _read_per_query(path: Path) -> dict[str, dict[str, float]]:
+    data = _load_json(path, "per_query.json")
+    for key, values in data.items():
+        if not isinstance(values, dict) or not all(_number(v) is not None for v in values.values()):
+            raise ReportError(f"{path}: malformed per_query.json (\"{key}\" is not an object of query id -> number)")
+    return data
+
+
+def _config_contrasts(cfg: Any, path: Path) -> tuple[tuple[str, str], ...]:
+    raw = _plain(cfg, CONTRAST_KEY) if isinstance(cfg, DictConfig) else None
+    if raw is None:
+        return ()
+    pairs = OmegaConf.to_container(raw) if isinstance(raw, (DictConfig, ListConfig)) else raw
+    if not isinstance(pairs, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):
+        raise ReportError(f"{path}: {CONTRAST_KEY} must be a list of [row A, row B] pairs of row labels, got {pairs!r}")
+    return tuple((a, b) for a, b in pairs)
 
 
 def _load_config(path: Path) -> Any:
@@ -166,7 +210,8 @@ def read_job(job_dir: Path, num: int) -> Job:
         seed = str(_plain(cfg, SEED_KEY))
     return Job(num=num, overrides=overrides, state=_job_state(status, bool(metrics)),
                name=str(name) if name is not None else (status or {}).get("name"),
-               seed=seed, error=(status or {}).get("error"), metrics=metrics)
+               seed=seed, error=(status or {}).get("error"), metrics=metrics, path=job_dir,
+               contrasts=_config_contrasts(cfg, config_yaml))
 
 
 def job_dirs(sweep: Path) -> list[Path]:
@@ -290,6 +335,7 @@ class Row:
     n: int
     cells: list[Cell]
     notes: list[str]  # one per job that did not finish: "failed (seed=1): <error>", "missing (seed=2)", ...
+    jobs: list[Job] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -303,6 +349,9 @@ class Table:
     columns: list[Column]
     rows: list[Row]
     footer: list[str]
+    measure: str = DEFAULT_MEASURE
+    datasets: list[str] = field(default_factory=list)
+    contrasts: list[tuple[str, str, str]] = field(default_factory=list)  # (row A, row B, where it was asked for)
 
 
 def _is_row_key(override: str) -> bool:
@@ -339,16 +388,26 @@ def make_columns(datasets: Sequence[str], measure: str) -> list[Column]:
                    Column("avg d dims", 1, _average_value(datasets, "doc_active_dims"))]
 
 
-def _seed_metrics(jobs: Sequence[Job]) -> list[dict[str, dict[str, Any]]]:
-    """One {collection: metrics} per seed of the row's finished jobs (jobs of one seed on different collections are
-    merged; a collection evaluated twice for one seed is averaged)."""
-    per_seed: dict[str, dict[str, list[dict[str, Any]]]] = {}
+def _seeds(jobs: Sequence[Job]) -> list[list[Job]]:
+    """The row's finished jobs, grouped by seed (jobs of one seed on different collections are one seed)."""
+    per_seed: dict[str, list[Job]] = {}
     for job in jobs:
         if job.state is State.DONE:
-            seed = per_seed.setdefault(job.seed if job.seed is not None else f"job{job.num}", {})
+            per_seed.setdefault(job.seed if job.seed is not None else f"job{job.num}", []).append(job)
+    return list(per_seed.values())
+
+
+def _seed_metrics(jobs: Sequence[Job]) -> list[dict[str, dict[str, Any]]]:
+    """One {collection: metrics} per seed of the row's finished jobs (a collection evaluated twice for one seed is
+    averaged)."""
+    out = []
+    for seed_jobs in _seeds(jobs):
+        by_dataset: dict[str, list[dict[str, Any]]] = {}
+        for job in seed_jobs:
             for dataset, metrics in job.metrics.items():
-                seed.setdefault(dataset, []).append(metrics)
-    return [{d: _mean_metrics(ms) for d, ms in seed.items()} for seed in per_seed.values()]
+                by_dataset.setdefault(dataset, []).append(metrics)
+        out.append({d: _mean_metrics(ms) for d, ms in by_dataset.items()})
+    return out
 
 
 def _mean_metrics(ms: list[dict[str, Any]]) -> dict[str, float]:
@@ -401,12 +460,157 @@ def build_table(sweep: str | Path, measure: str = DEFAULT_MEASURE) -> Table:
         seeds = _seed_metrics(group)
         cells = [Cell([v for s in seeds if (v := c.value(s)) is not None]) for c in columns]
         notes = [_job_note(j) for j in group if j.state is not State.DONE]
-        rows.append(Row(label, len(seeds), cells, notes))
+        rows.append(Row(label, len(seeds), cells, notes, jobs=group))
     names = {j.name for j in jobs if j.name is not None}
     title = names.pop() if len(names) == 1 else f"{sweep.parent.name}/{sweep.name}"
     footer = [STD_NOTE + f"; avg: mean over {', '.join(datasets) or 'the collections'} per seed",
               f"sweep: {sweep}; {jobs_note}"]
-    return Table(title, sweep, columns, rows, footer)
+    table = Table(title, sweep, columns, rows, footer, measure=measure, datasets=datasets)
+    for job in jobs:  # the experiment configs' contrasts, in sweep order, each once
+        for a, b in job.contrasts:
+            add_contrast(table, a, b, f"{job.path / '.hydra' / 'config.yaml'}: {CONTRAST_KEY}")
+    return table
+
+
+def add_contrast(table: Table, a: str, b: str, source: str) -> None:
+    """Ask for the contrast A − B (row labels) once; `source` names where it was asked for, for error messages."""
+    labels = [r.label for r in table.rows]
+    for label in (a, b):
+        if labels.count(label) != 1:
+            what = "is not a row label" if label not in labels else "labels several rows"
+            raise ReportError(f"{source}: {label!r} {what} of the table of {table.sweep} (rows: {', '.join(labels)})")
+    if (a, b) not in [(x, y) for x, y, _ in table.contrasts]:
+        table.contrasts.append((a, b, source))
+
+
+# ---------------------------------------------------------------------------------------------------- contrasts
+
+# The average over collections, for a contrast: the queries of every collection pooled into one paired sample (ids
+# prefixed by the collection), each query weighing the same. Its Δ is therefore a query-weighted mean and differs
+# from the table's avg column (a mean of per-collection means) when the collections differ in size; pooling keeps
+# both tests on plain per-query differences, with n = all queries.
+POOLED = "all (pooled)"
+
+
+@dataclass
+class ContrastLine:
+    a: str
+    b: str
+    dataset: str  # a collection or POOLED
+    budget: str  # FULL or a budget label (q16-d64)
+    seeds_a: int
+    seeds_b: int
+    result: stats.PairedComparison | None
+    note: str = ""
+
+
+@dataclass
+class Contrasts:
+    title: str
+    measure: str
+    lines: list[ContrastLine]
+    footer: list[str]
+
+
+def _key(measure: str, budget: str) -> str:
+    return measure if budget == FULL else f"{measure}@{budget}"
+
+
+def _budgets(rows: Sequence[Row], measure: str) -> list[str]:
+    """Budget labels of `measure` that any finished job of the rows evaluated, in the order the runs list them."""
+    labels = [split_budget_key(k)[1] for r in rows for j in r.jobs if j.state is State.DONE
+              for m in j.metrics.values() for k in m if split_budget_key(k)[0] == measure]
+    return list(dict.fromkeys(b for b in labels if b is not None))
+
+
+def _row_per_query(row: Row, dataset: str, key: str) -> tuple[dict[str, float] | None, int, str]:
+    """(per-query values of `key` on `dataset`, mean over the row's seeds; number of seeds; why not, when None)."""
+    per_seed = []
+    for seed_jobs in _seeds(row.jobs):
+        jobs = [j for j in seed_jobs if dataset in j.metrics]
+        found = [pq[key] for j in jobs if (pq := j.per_query(dataset)) is not None and key in pq]
+        if len(found) != len(jobs):  # a subset of the seeds would be another system than the table's cell
+            return None, 0, f"{row.label}: no per-query {key} on {dataset} for seed {jobs[0].seed} (per_query.json " \
+                            f"missing or without this key: a run from before per-query metrics, or another budget)"
+        if found:  # the same collection evaluated twice for one seed is averaged, as in the table
+            per_seed.append(stats.mean_over_seeds(found, what=f"{row.label} seed {jobs[0].seed} on {dataset}"))
+    if not per_seed:
+        return None, 0, f"{row.label}: no finished run on {dataset}"
+    return stats.mean_over_seeds(per_seed, what=f"{row.label} on {dataset}"), len(per_seed), ""
+
+
+def build_contrasts(table: Table, n_permutations: int = stats.N_PERMUTATIONS) -> Contrasts | None:
+    """The table's contrasts (None without any): per collection, pooled, at full sparsity and each budget."""
+    if not table.contrasts:
+        return None
+    rows = {r.label: r for r in table.rows}
+    lines: list[ContrastLine] = []
+    for a, b, _ in table.contrasts:
+        pair = (rows[a], rows[b])
+        for budget in [FULL, *_budgets(pair, table.measure)]:
+            key = _key(table.measure, budget)
+            values: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
+            seeds: list[tuple[int, int]] = []
+            missing = []
+            for dataset in table.datasets:
+                (va, na, why_a), (vb, nb, why_b) = (_row_per_query(r, dataset, key) for r in pair)
+                result, note = None, "; ".join(w for w in (why_a, why_b) if w)
+                if va is not None and vb is not None:
+                    values[dataset] = (va, vb)
+                    seeds.append((na, nb))
+                    result = _compare(table, a, b, dataset, va, vb, n_permutations)
+                else:
+                    missing.append(dataset)
+                lines.append(ContrastLine(a, b, dataset, budget, na, nb, result, note))
+            if len(table.datasets) > 1:
+                pooled_a = {f"{d}/{q}": v for d, (va, _) in values.items() for q, v in va.items()}
+                pooled_b = {f"{d}/{q}": v for d, (_, vb) in values.items() for q, v in vb.items()}
+                result = None if missing else _compare(table, a, b, POOLED, pooled_a, pooled_b, n_permutations)
+                note = f"not pooled: no per-query values on {', '.join(missing)}" if missing else ""
+                lines.append(ContrastLine(a, b, POOLED, budget, min((n for n, _ in seeds), default=0),
+                                          min((n for _, n in seeds), default=0), result, note))
+    footer = [
+        f"per-query {table.measure} of a row: the mean over its seeds; queries paired by id (both rows must have "
+        "evaluated the same queries)",
+        f"Δ = mean(A) − mean(B); 95% CI: paired t interval of the mean difference; p (randomization): two-sided "
+        f"paired sign-flip test, {n_permutations:,} random sign vectors, seed {stats.SEED}, p = (1 + #as extreme) / "
+        f"(1 + {n_permutations:,}); p (t): two-sided paired t-test (scipy.stats.ttest_rel)",
+        f"{POOLED}: the queries of every collection as one sample, each query weighing the same (a query-weighted "
+        "Δ, not the avg column's mean of collection means)",
+        f"budget qK-dK: every query (doc) pruned to its K largest weights after encoding, then searched again "
+        f"(eval.budgets); {FULL}: each run's own sparsity",
+    ]
+    return Contrasts(f"contrasts: {table.title}", table.measure, lines, footer)
+
+
+def _compare(table: Table, a: str, b: str, dataset: str, va: dict[str, float], vb: dict[str, float],
+             n_permutations: int) -> stats.PairedComparison:
+    try:
+        return stats.compare(va, vb, n_permutations=n_permutations, what=f"{a} vs {b} on {dataset}")
+    except stats.StatsError as exc:
+        raise ReportError(f"{table.sweep}: contrast {exc}") from exc
+
+
+def _split_contrast(text: str, labels: set[str]) -> tuple[str, str]:
+    """`A,B` -> (A, B); a label may itself hold a comma (`lr=1,2`): the split whose two sides are both row labels."""
+    splits = [(text[:i], text[i + 1:]) for i, c in enumerate(text) if c == ","]
+    known = [(a, b) for a, b in splits if a in labels and b in labels]
+    if len(known) == 1:
+        return known[0]
+    if len(splits) == 1:
+        return splits[0]
+    raise ReportError(f"--contrast {text!r}: expected two row labels as A,B")
+
+
+def add_cli_contrast(tables: Sequence[Table], text: str) -> None:
+    """`--contrast A,B`: added to every table that has both rows (several sweeps: the ones it concerns)."""
+    a, b = _split_contrast(text, {r.label for t in tables for r in t.rows})
+    hits = [t for t in tables if {a, b} <= {r.label for r in t.rows}]
+    if not hits:
+        rows = "; ".join(f"{t.sweep}: {', '.join(r.label for r in t.rows)}" for t in tables)
+        raise ReportError(f"--contrast {text!r}: no table has both rows {a!r} and {b!r} (rows: {rows})")
+    for table in hits:
+        add_contrast(table, a, b, f"--contrast {text!r}")
 
 
 # ---------------------------------------------------------------------------------------------------- rendering
@@ -436,14 +640,15 @@ def _headers(table: Table) -> list[str]:
     return ["run", "n", *(c.header for c in table.columns), "status"]
 
 
-def to_markdown(table: Table) -> str:
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") or "–" for c in cells) + " |"
+def _md_line(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") or "–" for c in cells) + " |"
 
+
+def to_markdown(table: Table) -> str:
     headers = _headers(table)
     rule = "|" + "|".join(["---", *["---:"] * (len(headers) - 2), "---"]) + "|"  # numbers right-aligned
-    lines = [f"### {table.title}", "", line(headers), rule]
-    lines += [line(_row_texts(table, row, " ± ")) for row in table.rows]
+    lines = [f"### {table.title}", "", _md_line(headers), rule]
+    lines += [_md_line(_row_texts(table, row, " ± ")) for row in table.rows]
     return "\n".join([*lines, "", *(f"{f}." for f in table.footer)]) + "\n"
 
 
@@ -481,6 +686,88 @@ def to_latex(table: Table) -> str:
     return "\n".join([f"% {' '.join(f.split())}" for f in table.footer[1:]] + lines) + "\n"
 
 
+def _p(p: float) -> str:
+    return "" if p != p else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")  # p != p: NaN (one query)
+
+
+def _signed(x: float) -> str:
+    return "" if x != x else f"{x:+.4f}".replace("-", "−")
+
+
+def _contrast_texts(line: ContrastLine) -> list[str]:
+    r = line.result
+    head = [f"{line.a} − {line.b}", line.dataset, line.budget]
+    if r is None:
+        return [*head, "", f"{line.seeds_a}/{line.seeds_b}", "", "", "", "", "", "", line.note]
+    ci = f"[{_signed(r.ci_low)}, {_signed(r.ci_high)}]" if r.ci_low == r.ci_low else ""
+    return [*head, str(r.n), f"{line.seeds_a}/{line.seeds_b}", f"{r.mean_a:.4f}", f"{r.mean_b:.4f}",
+            _signed(r.delta), ci, _p(r.p_randomization), _p(r.p_t), line.note]
+
+
+def contrasts_markdown(contrasts: Contrasts) -> str:
+    headers = ["A − B", "set", "budget", "queries", "seeds A/B", f"A {contrasts.measure}", f"B {contrasts.measure}",
+               "Δ", "95% CI", "p (randomization)", "p (t)", "note"]
+    rule = "|" + "|".join(["---"] * 3 + ["---:"] * (len(headers) - 4) + ["---"]) + "|"
+    lines = [f"### {contrasts.title}", "", _md_line(headers), rule]
+    lines += [_md_line(_contrast_texts(x)) for x in contrasts.lines]
+    return "\n".join([*lines, "", *(f"{f}." for f in contrasts.footer)]) + "\n"
+
+
+def contrasts_csv(contrasts: Contrasts) -> str:
+    """One line per contrast, collection and budget; numbers unrounded."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    fields = ("n", "mean_a", "mean_b", "delta", "ci_low", "ci_high", "p_randomization", "p_t")
+    writer.writerow(["a", "b", "set", "budget", "seeds_a", "seeds_b", "measure", *fields, "note"])
+    for x in contrasts.lines:
+        numbers = ["" if x.result is None else repr(getattr(x.result, f)) for f in fields]
+        writer.writerow([x.a, x.b, x.dataset, x.budget, x.seeds_a, x.seeds_b, contrasts.measure, *numbers, x.note])
+    return out.getvalue()
+
+
+def tradeoff_points(table: Table) -> dict[str, list[tuple[float, float]]]:
+    """Per row, one (avg FLOPS, avg measure) point per seed that has both."""
+    flops, measure = (next(c for c in table.columns if c.header == h)
+                      for h in ("avg FLOPS", f"avg {table.measure}"))
+    points: dict[str, list[tuple[float, float]]] = {}
+    for row in table.rows:
+        pairs = [(x, y) for seed in _seed_metrics(row.jobs)
+                 if (x := flops.value(seed)) is not None and (y := measure.value(seed)) is not None]
+        if pairs:
+            points[row.label] = pairs
+    return points
+
+
+def write_tradeoff(table: Table, path: str | Path) -> Path | None:
+    """tradeoff.png: average measure against FLOPS, seeds as small points, each row's mean as a large marker."""
+    points = tradeoff_points(table)
+    if not points:
+        return None
+    fig = Figure(figsize=(7, 4.5), constrained_layout=True)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for i, (label, pairs) in enumerate(points.items()):
+        xs, ys = zip(*pairs)
+        color = f"C{i % 10}"
+        ax.scatter(xs, ys, s=14, alpha=0.5, color=color)
+        ax.scatter([np.mean(xs)], [np.mean(ys)], s=80, marker="D", color=color, edgecolor="black",
+                   label=f"{label} (n={len(pairs)})")
+    flops = [x for pairs in points.values() for x, _ in pairs]
+    if min(flops) > 0 and max(flops) / min(flops) > 10:  # rows an order of magnitude apart in cost
+        ax.set_xscale("log")
+    ax.set_xlabel("avg FLOPS (expected multiplications per query-doc pair)")
+    ax.set_ylabel(f"avg {table.measure}")
+    ax.set_title(f"{table.title}: {table.measure} vs FLOPS (points: seeds, diamonds: means)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, format="png", dpi=120)
+    tmp.replace(path)  # readers never see half an image
+    return path
+
+
 # ---------------------------------------------------------------------------------------------------- writing, CLI
 
 
@@ -492,6 +779,11 @@ def write_text(path: str | Path, text: str) -> Path:
 def write_table(table: Table, out_dir: str | Path) -> list[Path]:
     renders = (to_markdown, to_csv, to_latex)
     return [write_text(Path(out_dir) / name, render(table)) for name, render in zip(OUTPUT_NAMES, renders)]
+
+
+def write_contrasts(contrasts: Contrasts, out_dir: str | Path) -> list[Path]:
+    renders = (contrasts_markdown, contrasts_csv)
+    return [write_text(Path(out_dir) / name, render(contrasts)) for name, render in zip(CONTRAST_NAMES, renders)]
 
 
 def _out_dirs(sweeps: Sequence[Path], out: Path | None) -> list[Path]:
@@ -515,12 +807,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="where table.md/.csv/.tex go (default: the sweep dir; one sub-directory per sweep "
                              "when several are given)")
+    parser.add_argument("--contrast", action="append", default=[], metavar="A,B",
+                        help=f"a contrast of two row labels, besides the sweeps' {CONTRAST_KEY} (repeatable)")
+    parser.add_argument("--permutations", type=int, default=stats.N_PERMUTATIONS,
+                        help=f"sign flips of the randomization test (default {stats.N_PERMUTATIONS:,})")
     args = parser.parse_args(argv)
     try:
+        if args.permutations < 1:
+            raise ReportError(f"--permutations={args.permutations}: expected >= 1")
         tables = [build_table(s, args.measure) for s in args.sweeps]  # all read before anything is written
-        for table, out_dir in zip(tables, _out_dirs(args.sweeps, args.out)):
+        for text in args.contrast:
+            add_cli_contrast(tables, text)
+        contrasts = [build_contrasts(t, args.permutations) for t in tables]
+        for table, contrast, out_dir in zip(tables, contrasts, _out_dirs(args.sweeps, args.out)):
             written = write_table(table, out_dir)
             print(to_markdown(table), file=sys.stdout)
+            if contrast is not None:
+                written += write_contrasts(contrast, out_dir)
+                print(contrasts_markdown(contrast), file=sys.stdout)
+            plot = write_tradeoff(table, Path(out_dir) / "tradeoff.png")
+            written += [plot] if plot is not None else []
             print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
     except (VtlabError, OSError) as exc:
         print(f"vtlab: error: {' '.join(str(exc).split())}", file=sys.stderr)
