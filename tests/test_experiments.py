@@ -37,7 +37,14 @@ def test_paper_rows_follow_the_authors_recipe(row):
     assert cfg.model.optimizer.lr == 2e-5 and cfg.model.scheduler.num_warmup_steps == 6000
     assert cfg.model.weight_decay == 0.01
     assert cfg.eval._target_ == "vtlab.eval_suite.EvaluationSuite" and len(cfg.eval.evaluations) == 13
-    assert cfg.regularizer.doc.threshold == 150
+    assert cfg.regularizer.doc.threshold == 150 and cfg.regularizer.doc.normalize == "per_group"  # trainer.py
+    # the global batch is explicit: per-device batch × devices, with the loss and FLOPS over gathered reps
+    assert cfg.trainer.strategy == "ddp" and cfg.trainer.devices == cfg.paper.gpus == 8
+    assert cfg.data.batch_size * cfg.trainer.devices * cfg.trainer.num_nodes == cfg.paper.global_batch
+    assert cfg.loss.gather is True and cfg.regularizer.doc.get("gather", True) is True
+    # MS MARCO as the authors sample it, no query cap; no dev-set checkpoint selection (the last step is evaluated)
+    assert cfg.data.train._target_ == "vtlab.data.hf.st_msmarco_ce_pool" and cfg.data.train.max_examples is None
+    assert cfg.data.dev is None and cfg.trainer.limit_val_batches == 0
     family = "roberta-large" if row.startswith("roberta-large") else row.split("-")[0]
     backbone = {"bert": "bert-base-uncased", "modernbert": "answerdotai/ModernBERT-base",
                 "roberta-large": "FacebookAI/roberta-large"}[family]
@@ -57,7 +64,7 @@ def test_paper_rows_follow_the_authors_recipe(row):
         m = cfg.mlm
         assert (m.steps, m.mlm_probability, m.max_length, m.lr, m.scheduler, m.warmup_steps) == \
             (20000, 0.3, 128, 3e-4, "cosine", 4000)
-        assert m.batch_size * m.accumulate_grad_batches == 2048 and m.weight_decay == 0.01
+        assert m.batch_size * m.accumulate_grad_batches * cfg.trainer.devices == 2048 and m.weight_decay == 0.01
         assert cfg.apc.percentile == 60 and cfg.apc.include_zeros is True
     else:
         assert cfg.mlm.steps == 0 and cfg.apc.name == "off"
@@ -78,6 +85,8 @@ def test_ablations_sweep_their_values(scale, ablation, key, values):
                 "apc": {"paper": "off,p40,p60,p80", "cpu": "off,p60,p60-term,p90-term,p99-term"}}
     expected = values or defaults[ablation][scale]
     assert params == {key: expected}
+    if (scale, ablation) == ("paper", "mlm"):  # run_ft.sh: P60 without --include_zeros at every sweep point
+        assert (cfg.apc.percentile, cfg.apc.include_zeros) == (60, False)
     assert cfg.group == f"{scale}-ablation-{ablation}" and cfg.backbone.name == f"{'cpu-' if scale == 'cpu' else ''}modernbert"
 
 

@@ -15,6 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from vtlab import paper_plan
+from vtlab.errors import VtlabError
+
 CONF = Path(__file__).resolve().parents[1] / "conf" / "experiment"
 ROW_ORDER = ["bert-native", "modernbert-native", "modernbert-lowercase", "modernbert-vt", "roberta-large-native",
              "roberta-large-vt", "bert-inference-free", "modernbert-inference-free", "modernbert-vt-inference-free"]
@@ -64,12 +67,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = args.out or Path("outputs") / "reproduce" / args.scale
     launcher = args.launcher or ("slurm" if args.scale == "paper" else None)
-    dirs = []
-    for table, overrides in sweeps(args.scale, args.seeds, tables, out).items():
+    dirs, planned, slurm = [], sweeps(args.scale, args.seeds, tables, out), []
+    if args.scale == "paper":  # the plan (jobs, GPU-hours) before anything is submitted (vtlab/paper_plan.py)
+        try:
+            jobs = paper_plan.plan(planned)
+        except VtlabError as e:
+            print(f"vtlab: error: {e}", file=sys.stderr)
+            return 2
+        print(paper_plan.render(jobs), flush=True)
+        slurm = paper_plan.launcher_overrides(jobs) if launcher == "slurm" else []
+    for table, overrides in planned.items():
         sweep_dir = out / table
         cmd = [sys.executable, "-m", "vtlab", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}", *args.extra]
         if launcher:
-            cmd.append(f"hydra/launcher={launcher}")
+            cmd += [f"hydra/launcher={launcher}", *slurm]
         print("+ " + " ".join(cmd), flush=True)
         dirs.append(sweep_dir)
         if not args.dry_run:

@@ -115,14 +115,8 @@ class TripletDataset(Dataset):
     def __getitem__(self, key: tuple[int, int] | int) -> tuple[str, list[str], list[float] | None]:
         i, epoch = key if isinstance(key, tuple) else (key, 0)
         ex = self.examples[i]
-        if self.n == len(ex.negatives):
-            pick = list(range(self.n))
-        else:
-            # One generator per (seed, epoch, example): independent of batch order and worker count.
-            rng = np.random.default_rng([self.seed, epoch, i, 1])
-            pick = sorted(rng.choice(len(ex.negatives), size=self.n, replace=False).tolist())
-        docs = [ex.positive] + [ex.negatives[j] for j in pick]
-        scores = None if ex.scores is None else [ex.scores[0]] + [ex.scores[1 + j] for j in pick]
+        # One generator per (seed, epoch, example): independent of batch order and worker count.
+        docs, scores = ex.draw(self.n, np.random.default_rng([self.seed, epoch, i, 1]))
         return ex.query, docs, scores
 
 

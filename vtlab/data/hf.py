@@ -7,7 +7,11 @@ import json
 import os
 import pickle
 import random
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from vtlab.data.examples import TripletExample
 from vtlab.errors import AssetError, DataError
@@ -15,6 +19,7 @@ from vtlab.errors import AssetError, DataError
 ST_REPO = "sentence-transformers/msmarco-hard-negatives"
 ST_CE_SCORES = "cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz"
 ST_NEGATIVES = "msmarco-hard-negatives.jsonl.gz"
+MSMARCO = "mteb/msmarco"
 OPENSEARCH_REPO = "opensearch-project/msmarco-hard-negatives"
 
 
@@ -62,8 +67,8 @@ def st_msmarco_hard_negatives(
     """
     neg_path = _hub_file(ST_REPO, ST_NEGATIVES)
     ce_path = _hub_file(ST_REPO, ST_CE_SCORES)
-    corpus_ds = _hf_dataset("mteb/msmarco", "corpus", "corpus")
-    queries_ds = _hf_dataset("mteb/msmarco", "queries", "queries")
+    corpus_ds = _hf_dataset(MSMARCO, "corpus", "corpus")
+    queries_ds = _hf_dataset(MSMARCO, "queries", "queries")
     with gzip.open(ce_path, "rb") as f:
         ce: dict[int, dict[int, float]] = pickle.load(f)  # noqa: S301 - official dataset file, pinned repo
     queries = {str(r["_id"]): r["text"] for r in queries_ds}
@@ -98,6 +103,84 @@ def st_msmarco_hard_negatives(
         for q, p, ns, sc in picked
         if p in texts and all(n in texts for n in ns)
     ]
+
+
+@dataclass
+class CEPoolExample(TripletExample):
+    """One MS MARCO query sampled as the authors' MsMarcoScoresFromSentenceTransformers does, afresh at every draw:
+    a uniformly random qrels positive, then `num_negatives` distinct passages drawn uniformly from the rest of the
+    query's cross-encoder-scored pool (the query's other positives included, as theirs), with their CE scores.
+
+    positive, negatives and scores hold the whole pool ([first positive] + the other scored passages);
+    other_positives: indices into `negatives` of the query's other qrels positives.
+    """
+
+    other_positives: list[int] = field(default_factory=list)
+
+    def draw(self, num_negatives: int, rng: np.random.Generator) -> tuple[list[str], list[float] | None]:
+        pool = [self.positive, *self.negatives]
+        k = int(rng.integers(1 + len(self.other_positives)))
+        chosen = 0 if k == 0 else 1 + self.other_positives[k - 1]
+        rest = [j for j in range(len(pool)) if j != chosen]
+        rows = [chosen] + [rest[j] for j in rng.choice(len(rest), size=num_negatives, replace=False)]
+        scores = self.scores if self.scores is not None else [0.0] * len(pool)
+        return [pool[j] for j in rows], [float(scores[j]) for j in rows]
+
+
+def ce_pool_examples(
+    qrels: Mapping[Hashable, Sequence[Hashable]],
+    ce: Mapping[Hashable, Mapping[Hashable, float]],
+    queries: Mapping[str, str],
+    texts: Mapping[str, str],
+    num_negatives: int = 1,
+    max_examples: int | None = None,
+) -> list[CEPoolExample]:
+    """One CEPoolExample per qrels query that has CE scores (qrels order), as the authors' dataset lists them.
+
+    Ids are those of the score file (ints for sentence-transformers' pickle); texts are looked up by str(id). Passages
+    without a CE score or a text are left out (the authors' code would fail on them); a query is skipped when no
+    positive remains or its pool has fewer than 1 + num_negatives passages.
+    """
+    out: list[CEPoolExample] = []
+    for qid, positives in qrels.items():
+        if max_examples is not None and len(out) >= max_examples:
+            break
+        scores = ce.get(qid)
+        if scores is None or str(qid) not in queries:
+            continue
+        pool = [p for p in scores if str(p) in texts]
+        pos = [p for p in dict.fromkeys(positives) if p in scores and str(p) in texts]
+        if not pos or len(pool) < 1 + num_negatives:
+            continue
+        others = [p for p in pool if p != pos[0]]
+        index = {p: i for i, p in enumerate(others)}
+        out.append(CEPoolExample(
+            query=queries[str(qid)], positive=texts[str(pos[0])], negatives=[texts[str(p)] for p in others],
+            scores=[float(scores[p]) for p in [pos[0], *others]], query_id=str(qid), positive_id=str(pos[0]),
+            negative_ids=[str(p) for p in others], other_positives=[index[p] for p in pos[1:]]))
+    return out
+
+
+def st_msmarco_ce_pool(num_negatives: int = 1, max_examples: int | None = None) -> list[CEPoolExample]:
+    """The authors' MS MARCO training data (c.yaml `data_type: marco`): every MS MARCO train query with qrels and
+    MiniLM-L6 cross-encoder scores (sentence-transformers/msmarco-hard-negatives), sampled per draw by CEPoolExample.
+    Qrels, queries and passages from `mteb/msmarco`. A GPU-machine source: the score pickle holds ~500k queries.
+    """
+    ce_path = _hub_file(ST_REPO, ST_CE_SCORES)
+    qrels_ds = _hf_dataset(MSMARCO, "default", "train")
+    queries_ds = _hf_dataset(MSMARCO, "queries", "queries")
+    corpus_ds = _hf_dataset(MSMARCO, "corpus", "corpus")
+    with gzip.open(ce_path, "rb") as f:
+        ce: dict[int, dict[int, float]] = pickle.load(f)  # noqa: S301 - official dataset file, pinned repo
+    qrels: dict[int, list[int]] = {}
+    for r in qrels_ds:
+        if float(r["score"]) > 0:
+            qrels.setdefault(int(r["query-id"]), []).append(int(r["corpus-id"]))
+    queries = {str(r["_id"]): r["text"] for r in queries_ds}
+    need = {str(p) for q in qrels if q in ce for p in ce[q]}
+    texts = {r["_id"]: (f"{r['title']} {r['text']}" if r.get("title") else r["text"])
+             for r in corpus_ds if r["_id"] in need}
+    return ce_pool_examples(qrels, ce, queries, texts, num_negatives, max_examples)
 
 
 def opensearch_msmarco_hard_negatives(

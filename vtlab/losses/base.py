@@ -6,6 +6,7 @@ import math
 from torch import Tensor, nn
 
 from vtlab.errors import ConfigError
+from vtlab.regularizers.base import gather_with_grad
 
 
 def check_temperature(temperature: float) -> None:
@@ -22,9 +23,25 @@ def group_scores(q: Tensor, d: Tensor) -> Tensor:
 
 
 class RankingLoss(nn.Module):
-    """Base class: subclasses implement `forward(q, d, teacher_scores=None) -> scalar`."""
+    """Base class: subclasses implement `forward(q, d, teacher_scores=None) -> scalar`.
+
+    gather: compute the loss over the representations of every process (the authors' trainer gathers them too), so the
+    loss — and in-batch negatives — mean the same whatever `trainer.devices` is. The gradient is then the one-process
+    gradient of the whole batch (see gather_with_grad); with one process it changes nothing.
+    """
 
     requires_teacher: bool = False
+
+    def __init__(self, gather: bool = True) -> None:
+        super().__init__()
+        self.gather = gather
+
+    def gathered(self, q: Tensor, d: Tensor, teacher_scores: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(q, d, teacher_scores) of the whole batch across processes; each rank's rows stay in whole groups."""
+        if not self.gather:
+            return q, d, teacher_scores
+        t = None if teacher_scores is None else gather_with_grad(teacher_scores.contiguous())
+        return gather_with_grad(q.contiguous()), gather_with_grad(d.contiguous()), t
 
     def forward(self, q: Tensor, d: Tensor, teacher_scores: Tensor | None = None) -> Tensor:  # pragma: no cover
         raise NotImplementedError

@@ -11,6 +11,7 @@ class MarginMSE(RankingLoss):
     requires_teacher = True
 
     def forward(self, q: Tensor, d: Tensor, teacher_scores: Tensor | None = None) -> Tensor:
+        q, d, teacher_scores = self.gathered(q, d, teacher_scores)
         t = self._teacher(teacher_scores)
         s = group_scores(q, d)
         # margins of the positive over each negative, averaged over all (query, negative) pairs

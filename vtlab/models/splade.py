@@ -66,10 +66,11 @@ class SpladeModule(pl.LightningModule):
         self.last_batch = {"q": q.detach(), "d": d.detach(), "group_size": d.shape[0] // q.shape[0]}
         total = rank_loss
         logs = {"train/rank_loss": rank_loss.detach()}
-        for side, reg, reps in (("q", self.query_regularizer, q), ("d", self.doc_regularizer, d)):
+        group = d.shape[0] // q.shape[0]
+        for side, reg, reps, rows in (("q", self.query_regularizer, q, 1), ("d", self.doc_regularizer, d, group)):
             if reg is None:
                 continue
-            weighted, raw, lam = reg(reps, self.global_step)
+            weighted, raw, lam = reg(reps, self.global_step, group_size=rows)
             total = total + weighted
             logs[f"train/reg_{side}"] = raw.detach()
             logs[f"train/lambda_{side}"] = lam

@@ -50,11 +50,13 @@ class Regularizer(nn.Module):
             return self.weight
         return self.weight * min(1.0, t / self.warmup_steps) ** 2
 
-    def penalty(self, reps: Tensor) -> Tensor:  # pragma: no cover - abstract
+    def penalty(self, reps: Tensor, group_size: int = 1) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def forward(self, reps: Tensor, step: int) -> tuple[Tensor, Tensor, float]:
-        """Returns (λ·penalty, penalty, λ) for logging the parts separately."""
-        value = self.penalty(gather_with_grad(reps) if self.gather else reps)
+    def forward(self, reps: Tensor, step: int, group_size: int = 1) -> tuple[Tensor, Tensor, float]:
+        """Returns (λ·penalty, penalty, λ) for logging the parts separately.
+
+        group_size: rows per query (documents: 1 positive + n negatives; queries: 1), for group-aware penalties."""
+        value = self.penalty(gather_with_grad(reps) if self.gather else reps, group_size)
         lam = self.weight_at(step)
         return lam * value, value, lam

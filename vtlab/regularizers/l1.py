@@ -7,5 +7,5 @@ from vtlab.regularizers.base import Regularizer
 
 
 class L1(Regularizer):
-    def penalty(self, reps: Tensor) -> Tensor:
+    def penalty(self, reps: Tensor, group_size: int = 1) -> Tensor:  # a mean over rows: groups do not matter
         return reps.abs().sum(dim=1).mean()
