@@ -421,8 +421,8 @@ def test_budget_config_errors_and_keys():
 def test_eval_config_budgets_reach_evaluate_and_the_suite(tmp_path):
     cfg = OmegaConf.load(CONF_EVAL / "boolq.yaml")
     assert cfg.budgets == []
-    cfg.collection = {"_target_": "tests.test_evaluation.random_collection", "_partial_": True}
     cfg.budgets = [{"query": 3, "doc": 5}]
+    cfg.collection = {"_target_": f"{__name__}.random_collection", "_partial_": True}  # this module, as imported
     ev = instantiate(cfg)
     assert repr(ev).endswith("budgets=['q3-d5'])")
     m = ev(RandomSparse(), show_progress=False)

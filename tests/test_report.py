@@ -390,11 +390,16 @@ def test_contrast_bad_inputs_one_line(contrast_sweep, capsys) -> None:
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "--contrast 'bpe-vt,bpe-cased': no table has both rows 'bpe-vt' and 'bpe-cased'" in err[0]
     config = sweep / "0" / ".hydra" / "config.yaml"
+    assert not (sweep / "table.md").exists()  # a command-line mistake: fix it and rerun, nothing written
+    # a recorded config's mistake cannot be fixed after the run: the tables are written, then one line and exit 2
     config.write_text(config.read_text().replace(CONTRASTS_YAML, "report:\n  contrasts: [[bpe-vt, bpe-typo]]\n"))
     assert main([str(sweep)]) == 2
-    err = capsys.readouterr().err.splitlines()
-    assert err == [f"vtlab: error: {config}: report.contrasts: 'bpe-typo' is not a row label of the table of "
-                   f"{sweep} (rows: bpe-vt, bpe-native, bpe-lowercase)"]
+    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("wrote ")]
+    problem = (f"{config}: report.contrasts: 'bpe-typo' is not a row label of the table of {sweep} "
+               "(rows: bpe-vt, bpe-native, bpe-lowercase)")
+    assert err == [f"vtlab: error: {problem}"]
+    assert (sweep / "table.md").is_file() and f"not computed: {problem}." in (sweep / "contrasts.md").read_text()
+    assert "| bpe-vt − bpe-native | boolq | full | 12 |" in (sweep / "contrasts.md").read_text()  # the others' lines
     config.write_text(config.read_text().replace("[[bpe-vt, bpe-typo]]", "[bpe-vt, bpe-native]"))
     assert main([str(sweep)]) == 2
     assert "report.contrasts must be a list of [row A, row B] pairs" in capsys.readouterr().err

@@ -12,7 +12,8 @@ each matched term budget the runs evaluated (`eval.budgets`, keys `<measure>@q<K
 measure's mean with the 95% CI of the paired difference, the paired randomization p-value and the paired t-test
 p-value over queries (vtlab.stats; per-query values from each run's per_query.json, averaged over a row's seeds).
 Written to `contrasts.md` and `contrasts.csv` beside the table, and to stdout; `tradeoff.png` plots each row's
-average measure against its FLOPS, one point per seed.
+average measure against its FLOPS, one point per seed. A recorded contrast that cannot be computed (a label that is
+not a row of the table) is named in contrasts.md and on stderr after everything is written, and the exit status is 2.
 
 Nothing is dropped: a failed job shows "failed" with its error, a job the sweep expected but that has no directory
 shows "missing", a job still running (or killed: status "running" or no status.json and no metrics) "incomplete".
@@ -88,6 +89,7 @@ class Job:
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # collection -> metrics.json "metrics"
     path: Path | None = None  # the job directory (None: missing)
     contrasts: tuple[tuple[str, str], ...] = ()  # its config's report.contrasts
+    problems: tuple[str, ...] = ()  # what is wrong with them (the table is still written; the report exits 2)
     _per_query: dict[str, dict[str, dict[str, float]] | None] = field(default_factory=dict, repr=False)
 
     def per_query(self, dataset: str) -> dict[str, dict[str, float]] | None:
@@ -208,10 +210,14 @@ def read_job(job_dir: Path, num: int) -> Job:
     seed = _override_value(overrides, SEED_KEY)
     if seed is None and isinstance(cfg, DictConfig) and _plain(cfg, SEED_KEY) is not None:
         seed = str(_plain(cfg, SEED_KEY))
+    try:
+        contrasts, problems = _config_contrasts(cfg, config_yaml), ()
+    except ReportError as exc:  # a recorded config cannot be fixed after the run: report it, keep the table
+        contrasts, problems = (), (str(exc),)
     return Job(num=num, overrides=overrides, state=_job_state(status, bool(metrics)),
                name=str(name) if name is not None else (status or {}).get("name"),
                seed=seed, error=(status or {}).get("error"), metrics=metrics, path=job_dir,
-               contrasts=_config_contrasts(cfg, config_yaml))
+               contrasts=contrasts, problems=problems)
 
 
 def job_dirs(sweep: Path) -> list[Path]:
@@ -352,6 +358,7 @@ class Table:
     measure: str = DEFAULT_MEASURE
     datasets: list[str] = field(default_factory=list)
     contrasts: list[tuple[str, str, str]] = field(default_factory=list)  # (row A, row B, where it was asked for)
+    problems: list[str] = field(default_factory=list)  # recorded report.contrasts that cannot be computed
 
 
 def _is_row_key(override: str) -> bool:
@@ -467,8 +474,12 @@ def build_table(sweep: str | Path, measure: str = DEFAULT_MEASURE) -> Table:
               f"sweep: {sweep}; {jobs_note}"]
     table = Table(title, sweep, columns, rows, footer, measure=measure, datasets=datasets)
     for job in jobs:  # the experiment configs' contrasts, in sweep order, each once
+        table.problems += [p for p in job.problems if p not in table.problems]
         for a, b in job.contrasts:
-            add_contrast(table, a, b, f"{job.path / '.hydra' / 'config.yaml'}: {CONTRAST_KEY}")
+            try:
+                add_contrast(table, a, b, f"{job.path / '.hydra' / 'config.yaml'}: {CONTRAST_KEY}")
+            except ReportError as exc:  # e.g. a label for another table's rows: say so, but write this table
+                table.problems += [str(exc)] if str(exc) not in table.problems else []
     return table
 
 
@@ -541,7 +552,7 @@ def _row_per_query(row: Row, dataset: str, key: str) -> tuple[dict[str, float] |
 
 def build_contrasts(table: Table, n_permutations: int = stats.N_PERMUTATIONS) -> Contrasts | None:
     """The table's contrasts (None without any): per collection, pooled, at full sparsity and each budget."""
-    if not table.contrasts:
+    if not table.contrasts and not table.problems:
         return None
     rows = {r.label: r for r in table.rows}
     lines: list[ContrastLine] = []
@@ -575,11 +586,14 @@ def build_contrasts(table: Table, n_permutations: int = stats.N_PERMUTATIONS) ->
         f"Δ = mean(A) − mean(B); 95% CI: paired t interval of the mean difference; p (randomization): two-sided "
         f"paired sign-flip test, {n_permutations:,} random sign vectors, seed {stats.SEED}, p = (1 + #as extreme) / "
         f"(1 + {n_permutations:,}); p (t): two-sided paired t-test (scipy.stats.ttest_rel)",
-        f"{POOLED}: the queries of every collection as one sample, each query weighing the same (a query-weighted "
-        "Δ, not the avg column's mean of collection means)",
-        f"budget qK-dK: every query (doc) pruned to its K largest weights after encoding, then searched again "
-        f"(eval.budgets); {FULL}: each run's own sparsity",
     ]
+    if len(table.datasets) > 1:
+        footer.append(f"{POOLED}: the queries of every collection as one sample, each query weighing the same (a "
+                      "query-weighted Δ, not the avg column's mean of collection means)")
+    if any(x.budget != FULL for x in lines):
+        footer.append("budget qK-dK: every query (doc) pruned to its K largest weights after encoding, then searched "
+                      f"again (eval.budgets); {FULL}: each run's own sparsity")
+    footer += [f"not computed: {p}" for p in table.problems]
     return Contrasts(f"contrasts: {table.title}", table.measure, lines, footer)
 
 
@@ -828,6 +842,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             plot = write_tradeoff(table, Path(out_dir) / "tradeoff.png")
             written += [plot] if plot is not None else []
             print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
+        problems = [p for t in tables for p in t.problems]
+        for problem in problems:  # after writing: the tables are still worth having
+            print(f"vtlab: error: {' '.join(problem.split())}", file=sys.stderr)
+        if problems:
+            return 2
     except (VtlabError, OSError) as exc:
         print(f"vtlab: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ from vtlab.errors import VtlabError
 N_PERMUTATIONS = 10_000  # Monte Carlo sign flips; the p-value's standard error is ≤ 0.005 at p = 0.05
 SEED = 0  # fixed: the same inputs give the same p-value on every rerun of a report
 CONFIDENCE = 0.95
-_CHUNK = 1_000  # sign vectors per matrix product: bounds memory at _CHUNK × n_queries floats
+_CHUNK_ELEMENTS = 1 << 22  # signs per matrix product (32 MiB as float64), whatever the number of queries
 
 
 class StatsError(VtlabError):
@@ -69,9 +69,10 @@ def randomization_test(a: np.ndarray, b: np.ndarray, n_permutations: int = N_PER
     # sums of flipped signs can differ from |Σd| by rounding alone: the same assignment must count as "as extreme"
     tolerance = 1e-9 * max(float(np.abs(d).sum()), 1e-300)
     rng = np.random.default_rng(seed)
+    chunk = max(1, _CHUNK_ELEMENTS // d.size)
     extreme = 0
-    for start in range(0, n_permutations, _CHUNK):
-        signs = rng.integers(0, 2, size=(min(_CHUNK, n_permutations - start), d.size), dtype=np.int8) * 2 - 1
+    for start in range(0, n_permutations, chunk):
+        signs = rng.integers(0, 2, size=(min(chunk, n_permutations - start), d.size), dtype=np.int8) * 2 - 1
         extreme += int(np.count_nonzero(np.abs(signs @ d) >= observed - tolerance))
     return (1 + extreme) / (1 + n_permutations)
 
