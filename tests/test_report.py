@@ -423,3 +423,10 @@ def test_contrast_query_sets_must_match_and_old_runs_are_a_note(contrast_sweep, 
     assert main([str(sweep)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "contrast bpe-vt vs bpe-native on boolq: query sets differ" in err[0]
+    # one seed of a row on other queries than its other seeds: an error too, naming the sweep and the row
+    path.write_text((sweep / "0" / "eval" / "boolq" / "per_query.json").read_text())
+    (sweep / "4" / "eval" / "boolq" / "per_query.json").write_text(json.dumps(values))
+    assert main([str(sweep)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"vtlab: error: {sweep}: contrast bpe-vt vs bpe-native: bpe-native on "
+                                               "boolq: seed 1 has other queries than seed 0")

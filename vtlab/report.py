@@ -564,7 +564,10 @@ def build_contrasts(table: Table, n_permutations: int = stats.N_PERMUTATIONS) ->
             seeds: list[tuple[int, int]] = []
             missing = []
             for dataset in table.datasets:
-                (va, na, why_a), (vb, nb, why_b) = (_row_per_query(r, dataset, key) for r in pair)
+                try:
+                    (va, na, why_a), (vb, nb, why_b) = (_row_per_query(r, dataset, key) for r in pair)
+                except stats.StatsError as exc:  # a row's seeds evaluated different queries
+                    raise ReportError(f"{table.sweep}: contrast {a} vs {b}: {exc}") from exc
                 result, note = None, "; ".join(w for w in (why_a, why_b) if w)
                 if va is not None and vb is not None:
                     values[dataset] = (va, vb)
