@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import logging
+import signal
+import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -9,7 +11,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from vtlab.pipeline import run_or_exit
-from vtlab.status import RunStatus, describe
+from vtlab.status import RunStatus, describe, interrupted_line, interrupting_signal, raise_terminated
 from vtlab.tracking import set_run_config
 
 log = logging.getLogger("vtlab")
@@ -18,6 +20,8 @@ log = logging.getLogger("vtlab")
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
+    # SIGTERM (a scheduler's kill, `timeout`) as an exception, like Ctrl-C: status.json and the exit code tell
+    signal.signal(signal.SIGTERM, raise_terminated)
     status = RunStatus(cfg.paths.run_dir, name=cfg.name, overrides=list(hc.overrides.task))
     started = []
 
@@ -28,11 +32,19 @@ def main(cfg: DictConfig) -> None:
     try:
         set_run_config(cfg)
         run_or_exit(cfg, on_start=start)
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:  # noqa: BLE001 - interruptions too: recorded, then an honest exit code
+        signum = interrupting_signal(exc)
+        if signum is not None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the status write short
+            if started:
+                status.interrupted(signum)
+            print(interrupted_line(signum, cfg.paths.run_dir), file=sys.stderr)
+            raise SystemExit(128 + signum) from None  # a sweep stops too: the user asked to stop
         if started:
             status.fail(exc)
         if hc.mode == RunMode.MULTIRUN:
-            # one failed job must not end the sweep: the table shows it as failed (vtlab.report)
+            # one failed job must not end the sweep: the table shows it as failed (vtlab.report), and the sweep exits
+            # 1 at its end (vtlab.status.SweepExitCode)
             log.error("job %s failed: %s", hc.job.num, describe(exc))
             return
         raise

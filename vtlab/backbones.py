@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -87,6 +88,22 @@ def _is_connection_error(exc: BaseException) -> bool:
     return False
 
 
+def _auto_map(source: str) -> list[str]:
+    """The modules:classes a model directory's config.json (or tokenizer_config.json) asks transformers to import."""
+    found: dict[str, None] = {}
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            data = json.loads((Path(source) / name).read_text())
+        except (OSError, ValueError):
+            continue
+        auto_map = data.get("auto_map") if isinstance(data, dict) else None
+        for value in (auto_map or {}).values() if isinstance(auto_map, dict) else ():
+            for ref in value if isinstance(value, list) else [value]:
+                if isinstance(ref, str):
+                    found[ref] = None
+    return list(found)
+
+
 def decoder_site(model: nn.Module) -> tuple[nn.Module, str]:
     """(parent module, attribute name) under which `model.get_output_embeddings()` is attached."""
     decoder = model.get_output_embeddings()
@@ -155,11 +172,16 @@ class Backbone:
         attn_implementation: str | None = None,
         revision: str | None = None,
         name: str | None = None,
+        allow_remote_code: bool = False,
     ) -> None:
         self.name_or_path = name_or_path
         self.tokenizer = tokenizer
         self.family = family  # informational ("bert", "roberta", "modernbert", …); "auto" → config.model_type
-        self.trust_remote_code = trust_remote_code
+        # trust_remote_code: the model needs its own Python code (conf/backbone/*.yaml says so); allow_remote_code: this
+        # run's opt-in (`backbone.allow_remote_code=true`) to import it. Both, or no code from a model dir/hub repo runs.
+        self.trust_remote_code = bool(trust_remote_code)
+        self.allow_remote_code = bool(allow_remote_code)
+        self._announced: set[str] = set()
         self.attn_implementation = attn_implementation
         self.revision = revision
         self.name = name or Path(name_or_path.removeprefix("asset:")).name
@@ -178,8 +200,36 @@ class Backbone:
             return resolve(self.tokenizer), "backbone.tokenizer"
         return resolve(self.name_or_path), "backbone.name_or_path"
 
+    def _remote_code(self, source: str, field: str) -> bool:
+        """Whether loading may import the model's own Python code: refused (one line) unless the run opted in; when it
+        did, says once on stderr which modules it will import."""
+        if not self.trust_remote_code:
+            return False
+        if not self.allow_remote_code:
+            raise AssetError(
+                f"{field}={source!r} needs its own Python code (the backbone config sets trust_remote_code: true), "
+                "which vtlab does not import unless this run opts in: pass backbone.allow_remote_code=true after "
+                "reading that code")
+        if source not in self._announced:
+            self._announced.add(source)
+            where = f"{source}@{self.revision}" if self.revision and not os.path.isdir(source) else source
+            print(f"vtlab: backbone.allow_remote_code=true: importing the Python code of {field}={where}: "
+                  f"{', '.join(_auto_map(source)) or 'the modules its config.json auto_map names'}", file=sys.stderr)
+        return True
+
     def _load(self, loader: Callable[..., T], source: str, field: str, **kwargs: Any) -> T:
-        kwargs["trust_remote_code"] = self.trust_remote_code
+        kwargs["trust_remote_code"] = self._remote_code(source, field)
+        try:
+            return self._load_from(loader, source, field, **kwargs)
+        except ValueError as exc:
+            if "trust_remote_code" not in str(exc):
+                raise
+            raise AssetError(  # transformers refused the model's own code (auto_map): nothing of it ran
+                f"{field}={source!r} contains its own Python code ({', '.join(_auto_map(source)) or 'auto_map'}), "
+                "which vtlab does not import: use a model that needs none, or set trust_remote_code: true in its "
+                "backbone config and pass backbone.allow_remote_code=true after reading that code") from None
+
+    def _load_from(self, loader: Callable[..., T], source: str, field: str, **kwargs: Any) -> T:
         if os.path.isdir(source):
             return loader(source, **kwargs)
         if _looks_like_path(source):

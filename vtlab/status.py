@@ -2,15 +2,22 @@
 
 A table built from a sweep must show failed and unfinished rows as such, never drop them; this file is how the report
 tells a failed job from one that is still running or never started. Format:
-{"status": "running" | "done" | "failed", "name": str, "overrides": [str], "started": iso, "finished": iso | null,
+{"status": "running" | "done" | "failed" | "interrupted", "name": str, "overrides": [str], "started": iso, "finished": iso | null,
  "seconds": float | null, "error": str | null}
 """
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from vtlab.evaluation import write_json
 from vtlab.pipeline import one_line, user_error
@@ -43,6 +50,59 @@ class RunStatus:
         self._write(status="failed", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1),
                     error=describe(exc))
 
+    def interrupted(self, signum: int) -> None:
+        self._write(status="interrupted", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1),
+                    error=f"interrupted by {signal.Signals(signum).name}")
+
+
+# ---- signals: an interrupted run exits 128 + signal number, like a shell reports a process killed by it ----------
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is (like KeyboardInterrupt for SIGINT): a BaseException, so no `except
+    Exception` on the way swallows it, and Lightning's fit tears down and re-raises it."""
+
+    signum = signal.SIGTERM
+
+
+def raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def interrupting_signal(exc: BaseException) -> int | None:
+    """The signal behind `exc`, if it is (or was raised while handling) an interruption: SIGINT for Ctrl-C (also after
+    Lightning turned it into `sys.exit(1)`), SIGTERM for Terminated or Lightning's SIGTERMException (a SystemExit
+    without a code, which would otherwise exit 0)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return int(signal.SIGINT)
+        if isinstance(seen, (Terminated, SIGTERMException)):
+            return int(signal.SIGTERM)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def interrupted_line(signum: int, run_dir: str | Path) -> str:
+    return (f"vtlab: interrupted by {signal.Signals(signum).name} (exit {128 + signum}); {run_dir} keeps what was "
+            "written: rerun the same command to resume from its last checkpoint")
+
+
+class SweepExitCode(Callback):
+    """Hydra callback (conf/config.yaml `hydra.callbacks`): a sweep runs all its jobs even when one fails (each failed
+    job's status.json says why), then exits 1 if any job did not finish, so a scheduler or `&&` sees the failure."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep = Path(str(config.hydra.sweep.dir))
+        jobs = sorted((p.parent for p in sweep.glob("*/.hydra")), key=lambda p: p.name)
+        states = {job.name: _state(job) for job in jobs}
+        bad = [f"{name} ({state})" for name, state in states.items() if state != "done"]
+        if bad:
+            print(f"vtlab: error: {len(bad)} of {len(jobs)} jobs of the sweep {sweep} did not finish: "
+                  f"{', '.join(bad[:10])}{' …' if len(bad) > 10 else ''}; their status.json says why "
+                  f"(python -m vtlab.report {sweep})", file=sys.stderr)
+            sys.exit(1)
+
 
 def describe(exc: BaseException) -> str:
     """One line: the user-facing error behind `exc` (run_or_exit exits from inside its except block, so a SystemExit's
@@ -56,8 +116,13 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:2000]
 
 
-def read_status(run_dir: str | Path) -> dict[str, Any] | None:
-    import json
+def _state(job: Path) -> str:
+    try:
+        return str((read_status(job) or {}).get("status", "no status.json"))
+    except (OSError, ValueError):
+        return "unreadable status.json"
 
+
+def read_status(run_dir: str | Path) -> dict[str, Any] | None:
     path = Path(run_dir) / STATUS_FILE
     return json.loads(path.read_text()) if path.is_file() else None

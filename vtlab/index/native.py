@@ -1,7 +1,11 @@
 """The compiled exact top-k kernel (taat.c): built once with the system C compiler, loaded through ctypes.
 
-The library is cached in $VTLAB_CACHE/native/ under a hash of the source, flags and compiler, written atomically so
-concurrent first uses do not race. Without a working compiler `load()` returns None and the index falls back to
+A shared library runs code as soon as it is loaded, so only one this user built is ever loaded: the library lives in
+$VTLAB_CACHE/native/uid<UID>/ (mode 0700, owned by the user; a shared cache does not let others plant one), under a
+hash of the source, flags and compiler, with the sha256 of its bytes recorded at build time next to it and checked
+before ctypes opens it. A missing or wrong hash (a planted, replaced or truncated file — a truncated library would
+kill the process with SIGBUS) means rebuild, with one warning naming the file. Writes are atomic, so concurrent first
+uses do not race. Without a compiler or a trustworthy directory `load()` returns None and the index falls back to
 scipy (same results, slower): nothing in vtlab requires the kernel.
 """
 from __future__ import annotations
@@ -11,12 +15,15 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+
+from vtlab.assets import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +36,10 @@ class Hit(ctypes.Structure):
     _fields_ = [("s", ctypes.c_float), ("d", ctypes.c_int64)]
 
 
+class UntrustedDir(OSError):
+    """The kernel directory is not one only this user can write: nothing in it is loaded."""
+
+
 def _compiler() -> str | None:
     for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
         if cc and shutil.which(cc):
@@ -36,34 +47,95 @@ def _compiler() -> str | None:
     return None
 
 
+def private_dir() -> Path:
+    """$VTLAB_CACHE/native/uid<UID>: created 0700; UntrustedDir unless it is a real directory owned by this user that
+    no one else can write. A directory that others could write is emptied and closed again (what they could have
+    put there is never loaded)."""
+    uid = os.getuid()
+    path = cache_dir("native") / f"uid{uid}"
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+        raise UntrustedDir(f"{path} is not a directory owned by uid {uid} (owner uid {st.st_uid})")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        log.warning("%s was open to other users (mode %o): its contents are discarded and it is made 0700", path,
+                    stat.S_IMODE(st.st_mode))
+        for child in path.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        os.chmod(path, 0o700)
+    return path
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _verified(lib_path: Path) -> str | None:
+    """None when lib_path is this user's regular file whose bytes match the sha256 recorded at build time; else why
+    not (for the warning)."""
+    digest_path = lib_path.with_name(lib_path.name + ".sha256")
+    try:
+        st = os.lstat(lib_path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            return "not a regular file owned by this user"
+        recorded = digest_path.read_text().strip()
+    except FileNotFoundError as e:
+        return f"{Path(e.filename).name} is missing"
+    if sha256_of(lib_path) != recorded:
+        return f"its sha256 differs from the one recorded at build time in {digest_path.name}"
+    return None
+
+
+def _build(cc: str, lib_path: Path) -> None:
+    """Compile into a temp file in the private dir, record its sha256, rename both into place (the hash first: a
+    library without a matching hash is never loaded)."""
+    fd, tmp = tempfile.mkstemp(dir=lib_path.parent, suffix=".so")
+    os.close(fd)
+    digest_tmp = Path(tmp + ".sha256")
+    try:
+        subprocess.run([cc, *CFLAGS, "-o", tmp, str(SOURCE)], check=True, capture_output=True, text=True, timeout=120)
+        digest_tmp.write_text(sha256_of(Path(tmp)) + "\n")
+        os.replace(digest_tmp, lib_path.with_name(lib_path.name + ".sha256"))
+        os.replace(tmp, lib_path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+        digest_tmp.unlink(missing_ok=True)
+
+
 @lru_cache(maxsize=1)
 def load() -> ctypes.CDLL | None:
-    """The kernel library, or None (no compiler, compile error, or VTLAB_NATIVE=0)."""
+    """The kernel library, or None (no compiler, compile error, untrusted directory, or VTLAB_NATIVE=0)."""
     if os.environ.get("VTLAB_NATIVE", "1") == "0" or not SOURCE.is_file():
         return None
     cc = _compiler()
     if cc is None:
         log.info("no C compiler found: exact search uses scipy")
         return None
-    from vtlab.assets import cache_dir
-
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
         key = hashlib.sha1(SOURCE.read_bytes() + " ".join(CFLAGS).encode() + version.encode()).hexdigest()[:16]
-        lib_path = cache_dir("native") / f"taat-{key}.so"
-        if not lib_path.is_file():
-            fd, tmp = tempfile.mkstemp(dir=lib_path.parent, suffix=".so")
-            os.close(fd)
-            try:
-                subprocess.run([cc, *CFLAGS, "-o", tmp, str(SOURCE)], check=True, capture_output=True, text=True,
-                               timeout=120)
-                os.replace(tmp, lib_path)
-            finally:
-                Path(tmp).unlink(missing_ok=True)
+        lib_path = private_dir() / f"taat-{key}.so"
+        problem = _verified(lib_path) if lib_path.exists() or lib_path.is_symlink() else "absent"
+        if problem is not None:
+            if problem != "absent":
+                log.warning("exact-search kernel %s is not loaded (%s): rebuilding it", lib_path, problem)
+            _build(cc, lib_path)
+            if (problem := _verified(lib_path)) is not None:
+                raise UntrustedDir(f"{lib_path}: {problem} right after building it")
         lib = ctypes.CDLL(str(lib_path))
     except (OSError, subprocess.SubprocessError) as e:
-        detail = getattr(e, "stderr", "") or e
-        log.warning("could not build the exact-search kernel (%s): exact search uses scipy", detail)
+        detail = " ".join(str(getattr(e, "stderr", "") or e).split())[:300]
+        log.warning("could not build or load the exact-search kernel (%s): exact search uses scipy", detail)
         return None
     p = ctypes.c_void_p
     i64 = ctypes.c_int64

@@ -29,6 +29,37 @@ def model_dir_of(run_dir: Path) -> Path:
                      "config.json in the directory itself")
 
 
+# What a config read from another run's directory may instantiate: vtlab's own classes and these library targets (the
+# ones vtlab's conf/ uses). Anything else in such a file (`os.system`, `builtins.exec`, …) is refused, never imported.
+LIBRARY_TARGETS = frozenset({
+    "torch.optim.AdamW", "transformers.get_linear_schedule_with_warmup", "pytorch_lightning.Trainer",
+    "pytorch_lightning.callbacks.ModelCheckpoint", "pytorch_lightning.callbacks.RichProgressBar",
+    "pytorch_lightning.loggers.CSVLogger", "pytorch_lightning.loggers.WandbLogger",
+})
+
+
+def check_targets(node: Any, where: str) -> None:
+    """VtlabError (one line, naming `where` and the key) for any `_target_` under `node` that is neither `vtlab.*` nor
+    in LIBRARY_TARGETS: a run directory is data, and instantiating its config must not import arbitrary code."""
+    def walk(value: Any, key: str) -> None:
+        if isinstance(value, dict):
+            target = value.get("_target_")
+            if target is not None:
+                name = str(target)
+                if not (name.startswith("vtlab.") and "${" not in name) and name not in LIBRARY_TARGETS:
+                    raise VtlabError(f"{where}: {key + '.' if key else ''}_target_={name!r} is not instantiated: a "
+                                     "config read from a run directory may only name vtlab.* or "
+                                     f"{', '.join(sorted(LIBRARY_TARGETS))}")
+            for k, v in value.items():
+                walk(v, f"{key}.{k}" if key else str(k))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{key}[{i}]")
+
+    container = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node
+    walk(container, "")
+
+
 def encoder_from_run(run_dir: Path, cfg: DictConfig) -> tuple[Any, dict[str, Any]]:
     """The trained encoder of a run directory, rebuilt with that run's own `model.encoder` settings."""
     if not run_dir.is_dir():
@@ -37,7 +68,11 @@ def encoder_from_run(run_dir: Path, cfg: DictConfig) -> tuple[Any, dict[str, Any
     run_cfg_path = run_dir / ".hydra" / "config.yaml"
     if run_cfg_path.is_file():
         # the run's own encoder type, lengths, activation and preprocessing (its interpolations resolve in its config)
-        encoder_cfg = OmegaConf.load(run_cfg_path).model.encoder
+        run_cfg = OmegaConf.load(run_cfg_path)
+        encoder_cfg = run_cfg.model.encoder
+        check_targets(encoder_cfg, f"{run_cfg_path} (model.encoder)")
+        # its interpolations, resolved as instantiate will resolve them, may point elsewhere in that file
+        check_targets(OmegaConf.to_container(encoder_cfg, resolve=True), f"{run_cfg_path} (model.encoder, resolved)")
     else:
         log.warning("export: %s has no .hydra/config.yaml; using this run's model.encoder settings", run_dir)
         encoder_cfg = cfg.model.encoder

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import random
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from vtlab.atomic import atomic_dir
 from vtlab.errors import ConfigError, RunDirError
 from vtlab.tracking import configured_loggers
+from vtlab.vocab.transfer import TransferOptions, transferred_backbone
 
 log = logging.getLogger("vtlab")
 
@@ -35,7 +38,21 @@ def build_module(cfg: DictConfig, state: dict[str, Any] | None = None) -> pl.Lig
     return instantiate(cfg.model)
 
 
+def materialize_inputs(cfg: DictConfig, state: dict[str, Any]) -> None:
+    """Build the cached backbone and vocabulary transfer this run loads, if an earlier stage has not: building them
+    consumes the global RNG, so on a cold cache training would otherwise draw other dropout than on a warm one."""
+    if "backbone" in state:
+        return  # an earlier stage (MLM) produced the model: everything it stands on is built
+    backbone = instantiate(cfg.backbone)
+    materialize = getattr(backbone, "materialize", None)
+    if materialize is not None:
+        materialize()
+    options = TransferOptions(**OmegaConf.to_container(cfg.transfer, resolve=True))
+    transferred_backbone(backbone, instantiate(cfg.vocab), instantiate(cfg.init), options)
+
+
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
+    materialize_inputs(cfg, state)
     pl.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.paths.run_dir)
     module = state.get("module") or build_module(cfg, state)
@@ -51,12 +68,12 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **extra)
     if resume_from:
         log.info("resuming training from %s", resume_from)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
 
     ckpt = _chosen_checkpoint(trainer)
     if ckpt is not None:
         # the final evaluation uses the checkpoint chosen by the dev metric, not the last weights
-        module.load_state_dict(torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"])
+        module.load_state_dict(load_checkpoint(ckpt)["state_dict"])
         log.info("loaded checkpoint %s", ckpt)
     model_dir = run_dir / "model"
     if trainer.is_global_zero:
@@ -106,16 +123,48 @@ def set_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
+# What vtlab's Lightning checkpoints hold beyond torch's weights-only defaults (tensors, dicts, lists, tuples, str,
+# numbers, OrderedDict): nothing: rng_states stores tensors and plain values, Lightning's loops, callbacks, optimizer
+# and scheduler states are plain too (tests/test_security.py checks a real checkpoint). A type added to a checkpoint
+# goes here, by name; nothing else is ever unpickled, so a crafted checkpoint cannot run code.
+CHECKPOINT_GLOBALS: list[Any] = []
+_UNSUPPORTED_GLOBAL = re.compile(r"GLOBAL (\S+)|Unsupported global: (\S+)|global (\S+) (?:was|is) not")
+
+
+def load_checkpoint(path: str | os.PathLike[str], mmap: bool = False) -> dict[str, Any]:
+    """A checkpoint, loaded weights-only: unpickling may build only tensors, plain containers and CHECKPOINT_GLOBALS.
+    RunDirError (one line) for a file that needs anything else (a crafted checkpoint: nothing of it ran) or that cannot
+    be read (truncated, foreign)."""
+    try:
+        with torch.serialization.safe_globals(CHECKPOINT_GLOBALS):
+            ckpt = torch.load(path, map_location="cpu", mmap=mmap, weights_only=True)
+    except pickle.UnpicklingError as e:
+        m = _UNSUPPORTED_GLOBAL.search(str(e))
+        if m is None:
+            raise RunDirError(_unreadable(path, e)) from None
+        name = next(g for g in m.groups() if g).rstrip(".,")
+        raise RunDirError(f"{path}: refused to load the checkpoint: it asks to import {name}, which a vtlab checkpoint "
+                          "never holds (a crafted file can run code this way; nothing of it ran); delete it, or pass "
+                          "overwrite=true to start over") from None
+    except Exception as e:  # noqa: BLE001 - truncated or foreign file: any load error means "cannot resume from it"
+        raise RunDirError(_unreadable(path, e)) from None
+    if not isinstance(ckpt, dict):
+        raise RunDirError(f"{path}: not a Lightning checkpoint (a {type(ckpt).__name__}, expected a dict); delete it, "
+                          "or pass overwrite=true to start over")
+    return ckpt
+
+
+def _unreadable(path: str | os.PathLike[str], e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    return (f"{path}: cannot read the checkpoint ({type(e).__name__}: {first}); delete it to resume from an earlier "
+            "one, or pass overwrite=true to start over")
+
+
 def check_checkpoint_fits(path: str | os.PathLike[str], module: torch.nn.Module) -> None:
     """RunDirError naming the first tensor whose shape differs between the checkpoint and this run's model (a run
     resumed with another vocabulary or backbone), instead of Lightning's multi-page RuntimeError."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-    except Exception as e:  # noqa: BLE001 - truncated or foreign file: any load error means "cannot resume from it"
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise RunDirError(f"{path}: cannot read the checkpoint ({type(e).__name__}: {first}); delete it to resume "
-                          "from an earlier one, or pass overwrite=true to start over") from None
-    saved = ckpt.get("state_dict", {}) if isinstance(ckpt, dict) else {}
+    ckpt = load_checkpoint(path, mmap=True)
+    saved = ckpt.get("state_dict", {})
     current = module.state_dict()
     for key, tensor in current.items():
         if key in saved and saved[key].shape != tensor.shape:
@@ -221,3 +270,9 @@ class SameDirCheckpointIO(TorchCheckpointIO):
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+    def load_checkpoint(self, path: Any, map_location: Any | None = None, weights_only: bool | None = None) -> Any:
+        """Lightning's resume load: always weights-only (whatever `weights_only` the caller passes)."""
+        if "://" in str(path):
+            return super().load_checkpoint(path, map_location=map_location, weights_only=True)
+        return load_checkpoint(path)

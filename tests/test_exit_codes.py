@@ -1,0 +1,117 @@
+"""Honest process state: a run stopped by a signal exits 128 + signal (130 for Ctrl-C, 143 for SIGTERM) with one line
+and status.json "interrupted"; a sweep with a failed job exits non-zero after running all its jobs."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from vtlab.status import SweepExitCode, interrupting_signal
+
+ROOT = Path(__file__).resolve().parents[1]
+_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
+        "TOKENIZERS_PARALLELISM": "false"}
+_TRAIN = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none", "stage=finetune",
+          "trainer.max_steps=400", "trainer.val_check_interval=400", "callbacks.last_checkpoint.every_n_train_steps=1",
+          "data.batch_size=2", "data.doc_max_length=32", "data.dev.dev_size=10", "data.dev.max_docs=50"]
+_EVAL = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none", "stage=evaluate"]
+
+
+def _start(overrides: list[str], run_dir: Path, log: Path) -> subprocess.Popen:
+    with open(log, "w") as f:  # a file, not a pipe nobody drains while we wait
+        return subprocess.Popen([sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                                env=_ENV, stdout=subprocess.DEVNULL, stderr=f)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"the run ended before {path.name} appeared: {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {path} after {timeout}s"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def interrupted_runs(tmp_path_factory) -> dict[str, tuple[int, str, dict]]:
+    """SIGTERM during training (after its first checkpoint), SIGINT during evaluation (once the run has started):
+    both at once, each in its own run directory."""
+    tmp = tmp_path_factory.mktemp("signals")
+    cases = {"sigterm_training": (_TRAIN, "checkpoints/last.ckpt", signal.SIGTERM),
+             "sigint_evaluation": (_EVAL, "status.json", signal.SIGINT)}
+    procs = {name: (_start(ov, tmp / name, tmp / f"{name}.log"), tmp / name, tmp / f"{name}.log", marker, sig)
+             for name, (ov, marker, sig) in cases.items()}
+    out = {}
+    for name, (proc, run_dir, log, marker, sig) in procs.items():
+        _wait_for(run_dir / marker, proc, log)
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=300)
+        out[name] = (rc, log.read_text(), json.loads((run_dir / "status.json").read_text()))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,code,signame", [("sigterm_training", 143, "SIGTERM"),
+                                               ("sigint_evaluation", 130, "SIGINT")])
+def test_a_signal_gives_its_exit_code_one_line_and_status_interrupted(interrupted_runs, name, code, signame) -> None:
+    rc, stderr, status = interrupted_runs[name]
+    assert rc == code, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("vtlab: ")]
+    assert lines == [stderr.strip().splitlines()[-1]], stderr[-3000:]
+    assert lines[0].startswith(f"vtlab: interrupted by {signame} (exit {code});"), lines
+    assert status["status"] == "interrupted" and status["error"] == f"interrupted by {signame}", status
+
+
+def test_lightning_interruptions_map_to_their_signal() -> None:
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    assert SIGTERMException().code is None  # why it needs mapping: a SystemExit without a code exits 0
+    try:  # what Lightning does on Ctrl-C: sys.exit(1) inside its `except KeyboardInterrupt`
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            sys.exit(1)
+    except SystemExit as exc:
+        assert interrupting_signal(exc) == signal.SIGINT
+    assert interrupting_signal(SIGTERMException()) == signal.SIGTERM
+    assert interrupting_signal(SystemExit(2)) is None and interrupting_signal(ValueError("x")) is None
+
+
+def _job(sweep: Path, num: int, status: str | None) -> None:
+    (sweep / str(num) / ".hydra").mkdir(parents=True)
+    if status is not None:
+        (sweep / str(num) / "status.json").write_text(json.dumps({"status": status}))
+
+
+def test_sweep_exit_code_counts_every_job_not_done(tmp_path: Path, capsys) -> None:
+    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    _job(tmp_path, 0, "done")
+    _job(tmp_path, 1, "done")
+    SweepExitCode().on_multirun_end(cfg)  # all done: no exit
+    _job(tmp_path, 2, "failed")
+    _job(tmp_path, 3, None)  # refused before it wrote a status
+    with pytest.raises(SystemExit) as ei:
+        SweepExitCode().on_multirun_end(cfg)
+    assert ei.value.code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"vtlab: error: 2 of 4 jobs of the sweep {tmp_path} did not finish: 2 (failed), "
+                          "3 (no status.json);"), err
+
+
+@pytest.mark.slow
+def test_multirun_with_failed_jobs_runs_them_all_and_exits_1(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    res = subprocess.run([sys.executable, "-m", "vtlab", "--multirun", *_EVAL,
+                          "backbone.name_or_path=./no/such/model,./no/such/other",
+                          f"hydra.sweep.dir={sweep}"], cwd=ROOT, env=_ENV, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 1, res.stderr[-3000:]
+    statuses = {p.parent.name: json.loads(p.read_text())["status"] for p in sweep.glob("*/status.json")}
+    assert statuses == {"0": "failed", "1": "failed"}, res.stderr[-3000:]  # both jobs ran
+    assert res.stderr.strip().splitlines()[-1].startswith("vtlab: error: 2 of 2 jobs of the sweep"), res.stderr[-3000:]
