@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: install demo test test-fast bench clean-cache reproduce-table
+.PHONY: install demo test test-fast bench clean-cache reproduce-table gpu-smoke
 
 install: $(VENV)/.installed
 
@@ -38,3 +38,8 @@ SCALE ?= cpu
 SEEDS ?= 1
 reproduce-table: install
 	$(PY) -m vtlab.reproduce --scale $(SCALE) --seeds $(SEEDS)
+
+# One GPU, offline, ~200 steps of the paper's VT fine-tune at ModernBERT-base shape (vtlab/bench/gpu_smoke.py):
+# step time, tokens/s, peak GPU memory, MLM-head share -> outputs/bench/gpu_smoke.json. GPU_SMOKE_ARGS: e.g. --steps 100
+gpu-smoke: install
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m vtlab.bench.gpu_smoke $(GPU_SMOKE_ARGS)

@@ -335,3 +335,21 @@ def test_reproduce_prints_the_plan_before_the_commands(capsys):
     out = capsys.readouterr().out
     assert out.index("paper plan: 8 jobs") < out.index("+ ") and "GPU-hours" in out
     assert "hydra.launcher.tasks_per_node=8" in out
+
+
+# ---- make gpu-smoke: its CPU shape runs the whole script (the GPU run is the same code at ModernBERT-base shape) -----
+
+def test_gpu_smoke_tiny_runs_the_vt_pipeline(tmp_path):
+    from vtlab.bench import gpu_smoke
+
+    # answerdotai/ModernBERT-base's config.json
+    assert gpu_smoke.SHAPES["base"] == dict(hidden_size=768, num_hidden_layers=22, num_attention_heads=12,
+                                            intermediate_size=1152)
+    out = tmp_path / "smoke.json"
+    assert gpu_smoke.main(["--tiny", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["shape"]["vocab_size"] == 30522  # transferred to bert-base-uncased's vocabulary before training
+    assert r["steps"] == 3 and r["profiled_steps"] == 1 and r["step_time_s_median"] > 0
+    assert 0 < r["tokens_per_s"] <= r["padded_tokens_per_s"]
+    assert 0 < r["head_gemm_share_of_step"] < r["head_share_of_step"] < 1
+    assert r["peak_gpu_mem_gib"] is None and r["device"] == "cpu"
