@@ -32,12 +32,14 @@ clean-cache:
 bench: install
 	HF_HUB_OFFLINE=1 $(PY) -m vtlab.bench $(BENCH_ARGS)
 
-# The paper's main table + init/APC ablations as Hydra sweeps, then the tables (vtlab/reproduce.py, vtlab/report.py).
-# SCALE=cpu runs offline on miniature replicas; SCALE=paper submits the authors' recipe through hydra/launcher=slurm.
-SCALE ?= cpu
-SEEDS ?= 1
+# The paper's main table + ablations as Hydra sweeps, then the tables (vtlab/reproduce.py, vtlab/report.py).
+# SCALE=testbed (default) runs offline from real pretrained weights, with seeds, paired tests and sanity gates;
+# SCALE=cpu the old from-scratch replicas; SCALE=paper submits the authors' recipe through hydra/launcher=slurm.
+# SEEDS=N overrides every table's own number of seeds.
+SCALE ?= testbed
+SEEDS ?=
 reproduce-table: install
-	$(PY) -m vtlab.reproduce --scale $(SCALE) --seeds $(SEEDS)
+	HF_HUB_OFFLINE=1 $(PY) -m vtlab.reproduce --scale $(SCALE) $(if $(SEEDS),--seeds $(SEEDS))
 
 # One GPU, offline, ~200 steps of the paper's VT fine-tune at ModernBERT-base shape (vtlab/bench/gpu_smoke.py):
 # step time, tokens/s, peak GPU memory, MLM-head share -> outputs/bench/gpu_smoke.json. GPU_SMOKE_ARGS: e.g. --steps 100

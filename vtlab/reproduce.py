@@ -1,53 +1,86 @@
-"""`make reproduce-table`: run the paper's main table and its init / APC ablations as Hydra sweeps, then build the
-tables with `vtlab.report`.
+"""`make reproduce-table`: run the paper's main table and its ablations as Hydra sweeps, then build the tables with
+`vtlab.report`.
 
-    python -m vtlab.reproduce --scale cpu              # offline, 2 cores (one seed; --seeds 3 for three)
+    python -m vtlab.reproduce                          # the testbed (offline, 2 cores): real pretrained weights,
+                                                       # 3 seeds for the main table, 2 for ablations, sanity gates
+    python -m vtlab.reproduce --scale cpu              # the old from-scratch replicas (appendix; one seed)
     python -m vtlab.reproduce --scale paper            # the authors' recipe through hydra/launcher=slurm (GPUs, hub)
 
-Main-table rows are the files of conf/experiment/<scale>/main/ (in the paper's row order); each ablation is one
-experiment config whose `hydra.sweeper.params` lists its values. Sweeps write to <out>/<table>/ — one directory per
-table — and a rerun into the same directory overwrites it, so pass another --out to keep an earlier run.
+Tables whose rows are files (conf/experiment/<scale>/main/, references/) run those files in the paper's row order;
+each ablation is one experiment config whose `hydra.sweeper.params` lists its values. Sweeps write to <out>/<table>/
+— one directory per table — and a rerun into the same directory overwrites it, so pass another --out to keep an
+earlier run. At the testbed scale the gates of vtlab/gates.py run first (the case gate, before any row) and last (the
+quality gate); a failed gate exits 3 with one line.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-from vtlab import paper_plan
+from vtlab import gates, paper_plan
 from vtlab.errors import VtlabError
+from vtlab.report import State, collect_jobs
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "experiment"
-ROW_ORDER = ["bert-native", "modernbert-native", "modernbert-lowercase", "modernbert-vt", "roberta-large-native",
+ROW_ORDER = ["bm25", "splade-tiny", "wp-native", "bpe-native", "bpe-lowercase", "bpe-vt", "wp-inference-free",
+             "bpe-inference-free", "bpe-lowercase-inference-free", "bpe-vt-inference-free", "bert-native", "modernbert-native", "modernbert-lowercase", "modernbert-vt", "roberta-large-native",
              "roberta-large-vt", "bert-inference-free", "modernbert-inference-free", "modernbert-vt-inference-free"]
 ABLATIONS = ["ablation-init", "ablation-apc"]
+# Per scale: the tables in run order and each one's default number of seeds (--seeds overrides them all).
+TABLES = {
+    "testbed": {"references": 1, "main": 3, "ablation-init": 2, "ablation-apc": 2, "ablation-target": 2},
+    "cpu": {"main": 1, **dict.fromkeys(ABLATIONS, 1)},
+    "paper": {"main": 1, **dict.fromkeys(ABLATIONS, 1)},
+}
+ROW_TABLES = ("main", "references")  # tables whose rows are the files of conf/experiment/<scale>/<table>/
 
 
-def main_rows(scale: str) -> list[str]:
-    present = {p.stem for p in (CONF / scale / "main").glob("*.yaml")}
+def main_rows(scale: str, table: str = "main") -> list[str]:
+    present = {p.stem for p in (CONF / scale / table).glob("*.yaml")}
     ordered = [r for r in ROW_ORDER if r in present] + sorted(present - set(ROW_ORDER))
-    return [f"{scale}/main/{r}" for r in ordered]
+    return [f"{scale}/{table}/{r}" for r in ordered]
 
 
-def sweeps(scale: str, seeds: int, tables: list[str], out: Path | None = None) -> dict[str, list[str]]:
-    """table → the `python -m vtlab -m` overrides that run it. With `out` (where the sweeps go), the ablations may
-    reuse the main table's finished jobs: an ablation's default value repeats a main row (vtlab/reuse.py)."""
-    seed = "seed=" + ",".join(str(s) for s in range(seeds))
+def _exists(scale: str, table: str) -> bool:
+    return (CONF / scale / table).is_dir() if table in ROW_TABLES else (CONF / scale / f"{table}.yaml").is_file()
+
+
+def sweeps(scale: str, seeds: int | None, tables: list[str], out: Path | None = None) -> dict[str, list[str]]:
+    """table → the `python -m vtlab -m` overrides that run it (`seeds`: None for each table's default). With `out`
+    (where the sweeps go), the ablations may reuse the main table's finished jobs: an ablation's default value repeats
+    a main row (vtlab/reuse.py)."""
     sweeps_ = {}
     for table in tables:
-        experiment = ",".join(main_rows(scale)) if table == "main" else f"{scale}/{table}"
+        n = seeds if seeds is not None else TABLES.get(scale, {}).get(table, 1)
+        seed = "seed=" + ",".join(str(s) for s in range(n))
+        experiment = ",".join(main_rows(scale, table)) if table in ROW_TABLES else f"{scale}/{table}"
         sweeps_[table] = [f"experiment={experiment}", seed]
-        if out is not None and table != "main" and "main" in tables:
+        if out is not None and table not in ROW_TABLES and "main" in tables:
             sweeps_[table].append(f"reuse_runs=['{(out / 'main').resolve()}']")
     return sweeps_
 
 
+def row_metric(sweep: Path, name: str, dataset: str = gates.GATE_DATASET, measure: str = gates.GATE_MEASURE) -> float:
+    """Mean over seeds of `measure` on `dataset` for the finished jobs named `name` in a sweep directory."""
+    jobs, _ = collect_jobs(sweep)
+    values = [float(j.metrics[dataset][measure]) for j in jobs
+              if j.name == name and j.state is State.DONE and measure in j.metrics.get(dataset, {})]
+    if not values:
+        raise gates.GateError(f"quality gate: no finished job named {name!r} with {dataset} {measure} under {sweep}")
+    return statistics.fmean(values)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m vtlab.reproduce", description=__doc__.split("\n\n")[0])
-    p.add_argument("--scale", choices=["cpu", "paper"], default="cpu")
-    p.add_argument("--seeds", type=int, default=1)
-    p.add_argument("--tables", default=",".join(["main", *ABLATIONS]), help="comma-separated: main,ablation-init,…")
+    p.add_argument("--scale", choices=list(TABLES), default="testbed")
+    p.add_argument("--seeds", type=int, default=None, help="seeds for every table (default: each table's own, "
+                   "testbed: 3 main / 2 ablations / 1 references)")
+    p.add_argument("--tables", default=None, help="comma-separated, e.g. main,ablation-init (default: all of the scale)")
+    p.add_argument("--no-gates", action="store_true", help="testbed: skip the sanity gates (smoke runs only)")
     p.add_argument("--out", type=Path, default=None, help="default: outputs/reproduce/<scale>")
     p.add_argument("--launcher", default=None, help="hydra/launcher choice (default: basic for cpu, slurm for paper)")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
@@ -57,11 +90,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.seeds < 1:
+    if args.seeds is not None and args.seeds < 1:
         print(f"vtlab: error: --seeds={args.seeds}: expected >= 1", file=sys.stderr)
         return 2
-    tables = [t for t in args.tables.split(",") if t]
-    unknown = [t for t in tables if t != "main" and not (CONF / args.scale / f"{t}.yaml").is_file()]
+    tables = [t for t in (args.tables or ",".join(TABLES[args.scale])).split(",") if t]
+    unknown = [t for t in tables if not _exists(args.scale, t)]
     if unknown:
         print(f"vtlab: error: --tables: no experiment config for {unknown} under {CONF / args.scale}", file=sys.stderr)
         return 2
@@ -76,6 +109,16 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(paper_plan.render(jobs), flush=True)
         slurm = paper_plan.launcher_overrides(jobs) if launcher == "slurm" else []
+    gated = args.scale == "testbed" and not args.no_gates and not args.dry_run
+    if gated:
+        try:  # before any row: a testbed whose cased model is not cased cannot answer the question
+            case = gates.case_report()
+            print("case handling (vtlab/diagnose/case.py): " + json.dumps(case), flush=True)
+            gates.write(out / "gates.json", {"case": case})
+            gates.check_case(case)
+        except VtlabError as e:
+            print(f"vtlab: error: {e}", file=sys.stderr)
+            return 3
     for table, overrides in planned.items():
         sweep_dir = out / table
         cmd = [sys.executable, "-m", "vtlab", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}", *args.extra]
@@ -90,7 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     report = [sys.executable, "-m", "vtlab.report", *map(str, dirs)]
     print("+ " + " ".join(report), flush=True)
-    return subprocess.run(report, check=False).returncode
+    code = subprocess.run(report, check=False).returncode
+    if gated and {"main", "references"} <= set(tables):
+        try:
+            quality = gates.check_quality(row_metric(out / "main", "testbed-wp-native"),
+                                          row_metric(out / "references", "testbed-bm25"), out / "main")
+            print(f"quality gate passed: {json.dumps(quality)}", flush=True)
+        except VtlabError as e:
+            print(f"vtlab: error: {e}", file=sys.stderr)
+            return 3
+    return code
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger("vtlab")
 
-IGNORED = ("name", "group", "paths", "reuse_runs")  # wandb labels, where the run writes, this option itself
+IGNORED = ("name", "group", "paths", "reuse_runs", "report")  # wandb labels, where the run writes, this option
+# itself, which contrasts a table reports
 # What a reused run gets: its results and reports; not the logs, trackers or checkpoints of the original invocation.
 NOT_COPIED = (".hydra", "status.json", "*.log", "wandb", "checkpoints", "csv", "mlm", "reused_from.txt")
 MARKER = "reused_from.txt"

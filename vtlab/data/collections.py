@@ -23,6 +23,7 @@ class Collection:
 # Loaders. Kept below the dataclass so importing Collection stays cheap (datasets is imported lazily).
 
 import json  # noqa: E402
+import random  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -233,3 +234,27 @@ def load_mteb(name: str, split: str = "test") -> Collection:
     queries = _hf_load(repo, "queries", "queries")
     qrels = _hf_load(repo, "default", split)
     return _from_hf(name, corpus, queries, qrels)
+
+
+def subsampled(load: Any, max_docs: int | None = None, max_queries: int | None = None, seed: int = 0) -> Collection:
+    """`load()`'s collection cut to a seeded sample of `max_queries` queries and `max_docs` documents (None: all):
+    every judged document of a kept query stays, the other documents are a seeded random sample. Every system
+    evaluated on it sees the same collection, so comparisons between them hold (absolute numbers rise with fewer
+    distractors)."""
+    coll = load() if callable(load) else load
+    for key, value in (("max_docs", max_docs), ("max_queries", max_queries)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise DataError(f"subsampled: {key}={value!r} must be a positive integer or null")
+    rng = random.Random(f"subsample-{coll.name}-{seed}")
+    queries = list(coll.queries)
+    if max_queries is not None and max_queries < len(queries):
+        queries = [queries[i] for i in sorted(rng.sample(range(len(queries)), max_queries))]
+    qrels = {q: coll.qrels[q] for q in queries if q in coll.qrels}
+    judged = [d for d in dict.fromkeys(d for rel in qrels.values() for d, g in rel.items() if g > 0) if d in coll.corpus]
+    judged_set = set(judged)
+    others = [d for d in coll.corpus if d not in judged_set]
+    if max_docs is not None and max(0, max_docs - len(judged)) < len(others):
+        others = [others[i] for i in sorted(rng.sample(range(len(others)), max(0, max_docs - len(judged))))]
+    keep = judged_set | set(others)
+    corpus = {d: t for d, t in coll.corpus.items() if d in keep}
+    return Collection(name=coll.name, corpus=corpus, queries={q: coll.queries[q] for q in queries}, qrels=qrels)

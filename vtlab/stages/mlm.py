@@ -133,6 +133,11 @@ def train_cached(start: Backbone, m: Any, seed: int, preprocess: Any = None,
         if (out / _DONE).is_file():
             log.info("mlm: cached %s", out)
         else:
+            materialize = getattr(start, "materialize", None)
+            if materialize is not None:
+                # build a cached start (a pretrained replica) BEFORE seeding: building it consumes the global RNG, so
+                # a cold cache would otherwise train with other dropout/masking draws than a warm one
+                materialize()
             pl.seed_everything(seed, workers=True)
             log.info("mlm: %d steps on %s -> %s", int(m.steps), start.name_or_path, out)
             log_dir = log_dir or out.with_name(out.name + ".logs")

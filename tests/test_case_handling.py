@@ -1,0 +1,42 @@
+"""vtlab.diagnose.case: case-variant groups of real vocabularies, and the row cosine / mass figures on a tiny model."""
+import pytest
+import torch
+
+from vtlab.assets import asset_path
+from vtlab.backbones import Backbone, TinyModernBert
+from vtlab.diagnose.case import case_groups, case_handling
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    b = TinyModernBert(hidden_size=32, num_hidden_layers=1, intermediate_size=64)
+    return b.load_model(), b.load_tokenizer()
+
+
+def test_groups_of_the_cased_olmo_bpe_and_none_in_uncased_wordpiece(tiny):
+    _, tok = tiny
+    groups = {tuple(tok.convert_ids_to_tokens(g)) for g in case_groups(tok)}
+    the = next(g for g in groups if g[0] == "Ġthe")
+    assert {"ĠThe", "ĠTHE"} <= set(the)
+    assert not any("the" in g and "Ġthe" in g for g in groups), "word-initial and inner entries must not mix"
+    assert case_groups(Backbone("asset:minilm").load_tokenizer()) == []
+
+
+def test_row_cosine_is_one_for_copied_rows_and_mass_counts_the_lighter_variants(tiny):
+    model, tok = tiny
+    texts = ["The cat sat on the mat.", "THE END of the story"]
+    random_rows = case_handling(model, tok, texts)
+    assert random_rows["row_cosine"] < 0.5  # independent random rows
+    rows = model.get_output_embeddings().weight
+    with torch.no_grad():
+        for g in case_groups(tok):
+            rows[g] = rows[g[0]].clone()  # every variant a copy of its lowercase entry (what FVT from uncased gives)
+    copied = case_handling(model, tok, texts)
+    assert copied["row_cosine"] == pytest.approx(1.0, abs=1e-5)
+    # hand check of the mass share: recompute from the document weights
+    from vtlab.diagnose.case import document_terms
+    w = document_terms(model, tok, texts)
+    groups = case_groups(tok)
+    spread = sum(float((w[:, g].sum(1) - w[:, g].max(1).values).sum()) for g in groups)
+    assert copied["doc_mass_on_variants"] == pytest.approx(spread / float(w.sum()))
+    assert 0.0 < copied["doc_mass_on_variants"] < 1.0

@@ -1,0 +1,50 @@
+"""The testbed's sanity gates (vtlab/gates.py) and the subsampled evaluation collections they run on."""
+import pytest
+
+from vtlab import gates
+from vtlab.data.collections import Collection, subsampled
+from vtlab.errors import DataError
+
+
+def _case(groups, cosine, mass):
+    return {"case_groups": groups, "row_cosine": cosine, "doc_mass_on_variants": mass}
+
+
+def test_case_gate_passes_a_cased_bpe_model_and_an_uncased_control():
+    gates.check_case({"M_wp": _case(0, None, 0.0), "M_bpe": _case(8000, 0.8, 0.05)})
+
+
+@pytest.mark.parametrize("report, words", [
+    ({"M_wp": _case(12, 0.5, 0.01), "M_bpe": _case(8000, 0.8, 0.05)}, "M_wp's vocabulary has 12"),
+    ({"M_wp": _case(0, None, 0.0), "M_bpe": _case(8000, 1.0, 0.05)}, "did not learn to differ"),  # FVT copies
+    ({"M_wp": _case(0, None, 0.0), "M_bpe": _case(0, None, 0.0)}, "did not learn to differ"),  # no case variants
+    ({"M_wp": _case(0, None, 0.0), "M_bpe": _case(8000, 0.8, 0.001)}, "0.0010 of its document term mass"),
+])
+def test_case_gate_fails_loudly_on_a_broken_testbed(report, words):
+    with pytest.raises(gates.GateError, match=words):
+        gates.check_case(report)
+
+
+def test_quality_gate_needs_the_uncased_control_above_bm25():
+    with pytest.raises(gates.GateError, match="0.7000, not above BM25's 0.7200"):
+        gates.check_quality(0.70, 0.72)
+    assert gates.check_quality(0.80, 0.72) == {"wp_native": 0.80, "bm25": 0.72}
+
+
+def _coll():
+    corpus = {f"d{i}": f"text {i}" for i in range(100)}
+    queries = {f"q{i}": f"query {i}" for i in range(20)}
+    qrels = {f"q{i}": {f"d{i}": 1, f"d{i + 50}": 1} for i in range(20)}
+    return Collection("toy", corpus, queries, qrels)
+
+
+def test_subsampled_keeps_every_judged_document_of_the_kept_queries_and_is_seeded():
+    c = subsampled(_coll, max_docs=30, max_queries=5, seed=1)
+    assert len(c.queries) == 5 and set(c.qrels) == set(c.queries) and len(c.corpus) == 30
+    assert all(d in c.corpus for rel in c.qrels.values() for d in rel)
+    assert subsampled(_coll, max_docs=30, max_queries=5, seed=1).corpus == c.corpus
+    assert subsampled(_coll, max_docs=30, max_queries=5, seed=2).corpus != c.corpus
+    whole = subsampled(_coll())
+    assert whole.corpus == _coll().corpus and whole.qrels == _coll().qrels
+    with pytest.raises(DataError, match="max_docs=0"):
+        subsampled(_coll, max_docs=0)

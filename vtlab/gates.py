@@ -1,0 +1,74 @@
+"""The testbed's sanity gates: `make reproduce-table` fails loudly (one line, exit 3) when the testbed cannot test the
+paper, instead of printing tables that look like results.
+
+- **case gate** (before any row runs): the cased-BPE model M_bpe must really handle case unlike the uncased control
+  M_wp — M_wp's vocabulary has no case variants; M_bpe's must hold them, its case-variant output rows must have learned
+  to differ (mean cosine below `MAX_CASE_ROW_COSINE`; FVT starts them as copies, cosine 1), and document term mass must
+  spread over case variants (at least `MIN_CASE_MASS`), which is the redundancy VT is meant to remove.
+- **quality gate** (after the main table): M_wp native must beat BM25 on BoolQ-clean — a testbed whose best-placed
+  arm loses to BM25 in-domain measures training noise, not vocabularies.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from vtlab.data.clean import clean_train_passages
+from vtlab.diagnose.case import case_handling
+from vtlab.errors import VtlabError
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+MAX_CASE_ROW_COSINE = 0.99
+MIN_CASE_MASS = 0.01
+PROBE_DOCS = 100  # clean training passages (never evaluation ones) for the mass figure
+GATE_DATASET, GATE_MEASURE = "boolq-clean", "nDCG@10"
+
+
+class GateError(VtlabError):
+    """The testbed is broken: the message says which gate and with which numbers."""
+
+
+def _backbone(name: str) -> Any:
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        return instantiate(compose("config", overrides=[f"backbone={name}"]).backbone)
+
+
+def case_report(wp: str = "testbed-wp", bpe: str = "testbed-bpe") -> dict[str, dict[str, Any]]:
+    """case_handling of both testbed models (built into the cache on first use) on clean training passages."""
+    texts = list(clean_train_passages()[:PROBE_DOCS])
+    out = {}
+    for label, name in (("M_wp", wp), ("M_bpe", bpe)):
+        backbone = _backbone(name)
+        out[label] = case_handling(backbone.load_model(), backbone.load_tokenizer(), texts)
+    return out
+
+
+def check_case(report: dict[str, dict[str, Any]]) -> None:
+    wp, bpe = report["M_wp"], report["M_bpe"]
+    if wp["case_groups"] != 0:
+        raise GateError(f"case gate: M_wp's vocabulary has {wp['case_groups']} case-variant groups; expected an "
+                        "uncased vocabulary (none)")
+    if bpe["case_groups"] == 0 or bpe["row_cosine"] is None or bpe["row_cosine"] >= MAX_CASE_ROW_COSINE:
+        raise GateError(f"case gate: M_bpe's case variants did not learn to differ (mean row cosine "
+                        f"{bpe['row_cosine']} over {bpe['case_groups']} groups; expected < {MAX_CASE_ROW_COSINE}): "
+                        "it is not a cased model yet — build it longer (conf/mlm/testbed-build.yaml steps)")
+    if bpe["doc_mass_on_variants"] < MIN_CASE_MASS:
+        raise GateError(f"case gate: M_bpe puts {bpe['doc_mass_on_variants']:.4f} of its document term mass on case "
+                        f"variants (expected ≥ {MIN_CASE_MASS}): no vocabulary redundancy for VT to remove")
+
+
+def check_quality(wp_native: float, bm25: float, where: str | Path = "the main table") -> dict[str, float]:
+    """`wp_native` and `bm25`: their mean BoolQ-clean nDCG@10 (vtlab.reproduce reads them from the sweeps)."""
+    if wp_native <= bm25:
+        raise GateError(f"quality gate: M_wp native scores {GATE_DATASET} {GATE_MEASURE} {wp_native:.4f}, not above "
+                        f"BM25's {bm25:.4f}: the testbed's fine-tuning is broken (see {where})")
+    return {"wp_native": wp_native, "bm25": bm25}
+
+
+def write(path: Path, report: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1, default=str))
