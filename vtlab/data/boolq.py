@@ -9,9 +9,7 @@ oe-eval, so train and validation text have the same form as the original validat
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import logging
 import os
 import random
@@ -22,7 +20,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from vtlab.data.collections import Collection, load_beir, save_beir
+from vtlab.data.collections import Collection, iter_oe_eval_docs, load_beir, save_beir
 from vtlab.data.examples import TripletExample
 from vtlab.errors import AssetError, DataError
 
@@ -77,19 +75,14 @@ def train_pairs() -> tuple[tuple[str, str], ...]:
 
     path = asset_path("boolq-train")
     by_idx: dict[int, tuple[str, str]] = {}
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                doc = json.loads(line)["doc"]
-                idx, text = int(doc["idx"]), doc["query"]
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                raise DataError(f"{where}: expected JSON with 'doc.idx' and 'doc.query' ({type(e).__name__}: {e})") from None
-            # Each question appears once per answer choice; keep the first.
-            if idx not in by_idx:
-                by_idx[idx] = _parse_train_query(text, where)
+    for where, doc in iter_oe_eval_docs(Path(path)):
+        try:
+            idx, text = int(doc["idx"]), doc["query"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(f"{where}: expected JSON with 'doc.idx' and 'doc.query' ({type(e).__name__}: {e})") from None
+        # Each question appears once per answer choice; keep the first.
+        if idx not in by_idx:
+            by_idx[idx] = _parse_train_query(text, where)
     return tuple(by_idx[i] for i in sorted(by_idx))
 
 

@@ -22,6 +22,7 @@ class Collection:
 # ---------------------------------------------------------------------------------------------------------
 # Loaders. Kept below the dataclass so importing Collection stays cheap (datasets is imported lazily).
 
+import gzip  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
 import logging  # noqa: E402
@@ -258,3 +259,23 @@ def subsampled(load: Any, max_docs: int | None = None, max_queries: int | None =
     keep = judged_set | set(others)
     corpus = {d: t for d, t in coll.corpus.items() if d in keep}
     return Collection(name=coll.name, corpus=corpus, queries={q: coll.queries[q] for q in queries}, qrels=qrels)
+
+
+def iter_oe_eval_docs(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """("path:lineno", the row's `doc` object) for each non-blank line of an OE-eval requests.jsonl(.gz)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{lineno}"
+                try:
+                    doc = json.loads(line)["doc"]
+                except (json.JSONDecodeError, KeyError, TypeError) as e:
+                    raise DataError(f"{where}: expected a JSON object with a 'doc' object ({type(e).__name__}: {e})") from None
+                if not isinstance(doc, dict):
+                    raise DataError(f"{where}: field 'doc' must be an object, got {type(doc).__name__}")
+                yield where, doc
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: cannot read OE-eval requests ({type(e).__name__}: {e})") from None

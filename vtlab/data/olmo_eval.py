@@ -16,41 +16,19 @@ Each set is cached in BEIR layout (`boolq.cached_collection`).
 from __future__ import annotations
 
 import ast
-import gzip
-import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from vtlab.assets import asset_path
 from vtlab.data.boolq import cached_collection, doc_id
-from vtlab.data.collections import Collection
+from vtlab.data.collections import Collection, iter_oe_eval_docs
 from vtlab.errors import DataError
 
 VERSION = "v2"  # bump when a parser changes what it builds, so cached collections are rebuilt
 _SQUAD_QUERY = re.compile(r"Title: (?P<title>.*?)\nBackground: (?P<paragraph>.*)\nQuestion: (?P<question>.*)\nAnswer:",
                           re.S)
-
-
-def _docs(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """("path:lineno", the row's `doc` object) for each non-blank line of an OE-eval requests.jsonl(.gz)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                try:
-                    doc = json.loads(line)["doc"]
-                except (json.JSONDecodeError, KeyError, TypeError) as e:
-                    raise DataError(f"{where}: expected a JSON object with a 'doc' object ({type(e).__name__}: {e})") from None
-                if not isinstance(doc, dict):
-                    raise DataError(f"{where}: field 'doc' must be an object, got {type(doc).__name__}")
-                yield where, doc
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot read OE-eval requests ({type(e).__name__}: {e})") from None
 
 
 def _text(doc: dict[str, Any], key: str, where: str) -> str:
@@ -89,7 +67,7 @@ def parse_squad(path: str | Path, name: str = "squad") -> Collection:
     queries: dict[str, str] = {}
     qrels: dict[str, dict[str, int]] = {}
     seen: dict[str, Any] = {}
-    for where, doc in _docs(Path(path)):
+    for where, doc in iter_oe_eval_docs(Path(path)):
         qid, query = _text(doc, "id", where), _text(doc, "query", where)
         m = _SQUAD_QUERY.fullmatch(query)
         if m is None or not m["paragraph"].strip() or not m["question"].strip():
@@ -111,7 +89,7 @@ def parse_sciriff(path: str | Path, name: str = "sciriff") -> Collection:
     queries: dict[str, str] = {}
     qrels: dict[str, dict[str, int]] = {}
     seen: dict[str, Any] = {}
-    for where, doc in _docs(Path(path)):
+    for where, doc in iter_oe_eval_docs(Path(path)):
         qid = _text(doc, "id", where)
         question, context = _text(doc, "question", where), _text(doc, "context", where)
         if _once(seen, qid, (question, context), where):
@@ -138,7 +116,7 @@ def parse_qasper(path: str | Path, name: str = "qasper") -> Collection:
     queries: dict[str, str] = {}
     qrels: dict[str, dict[str, int]] = {}
     seen: dict[str, Any] = {}
-    for where, doc in _docs(Path(path)):
+    for where, doc in iter_oe_eval_docs(Path(path)):
         qid, question = _text(doc, "id", where), _text(doc, "question", where)
         evidence = _structured(doc, "evidence", list, where)
         if not all(isinstance(e, str) for e in evidence):
