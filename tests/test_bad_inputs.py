@@ -468,6 +468,119 @@ def nan_in_the_loss(tmp, mp):
     return module.training_step(batch, 1)
 
 
+# -- untrusted files: checkpoints, model directories, run configs; concurrent writers; output formats --
+
+class _RunsCode:
+    """Unpickling this runs a shell command: what a crafted checkpoint does to whoever unpickles it."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@case(RunDirError, r"last\.ckpt: refused to load the checkpoint: it asks to import posix\.system, which a vtlab "
+                   r"checkpoint never holds \(a crafted file can run code this way; nothing of it ran\); delete it, or "
+                   r"pass overwrite=true to start over$")
+def crafted_checkpoint_that_runs_code(tmp, mp):
+    from vtlab.stages.finetune import check_checkpoint_fits
+
+    torch.save({"state_dict": {}, "x": _RunsCode(tmp / "ran")}, tmp / "last.ckpt")
+    try:
+        return check_checkpoint_fits(tmp / "last.ckpt", nn.Linear(2, 1))
+    finally:
+        assert not (tmp / "ran").exists()
+
+
+@case(RunDirError, r"run directory .* is in use by another vtlab process \(it holds the directory's lock\); wait for "
+                   r"it to end, or choose another hydra\.run\.dir$")
+def run_directory_in_use(tmp, mp):
+    from vtlab.pipeline import run, run_dir_lock
+
+    with run_dir_lock(tmp):
+        return run(_cfg(tmp))
+
+
+@case(RunDirError, r"last\.ckpt: cannot resume: the config differs from the interrupted run's \(model\.optimizer\.lr: "
+                   r"5e-05 -> 0\.001\); rerun with its settings, pass resume_with_changes=true to continue with these")
+def resume_with_a_changed_config(tmp, mp):
+    from vtlab.stages.finetune import resume_configs, run_config
+
+    torch.save({"callbacks": {"ResumeState": {"configs": [run_config(_cfg(tmp))]}}}, tmp / "last.ckpt")
+    return resume_configs(_cfg(tmp, "model.optimizer.lr=1e-3"), str(tmp / "last.ckpt"))
+
+
+def _model_dir_with_code(tmp: Path) -> Path:
+    (tmp / "config.json").write_text('{"model_type": "x", "auto_map": {"AutoConfig": "configuration_x.XConfig"}}')
+    (tmp / "configuration_x.py").write_text(f"open({str(tmp / 'ran')!r}, 'w')\n")
+    return tmp
+
+
+@case(AssetError, r"backbone\.name_or_path='.*' contains its own Python code \(configuration_x\.XConfig\), which vtlab "
+                  r"does not import: use a model that needs none, or set trust_remote_code: true in its backbone config "
+                  r"and pass backbone\.allow_remote_code=true after reading that code$")
+def model_directory_with_its_own_code(tmp, mp):
+    from vtlab.backbones import Backbone
+
+    try:
+        return Backbone(str(_model_dir_with_code(tmp))).load_model()
+    finally:
+        assert not (tmp / "ran").exists()
+
+
+@case(AssetError, r"backbone\.name_or_path='.*' needs its own Python code \(the backbone config sets trust_remote_code: "
+                  r"true\), which vtlab does not import unless this run opts in: pass backbone\.allow_remote_code=true")
+def remote_code_without_the_opt_in(tmp, mp):
+    from vtlab.backbones import Backbone
+
+    try:
+        return Backbone(str(_model_dir_with_code(tmp)), trust_remote_code=True).load_tokenizer()
+    finally:
+        assert not (tmp / "ran").exists()
+
+
+@case(VtlabError, r"\.hydra/config\.yaml \(model\.encoder\): _target_='builtins\.open' is not instantiated: a config "
+                  r"read from a run directory may only name vtlab\.\* or ")
+def export_from_a_run_config_naming_foreign_code(tmp, mp):
+    from omegaconf import OmegaConf
+
+    from vtlab.stages.export import encoder_from_run
+
+    (tmp / "model").mkdir()
+    (tmp / "model" / "config.json").write_text("{}")
+    (tmp / ".hydra").mkdir()
+    (tmp / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(
+        {"model": {"encoder": {"_target_": "builtins.open", "_args_": [str(tmp / "ran"), "w"]}}}))
+    try:
+        return encoder_from_run(tmp, OmegaConf.create({}))
+    finally:
+        assert not (tmp / "ran").exists()
+
+
+@case(AssetError, r"model\.safetensors: cannot read the weights \(.*\); the file is truncated or damaged \(config key: "
+                  r"backbone\.name_or_path\): rebuild or re-download it$")
+def truncated_model_weights(tmp, mp):
+    from vtlab.backbones import Backbone
+
+    src = Path(Backbone("asset:splade-tiny")._source(tokenizer=False)[0])
+    for f in src.iterdir():
+        if f.is_file():
+            (tmp / f.name).write_bytes(f.read_bytes()[: f.stat().st_size // 2 if f.suffix == ".safetensors" else None])
+    return Backbone(str(tmp)).load_model()
+
+
+@case(DataError, r"run\.trec: cannot write the TREC run: document id \(query 'q1'\) 'doc 2' is empty or contains "
+                 r"whitespace; TREC run lines are 'qid Q0 docid rank score tag' separated by whitespace")
+def trec_document_id_with_a_space(tmp, mp):
+    from vtlab.evaluation import write_trec_run
+
+    try:
+        return write_trec_run(tmp / "run.trec", {"q1": {"d1": 2.0, "doc 2": 1.0}})
+    finally:
+        assert not (tmp / "run.trec").exists()
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("name,make,error,pattern", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_gives_one_clear_line(tmp_path: Path, monkeypatch, name: str, make, error, pattern: str) -> None:

@@ -294,3 +294,84 @@ def test_sigkilled_training_resumes_to_the_same_metrics_and_weights(tmp_path: Pa
     assert ref_weights.keys() == got_weights.keys()
     for name, tensor in ref_weights.items():
         assert torch.equal(tensor, got_weights[name]), name
+
+
+# ---- one writer per run directory; a resume continues the same config ------------------------------------------
+
+
+def test_a_second_writer_of_a_run_directory_is_refused(tmp_path: Path) -> None:
+    from vtlab.errors import RunDirError
+    from vtlab.pipeline import run, run_dir_lock
+
+    started = []
+    with run_dir_lock(tmp_path):  # another process's run (flock: a second open of the directory conflicts too)
+        with pytest.raises(RunDirError) as ei:
+            run(_cfg(tmp_path), on_start=lambda: started.append(True))
+    assert str(ei.value) == (f"run directory {tmp_path} is in use by another vtlab process (it holds the directory's "
+                             "lock); wait for it to end, or choose another hydra.run.dir")
+    assert started == [] and list(tmp_path.iterdir()) == []
+    with run_dir_lock(tmp_path):  # released when the first run ends
+        pass
+
+
+def test_a_second_writer_through_the_cli_gets_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+                               "from vtlab.pipeline import run_dir_lock\n"
+                               f"with run_dir_lock(Path({str(tmp_path)!r})):\n    print('locked', flush=True)\n"
+                               "    time.sleep(120)"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        res = subprocess.run([sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={tmp_path}"], cwd=ROOT, env=_ENV,
+                             capture_output=True, text=True, timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert res.stderr.strip().splitlines() == [f"vtlab: error: run directory {tmp_path} is in use by another vtlab "
+                                               "process (it holds the directory's lock); wait for it to end, or "
+                                               "choose another hydra.run.dir"]
+    assert list(tmp_path.iterdir()) == []  # not even Hydra's .hydra/ and log
+
+
+def _checkpoint_recording(path: Path, configs: list) -> str:
+    """A checkpoint as fine-tuning writes it, with ResumeState's record of the run's config (real Lightning save)."""
+    from vtlab.stages.finetune import ResumeState
+
+    class Toy(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.lin(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(2, 2)), batch_size=1)
+    trainer = pl.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[ResumeState(None, configs)])
+    trainer.fit(Toy(), data)
+    trainer.save_checkpoint(path)
+    return str(path)
+
+
+def test_resume_refuses_a_changed_config_unless_asked(tmp_path: Path) -> None:
+    from vtlab.errors import RunDirError
+    from vtlab.stages.finetune import resume_configs, run_config
+
+    first = _cfg(tmp_path / "a")
+    ckpt = _checkpoint_recording(tmp_path / "last.ckpt", [run_config(first)])
+    # the same command (another run dir, name, logger: run-local) resumes; the recorded config stays the only one
+    same = _cfg(tmp_path / "b", "name=other", "logger=none", "resume=true")
+    assert resume_configs(same, ckpt) == [run_config(first)]
+    changed = _cfg(tmp_path / "a", "model.optimizer.lr=1e-3", "data.batch_size=7")
+    with pytest.raises(RunDirError) as ei:
+        resume_configs(changed, ckpt)
+    assert str(ei.value) == (f"{ckpt}: cannot resume: the config differs from the interrupted run's (data.batch_size: "
+                             f"{first.data.batch_size!r} -> 7; model.optimizer.lr: {first.model.optimizer.lr!r} -> "
+                             "0.001); rerun with its settings, pass resume_with_changes=true to continue with these "
+                             "(both are recorded in the checkpoint), or overwrite=true to start over")
+    asked = _cfg(tmp_path / "a", "model.optimizer.lr=1e-3", "data.batch_size=7", "resume_with_changes=true")
+    assert resume_configs(asked, ckpt) == [run_config(first), run_config(asked)]  # both recorded from now on
+    assert run_config(asked)["model"]["optimizer"]["lr"] == 1e-3

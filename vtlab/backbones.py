@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import torch
+from safetensors import SafetensorError, safe_open
 from torch import nn
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -102,6 +103,20 @@ def _auto_map(source: str) -> list[str]:
                 if isinstance(ref, str):
                     found[ref] = None
     return list(found)
+
+
+def _damaged_weights(source: str, field: str, exc: Exception) -> str:
+    """One line naming the weights file safetensors could not read (it does not say which, for sharded models)."""
+    first = " ".join(str(exc).split())[:200]
+    for path in sorted(Path(source).glob("*.safetensors")) if os.path.isdir(source) else ():
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as e:
+            first = " ".join(str(e).split())[:200]
+            return (f"{path}: cannot read the weights ({first}); the file is truncated or damaged (config key: {field}):"
+                    " rebuild or re-download it")
+    return f"{field}={source!r}: cannot read the weights ({first}); a *.safetensors file is truncated or damaged"
 
 
 def decoder_site(model: nn.Module) -> tuple[nn.Module, str]:
@@ -221,6 +236,8 @@ class Backbone:
         kwargs["trust_remote_code"] = self._remote_code(source, field)
         try:
             return self._load_from(loader, source, field, **kwargs)
+        except SafetensorError as exc:
+            raise AssetError(_damaged_weights(source, field, exc)) from None
         except ValueError as exc:
             if "trust_remote_code" not in str(exc):
                 raise

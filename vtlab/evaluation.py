@@ -152,11 +152,28 @@ def write_json(path: str | Path, obj: Any) -> Path:
     return atomic_write(path, lambda f: (json.dump(obj, f, indent=2, default=_json_default), f.write("\n")))
 
 
+_WHITESPACE = re.compile(r"\s")
+
+
+def _bad_trec_field(value: str) -> bool:
+    return not value or _WHITESPACE.search(value) is not None
+
+
 def write_trec_run(path: str | Path, run: dict[str, dict[str, float]], tag: str = "vtlab") -> Path:
     """Atomic TREC run file: `qid Q0 docid rank score tag`, ranks from 1, score descending per query.
 
-    Equal scores keep the run's order (stable sort), i.e. the index's lower-doc-index-first rule.
+    Equal scores keep the run's order (stable sort), i.e. the index's lower-doc-index-first rule. Ids and the tag must
+    be non-empty and free of whitespace (the format's field separator): DataError naming the first bad one otherwise,
+    before anything is written.
     """
+    for qid, docs in run.items():
+        for what, value in (("query id", qid), *((f"document id (query {qid!r})", d) for d in docs)):
+            if _bad_trec_field(str(value)):
+                raise DataError(f"{path}: cannot write the TREC run: {what} {str(value)!r} is empty or contains "
+                                "whitespace; TREC run lines are 'qid Q0 docid rank score tag' separated by "
+                                "whitespace: use ids without spaces, tabs or newlines")
+    if _bad_trec_field(tag):
+        raise DataError(f"{path}: cannot write the TREC run: tag {tag!r} is empty or contains whitespace")
 
     def write(f: TextIO) -> None:
         for qid, docs in run.items():

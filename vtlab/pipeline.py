@@ -5,12 +5,14 @@ overwritten, and an interrupted run (its `checkpoints/last.ckpt` but no results)
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import re
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,16 +45,17 @@ def run(cfg: DictConfig, on_start: Callable[[], None] | None = None) -> dict[str
     `on_start` runs once the run directory is accepted: the place to write anything into it (e.g. status.json), so a
     refused run leaves an earlier run's files as they were."""
     state: dict[str, Any] = {}
-    resume_from = prepare_run_dir(cfg)
-    if resume_from is not None:
-        state["resume_from"] = str(resume_from)
-    if on_start is not None:
-        on_start()
-    if (src := reuse(cfg)) is not None:  # an equal finished run (reuse_runs): its results, no stage runs
-        return {"reused_from": src}
-    for step in instantiate(cfg.stage.steps):
-        state = step(cfg, state)
-    return state
+    with run_dir_lock(Path(str(cfg.paths.run_dir))):
+        resume_from = prepare_run_dir(cfg)
+        if resume_from is not None:
+            state["resume_from"] = str(resume_from)
+        if on_start is not None:
+            on_start()
+        if (src := reuse(cfg)) is not None:  # an equal finished run (reuse_runs): its results, no stage runs
+            return {"reused_from": src}
+        for step in instantiate(cfg.stage.steps):
+            state = step(cfg, state)
+        return state
 
 
 # ---- the run directory: never overwrite results, resume an interrupted run ---------------------------------------
@@ -97,6 +100,35 @@ def check_run_dir(run_dir: Path, resume: Any = "auto", overwrite: Any = False) -
     return None, False
 
 
+def _in_use(run_dir: Path) -> RunDirError:
+    return RunDirError(f"run directory {run_dir} is in use by another vtlab process (it holds the directory's lock); "
+                       "wait for it to end, or choose another hydra.run.dir")
+
+
+@contextlib.contextmanager
+def run_dir_lock(run_dir: Path) -> Iterator[None]:
+    """An exclusive flock on the run directory itself (no lock file to leave behind) for the whole run: a second
+    process with the same run directory is refused instead of mixing its checkpoints, config and status with the
+    first's. The kernel releases it when the process ends, however it ends."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _in_use(run_dir) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def check_not_in_use(run_dir: Path) -> None:
+    """RunDirError if another process holds run_dir's lock (RunDirGuard: before Hydra writes into the directory)."""
+    if run_dir.is_dir():
+        with run_dir_lock(run_dir):
+            pass
+
+
 def prepare_run_dir(cfg: DictConfig) -> Path | None:
     """check_run_dir for the run's config, then act on it; returns the checkpoint to resume from, if any."""
     run_dir = Path(str(cfg.paths.run_dir))
@@ -122,7 +154,9 @@ class RunDirGuard(Callback):
         if run_dir_node is None or run_dir_node._value() != "${hydra:runtime.output_dir}":  # noqa: SLF001
             return  # the run writes elsewhere than Hydra's directory: the pipeline checks that one
         try:
-            check_run_dir(Path(str(config.hydra.run.dir)), config.get("resume", "auto"), config.get("overwrite", False))
+            run_dir = Path(str(config.hydra.run.dir))
+            check_not_in_use(run_dir)
+            check_run_dir(run_dir, config.get("resume", "auto"), config.get("overwrite", False))
         except VtlabError as err:
             print(one_line(err), file=sys.stderr)
             sys.exit(2)

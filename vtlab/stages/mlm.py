@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.loggers import CSVLogger, Logger
 from transformers import get_scheduler
 
+from vtlab import integrity
 from vtlab.assets import cache_dir
 from vtlab.backbones import Backbone
 from vtlab.errors import VtlabError
@@ -130,9 +131,12 @@ def train_cached(start: Backbone, m: Any, seed: int, preprocess: Any = None,
     key = _cache_key(start, OmegaConf.to_container(m, resolve=True), preprocess, seed, precision)
     out = cache_dir("mlm") / f"{start.name}-{int(m.steps)}-{key}"
     with _lock(out.with_name(out.name + ".lock")):
-        if (out / _DONE).is_file():
+        damage = integrity.problem(out) if out.exists() else "absent"
+        if damage is None:
             log.info("mlm: cached %s", out)
         else:
+            if damage != "absent":
+                log.warning("mlm cache %s is not usable (%s): retraining it", out, damage)
             materialize = getattr(start, "materialize", None)
             if materialize is not None:
                 # build a cached start (a pretrained replica) BEFORE seeding: building it consumes the global RNG, so
@@ -164,12 +168,11 @@ def _save(model: Any, tokenizer: Any, out: Path, report: dict[str, Any]) -> None
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / _DONE).write_text(json.dumps(report, indent=1, default=str))
-        if not (out / _DONE).is_file():  # a racing run may have finished first; theirs is as good
-            if out.exists():
-                shutil.rmtree(out)  # an incomplete earlier attempt
-            os.replace(tmp, out)
-    finally:
+        integrity.seal(tmp)
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    integrity.publish(tmp, out)  # replaces an incomplete or damaged earlier attempt
 
 
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:

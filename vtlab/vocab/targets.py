@@ -9,7 +9,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
+from vtlab import integrity
 from vtlab.errors import AssetError, VtlabError
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ def boolq_passages() -> tuple[str, ...]:
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
 MIN_VOCAB, MAX_VOCAB = 1000, 200_000
-_RECIPE = "wordpiece-v1"  # bump when the training recipe changes, so old caches are not reused
+_RECIPE = "wordpiece-v2"  # bump when the training recipe changes, so old caches are not reused (v2: deterministic)
 
 
 def _corpus_id(corpus: Callable[[], Iterable[str]] | Iterable[str]) -> str:
@@ -237,16 +237,32 @@ class CorpusWordPiece(TargetVocab):
         from tokenizers.trainers import WordPieceTrainer
         from transformers import PreTrainedTokenizerFast
 
-        tk = Tokenizer(WordPiece(unk_token="[UNK]", continuing_subword_prefix="##", max_input_chars_per_word=100))
-        tk.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                   strip_accents=self.strip_accents, lowercase=self.lowercase)
-        tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tk.decoder = decoders.WordPiece(prefix="##")
+        def tokenizer(vocab: dict[str, int] | None = None) -> Tokenizer:
+            tk = Tokenizer(WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##",
+                                     max_input_chars_per_word=100))
+            tk.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                       strip_accents=self.strip_accents, lowercase=self.lowercase)
+            tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+            tk.decoder = decoders.WordPiece(prefix="##")
+            return tk
+
+        tk = tokenizer()
+        # Determinism: the trainer numbers the "##c" tokens (c: a character seen inside a word) in the order it walks a
+        # hash map, which differs per process, and breaks ties between equally frequent merges by token id: two builds
+        # gave other ids and a few other tokens. Passing those "##c" first, sorted, as special tokens fixes their ids,
+        # so every merge is chosen the same way; the tokenizer is then rebuilt with only SPECIALS as special tokens.
+        inner = sorted({c for text in self._texts()
+                        for word, _ in tk.pre_tokenizer.pre_tokenize_str(tk.normalizer.normalize_str(text))
+                        for c in word[1:]})
+        pinned = [f"##{c}" for c in inner]
         trainer = WordPieceTrainer(vocab_size=self.vocab_size, min_frequency=self.min_frequency,
-                                   special_tokens=list(SPECIALS), continuing_subword_prefix="##", show_progress=False)
+                                   special_tokens=[*SPECIALS, *pinned], continuing_subword_prefix="##",
+                                   show_progress=False)
         tk.train_from_iterator(self._texts(), trainer=trainer)
-        if tk.get_vocab_size() <= len(SPECIALS):
+        if tk.get_vocab_size() <= len(SPECIALS) + len(pinned):
             raise VtlabError(f"vocab={self.name}: the corpus {_corpus_id(self.corpus)} gave no tokens (is it empty?)")
+        tk = tokenizer(tk.get_vocab(with_added_tokens=True))
+        tk.add_special_tokens(list(SPECIALS))
         if tk.get_vocab_size() < self.vocab_size:
             log.warning("vocab=%s: the corpus only supports %d of vocab.vocab_size=%d tokens",
                         self.name, tk.get_vocab_size(), self.vocab_size)
@@ -259,22 +275,20 @@ class CorpusWordPiece(TargetVocab):
     def materialize(self) -> Path:
         """Train into the cache unless already there (built in a temp dir and renamed: racing runs are safe)."""
         final = self.cache_path()
-        done = final / "vtlab_vocab.json"
-        if not done.is_file():
+        damage = integrity.problem(final) if final.exists() else "absent"
+        if damage is not None:
+            if damage != "absent":
+                log.warning("vocab=%s: cached tokenizer %s is not usable (%s): retraining it", self.name, final, damage)
             log.info("vocab=%s: training a %d-token WordPiece -> %s", self.name, self.vocab_size, final)
             tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
             try:
                 self._train().save_pretrained(tmp)
                 (tmp / "vtlab_vocab.json").write_text(json.dumps(self._params(), indent=1, sort_keys=True))
-                if not done.is_file():
-                    if final.exists():
-                        shutil.rmtree(final)  # an incomplete earlier build
-                    os.replace(tmp, final)
-            except OSError:
-                if not done.is_file():
-                    raise
-            finally:
+                integrity.seal(tmp)
+            except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            integrity.publish(tmp, final)  # racing builds are safe: the first valid entry wins
         return final
 
     def load_tokenizer(self, source_tokenizer: PreTrainedTokenizerBase | None = None) -> PreTrainedTokenizerBase:

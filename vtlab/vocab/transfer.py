@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -24,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vtlab import integrity
 from vtlab.assets import cache_dir
 from vtlab.backbones import Backbone, decoder_site
 from vtlab.errors import VtlabError
@@ -217,25 +217,27 @@ def cached_transfer(backbone: Backbone, vocab: TargetVocab, init: Initializer,
     """HF model directory of `backbone` transferred to `vocab` with `init`, computed once per configuration."""
     check_compatible(vocab, init)
     out = cache_dir("transfers") / f"{vocab.name}-{init.name}-{_cache_key(backbone, vocab, init, options)}"
-    if (out / "transfer_report.json").exists():
-        log.info("vocabulary transfer: cached %s", out)
-        return out
+    if out.exists():
+        if (damage := integrity.problem(out)) is None:
+            log.info("vocabulary transfer: cached %s", out)
+            return out
+        log.warning("vocabulary transfer cache %s is not usable (%s): rebuilding it", out, damage)
     model = backbone.load_model()
     source_tok = backbone.load_tokenizer()
     target_tok = vocab.load_tokenizer(source_tok)
     target_emb, target_bias = _target_model_tensors(vocab, options)
     report = apply_transfer(model, source_tok, target_tok, init, target_emb, target_bias, options)
     report.update(backbone=backbone.name_or_path, vocab=vocab.name)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         model.save_pretrained(tmp)
         target_tok.save_pretrained(tmp)
         (tmp / "transfer_report.json").write_text(json.dumps(report, indent=2))
-        os.replace(tmp, out)
-    except OSError:
+        integrity.seal(tmp)
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not (out / "transfer_report.json").exists():  # lost a race with another process: theirs is as good
-            raise
+        raise
+    integrity.publish(tmp, out)  # a racing process that finished first wins: its entry is as good
     log.info("vocabulary transfer: %s → %s (%s) in %.1fs: %s", backbone.name_or_path, vocab.name, init.name,
              report["seconds"], report["overlap"])
     return out

@@ -1,0 +1,156 @@
+"""Cache entries are used only when complete and unchanged (a sha256 of every file, recorded when built): a truncated
+or edited entry is rebuilt with one warning naming its path; the trained vocabulary is the same bytes every build."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vtlab import integrity
+from vtlab.backbones import Backbone
+from vtlab.vocab.init import Mean
+from vtlab.vocab.targets import SPECIALS, CorpusWordPiece, PretrainedVocab
+from vtlab.vocab.transfer import cached_transfer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VTLAB_CACHE", str(tmp_path / "cache"))
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _digests(directory: Path) -> dict[str, str]:
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+# ---- the marker itself -----------------------------------------------------------------------------------------
+
+
+def test_seal_and_problem(tmp_path: Path) -> None:
+    entry = tmp_path / "entry"
+    (entry / "sub").mkdir(parents=True)
+    (entry / "a.bin").write_bytes(b"weights" * 100)
+    (entry / "sub" / "b.json").write_text("{}")
+    assert integrity.problem(entry).startswith("no completion marker vtlab_complete.json")
+    integrity.seal(entry)
+    recorded = json.loads((entry / integrity.MARKER).read_text())["files"]
+    assert recorded == {"a.bin": hashlib.sha256(b"weights" * 100).hexdigest(),
+                        "sub/b.json": hashlib.sha256(b"{}").hexdigest()}
+    assert integrity.problem(entry) is None
+    _truncate(entry / "a.bin")
+    assert integrity.problem(entry) == ("a.bin differs from the sha256 recorded when it was built (truncated or "
+                                        "changed)")
+    (entry / "a.bin").unlink()
+    assert integrity.problem(entry) == "a.bin is missing"
+    (entry / integrity.MARKER).write_text("{not json")
+    assert integrity.problem(entry) == "unreadable completion marker vtlab_complete.json (JSONDecodeError)"
+
+
+# ---- the caches ---------------------------------------------------------------------------------------------------
+
+
+def test_damaged_transfer_cache_is_rebuilt_with_one_warning(caplog) -> None:
+    vocab = PretrainedVocab(name="bert-uncased", tokenizer="asset:minilm", embedding_model="asset:splade-tiny")
+    out = cached_transfer(Backbone("asset:splade-tiny"), vocab, Mean())
+    built = _digests(out)
+    _truncate(out / "model.safetensors")
+    with caplog.at_level(logging.WARNING, logger="vtlab"):
+        again = cached_transfer(Backbone("asset:splade-tiny"), vocab, Mean())
+    assert again == out
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"vocabulary transfer cache {out} is not usable (model.safetensors differs from the sha256 "
+                        "recorded when it was built (truncated or changed)): rebuilding it"]
+    timed = ("transfer_report.json", integrity.MARKER)  # the report holds the build's seconds
+    assert {k: v for k, v in _digests(out).items() if k not in timed} == {k: v for k, v in built.items()
+                                                                         if k not in timed}  # deterministic
+    assert integrity.problem(out) is None
+    assert Backbone(str(out)).load_model().get_input_embeddings().weight.shape[0] == 30522
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp dir left behind
+
+
+def test_damaged_mlm_cache_is_retrained(caplog) -> None:
+    from omegaconf import OmegaConf
+
+    from vtlab.backbones import TinyModernBert
+    from vtlab.stages.mlm import train_cached
+
+    recipe = OmegaConf.create({"steps": 2, "batch_size": 4, "max_length": 32, "mlm_probability": 0.3, "lr": 1e-4,
+                               "weight_decay": 0.0, "scheduler": None, "warmup_steps": 0,
+                               "corpus": {"_target_": "vtlab.data.corpora.boolq_passages", "_partial_": True,
+                                          "max_docs": 50}})
+    out, _ = train_cached(TinyModernBert(), recipe, seed=0)
+    (out / "tokenizer.json").unlink()
+    with caplog.at_level(logging.WARNING, logger="vtlab"):
+        again, report = train_cached(TinyModernBert(), recipe, seed=0)
+    assert again == out and report["steps"] == 2 and integrity.problem(out) is None
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"mlm cache {out} is not usable (tokenizer.json is missing): retraining it"]
+
+
+def test_damaged_vocabulary_cache_is_retrained(caplog) -> None:
+    from vtlab.vocab.targets import boolq_passages
+
+    vocab = CorpusWordPiece("corpus-wordpiece", vocab_size=1000, corpus=list(boolq_passages()[:500]))
+    path = vocab.materialize()
+    _truncate(path / "tokenizer.json")
+    with caplog.at_level(logging.WARNING, logger="vtlab.vocab.targets"):
+        tok = vocab.load_tokenizer()
+    assert tok.convert_ids_to_tokens([0, 1, 2, 3, 4]) == list(SPECIALS)
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"vocab=corpus-wordpiece: cached tokenizer {path} is not usable (tokenizer.json differs from the sha256 "
+        "recorded when it was built (truncated or changed)): retraining it"]
+
+
+def test_truncated_weights_in_a_model_directory_name_the_file(tmp_path: Path) -> None:
+    from vtlab.errors import AssetError
+
+    model_dir = Backbone("asset:splade-tiny")._source(tokenizer=False)[0]
+    copy = tmp_path / "model"
+    copy.mkdir()
+    for f in Path(model_dir).iterdir():
+        if f.is_file():
+            (copy / f.name).write_bytes(f.read_bytes())
+    _truncate(copy / "model.safetensors")
+    with pytest.raises(AssetError) as ei:
+        Backbone(str(copy)).load_model()
+    assert str(ei.value).startswith(f"{copy / 'model.safetensors'}: cannot read the weights (")
+    assert str(ei.value).endswith("); the file is truncated or damaged (config key: backbone.name_or_path): rebuild "
+                                  "or re-download it")
+
+
+# ---- determinism ---------------------------------------------------------------------------------------------------
+
+_BUILD = """
+import sys
+from vtlab.vocab.targets import CorpusWordPiece, boolq_passages
+CorpusWordPiece("corpus-wordpiece", vocab_size=5000, corpus=list(boolq_passages()[:3000]))._train().save_pretrained(
+    sys.argv[1])
+"""
+
+
+def test_corpus_wordpiece_builds_the_same_bytes_every_time(tmp_path: Path) -> None:
+    """Two builds in two processes (each with its own hash-map seeds, which made the trainer number tokens and break
+    ties differently: 3 tokens and 4,918 ids differed on the full BoolQ corpus) give the same files, byte for byte."""
+    builds = []
+    for name in ("first", "second"):
+        subprocess.run([sys.executable, "-c", _BUILD, str(tmp_path / name)], cwd=ROOT, check=True, timeout=300)
+        builds.append(_digests(tmp_path / name))
+    assert builds[0] == builds[1] and "tokenizer.json" in builds[0]
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast.from_pretrained(str(tmp_path / "first"))
+    assert len(tok) == 5000 and tok.convert_ids_to_tokens([0, 1, 2, 3, 4]) == list(SPECIALS)
+    assert set(tok.all_special_tokens) == set(SPECIALS)  # the "##c" pinned while training are plain tokens again
+    assert tok.tokenize("a ##ing b") == ["a", "#", "#", "in", "##g", "b"]
