@@ -49,14 +49,14 @@ def test_default_is_offline_quickstart(tmp_path):
     assert cfg.trainer.accelerator == "cpu"
     assert cfg.logger.online is False
     # wandb is built offline unless logger.online=true; `online` itself is a setting, not a logger
-    from pytorch_lightning.loggers import CSVLogger, WandbLogger
+    from pytorch_lightning.loggers import WandbLogger
 
-    from vtlab.tracking import configured_loggers
+    from vtlab.tracking import ResumableCSVLogger, configured_loggers
 
     for online in (False, True):
         cfg.logger.online = online
         loggers = configured_loggers(cfg)
-        assert [type(lg) for lg in loggers] == [CSVLogger, WandbLogger]
+        assert [type(lg) for lg in loggers] == [ResumableCSVLogger, WandbLogger]
         assert loggers[1]._offline is (not online)
     # cheap nodes instantiate into the real objects
     from vtlab.losses import InfoNCE

@@ -6,6 +6,7 @@ compares the restarted run's final metrics and weights with an uninterrupted run
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from vtlab.data.examples import TripletExample
 from vtlab.atomic import atomic_dir
 from vtlab.pipeline import LAST_CKPT, prepare_run_dir
 from vtlab.stages.finetune import LastCheckpoint, ResumeState, SameDirCheckpointIO
+from vtlab.tracking import ResumableCSVLogger
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +59,7 @@ class _Toy(pl.LightningModule):
         draw = float(torch.rand(()))  # the global torch stream, as dropout uses it
         self.seen.append((self.global_step, batch["query"]["input_ids"][:, 0].tolist(),
                           batch["docs"]["input_ids"][:, 0].tolist(), draw))
+        self.log("draw", draw)  # a row per step in the CSV log (when there is one)
         return self.lin(self.drop(torch.ones(2, 4))).sum()
 
     def validation_step(self, batch, batch_idx, dataloader_idx=0):
@@ -64,6 +67,7 @@ class _Toy(pl.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self.seen.append(("validation", self.global_step))  # a restart must neither skip nor repeat one
+        self.log("validated_at", float(self.global_step))
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -90,7 +94,7 @@ class _KillAfter(pl.Callback):
     on_validation_start = on_train_batch_start = _maybe_die
 
 
-def _fit(tmp: Path, tok: _Tok, kill_after: int | None = None, ckpt: Path | None = None) -> list:
+def _fit(tmp: Path, tok: _Tok, kill_after: int | None = None, ckpt: Path | None = None, csv_log: bool = False) -> list:
     torch.manual_seed(123)  # the resumed run starts from another RNG state than the killed one had: must not matter
     if ckpt is not None:
         torch.rand(17)
@@ -98,7 +102,8 @@ def _fit(tmp: Path, tok: _Tok, kill_after: int | None = None, ckpt: Path | None 
     dm = TripletDataModule(_examples(), dev=dev, tokenizer=tok, batch_size=4, num_negatives=2, seed=7)
     module = _Toy()
     trainer = pl.Trainer(
-        max_steps=9, max_epochs=-1, accelerator="cpu", logger=False, enable_progress_bar=False,
+        max_steps=9, max_epochs=-1, accelerator="cpu", enable_progress_bar=False, log_every_n_steps=1,
+        logger=ResumableCSVLogger(save_dir=str(tmp), name="csv", version="") if csv_log else False,
         enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=2, check_val_every_n_epoch=None,
         default_root_dir=tmp, plugins=[SameDirCheckpointIO()],
         callbacks=[LastCheckpoint(str(tmp / "checkpoints"), every_n_train_steps=1),
@@ -128,6 +133,39 @@ def test_restart_replays_the_remaining_batches_negatives_and_dropout(tmp_path: P
     redone = len(killed) + len(resumed) - len(reference)
     assert 0 <= redone <= 2  # the step after the last checkpoint (and its validation), no more
     assert killed[: len(killed) - redone] + resumed == reference
+
+
+def _csv_rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "csv" / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("kill_after", [2, 5, 7])
+def test_csv_log_keeps_the_rows_from_before_the_interrupt(tmp_path: Path, kill_after: int) -> None:
+    """Killed and resumed in the same run dir, the CSV log ends up as the uninterrupted run's: each step's and each
+    validation's row once (the killed part's rows before the checkpoint kept, the replayed ones not doubled)."""
+    tok = _Tok()
+    _fit(tmp_path / "ref", tok, csv_log=True)
+    reference = _csv_rows(tmp_path / "ref")
+    assert [r["step"] for r in reference if r["draw"]] == [str(s) for s in range(9)]
+    assert [r["validated_at"] for r in reference if r["validated_at"]] == ["2.0", "4.0", "6.0", "8.0"]
+    _fit(tmp_path / "run", tok, kill_after=kill_after, csv_log=True)
+    before = _csv_rows(tmp_path / "run")
+    assert 0 < len(before) < len(reference)  # (a column the killed part never logged is absent from its file)
+    assert before == [{k: r[k] for k in before[0]} for r in reference[: len(before)]]
+    _fit(tmp_path / "run", tok, ckpt=tmp_path / "run" / LAST_CKPT, csv_log=True)
+    assert _csv_rows(tmp_path / "run") == reference
+    assert [p.name for p in (tmp_path / "run" / "csv").iterdir()] == ["metrics.csv"]  # no temp file left
+
+
+def test_csv_log_of_a_run_started_over_holds_only_the_new_rows(tmp_path: Path) -> None:
+    """No checkpoint to resume from (or overwrite=true): the run starts at step 0 and the old rows all go."""
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "metrics.csv").write_text("draw,epoch,step\n0.5,0,0\n0.25,0,1\n0.125,0,40\n")
+    _fit(tmp_path, _Tok(), csv_log=True)
+    reference_dir = tmp_path / "ref"
+    _fit(reference_dir, _Tok(), csv_log=True)
+    assert _csv_rows(tmp_path) == _csv_rows(reference_dir)
 
 
 def test_loader_state_skips_served_batches_and_rolls_over_at_epoch_end() -> None:

@@ -3,6 +3,7 @@ summary, per-dataset results as a wandb Table and the run's PNGs (APC histograms
 a sweep (its `group`) as one comparison. Loggers other than wandb get the same metrics through `log_metrics`."""
 from __future__ import annotations
 
+import csv
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -10,8 +11,12 @@ from typing import Any
 
 import pytorch_lightning as pl
 from hydra.utils import instantiate
+from lightning_fabric.loggers.logger import rank_zero_experiment
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.loggers import Logger, WandbLogger
+from pytorch_lightning.loggers import CSVLogger, Logger, WandbLogger
+from pytorch_lightning.loggers.csv_logs import ExperimentWriter
+
+from vtlab.atomic import atomic_write
 
 log = logging.getLogger("vtlab")
 
@@ -93,3 +98,72 @@ class RunConfigLogger(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
             log_run_config(list(trainer.loggers))
+
+
+# ---- a CSV log that survives a resume -------------------------------------------------------------------------------
+
+
+class ResumableCSVLogger(CSVLogger):
+    """Lightning's CSVLogger, except that a run restarted in the same directory keeps the rows logged before the
+    interrupt (Lightning's writer deletes metrics.csv when it starts). See `KeepingWriter` for which rows stay."""
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = KeepingWriter(log_dir=self.log_dir)
+        return self._experiment
+
+
+class KeepingWriter(ExperimentWriter):
+    """Reads an existing metrics.csv instead of deleting it. The first step this process logs tells where it took up:
+    a resume replays every step after its checkpoint, so the earlier rows of steps before that one are kept and the
+    rest (the replayed stretch, or all of them for a run that starts over at step 0) are dropped. The merged file is
+    written whole and renamed into place (a kill then loses nothing); later rows are appended as Lightning does."""
+
+    def __init__(self, log_dir: str) -> None:
+        self._earlier: list[dict[str, str]] | None = _read_rows(Path(log_dir) / self.NAME_METRICS_FILE)
+        super().__init__(log_dir=log_dir)
+
+    def _check_log_dir_exists(self) -> None:
+        pass  # the parent deletes metrics.csv here; save() replaces it with the merged rows instead
+
+    def save(self) -> None:
+        if self._earlier is not None and self.metrics:
+            first = self.metrics[0]["step"]
+            kept = [r for r in self._earlier if _step(r) is not None and _step(r) < first]  # type: ignore[operator]
+            if len(kept) < len(self._earlier):
+                log.info("%s: %d earlier rows kept, %d from step %s on dropped (logged again from here)",
+                         self.metrics_file_path, len(kept), len(self._earlier) - len(kept), first)
+            self.metrics = [*kept, *self.metrics]
+            self._record_new_keys()
+            rows, self.metrics, self._earlier = self.metrics, [], None
+            atomic_write(self.metrics_file_path, lambda f: _write_rows(f, self.metrics_keys, rows))
+        super().save()  # hparams.yaml, and any rows logged since (appended)
+
+
+def _read_rows(path: Path) -> list[dict[str, str]] | None:
+    """The rows of an earlier metrics.csv; None when there is none. An unreadable one is left for Lightning's
+    writer to replace (it holds no rows worth a crash)."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return [dict(r) for r in csv.DictReader(f)]
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        log.warning("%s: cannot read the earlier training log (%s); it is replaced", path, type(e).__name__)
+        return []
+
+
+def _step(row: Mapping[str, str]) -> int | None:
+    try:
+        return int(float(row.get("step") or ""))
+    except ValueError:
+        return None
+
+
+def _write_rows(f: Any, keys: list[str], rows: list[dict[str, Any]]) -> None:
+    writer = csv.DictWriter(f, fieldnames=keys)
+    writer.writeheader()
+    writer.writerows(rows)
