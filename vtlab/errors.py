@@ -1,4 +1,8 @@
 """One exception type for user-facing errors: the entry point prints its message as one line and exits 2."""
+from __future__ import annotations
+
+import errno
+import os
 
 
 class VtlabError(Exception):
@@ -24,3 +28,39 @@ class RunDirError(VtlabError):
 class NonFiniteLossError(VtlabError, FloatingPointError):
     """Training produced a NaN/inf loss: the message names the step, the loss parts and the last finite loss.
     Still a FloatingPointError, so code that catches numeric failures keeps working."""
+
+
+class DiskError(VtlabError):
+    """A write failed for lack of space or permission, or there is not enough free space to start: the message names
+    the path (and the sizes)."""
+
+
+# errno -> (what happened, what to do); the errors a write meets on a full, over-quota or read-only disk
+_DISK_ERRNOS = {
+    errno.ENOSPC: ("no space left on the device", "free some space there"),
+    errno.EDQUOT: ("disk quota exceeded", "free some space there"),
+    errno.EROFS: ("the file system is read-only", "make it writable"),
+    errno.EACCES: ("permission denied", "make it writable"),
+    errno.EPERM: ("operation not permitted", "make it writable"),
+}
+
+
+def disk_error(path: str | os.PathLike[str], exc: BaseException) -> DiskError | None:
+    """A DiskError naming `path` when `exc` (or an exception it arose from: torch.save reports a failed write as a
+    RuntimeError raised while handling the OSError) is a full disk, an exceeded quota, a read-only file system or a
+    denied permission; None for anything else."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, DiskError):
+            return seen
+        if isinstance(seen, OSError) and seen.errno in _DISK_ERRNOS:
+            what, fix = _DISK_ERRNOS[seen.errno]
+            return DiskError(f"{path}: cannot write: {what} ({errno.errorcode[seen.errno]}); {fix} or choose another "
+                             "location (hydra.run.dir, VTLAB_CACHE); nothing half-written was left behind")
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def gib(n_bytes: float) -> str:
+    """A size for messages: 1.23 GiB."""
+    return f"{n_bytes / 2**30:.2f} GiB"

@@ -17,6 +17,7 @@ from pytorch_lightning.loggers import CSVLogger, Logger, WandbLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
 from vtlab.atomic import atomic_write
+from vtlab.errors import disk_error
 
 log = logging.getLogger("vtlab")
 
@@ -140,7 +141,13 @@ class KeepingWriter(ExperimentWriter):
             self._record_new_keys()
             rows, self.metrics, self._earlier = self.metrics, [], None
             atomic_write(self.metrics_file_path, lambda f: _write_rows(f, self.metrics_keys, rows))
-        super().save()  # hparams.yaml, and any rows logged since (appended)
+        try:
+            super().save()  # hparams.yaml, and any rows logged since (appended)
+        except OSError as e:
+            err = disk_error(self.metrics_file_path, e)
+            if err is None:
+                raise
+            raise err from e
 
 
 def _read_rows(path: Path) -> list[dict[str, str]] | None:

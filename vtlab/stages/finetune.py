@@ -11,7 +11,7 @@ import os
 import pickle
 import random
 import re
-import tempfile
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,8 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from vtlab.atomic import atomic_dir
-from vtlab.errors import ConfigError, RunDirError
+from vtlab.atomic import atomic_dir, atomic_write_bytes
+from vtlab.errors import ConfigError, DiskError, RunDirError, gib
 from vtlab.reuse import comparable
 from vtlab.tracking import configured_loggers
 from vtlab.vocab.transfer import TransferOptions, transferred_backbone
@@ -57,6 +57,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.paths.run_dir)
     module = state.get("module") or build_module(cfg, state)
+    check_free_space(run_dir, module)  # a full disk is found now, not at the first checkpoint or after training
     encoder = module.encoder
     datamodule = instantiate(cfg.data, tokenizer=encoder.tokenizer, preprocess=encoder.preprocess)
     datamodule.setup("fit")  # read and check the data before any model work (Lightning's own setup is then a no-op)
@@ -83,6 +84,41 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
             encoder.save_pretrained(tmp)
     return {**state, "module": module, "encoder": encoder, "model_dir": model_dir, "checkpoint": ckpt,
             "trainer": trainer}
+
+
+# AdamW (conf/model, vtlab's one optimizer) keeps two states per parameter: exp_avg and exp_avg_sq.
+OPTIMIZER_STATES = 2
+# Checkpoint files on disk at once: last.ckpt, the best-by-dev one, and the replacement of either written beside it.
+CHECKPOINT_COPIES = 3
+MARGIN_BYTES = 100 * 2**20  # logs, configs, tokenizer, evaluation outputs
+
+
+def required_space(run_dir: Path, module: torch.nn.Module) -> tuple[int, str]:
+    """(bytes a training run still needs under `run_dir`, how that was counted). A checkpoint holds every parameter
+    with its optimizer states; model/ the weights once more. Checkpoints already there (a resume) are replaced, so
+    their space counts as available. The model as built: a vocabulary transfer (at setup) changes the embedding rows,
+    which the 10% margin covers for the usual vocabulary sizes."""
+    n_params = sum(p.numel() for p in module.parameters())
+    weights = sum(p.numel() * p.element_size() for p in module.parameters())
+    ckpt = weights * (1 + OPTIMIZER_STATES)
+    existing = sum(f.stat().st_size for f in (run_dir / "checkpoints").glob("*.ckpt") if f.is_file())
+    need = max(0, CHECKPOINT_COPIES * ckpt - existing) + weights + ckpt // 10 + MARGIN_BYTES
+    how = (f"{CHECKPOINT_COPIES} checkpoints of {gib(ckpt)} = {n_params:,} parameters x "
+           f"{weights // max(n_params, 1)} bytes x (1 + {OPTIMIZER_STATES} optimizer states)"
+           + (f", less {gib(existing)} of checkpoints already there" if existing else "")
+           + f", model/ {gib(weights)}, margin {gib(ckpt // 10 + MARGIN_BYTES)}")
+    return need, how
+
+
+def check_free_space(run_dir: Path, module: torch.nn.Module) -> None:
+    """DiskError (one line: the path, the free and the needed sizes) when the disk of `run_dir` cannot hold the run's
+    checkpoints and model, before any training step."""
+    need, how = required_space(run_dir, module)
+    where = next(p for p in (run_dir, *run_dir.absolute().parents) if p.exists())  # run_dir may not exist yet
+    free = shutil.disk_usage(where).free
+    if free < need:
+        raise DiskError(f"{run_dir}: not enough free disk space to train: {gib(free)} free, {gib(need)} needed "
+                        f"({how}); free some space there or choose another hydra.run.dir")
 
 
 def _check_teacher_scores(module: pl.LightningModule, datamodule: Any, cfg: DictConfig) -> None:
@@ -309,18 +345,7 @@ class SameDirCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if storage_options is not None or "://" in str(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_bytes(path, lambda f: torch.save(checkpoint, f))  # full or read-only disk: one line, no temp
 
     def load_checkpoint(self, path: Any, map_location: Any | None = None, weights_only: bool | None = None) -> Any:
         """Lightning's resume load: always weights-only (whatever `weights_only` the caller passes)."""
