@@ -570,6 +570,20 @@ def truncated_model_weights(tmp, mp):
     return Backbone(str(tmp)).load_model()
 
 
+@case(AssetError, r"/tokenizer\.json: cannot read it \(JSONDecodeError: .*\); the file is truncated or damaged \(config "
+                  r"key: backbone\.name_or_path\): rebuild or re-download it$")
+def truncated_tokenizer_of_a_run_dir(tmp, mp):
+    from vtlab.backbones import Backbone
+
+    src = Path(Backbone("asset:splade-tiny")._source(tokenizer=True)[0])  # a run's model/ holds the same files
+    model = tmp / "model"
+    model.mkdir()
+    for f in src.iterdir():
+        if f.is_file():
+            (model / f.name).write_bytes(f.read_bytes()[: f.stat().st_size // 2 if f.name == "tokenizer.json" else None])
+    return Backbone(str(model)).load_tokenizer()
+
+
 @case(DataError, r"run\.trec: cannot write the TREC run: document id \(query 'q1'\) 'doc 2' is empty or contains "
                  r"whitespace; TREC run lines are 'qid Q0 docid rank score tag' separated by whitespace")
 def trec_document_id_with_a_space(tmp, mp):

@@ -130,6 +130,83 @@ def test_truncated_weights_in_a_model_directory_name_the_file(tmp_path: Path) ->
                                   "or re-download it")
 
 
+def _flip_last_data_byte(path: Path) -> None:
+    """Changes one byte of the last member's data in a zip (an .npz): sizes and structure stay valid."""
+    import zipfile
+
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        last = z.infolist()[-1]
+    at = last.header_offset + 30 + len(last.filename.encode()) + len(last.extra) + last.compress_size - 1
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+IDF_CORPUS = ["the cat sat on the mat", "a dog barked", "the cat and the dog", "birds sing at dawn"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "one byte changed", "another corpus's table"])
+def test_damaged_idf_cache_is_recomputed_with_one_warning(tmp_path: Path, caplog, damage: str) -> None:
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from vtlab.assets import asset_path, cache_dir
+    from vtlab.models.idf import IdfTable, document_frequencies
+
+    tok = AutoTokenizer.from_pretrained(str(asset_path("minilm")))
+    first = IdfTable.from_corpus(tok, IDF_CORPUS)
+    [path] = list(cache_dir("idf").glob("*.npz"))
+    built = path.read_bytes()
+    if damage == "truncated":
+        _truncate(path)
+    elif damage == "one byte changed":
+        _flip_last_data_byte(path)  # n_docs, the last member
+    else:  # a valid table of the wrong size and count (a colleague's file copied under this key)
+        np.savez(path, df=np.ones(10, dtype=np.int64), n_docs=np.int64(99))
+    with caplog.at_level(logging.WARNING, logger="vtlab"):
+        again = IdfTable.from_corpus(tok, IDF_CORPUS)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith(f"idf cache {path} is damaged (")
+    assert warnings[0].endswith("): recomputing it")
+    df, n_docs = document_frequencies(tok, IDF_CORPUS)  # the uncached computation
+    assert n_docs == 4 and np.array_equal(again.df, df) and np.array_equal(again.weights, first.weights)
+    assert path.read_bytes() == built  # rewritten whole
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vtlab"):
+        IdfTable.from_corpus(tok, IDF_CORPUS)
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]  # now used as it is
+
+
+def test_damaged_baseline_eval_cache_is_evaluated_again(tmp_path: Path, caplog) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from vtlab.assets import cache_dir
+    from vtlab.stages.evaluate import baseline_metrics
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"paths.run_dir={tmp_path}", "backbone=splade-tiny"])
+    calls = []
+
+    def evaluation(encoder):
+        calls.append(encoder)
+        return {"nDCG@10": 0.5, "R@10": 0.75, "n_queries": 3}
+
+    assert baseline_metrics(cfg, evaluation, "boolq") == {"nDCG@10": 0.5, "R@10": 0.75, "n_queries": 3}
+    [path] = list(cache_dir("evals").glob("*.json"))
+    assert baseline_metrics(cfg, evaluation, "boolq")["R@10"] == 0.75 and len(calls) == 1  # cached
+    for damaged in (path.read_text()[:20], '{"nDCG@10": "0.5"}', "[]"):
+        path.write_text(damaged)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="vtlab"):
+            assert baseline_metrics(cfg, evaluation, "boolq") == {"nDCG@10": 0.5, "R@10": 0.75, "n_queries": 3}
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and warnings[0].startswith(f"baseline cache {path} is damaged ("), damaged
+        assert warnings[0].endswith("): evaluating the baseline again")
+        assert json.loads(path.read_text()) == {"nDCG@10": 0.5, "R@10": 0.75, "n_queries": 3}
+    assert len(calls) == 4
+
+
 # ---- determinism ---------------------------------------------------------------------------------------------------
 
 _BUILD = """

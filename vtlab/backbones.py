@@ -119,6 +119,19 @@ def _damaged_weights(source: str, field: str, exc: Exception) -> str:
     return f"{field}={source!r}: cannot read the weights ({first}); a *.safetensors file is truncated or damaged"
 
 
+def _damaged_json(source: str, field: str) -> str | None:
+    """One line naming the first JSON file of a local model directory that does not parse (transformers' error for a
+    truncated tokenizer.json or config.json names no file); None when they all parse."""
+    for path in sorted(Path(source).glob("*.json")) if os.path.isdir(source) else ():
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            first = " ".join(str(e).split())[:200]
+            return (f"{path}: cannot read it ({type(e).__name__}: {first}); the file is truncated or damaged (config "
+                    f"key: {field}): rebuild or re-download it")
+    return None
+
+
 def decoder_site(model: nn.Module) -> tuple[nn.Module, str]:
     """(parent module, attribute name) under which `model.get_output_embeddings()` is attached."""
     decoder = model.get_output_embeddings()
@@ -240,7 +253,10 @@ class Backbone:
             raise AssetError(_damaged_weights(source, field, exc)) from None
         except ValueError as exc:
             if "trust_remote_code" not in str(exc):
-                raise
+                damaged = _damaged_json(source, field)
+                if damaged is None:
+                    raise
+                raise AssetError(damaged) from None
             raise AssetError(  # transformers refused the model's own code (auto_map): nothing of it ran
                 f"{field}={source!r} contains its own Python code ({', '.join(_auto_map(source)) or 'auto_map'}), "
                 "which vtlab does not import: use a model that needs none, or set trust_remote_code: true in its "

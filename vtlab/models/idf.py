@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ import numpy as np
 import pytorch_lightning as pl
 
 from vtlab.assets import cache_dir
+from vtlab.atomic import atomic_write_bytes
 from vtlab.errors import DataError, VtlabError
 from vtlab.evaluation import write_json
 
@@ -82,15 +84,13 @@ class IdfTable:
             raise DataError("idf: the corpus is empty; the IDF table needs at least one document")
         key = _cache_key(tokenizer, texts, lowercase, preprocess)
         path = cache_dir("idf") / f"{key}.npz"
-        if cache and path.exists():
-            with np.load(path) as z:
-                df, n_docs = z["df"], int(z["n_docs"])
+        cached = _load_cached(path, len(tokenizer), len(texts)) if cache and path.exists() else None
+        if cached is not None:
+            df, n_docs = cached
         else:
             df, n_docs = document_frequencies(tokenizer, texts, lowercase=lowercase, preprocess=preprocess)
-            if cache:
-                tmp = path.with_name(path.name + ".tmp.npz")
-                np.savez(tmp, df=df, n_docs=n_docs)
-                tmp.replace(path)  # atomic: a concurrent run never reads half a table
+            if cache:  # atomic: a concurrent run never reads half a table; a full disk is one line naming the path
+                atomic_write_bytes(path, lambda f: np.savez(f, df=df, n_docs=n_docs))
         weights = idf_from_df(df, n_docs).astype(np.float32)
         weights[_special_ids(tokenizer)] = 0.0
         return cls(tokens=id_to_token(tokenizer), weights=weights, n_docs=n_docs, df=df,
@@ -137,6 +137,23 @@ class IdfTable:
         return out
 
 
+def _load_cached(path: Path, vocab_size: int, n_texts: int) -> tuple[np.ndarray, int] | None:
+    """(df, n_docs) of a cache entry; None, with one warning naming the file, for a damaged one (then rebuilt). An .npz
+    is a zip whose members carry a CRC-32 that reading them checks: a truncated or changed file fails here, and the
+    shapes and counts must be those of this tokenizer and corpus."""
+    try:
+        with np.load(path) as z:
+            df, n_docs = np.asarray(z["df"]), int(z["n_docs"])
+        if df.shape != (vocab_size,) or df.dtype.kind not in "iu" or n_docs != n_texts or (df < 0).any() \
+                or (df > n_docs).any():
+            raise ValueError(f"df of shape {df.shape}, {n_docs} documents; expected ({vocab_size},), {n_texts}")
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        log.warning("idf cache %s is damaged (%s: %s): recomputing it", path, type(e).__name__, first)
+        return None
+    return df, n_docs
+
+
 def _special_ids(tokenizer: Any) -> list[int]:
     return sorted({int(i) for i in tokenizer.all_special_ids if i is not None and 0 <= i < len(tokenizer)})
 
@@ -153,9 +170,14 @@ def id_to_token(tokenizer: Any) -> list[str]:
 def _cache_key(tokenizer: Any, texts: Sequence[str], lowercase: bool, preprocess: Callable | None) -> str:
     h = hashlib.sha1()
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    # the serialized fast tokenizer covers vocab, normalizer and pre-tokenizer; else the vocab and the class
-    h.update(backend.to_str().encode() if backend is not None
-             else (type(tokenizer).__name__ + json.dumps(tokenizer.get_vocab(), sort_keys=True)).encode())
+    # the serialized fast tokenizer covers vocab, normalizer and pre-tokenizer; else the vocab and the class. Not its
+    # truncation and padding: encoding sets them, so a tokenizer's key changed once it had been used.
+    if backend is not None:
+        state = json.loads(backend.to_str())
+        state.pop("truncation", None), state.pop("padding", None)
+        h.update(json.dumps(state, sort_keys=True).encode())
+    else:
+        h.update((type(tokenizer).__name__ + json.dumps(tokenizer.get_vocab(), sort_keys=True)).encode())
     h.update(json.dumps([lowercase, getattr(preprocess, "__qualname__", repr(preprocess)) if preprocess else None,
                          len(texts)]).encode())
     for t in texts:

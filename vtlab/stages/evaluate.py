@@ -40,10 +40,29 @@ def baseline_metrics(cfg: DictConfig, evaluation, dataset: str) -> dict[str, flo
                     if k != "backbone"},  # the model type (siamese / inference-free), lengths, activation
     }, sort_keys=True, default=str).encode()).hexdigest()[:16]
     path = cache_dir("evals") / f"{key}.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    cached = _cached_metrics(path) if path.exists() else None
+    if cached is not None:
+        return cached
     metrics = evaluation(instantiate(cfg.model.encoder))
     write_json(path, metrics)
+    return metrics
+
+
+def _cached_metrics(path: Path) -> dict[str, float] | None:
+    """A baseline cache entry: {measure: number}. None, with one warning naming the file, for a truncated or changed one
+    (it is then evaluated again and rewritten)."""
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(metrics, dict) or not metrics:
+            raise ValueError(f"expected a JSON object measure -> number, got {type(metrics).__name__}")
+        bad = next((k for k, v in metrics.items() if isinstance(v, bool) or not isinstance(v, (int, float))), None)
+        if bad is not None:
+            raise ValueError(f"{bad!r} is {metrics[bad]!r}, expected a number")
+    except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        log.warning("baseline cache %s is damaged (%s: %s): evaluating the baseline again", path, type(e).__name__,
+                    first)
+        return None
     return metrics
 
 
