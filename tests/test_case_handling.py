@@ -1,4 +1,6 @@
 """vtlab.diagnose.case: case-variant groups of real vocabularies, and the row cosine / mass figures on a tiny model."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -15,7 +17,7 @@ def tiny():
 
 def test_groups_of_the_cased_olmo_bpe_and_none_in_uncased_wordpiece(tiny):
     _, tok = tiny
-    groups = {tuple(tok.convert_ids_to_tokens(g)) for g in case_groups(tok)}
+    groups = {tuple(tok.convert_ids_to_tokens(g)) for _, g in case_groups(tok)}
     the = next(g for g in groups if g[0] == "Ġthe")
     assert {"ĠThe", "ĠTHE"} <= set(the)
     assert not any("the" in g and "Ġthe" in g for g in groups), "word-initial and inner entries must not mix"
@@ -29,14 +31,31 @@ def test_row_cosine_is_one_for_copied_rows_and_mass_counts_the_lighter_variants(
     assert random_rows["row_cosine"] < 0.5  # independent random rows
     rows = model.get_output_embeddings().weight
     with torch.no_grad():
-        for g in case_groups(tok):
+        for _, g in case_groups(tok):
             rows[g] = rows[g[0]].clone()  # every variant a copy of its lowercase entry (what FVT from uncased gives)
     copied = case_handling(model, tok, texts)
     assert copied["row_cosine"] == pytest.approx(1.0, abs=1e-5)
     # hand check of the mass share: recompute from the document weights
     from vtlab.diagnose.case import document_terms
     w = document_terms(model, tok, texts)
-    groups = case_groups(tok)
+    groups = [g for _, g in case_groups(tok)]
     spread = sum(float((w[:, g].sum(1) - w[:, g].max(1).values).sum()) for g in groups)
     assert copied["doc_mass_on_variants"] == pytest.approx(spread / float(w.sum()))
     assert 0.0 < copied["doc_mass_on_variants"] < 1.0
+
+
+def test_fvt_from_uncased_starts_word_initial_case_variants_as_copies(tmp_path, monkeypatch):
+    """The real M_bpe start (SPLADE-tiny moved onto the OLMo BPE by FVT, no MLM): "ĠThe" and "Ġthe" are one row, so
+    the case gate's row cosine is exactly 1 there and only cased training can bring it below the gate's 0.99."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from vtlab.gates import MAX_CASE_ROW_COSINE
+
+    monkeypatch.setenv("VTLAB_CACHE", str(tmp_path))
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base=None):
+        start = instantiate(compose("config", overrides=["backbone=testbed-bpe"]).backbone.start)
+    report = case_handling(start.load_model(), start.load_tokenizer(), ["The Apple and the apple.", "THE END"])
+    assert report["row_cosine_groups"] > 1000
+    assert report["row_cosine"] == pytest.approx(1.0, abs=1e-6) and report["row_cosine"] >= MAX_CASE_ROW_COSINE
+    assert report["doc_mass_on_variants"] > 0.1  # the mass spreads over the copies: the redundancy VT removes
