@@ -1,6 +1,7 @@
 """The bench harness: verdicts and summary keys from worker results, the synthetic collection's shape, one real
 retrieval worker on a small synthetic set. No speed is asserted here: `make bench` measures, it does not test."""
 import json
+import os
 import subprocess
 import sys
 from argparse import Namespace
@@ -63,3 +64,70 @@ def test_retrieval_worker_runs(tmp_path, monkeypatch, method):
     r = json.loads(out.read_text())
     assert r["data"]["n_docs"] == 3000 and r["ms_per_query"] > 0 and r["build_s"] >= 0 and r["peak_rss_mb"] > 0
     assert np.load(tmp_path / f"synthetic-{method}.npy").shape == (20, 10)
+
+
+def _nside(per_s, wall_s):
+    return {"per_s": per_s, "wall_s": wall_s, "n": int(per_s * wall_s)}
+
+
+def _encode_parts(auto: str) -> dict:
+    return {"splade-tiny": {
+        "st": {"doc": _nside(44.0, 66.8), "query": _nside(450.0, 7.3), "peak_rss_mb": 5000.0},
+        "vtlab": {"doc": _nside(200.0, 14.7), "query": _nside(1500.0, 2.2), "peak_rss_mb": 1000.0},
+        "floor": {"doc": _nside(220.0, 13.4), "query": _nside(1600.0, 2.0), "peak_rss_mb": 900.0},
+        "onnx": {"doc": _nside(160.0, 18.4), "query": _nside(1200.0, 2.7), "peak_rss_mb": 800.0},
+        "vtlab-bf16": {"doc": _nside(20.0, 147.0), "query": _nside(150.0, 22.0), "peak_rss_mb": 1100.0},
+        "equal_to_st_1e-5": True, "vs_st": {"doc": {"max_abs_diff": 0.0}},
+        "equal_to_onnx_1e-4": True, "vs_onnx": {"doc": 3e-6, "query": 2e-6}, "precision_auto": auto}}
+
+
+@pytest.mark.parametrize("auto, speedup", [("fp32", 1.0), ("bf16", 0.1)])
+def test_onnx_runtime_row_and_precision_auto_in_summary_and_table(auto, speedup):
+    from vtlab.bench.__main__ import table
+
+    parts = {"encode": _encode_parts(auto)}
+    s = summarize(parts, Namespace(threads=2))
+    assert s["encode_speedup_vs_onnx"] == 1.25 and s["encode_query_speedup_vs_onnx"] == 1.25  # vtlab / ORT
+    assert s["encode_rss_ratio_vs_onnx"] == 1.25 and s["encode_equal_to_onnx"] is True
+    assert s["encode_precision_auto"] == auto and s["encode_auto_speedup_vs_fp32"] == speedup
+    text = table(parts, s, Namespace(threads=2))
+    assert "ORT 160.0" in text and "ORT 800" in text and "= ORT to 1e-4" in text
+    assert f"precision=auto → {auto}" in text
+    json.dumps(s)
+
+
+def test_machine_reports_cpu_bf16_features_and_the_auto_choice():
+    from vtlab.bench.common import machine
+
+    info = machine()
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    assert info["avx512_bf16"] == ("avx512_bf16" in flags) and info["amx_bf16"] == ("amx_bf16" in flags)
+    assert info["precision_auto"] == ("bf16" if {"avx512_bf16", "amx_bf16"} & set(flags) else "fp32")
+
+
+def test_onnx_encode_worker_runs_without_torch_and_matches_vtlab(tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    import scipy.sparse as sp
+
+    from vtlab.backbones import Backbone
+    from vtlab.bench.encode import DOC_LEN, QUERY_LEN, onnx_dir, texts
+    from vtlab.models.encoder import SpladeEncoder
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VTLAB_CACHE": str(tmp_path / "cache")}
+    monkeypatch.setenv("VTLAB_CACHE", env["VTLAB_CACHE"])
+    onnx_dir("splade-tiny")  # exported here, as the bench's parent does before its workers
+    out = tmp_path / "onnx.json"
+    subprocess.run([sys.executable, "-m", "vtlab.bench.encode", "--tool", "onnx", "--model", "splade-tiny",
+                    "--docs", "12", "--queries", "12", "--batch", "8", "--vectors", str(tmp_path),
+                    "--out", str(out)], check=True, env=env)
+    r = json.loads(out.read_text())
+    assert r["tool"] == "onnx" and r["doc"]["n"] == 12 and r["doc"]["per_s"] > 0 and r["peak_rss_mb"] > 0
+    assert r["torch_loaded"] is False  # the ORT row measures a process without torch
+    b = Backbone("asset:splade-tiny")
+    enc = SpladeEncoder(b.load_model(), b.load_tokenizer(), query_max_length=QUERY_LEN, doc_max_length=DOC_LEN,
+                        precision="fp32")
+    docs, queries = texts(12, 12)
+    for side, items in (("doc", docs), ("query", queries)):
+        theirs = sp.load_npz(tmp_path / f"onnx-splade-tiny-{side}.npz").toarray()
+        assert np.abs(theirs - enc.encode(items, side, show_progress=False).toarray()).max() <= 1e-4

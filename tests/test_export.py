@@ -284,7 +284,8 @@ def test_stage_export_from_backbone_writes_model_and_engine_files(st, tmp_path):
     cfg = compose_cfg(["stage=export", "backbone=splade-tiny", "vocab=native", f"export.out={out}",
                        f"paths.run_dir={tmp_path / 'run'}", "export.vectors.formats=[anserini,opensearch]",
                        "export.vectors.chunk_size=8", "+eval.collection.max_docs=20",
-                       "+eval.collection.max_queries=5"])
+                       "+eval.collection.max_queries=5",
+                       "model.encoder.precision=fp32"])  # compared with ST's fp32 below, also on native-bf16 CPUs
     state = run(cfg)
     corpus = instantiate(cfg.eval).collection.corpus
     assert len(corpus) == 20
@@ -378,3 +379,37 @@ def test_export_stage_config_composes_and_resolves(tmp_path):
     OmegaConf.to_container(cfg, resolve=True)
     assert cfg.run_dir is None and list(cfg.export.vectors.formats) == []
     assert cfg.stage.steps[0]._target_ == "vtlab.stages.export.run"
+
+
+# ---- model card ---------------------------------------------------------------------------------------------------
+def test_exported_model_carries_a_card_with_command_metrics_and_loading(st, splade_tiny, tmp_path):
+    """README.md in the SparseEncoder directory: the training command (the run's .hydra/overrides.yaml), the run's
+    eval/<collection>/metrics.json values, and how to load it (SparseEncoder) and feed an engine."""
+    enc = SpladeEncoder(*splade_tiny)
+    train = ["backbone=splade-tiny", "vocab=native", "loss=margin-mse"]
+    run_dir = _saved_run(tmp_path, enc, ["backbone=splade-tiny", "vocab=native"])
+    (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in train))
+    for coll, value in (("boolq", 0.61234), ("scifact", 0.25)):
+        (run_dir / "eval" / coll).mkdir(parents=True)
+        (run_dir / "eval" / coll / "metrics.json").write_text(json.dumps({"metrics": {"nDCG@10": value,
+                                                                                      "R@100": 0.9}}))
+    cfg = compose_cfg(["stage=export", f"run_dir={run_dir}", f"paths.run_dir={tmp_path / 'export-run'}"])
+    run(cfg)
+    card = (run_dir / "sparse-encoder" / "README.md").read_text()
+    assert "python -m vtlab backbone=splade-tiny vocab=native loss=margin-mse" in card
+    assert "| boolq | nDCG@10 | 0.6123 |" in card and "| scifact | nDCG@10 | 0.2500 |" in card
+    assert "| boolq | R@100 | 0.9000 |" in card
+    assert "SparseEncoder(" in card and "JsonVectorCollection" in card and "rank_features" in card
+    assert "siamese" in card and "30522" in card  # what it is: kind and vocabulary size
+    assert "## ONNX" not in card  # export.onnx=false: no ONNX section, no onnx/ directory
+    assert not (run_dir / "sparse-encoder" / "onnx").exists()
+    st.SparseEncoder(str(run_dir / "sparse-encoder"), device="cpu")  # the card does not break loading
+
+
+def test_model_card_false_leaves_sentence_transformers_own_readme(st, splade_tiny, tmp_path):
+    run_dir = _saved_run(tmp_path, SpladeEncoder(*splade_tiny), ["backbone=splade-tiny", "vocab=native"])
+    cfg = compose_cfg(["stage=export", f"run_dir={run_dir}", f"paths.run_dir={tmp_path / 'export-run'}",
+                       "export.model_card=false"])
+    run(cfg)
+    readme = run_dir / "sparse-encoder" / "README.md"
+    assert not readme.exists() or "## Search engines" not in readme.read_text()

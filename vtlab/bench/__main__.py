@@ -10,6 +10,7 @@ ratios and targets. Numbers are measured, never asserted: a target that is misse
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -72,9 +73,12 @@ class Log:
 def encode_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]:
     import scipy.sparse as sp
 
-    from vtlab.bench.encode import model_dir
+    from vtlab.bench.encode import model_dir, onnx_dir
 
     vec = out / "vectors"
+    has_ort = importlib.util.find_spec("onnxruntime") is not None
+    if not has_ort:
+        log("encode: onnxruntime is not installed (pip install -e '.[onnx]'): no ONNX Runtime rows")
     res: dict[str, Any] = {}
     models = ["splade-tiny"] if args.quick else args.models.split(",")
     for model in models:
@@ -83,7 +87,11 @@ def encode_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]
         n = args.docs or (args.minilm_docs if model == "minilm" and args.minilm_docs else None)
         limits = ["--docs", str(n), "--queries", str(n)] if n else []
         model_dir(model)  # materialize once, before the workers race for it
-        tools = ["st", "vtlab", "floor"] + (["vtlab-bf16"] if model == "splade-tiny" else [])
+        if has_ort:
+            log(f"encode {model}: ONNX export (once, cached)")
+            onnx_dir(model)
+        tools = ["st", "vtlab", "floor"] + (["onnx"] if has_ort else []) + (["vtlab-bf16"] if model == "splade-tiny"
+                                                                              else [])
         r: dict[str, Any] = {}
         for tool in tools:
             log(f"encode {model} {tool}")
@@ -99,11 +107,23 @@ def encode_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]
                            "same_support": bool(((a != 0) != (b != 0)).nnz == 0)}
         r["equal_to_st_1e-5"] = all(c["max_abs_diff"] <= 1e-5 for c in check.values())
         r["vs_st"] = check
+        if "onnx" in r:
+            r["vs_onnx"] = {side: max_abs_diff(vec / f"vtlab-{model}-{side}.npz", vec / f"onnx-{model}-{side}.npz")
+                            for side in ("doc", "query")}
+            r["equal_to_onnx_1e-4"] = all(d <= 1e-4 for d in r["vs_onnx"].values())
         res[model] = r
     tiny = res["splade-tiny"]
+    tiny["precision_auto"] = machine()["precision_auto"]  # what SpladeEncoder(precision="auto") runs on this CPU
     if "vtlab-bf16" in tiny:
         tiny["bf16_quality"] = bf16_quality(vec)
     return res
+
+
+def max_abs_diff(a: Path, b: Path) -> float:
+    import scipy.sparse as sp
+
+    diff = abs(sp.load_npz(a) - sp.load_npz(b))
+    return float(diff.max()) if diff.nnz else 0.0
 
 
 def bf16_quality(vec: Path) -> dict[str, Any]:
@@ -192,9 +212,21 @@ def summarize(parts: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
         keys[f"encode_rss_ratio_vs_st{suffix}"] = ratio(r["vtlab"]["peak_rss_mb"], r["st"]["peak_rss_mb"])
         keys[f"encode_vs_floor{suffix}"] = ratio(r["vtlab"]["doc"]["wall_s"], r["floor"]["doc"]["wall_s"])
         keys[f"encode_equal_to_st{suffix}"] = r["equal_to_st_1e-5"]
+        if "onnx" in r:  # ONNX Runtime: the same ratios as against sentence-transformers (vtlab / ORT)
+            keys[f"encode_speedup_vs_onnx{suffix}"] = ratio(r["vtlab"]["doc"]["per_s"], r["onnx"]["doc"]["per_s"])
+            keys[f"encode_query_speedup_vs_onnx{suffix}"] = ratio(r["vtlab"]["query"]["per_s"],
+                                                                 r["onnx"]["query"]["per_s"])
+            keys[f"encode_rss_ratio_vs_onnx{suffix}"] = ratio(r["vtlab"]["peak_rss_mb"], r["onnx"]["peak_rss_mb"])
+            keys[f"encode_equal_to_onnx{suffix}"] = r["equal_to_onnx_1e-4"]
     if "vtlab-bf16" in enc.get("splade-tiny", {}):
         r = enc["splade-tiny"]
         keys["encode_bf16_speedup_vs_fp32"] = ratio(r["vtlab-bf16"]["doc"]["per_s"], r["vtlab"]["doc"]["per_s"])
+        # precision=auto runs one of the two measured rows: its speed-up over fp32 (1.0 where auto picks fp32)
+        auto = r.get("precision_auto")
+        if auto is not None:
+            keys["encode_precision_auto"] = auto
+            chosen = r["vtlab-bf16" if auto == "bf16" else "vtlab"]
+            keys["encode_auto_speedup_vs_fp32"] = ratio(chosen["doc"]["per_s"], r["vtlab"]["doc"]["per_s"])
         if "delta_ndcg10" in r.get("bf16_quality", {}):
             keys["encode_bf16_ndcg10_delta"] = r["bf16_quality"]["delta_ndcg10"]
     tr = parts.get("train")
@@ -245,10 +277,23 @@ def table(parts: dict[str, Any], summary: dict[str, Any], args: argparse.Namespa
             f"encode_vs_floor{sfx}")
         add(f"encode {model} = ST to 1e-5", str(r["equal_to_st_1e-5"]),
             "max|Δ| " + ", ".join(f"{k} {c['max_abs_diff']:.1e}" for k, c in r["vs_st"].items()))
+        if "onnx" in r:
+            o = r["onnx"]
+            add(f"encode {model} docs/s vs ONNX Runtime", f"{v['doc']['per_s']:.1f}", f"ORT {o['doc']['per_s']:.1f}",
+                f"encode_speedup_vs_onnx{sfx}")
+            add(f"encode {model} queries/s vs ONNX Runtime", f"{v['query']['per_s']:.1f}",
+                f"ORT {o['query']['per_s']:.1f}", f"encode_query_speedup_vs_onnx{sfx}")
+            add(f"encode {model} peak RSS MB vs ONNX Runtime", f"{v['peak_rss_mb']:.0f}",
+                f"ORT {o['peak_rss_mb']:.0f}", f"encode_rss_ratio_vs_onnx{sfx}")
+            add(f"encode {model} = ORT to 1e-4", str(r["equal_to_onnx_1e-4"]),
+                "max|Δ| " + ", ".join(f"{k} {d:.1e}" for k, d in r["vs_onnx"].items()))
         if "vtlab-bf16" in r:
             b = r["vtlab-bf16"]
             add(f"encode {model} bf16 docs/s", f"{b['doc']['per_s']:.1f}", f"fp32 {v['doc']['per_s']:.1f}",
                 "encode_bf16_speedup_vs_fp32")
+            if "encode_precision_auto" in summary:
+                add(f"encode {model} precision=auto → {summary['encode_precision_auto']}", "", "fp32",
+                    "encode_auto_speedup_vs_fp32")
             if "delta_ndcg10" in r.get("bf16_quality", {}):
                 q = r["bf16_quality"]
                 add("encode bf16 nDCG@10 BoolQ", f"{q['vtlab-bf16']:.4f}", f"fp32 {q['vtlab']:.4f}",
@@ -325,6 +370,8 @@ def main() -> None:
     print(table(parts, summary, args))
     print(f"\nload average at start {info['machine_start']['loadavg_1_5_15']}, end "
           f"{info['machine_end']['loadavg_1_5_15']} on {info['machine_start'].get('cpus')} CPUs; GPU not measured; "
+          f"CPU native bf16 (avx512_bf16/amx_bf16): {info['machine_start'].get('avx512_bf16')}/"
+          f"{info['machine_start'].get('amx_bf16')}, precision=auto → {info['machine_start'].get('precision_auto')}; "
           f"total {info['total_wall_s']:.0f}s → {out / 'summary.json'}")
 
 

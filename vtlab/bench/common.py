@@ -58,11 +58,13 @@ def timed() -> Iterator[Timer]:
         t.wall_s, t.cpu_s = time.perf_counter() - w0, cpu_s() - c0
 
 
-def set_threads(n: int) -> None:
-    """Same thread count for every tool: torch intra-op threads and the BLAS/OpenMP pools."""
-    import torch
+def set_threads(n: int, torch_threads: bool = True) -> None:
+    """Same thread count for every tool: torch intra-op threads (unless the tool runs without torch, e.g. ONNX
+    Runtime, which takes its own count) and the BLAS/OpenMP pools."""
+    if torch_threads:
+        import torch
 
-    torch.set_num_threads(n)
+        torch.set_num_threads(n)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(n)
 
@@ -109,11 +111,16 @@ def machine() -> dict[str, Any]:
             if line.startswith("model name"):
                 info["cpu"] = line.split(":", 1)[1].strip()
                 break
-        flags = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags"))
-        info["amx_bf16"] = " amx_bf16" in flags
-        info["avx512_bf16"] = " avx512_bf16" in flags
-    except (OSError, StopIteration):
+    except OSError:
         pass
+    # what precision=auto decides from: the CPU's native-bf16 flags, and its choice here (imported here: it loads
+    # torch, which the workers that run without it, ONNX Runtime's, must not)
+    from vtlab.models.precision import BF16_NATIVE_FLAGS, cpu_flags, resolve_precision
+
+    flags = cpu_flags()
+    info.update({flag: flag in flags for flag in sorted(BF16_NATIVE_FLAGS)})
+    info["avx2"], info["avx512f"] = "avx2" in flags, "avx512f" in flags
+    info["precision_auto"] = resolve_precision("auto", "cpu")
     try:
         import torch
 

@@ -1,8 +1,11 @@
 """Encoding benchmark worker: one tool, one model, BoolQ-val passages then questions, in this (fresh) process.
 
-    python -m vtlab.bench.encode --tool vtlab|vtlab-bf16|st|floor --model splade-tiny|minilm --out FILE [--vectors DIR]
+    python -m vtlab.bench.encode --tool vtlab|vtlab-bf16|st|onnx|floor --model splade-tiny|minilm --out FILE
+                                 [--vectors DIR]
 
-- `vtlab`: SpladeEncoder.encode (fp32); `vtlab-bf16`: the same under bf16 autocast.
+- `vtlab`: SpladeEncoder.encode (precision=fp32); `vtlab-bf16`: the same with precision=bf16 (bf16 autocast).
+- `onnx`: ONNX Runtime on the graphs `export.onnx=true` writes (SPLADE pooling inside), through
+  vtlab.export.onnx_runtime.OnnxSparseEncoder: no torch in the process, tokenizers + onnxruntime only.
 - `st`: sentence-transformers SparseEncoder = MLMTransformer (fill-mask) + SpladePooling(max, relu), its own encode().
 - `floor`: what no SPLADE encoder can skip, on vtlab's batches: tokenization, the encoder body + MLM head transform,
   and the vocabulary matmul on the real (non-pad) tokens only, into one reused buffer; no pooling, no output.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -62,6 +66,27 @@ def model_dir(name: str) -> Path:
     return out
 
 
+def onnx_dir(name: str) -> Path:
+    """The ONNX export of a bench model (export_onnx at the bench's lengths), written once into the cache."""
+    from vtlab.assets import cache_dir
+
+    out = cache_dir("bench") / f"onnx-{name}-q{QUERY_LEN}-d{DOC_LEN}"
+    if not (out / "onnx.json").is_file():
+        import shutil
+
+        from vtlab.backbones import Backbone
+        from vtlab.export.onnx import export_onnx
+        from vtlab.models.encoder import SpladeEncoder
+
+        enc = SpladeEncoder.from_backbone(Backbone(str(model_dir(name)), family="bert"), query_max_length=QUERY_LEN,
+                                          doc_max_length=DOC_LEN)
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        export_onnx(enc, tmp)
+        tmp.replace(out)
+    return out
+
+
 def texts(limit_docs: int | None = None, limit_queries: int | None = None) -> tuple[list[str], list[str]]:
     """BoolQ validation passages (2,938) and questions (3,270), in collection order."""
     from vtlab.data.boolq import boolq_collection
@@ -79,21 +104,18 @@ def torch_sparse_to_csr(t: Any) -> sp.csr_matrix:
 # ---------------------------------------------------------------------------------------------------- the tools
 
 
-def run_vtlab(path: Path, docs: list[str], queries: list[str], batch: int, bf16: bool) -> dict[str, Any]:
-    import torch
-
+def run_vtlab(path: Path, docs: list[str], queries: list[str], batch: int, precision: str) -> dict[str, Any]:
     from vtlab.backbones import Backbone
     from vtlab.models.encoder import SpladeEncoder
 
     enc = SpladeEncoder.from_backbone(Backbone(str(path), family="bert"), query_max_length=QUERY_LEN,
-                                      doc_max_length=DOC_LEN)
+                                      doc_max_length=DOC_LEN, precision=precision)
     result: dict[str, Any] = {"rss_after_load_mb": round(rss_mb(), 1)}
     enc.encode(docs[:batch], "doc", batch_size=batch, show_progress=False)  # warm-up: one-time allocations, oneDNN
     vectors = {}
     for side, _ in SIDES:
         items = docs if side == "doc" else queries
-        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else torch.autocast("cpu", enabled=False)
-        with ctx, timed() as t:
+        with timed() as t:
             vectors[side] = enc.encode(items, side, batch_size=batch, show_progress=False)
         result[side] = {"n": len(items), "wall_s": round(t.wall_s, 3), "cpu_s": round(t.cpu_s, 3),
                         "per_s": round(len(items) / t.wall_s, 2)}
@@ -122,6 +144,22 @@ def run_st(path: Path, docs: list[str], queries: list[str], batch: int) -> dict[
         with timed() as t:
             emb = model.encode(items, batch_size=batch, show_progress_bar=False, convert_to_sparse_tensor=True)
         vectors[side] = torch_sparse_to_csr(emb)
+        result[side] = {"n": len(items), "wall_s": round(t.wall_s, 3), "cpu_s": round(t.cpu_s, 3),
+                        "per_s": round(len(items) / t.wall_s, 2)}
+    return {**result, "_vectors": vectors}
+
+
+def run_onnx(path: Path, docs: list[str], queries: list[str], batch: int, threads: int) -> dict[str, Any]:
+    from vtlab.export.onnx_runtime import OnnxSparseEncoder
+
+    enc = OnnxSparseEncoder(path, threads=threads)
+    result: dict[str, Any] = {"rss_after_load_mb": round(rss_mb(), 1)}
+    enc.encode(docs[:batch], "doc", batch_size=batch)  # warm-up, as for the others
+    vectors = {}
+    for side, _ in SIDES:
+        items = docs if side == "doc" else queries
+        with timed() as t:
+            vectors[side] = enc.encode(items, side, batch_size=batch)
         result[side] = {"n": len(items), "wall_s": round(t.wall_s, 3), "cpu_s": round(t.cpu_s, 3),
                         "per_s": round(len(items) / t.wall_s, 2)}
     return {**result, "_vectors": vectors}
@@ -170,7 +208,7 @@ def run_floor(path: Path, docs: list[str], queries: list[str], batch: int) -> di
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tool", required=True, choices=["vtlab", "vtlab-bf16", "st", "floor"])
+    ap.add_argument("--tool", required=True, choices=["vtlab", "vtlab-bf16", "st", "onnx", "floor"])
     ap.add_argument("--model", default="splade-tiny", choices=["splade-tiny", "minilm"])
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
@@ -179,15 +217,17 @@ def main() -> None:
     ap.add_argument("--vectors", default=None, help="directory for the output vectors (.npz)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    set_threads(args.threads)
+    set_threads(args.threads, torch_threads=args.tool != "onnx")
     path = model_dir(args.model)
     docs, queries = texts(args.docs, args.queries)
     if args.tool == "st":
         result = run_st(path, docs, queries, args.batch)
     elif args.tool == "floor":
         result = run_floor(path, docs, queries, args.batch)
+    elif args.tool == "onnx":
+        result = run_onnx(onnx_dir(args.model), docs, queries, args.batch, args.threads)
     else:
-        result = run_vtlab(path, docs, queries, args.batch, bf16=args.tool == "vtlab-bf16")
+        result = run_vtlab(path, docs, queries, args.batch, "bf16" if args.tool == "vtlab-bf16" else "fp32")
     vectors = result.pop("_vectors", {})
     if args.vectors and vectors:
         d = Path(args.vectors)
@@ -196,7 +236,7 @@ def main() -> None:
             sp.save_npz(d / f"{args.tool}-{args.model}-{side}.npz", sp.csr_matrix(m, dtype=np.float32))
             result[side]["nnz_per_row"] = round(m.nnz / max(m.shape[0], 1), 1)
     result.update(tool=args.tool, model=args.model, batch=args.batch, threads=args.threads,
-                  peak_rss_mb=round(peak_rss_mb(), 1))
+                  peak_rss_mb=round(peak_rss_mb(), 1), torch_loaded="torch" in sys.modules)
     write_result(args.out, result)
 
 

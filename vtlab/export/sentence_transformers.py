@@ -27,7 +27,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -196,8 +196,12 @@ def replace_dir(tmp: Path, out: Path, overwrite: bool, key: str) -> Path:
 
 
 def export_sentence_transformers(encoder: SpladeEncoder, out: str | Path, overwrite: bool = False,
-                                 source: dict[str, Any] | None = None) -> Path:
-    """Write `encoder` to `out` as a SparseEncoder directory (built beside it, then renamed into place)."""
+                                 source: dict[str, Any] | None = None,
+                                 extras: Sequence[Callable[[Path], Any]] = ()) -> Path:
+    """Write `encoder` to `out` as a SparseEncoder directory (built beside it, then renamed into place).
+
+    `extras`: writers called with the finished directory before it is renamed into place (ONNX graphs, the model
+    card), so they appear all together or not at all."""
     out = Path(out).absolute()
     check_target(out, overwrite, "export.out")  # before the work, not after it
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -207,6 +211,8 @@ def export_sentence_transformers(encoder: SpladeEncoder, out: str | Path, overwr
         model.save(str(tmp / "model"))
         (tmp / "model" / MANIFEST).write_text(json.dumps(
             {"encoder": describe(encoder), "source": source or {}}, indent=2, default=str) + "\n")
+        for write in extras:
+            write(tmp / "model")
         replace_dir(tmp / "model", out, overwrite, "export.out")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

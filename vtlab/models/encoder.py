@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from vtlab.backbones import Backbone, decoder_bypassed
 from vtlab.models.pooling import DEFAULT_CHUNK_BYTES, max_logits, splade_activation
+from vtlab.models.precision import autocast, resolve_precision
 
 Side = Literal["query", "doc"]
 
@@ -31,8 +32,11 @@ class SpladeEncoder(nn.Module):
         double_log: bool = False,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         preprocess: Callable[[str], str] | None = None,
+        precision: str = "auto",
     ) -> None:
         super().__init__()
+        resolve_precision(precision)  # a bad value fails here, not at the first encode
+        self.precision = precision  # of encode(): auto (bf16 only on CPUs with native bf16), fp32 or bf16
         self.model = model
         self.query_model = query_model  # None → shared (siamese) encoder
         self.tokenizer = tokenizer
@@ -125,17 +129,21 @@ class SpladeEncoder(nn.Module):
     def encode(
         self, texts: Sequence[str], side: Side = "doc", batch_size: int = 64, show_progress: bool = True
     ) -> sp.csr_matrix:
-        """Encode texts into a CSR matrix [len(texts), vocab_size], float32, in input order (batches: `batches`)."""
+        """Encode texts into a CSR matrix [len(texts), vocab_size], float32, in input order (batches: `batches`).
+
+        Computed in `self.precision` (resolve_precision: auto is bf16 autocast only on a CPU with native bf16)."""
         was_training = self.training
         self.eval()
         device = next(self.parameters()).device
+        precision = resolve_precision(self.precision, device)
         rows: list[sp.csr_matrix] = []
         positions: list[np.ndarray] = []
         bar = tqdm(total=len(texts), desc="encode queries" if side == "query" else "encode docs", unit=side,
                    disable=not show_progress, leave=False)
         try:
             for idx, input_ids, mask in self.batches(texts, side, batch_size):
-                w = self(input_ids.to(device), mask.to(device), side=side)
+                with autocast(precision, device.type):
+                    w = self(input_ids.to(device), mask.to(device), side=side)
                 rows.append(dense_to_csr(w))
                 positions.append(idx)
                 bar.update(len(idx))

@@ -3,10 +3,11 @@ Anserini and OpenSearch (conf/stage/export.yaml lists the settings)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
@@ -14,7 +15,9 @@ from rich.console import Console
 from vtlab.backbones import Backbone
 from vtlab.data.collections import iter_corpus_jsonl
 from vtlab.errors import VtlabError
-from vtlab.export.sentence_transformers import check_target, export_sentence_transformers
+from vtlab.export.model_card import model_card, run_metrics, run_overrides
+from vtlab.export.onnx import export_onnx
+from vtlab.export.sentence_transformers import check_target, describe, export_sentence_transformers
 from vtlab.export.vectors import FORMATS, AnseriniJsonVectors, OpenSearchBulk, VectorFormat, write_vectors
 
 log = logging.getLogger("vtlab")
@@ -138,6 +141,31 @@ def vector_formats(cfg: DictConfig, out_dir: Path) -> list[VectorFormat]:
     return formats
 
 
+def this_run_overrides(cfg: DictConfig) -> list[str] | None:
+    """The overrides of the running command (Hydra's own record; its .hydra/overrides.yaml when not under Hydra)."""
+    if HydraConfig.initialized():
+        return [str(o) for o in HydraConfig.get().overrides.task]
+    return run_overrides(Path(cfg.paths.run_dir))
+
+
+def model_extras(cfg: DictConfig, encoder: Any, source: dict[str, Any], base: Path,
+                 vector_files: dict[str, Path]) -> list[Callable[[Path], Any]]:
+    """What goes into the SparseEncoder directory besides sentence-transformers' modules: ONNX graphs
+    (export.onnx) and the model card README.md (export.model_card), with the run's command and metrics."""
+    ex = cfg.export
+    extras: list[Callable[[Path], Any]] = []
+    if ex.get("onnx"):
+        extras.append(lambda model_dir: export_onnx(encoder, model_dir / "onnx"))
+    if ex.get("model_card", True):
+        trained = Path(str(cfg.run_dir)) if cfg.get("run_dir") else None
+        card = model_card(
+            (trained or base).name, describe(encoder), source, train_overrides=run_overrides(trained),
+            export_overrides=this_run_overrides(cfg), metrics=run_metrics(base), vector_files=vector_files,
+            onnx_dir="onnx" if ex.get("onnx") else None)
+        extras.append(lambda model_dir: (model_dir / "README.md").write_text(card))
+    return extras
+
+
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     ex = cfg.export
     if not ex.sentence_transformers and not ex.vectors.formats:
@@ -147,6 +175,9 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     out = Path(ex.out) if ex.out else base / "sparse-encoder"
     # config and target errors before any model is loaded
     formats = vector_formats(cfg, Path(ex.vectors.dir) if ex.vectors.dir else base / "vectors")
+    if ex.get("onnx") and not ex.sentence_transformers:
+        raise VtlabError("export.onnx=true writes <export.out>/onnx inside the SparseEncoder directory: set "
+                         "export.sentence_transformers=true")
     if ex.sentence_transformers:
         check_target(out.absolute(), bool(ex.overwrite), "export.out")
     if state.get("encoder") is not None:  # a model trained earlier in this pipeline
@@ -158,8 +189,9 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     if ex.sentence_transformers:
         if getattr(encoder, "needs_idf", False):  # as stage=evaluate does for an untrained inference-free model
             encoder.fit_corpus(list(_eval_corpus(cfg, "the inference-free query IDF").values()))
+        extras = model_extras(cfg, encoder, source, base, {type(f).__name__: f.path.resolve() for f in formats})
         result["export_dir"] = export_sentence_transformers(encoder, out, overwrite=bool(ex.overwrite),
-                                                            source=source)
+                                                            source=source, extras=extras)
         console.print(f"sentence-transformers: {out.resolve()}  (SparseEncoder({str(out)!r}))")
     if formats:
         n = write_vectors(encoder, corpus_docs(cfg), formats, chunk_size=int(ex.vectors.chunk_size),
