@@ -170,7 +170,8 @@ def test_cli_bad_export_format_is_one_line(tmp_path, capsys):
         run_or_exit(cfg)
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["vtlab: error: export.vectors.formats: unknown format 'parquet' (choose from anserini, opensearch)"]
+    assert err == ["vtlab: error: export.vectors.formats: unknown format 'parquet' (choose from anserini, opensearch, "
+                   "elasticsearch, qdrant)"]
 
 
 # ---- document vectors for engines --------------------------------------------------------------------------------

