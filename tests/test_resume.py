@@ -27,7 +27,7 @@ from vtlab.data.examples import TripletExample
 from vtlab.atomic import atomic_dir
 from vtlab.pipeline import LAST_CKPT, prepare_run_dir
 from vtlab.stages.finetune import LastCheckpoint, ResumeState, SameDirCheckpointIO
-from vtlab.tracking import ResumableCSVLogger
+from vtlab.tracking import ResumableCSVLogger, RunConfigLogger
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,6 +73,14 @@ class _Toy(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+class _Probe(pl.Callback):
+    """Logs a row at step 0 when training (re)starts, as vtlab.health's preflight probe does."""
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        for lg in trainer.loggers:
+            lg.log_metrics({"probe": float(trainer.global_step)}, step=0)
+
+
 def _examples(n: int = 10) -> list[TripletExample]:
     return [TripletExample(f"q{i}", f"p{i}", [f"n{i}-{j}" for j in range(4)]) for i in range(n)]
 
@@ -107,7 +115,8 @@ def _fit(tmp: Path, tok: _Tok, kill_after: int | None = None, ckpt: Path | None 
         enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=2, check_val_every_n_epoch=None,
         default_root_dir=tmp, plugins=[SameDirCheckpointIO()],
         callbacks=[LastCheckpoint(str(tmp / "checkpoints"), every_n_train_steps=1),
-                   ResumeState(str(ckpt) if ckpt else None), *([_KillAfter(kill_after)] if kill_after else [])],
+                   ResumeState(str(ckpt) if ckpt else None), *([_KillAfter(kill_after)] if kill_after else []),
+                   *([RunConfigLogger(), _Probe()] if csv_log else [])],
     )
     try:
         trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
@@ -140,7 +149,7 @@ def _csv_rows(run_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("kill_after", [2, 5, 7])
+@pytest.mark.parametrize("kill_after", [1, 2, 3, 5, 6, 7])
 def test_csv_log_keeps_the_rows_from_before_the_interrupt(tmp_path: Path, kill_after: int) -> None:
     """Killed and resumed in the same run dir, the CSV log ends up as the uninterrupted run's: each step's and each
     validation's row once (the killed part's rows before the checkpoint kept, the replayed ones not doubled)."""
@@ -148,6 +157,7 @@ def test_csv_log_keeps_the_rows_from_before_the_interrupt(tmp_path: Path, kill_a
     _fit(tmp_path / "ref", tok, csv_log=True)
     reference = _csv_rows(tmp_path / "ref")
     assert [r["step"] for r in reference if r["draw"]] == [str(s) for s in range(9)]
+    assert [r["probe"] for r in reference if r["probe"]] == ["0.0"]  # the resumed run's probe (at step 0) is a repeat
     assert [r["validated_at"] for r in reference if r["validated_at"]] == ["2.0", "4.0", "6.0", "8.0"]
     _fit(tmp_path / "run", tok, kill_after=kill_after, csv_log=True)
     before = _csv_rows(tmp_path / "run")
@@ -166,6 +176,19 @@ def test_csv_log_of_a_run_started_over_holds_only_the_new_rows(tmp_path: Path) -
     reference_dir = tmp_path / "ref"
     _fit(reference_dir, _Tok(), csv_log=True)
     assert _csv_rows(tmp_path) == _csv_rows(reference_dir)
+
+
+def test_csv_log_without_run_config_logger_takes_up_at_the_first_step_logged(tmp_path: Path) -> None:
+    """A plain Lightning Trainer (no RunConfigLogger to say where training starts): the first row logged tells."""
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "metrics.csv").write_text("loss,step\n0.5,0\n0.25,1\n0.125,2\n0.0625,3\n")
+    logger = ResumableCSVLogger(save_dir=str(tmp_path), name="csv", version="")
+    for step in (2, 3):
+        logger.log_metrics({"loss": 1.0 / (step + 1), "extra": 7.0}, step=step)
+        logger.save()
+    assert _csv_rows(tmp_path) == [{"extra": "", "loss": "0.5", "step": "0"}, {"extra": "", "loss": "0.25", "step": "1"},
+                                   {"extra": "7.0", "loss": str(1 / 3), "step": "2"},
+                                   {"extra": "7.0", "loss": "0.25", "step": "3"}]
 
 
 def test_loader_state_skips_served_batches_and_rolls_over_at_epoch_end() -> None:
@@ -277,11 +300,15 @@ _ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_
         "TOKENIZERS_PARALLELISM": "false"}
 
 
+# the SIGKILL test also checks the CSV log: a row every second step (and each validation's)
+_LOGGED = ["logger=csv", "trainer.log_every_n_steps=2"]
+
+
 def _vtlab(run_dir: Path, log: Path) -> subprocess.Popen:
     # output to a file: a pipe nobody drains while the other run goes on could fill up and stall the process
     with open(log, "a") as f:
-        return subprocess.Popen([sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={run_dir}"], cwd=ROOT, env=_ENV,
-                                stdout=f, stderr=subprocess.STDOUT)
+        return subprocess.Popen([sys.executable, "-m", "vtlab", *_RUN, *_LOGGED, f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                                env=_ENV, stdout=f, stderr=subprocess.STDOUT)
 
 
 def _tail(log: Path) -> str:
@@ -298,6 +325,11 @@ def _results(run_dir: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     from safetensors.torch import load_file
 
     return quality, load_file(str(run_dir / "model" / "model.safetensors"))
+
+
+def _logged(run_dir: Path) -> list[dict[str, str]]:
+    """The CSV log's rows without timings (the evaluation's *_s, *_ms_per_query columns)."""
+    return [{k: v for k, v in row.items() if not k.endswith(("_s", "_ms_per_query"))} for row in _csv_rows(run_dir)]
 
 
 @pytest.mark.slow
@@ -319,6 +351,8 @@ def test_sigkilled_training_resumes_to_the_same_metrics_and_weights(tmp_path: Pa
     killed_at = _ckpt_step(last)
     assert killed.returncode == -signal.SIGKILL and 6 <= killed_at < 12
     assert not (run_dir / "eval").exists() and not (run_dir / "model").exists()
+    logged_before = _logged(run_dir)
+    assert len(logged_before) >= 3  # steps 0, 2, 4 and the step-6 validation at least
 
     resumed = _vtlab(run_dir, run_log)  # the same command: resume=auto finds checkpoints/last.ckpt
     assert resumed.wait(timeout=600) == 0, _tail(run_log)
@@ -332,6 +366,10 @@ def test_sigkilled_training_resumes_to_the_same_metrics_and_weights(tmp_path: Pa
     assert ref_weights.keys() == got_weights.keys()
     for name, tensor in ref_weights.items():
         assert torch.equal(tensor, got_weights[name]), name
+    # the CSV log holds the rows from before the kill, and each step's once: the uninterrupted run's log
+    reference_log, got_log = _logged(ref_dir), _logged(run_dir)
+    assert got_log == reference_log and len(got_log) > len(logged_before)
+    assert [{k: r[k] for k in logged_before[0]} for r in got_log[: len(logged_before)]] == logged_before
 
 
 # ---- one writer per run directory; a resume continues the same config ------------------------------------------

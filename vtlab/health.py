@@ -206,8 +206,9 @@ class HealthMonitor(pl.Callback):
         if q is None or d is None:
             return
         active = (d != 0).any(0)
-        if self._seen is None or self._seen.shape[1] != active.shape[0] or self._seen.device != active.device:
+        if self._seen is None or self._seen.shape != (self.window, active.shape[0]):
             self._seen, self._filled = torch.zeros(self.window, active.shape[0], dtype=torch.bool, device=active.device), 0
+        self._seen = self._seen.to(active.device)  # restored from a checkpoint on the CPU
         self._seen[self._filled % self.window] = active  # the ring buffer is updated every step, logged less often
         self._filled += 1
         self._calls += 1
@@ -224,6 +225,13 @@ class HealthMonitor(pl.Callback):
         if m is not None:
             metrics["health/margin"] = m
         pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=q.shape[0])
+
+    def state_dict(self) -> dict[str, Any]:
+        """The ring buffer and counters go into checkpoints: a resumed run reports the uninterrupted run's values."""
+        return {"seen": self._seen, "filled": self._filled, "calls": self._calls}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._seen, self._filled, self._calls = state_dict["seen"], state_dict["filled"], state_dict["calls"]
 
 
 # ---------------------------------------------------------------------------------------------------- detector

@@ -15,6 +15,7 @@ from lightning_fabric.loggers.logger import rank_zero_experiment
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.loggers import CSVLogger, Logger, WandbLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
+from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from vtlab.atomic import atomic_write
 from vtlab.errors import disk_error
@@ -94,11 +95,42 @@ def _wandb_results(lg: WandbLogger, results: Mapping[str, Mapping[str, float]], 
 
 
 class RunConfigLogger(pl.Callback):
-    """Logs the job's full resolved config to every logger when fitting starts (wandb config, CSV hparams.yaml)."""
+    """Logs the job's full resolved config to every logger when fitting starts (wandb config, CSV hparams.yaml), and
+    tells a ResumableCSVLogger where training (re)starts, at its first batch, and ends (a resume keeps the earlier rows
+    of the steps before its checkpoint)."""
+
+    def __init__(self) -> None:
+        self._started = True
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
+            self._started = False
+            for lg in _resumable(trainer):
+                lg.hold_until_training()
             log_run_config(list(trainer.loggers))
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if not self._started:
+            self._starts(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._started:  # resumed from the final checkpoint: no batch was left
+            self._starts(trainer)
+        for lg in _resumable(trainer):
+            lg.training_ends()
+
+    def _starts(self, trainer: pl.Trainer) -> None:
+        # the step Lightning logs the first batch at: 0 for a fresh run, the one after the checkpoint's for a resume
+        # (read at the first batch: Lightning advances its logging step for a restored loop only once it runs)
+        self._started = True
+        step = trainer.fit_loop.epoch_loop._batches_that_stepped  # noqa: SLF001 - Lightning's own logging step
+        for lg in _resumable(trainer):
+            lg.training_starts(step)
+
+
+def _resumable(trainer: pl.Trainer) -> list["ResumableCSVLogger"]:
+    return [lg for lg in trainer.loggers if isinstance(lg, ResumableCSVLogger)]
 
 
 # ---- a CSV log that survives a resume -------------------------------------------------------------------------------
@@ -116,38 +148,73 @@ class ResumableCSVLogger(CSVLogger):
             self._experiment = KeepingWriter(log_dir=self.log_dir)
         return self._experiment
 
+    @rank_zero_only
+    def hold_until_training(self) -> None:
+        self.experiment.hold = True
+
+    @rank_zero_only
+    def training_starts(self, step: int) -> None:
+        self.experiment.training_starts(step)
+
+    @rank_zero_only
+    def training_ends(self) -> None:
+        self.experiment.cut = None
+
 
 class KeepingWriter(ExperimentWriter):
-    """Reads an existing metrics.csv instead of deleting it. The first step this process logs tells where it took up:
-    a resume replays every step after its checkpoint, so the earlier rows of steps before that one are kept and the
-    rest (the replayed stretch, or all of them for a run that starts over at step 0) are dropped. The merged file is
-    written whole and renamed into place (a kill then loses nothing); later rows are appended as Lightning does."""
+    """Reads an existing metrics.csv instead of deleting it, and keeps its rows of the steps before the one where
+    training takes up (`training_starts`, from RunConfigLogger: a resume replays every step after its checkpoint, so
+    the earlier rows of those steps go, as do all of them for a run that starts over at step 0). While a resumed fit
+    runs, a row for a step before its checkpoint repeats one the interrupted run logged (the preflight probe logs at
+    step 0 again) and is dropped; rows logged before the first batch wait for it. Without RunConfigLogger the first
+    step logged is taken as the one training takes up at. The merged file is written whole and renamed into place (a
+    kill then loses nothing); later rows are appended as Lightning does."""
 
     def __init__(self, log_dir: str) -> None:
         self._earlier: list[dict[str, str]] | None = _read_rows(Path(log_dir) / self.NAME_METRICS_FILE)
+        self.hold = False  # buffer rows until training_starts
+        self.cut: int | None = None  # while set: rows of earlier steps are repeats
         super().__init__(log_dir=log_dir)
 
     def _check_log_dir_exists(self) -> None:
-        pass  # the parent deletes metrics.csv here; save() replaces it with the merged rows instead
+        pass  # the parent deletes metrics.csv here; the first save replaces it with the merged rows instead
+
+    def log_metrics(self, metrics_dict: dict[str, float], step: int | None = None) -> None:
+        super().log_metrics(metrics_dict, step)
+        if self.cut is not None and self.metrics[-1]["step"] < self.cut:
+            self.metrics.pop()
+
+    def training_starts(self, step: int) -> None:
+        self.hold = False
+        if self._earlier is not None:
+            self._merge(step, drop_new_before=step)
+        self.cut = step if step > 0 else None
+        self.save()
 
     def save(self) -> None:
-        if self._earlier is not None and self.metrics:
-            first = self.metrics[0]["step"]
-            kept = [r for r in self._earlier if _step(r) is not None and _step(r) < first]  # type: ignore[operator]
-            if len(kept) < len(self._earlier):
-                log.info("%s: %d earlier rows kept, %d from step %s on dropped (logged again from here)",
-                         self.metrics_file_path, len(kept), len(self._earlier) - len(kept), first)
-            self.metrics = [*kept, *self.metrics]
-            self._record_new_keys()
-            rows, self.metrics, self._earlier = self.metrics, [], None
-            atomic_write(self.metrics_file_path, lambda f: _write_rows(f, self.metrics_keys, rows))
+        if self._earlier is not None and self.metrics and not self.hold:
+            self._merge(self.metrics[0]["step"], drop_new_before=0)  # no RunConfigLogger: the first step logged
+        if self.hold:
+            return  # hparams.yaml is written by log_hparams itself
         try:
-            super().save()  # hparams.yaml, and any rows logged since (appended)
+            super().save()  # hparams.yaml, and the rows logged since (appended)
         except OSError as e:
             err = disk_error(self.metrics_file_path, e)
             if err is None:
                 raise
             raise err from e
+
+    def _merge(self, step: int, drop_new_before: int) -> None:
+        earlier = self._earlier or []
+        kept = [r for r in earlier if (s := _step(r)) is not None and s < step]
+        new = [r for r in self.metrics if r["step"] >= drop_new_before]
+        if len(kept) < len(earlier) or len(new) < len(self.metrics):
+            log.info("%s: %d earlier rows kept, %d from step %s on dropped (logged again from here)",
+                     self.metrics_file_path, len(kept), len(earlier) - len(kept), step)
+        self.metrics = [*kept, *new]
+        self._record_new_keys()
+        rows, self.metrics, self._earlier = self.metrics, [], None
+        atomic_write(self.metrics_file_path, lambda f: _write_rows(f, self.metrics_keys, rows))
 
 
 def _read_rows(path: Path) -> list[dict[str, str]] | None:
