@@ -37,7 +37,7 @@ def model_dir_of(run_dir: Path) -> Path:
 LIBRARY_TARGETS = frozenset({
     "torch.optim.AdamW", "transformers.get_linear_schedule_with_warmup", "pytorch_lightning.Trainer",
     "pytorch_lightning.callbacks.ModelCheckpoint", "pytorch_lightning.callbacks.RichProgressBar",
-    "pytorch_lightning.loggers.CSVLogger", "pytorch_lightning.loggers.WandbLogger",
+    "pytorch_lightning.loggers.WandbLogger",
 })
 
 
