@@ -8,7 +8,6 @@ SPLADE-tiny; Anserini builds the impact index and searches it; ir-measures score
   this subset and on 1,000 passages at scale 100; BOUND tolerates one near-tie flip among 100 queries).
 - A wrong document scale (1 instead of 100: most weights round to 0 or 1) is caught by the same checks.
 """
-import os
 import re
 import shutil
 from pathlib import Path
@@ -16,17 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 
 from vtlab.evaluation import compute_metrics
 from vtlab.export import anserini
 from vtlab.export.vectors import AnseriniJsonVectors, AnseriniQueries, token_strings
 from vtlab.errors import VtlabError
 from vtlab.index import InvertedIndex, to_run
-from vtlab.pipeline import run
+from exported_vectors import export_vectors
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 N_QUERIES, N_DOCS, SCALE = 100, 300, 100  # 100 questions, their passages + distractors
 # |nDCG@10(Anserini) − nDCG@10(vtlab float index)|; 1 query in 100 whose relevant passage drops rank 1 → 2: 0.0037
 BOUND = 0.005
@@ -39,21 +35,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("java") is None,
 def exported(tmp_path_factory):
     """(vectors dir, encoder, collection, float query matrix, float doc matrix) after `stage=export ...
     formats=[anserini] queries=true`; the matrices are vtlab's own encodings (encoded once: the CPU is the cost)."""
-    tmp = tmp_path_factory.mktemp("anserini")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VTLAB_CACHE", os.environ.get("VTLAB_TEST_CACHE", str(tmp / "cache")))
-        with initialize_config_dir(str(CONF), version_base="1.3"):
-            cfg = compose("config", overrides=[
-                "stage=export", "backbone=splade-tiny", "vocab=native", "export.sentence_transformers=false",
-                f"paths.run_dir={tmp / 'run'}", "export.vectors.formats=[anserini]", "export.vectors.queries=true",
-                f"export.vectors.anserini.scale={SCALE}", f"+eval.collection.max_queries={N_QUERIES}",
-                f"+eval.collection.max_docs={N_DOCS}"])
-        state = run(cfg)
-        coll = instantiate(cfg.eval).collection
-    encoder = state["encoder"]
-    q = sp.csr_matrix(encoder.encode(list(coll.queries.values()), side="query", show_progress=False))
-    d = sp.csr_matrix(encoder.encode(list(coll.corpus.values()), side="doc", show_progress=False))
-    return tmp / "run" / "vectors", encoder, coll, q, d
+    return export_vectors(tmp_path_factory.mktemp("anserini"), N_QUERIES, N_DOCS, "export.vectors.formats=[anserini]",
+                          f"export.vectors.anserini.scale={SCALE}")
 
 
 def read_trec(path: Path) -> dict[str, dict[str, float]]:

@@ -5,25 +5,20 @@ in the same order; a swap only between scores equal to 1e-5, i.e. float summatio
 indices are shifted by one (a wrong id → token map) fails the same comparison.
 """
 import json
-import os
 import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
-from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 
 from vtlab.errors import VtlabError
 from vtlab.export.vectors import QdrantPoints, qdrant_point_id
 from vtlab.index import InvertedIndex
-from vtlab.pipeline import run
+from exported_vectors import export_vectors
 
 qdrant_client = pytest.importorskip("qdrant_client", reason="qdrant-client is a dev dependency (pip install -e .[dev])")
 models = qdrant_client.models
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 N_QUERIES, N_DOCS, K, TIE = 100, 300, 10, 1e-5
 
 pytestmark = pytest.mark.slow
@@ -33,22 +28,10 @@ pytestmark = pytest.mark.slow
 def exported(tmp_path_factory):
     """(qdrant dir, collection, vtlab's top-10 scores and doc indices) after `stage=export formats=[qdrant]
     queries=true`; vtlab's ranking comes from its own encodings and InvertedIndex, not from the files."""
-    tmp = tmp_path_factory.mktemp("qdrant")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VTLAB_CACHE", os.environ.get("VTLAB_TEST_CACHE", str(tmp / "cache")))
-        with initialize_config_dir(str(CONF), version_base="1.3"):
-            cfg = compose("config", overrides=[
-                "stage=export", "backbone=splade-tiny", "vocab=native", "export.sentence_transformers=false",
-                f"paths.run_dir={tmp / 'run'}", "export.vectors.formats=[qdrant,elasticsearch]",
-                "export.vectors.queries=true", f"+eval.collection.max_queries={N_QUERIES}",
-                f"+eval.collection.max_docs={N_DOCS}"])
-        state = run(cfg)
-        coll = instantiate(cfg.eval).collection
-    encoder = state["encoder"]
-    q = sp.csr_matrix(encoder.encode(list(coll.queries.values()), side="query", show_progress=False))
-    d = sp.csr_matrix(encoder.encode(list(coll.corpus.values()), side="doc", show_progress=False))
+    vectors, _, coll, q, d = export_vectors(tmp_path_factory.mktemp("qdrant"), N_QUERIES, N_DOCS,
+                                            "export.vectors.formats=[qdrant,elasticsearch]")
     scores, indices = InvertedIndex(d, list(coll.corpus)).search(q, k=K)
-    return tmp / "run" / "vectors", coll, scores, indices
+    return vectors, coll, scores, indices
 
 
 def load(points: Path, collection_json: Path) -> "qdrant_client.QdrantClient":

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from vtlab.assets import cache_dir
+from vtlab.integrity import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +73,6 @@ def private_dir() -> Path:
     return path
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _verified(lib_path: Path) -> str | None:
     """None when lib_path is this user's regular file whose bytes match the sha256 recorded at build time; else why
     not (for the warning)."""
@@ -91,7 +84,7 @@ def _verified(lib_path: Path) -> str | None:
         recorded = digest_path.read_text().strip()
     except FileNotFoundError as e:
         return f"{Path(e.filename).name} is missing"
-    if sha256_of(lib_path) != recorded:
+    if sha256_file(lib_path) != recorded:
         return f"its sha256 differs from the one recorded at build time in {digest_path.name}"
     return None
 
@@ -104,7 +97,7 @@ def _build(cc: str, lib_path: Path) -> None:
     digest_tmp = Path(tmp + ".sha256")
     try:
         subprocess.run([cc, *CFLAGS, "-o", tmp, str(SOURCE)], check=True, capture_output=True, text=True, timeout=120)
-        digest_tmp.write_text(sha256_of(Path(tmp)) + "\n")
+        digest_tmp.write_text(sha256_file(Path(tmp)) + "\n")
         os.replace(digest_tmp, lib_path.with_name(lib_path.name + ".sha256"))
         os.replace(tmp, lib_path)
     finally:
