@@ -12,8 +12,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from collections.abc import Callable, Iterator, Mapping
@@ -163,16 +161,12 @@ def _lock(path: Path) -> Iterator[None]:
 
 def _save(model: Any, tokenizer: Any, out: Path, report: dict[str, Any]) -> None:
     """Write into a temp dir next to `out` and rename: a crash never leaves a half model that looks done."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / _DONE).write_text(json.dumps(report, indent=1, default=str))
-        integrity.seal(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    integrity.publish(tmp, out)  # replaces an incomplete or damaged earlier attempt
+
+    integrity.build(out, write)  # replaces an incomplete or damaged earlier attempt
 
 
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:

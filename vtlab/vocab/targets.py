@@ -9,8 +9,6 @@ import functools
 import hashlib
 import json
 import logging
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -281,15 +279,11 @@ class CorpusWordPiece(TargetVocab):
             if damage != "absent":
                 log.warning("vocab=%s: cached tokenizer %s is not usable (%s): retraining it", self.name, final, damage)
             log.info("vocab=%s: training a %d-token WordPiece -> %s", self.name, self.vocab_size, final)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-            try:
+            def write(tmp: Path) -> None:
                 self._train().save_pretrained(tmp)
                 (tmp / "vtlab_vocab.json").write_text(json.dumps(self._params(), indent=1, sort_keys=True))
-                integrity.seal(tmp)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-            integrity.publish(tmp, final)  # racing builds are safe: the first valid entry wins
+
+            integrity.build(final, write)  # racing builds are safe: the first valid entry wins
         return final
 
     def load_tokenizer(self, source_tokenizer: PreTrainedTokenizerBase | None = None) -> PreTrainedTokenizerBase:

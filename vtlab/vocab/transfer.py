@@ -13,8 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -228,16 +226,12 @@ def cached_transfer(backbone: Backbone, vocab: TargetVocab, init: Initializer,
     target_emb, target_bias = _target_model_tensors(vocab, options)
     report = apply_transfer(model, source_tok, target_tok, init, target_emb, target_bias, options)
     report.update(backbone=backbone.name_or_path, vocab=vocab.name)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
         target_tok.save_pretrained(tmp)
         (tmp / "transfer_report.json").write_text(json.dumps(report, indent=2))
-        integrity.seal(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    integrity.publish(tmp, out)  # a racing process that finished first wins: its entry is as good
+
+    integrity.build(out, write)
     log.info("vocabulary transfer: %s → %s (%s) in %.1fs: %s", backbone.name_or_path, vocab.name, init.name,
              report["seconds"], report["overlap"])
     return out
