@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import errno
 import os
+from pathlib import Path
+
+from hydra.errors import InstantiationException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 
 class VtlabError(Exception):
@@ -64,3 +68,39 @@ def disk_error(path: str | os.PathLike[str], exc: BaseException) -> DiskError | 
 def gib(n_bytes: float) -> str:
     """A size for messages: 1.23 GiB."""
     return f"{n_bytes / 2**30:.2f} GiB"
+
+
+# ---- classifying and printing: what the entry point shows as one line ------------------------------------------
+_USER_ERRORS = (VtlabError, MissingMandatoryValue, OmegaConfBaseException, ValueError, FileNotFoundError)
+
+
+def _is_signature_error(exc: BaseException) -> bool:
+    """A TypeError raised while binding a target's arguments (an unknown or missing config key), not inside the
+    target: its innermost frame is Hydra's call site."""
+    if not isinstance(exc, TypeError) or exc.__traceback__ is None:
+        return False
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{Path('hydra', '_internal')}" in tb.tb_frame.f_code.co_filename
+
+
+def user_error(exc: BaseException) -> BaseException | None:
+    """The user-facing error behind `exc` (Hydra wraps errors raised while instantiating targets), if any."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, _USER_ERRORS) and not isinstance(seen, InstantiationException):
+            return seen
+        if _is_signature_error(seen):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def one_line(exc: BaseException, key: str | None = None) -> str:
+    msg = " ".join(str(exc).split())
+    if isinstance(exc, OmegaConfBaseException) and getattr(exc, "full_key", None) and exc.full_key not in msg:
+        key = exc.full_key
+    if key and key not in msg:
+        msg = f"{msg} (config key: {key})"
+    return f"vtlab: error: {msg}"

@@ -20,15 +20,13 @@ from hydra.errors import InstantiationException
 from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from vtlab.errors import ConfigError, RunDirError, VtlabError
+from vtlab.errors import ConfigError, RunDirError, VtlabError, one_line, user_error
 from vtlab.reuse import reuse
 
 log = logging.getLogger("vtlab")
 
 # Exceptions that mean "the user's input is wrong": reported as one line, never a traceback.
-_USER_ERRORS = (VtlabError, MissingMandatoryValue, OmegaConfBaseException, ValueError, FileNotFoundError)
 
 LAST_CKPT = Path("checkpoints") / "last.ckpt"
 # A run's results (globs under run_dir): evaluation metrics, the trained/calibrated/transferred model, checkpoints.
@@ -177,29 +175,6 @@ def _refusal(run_dir: Path, found: list[str], finished: list[str], has_last: boo
 # ---- errors -------------------------------------------------------------------------------------------------------
 
 
-def _is_signature_error(exc: BaseException) -> bool:
-    """A TypeError raised while binding a target's arguments (an unknown or missing config key), not inside the
-    target: its innermost frame is Hydra's call site."""
-    if not isinstance(exc, TypeError) or exc.__traceback__ is None:
-        return False
-    tb = exc.__traceback__
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return f"{Path('hydra', '_internal')}" in tb.tb_frame.f_code.co_filename
-
-
-def user_error(exc: BaseException) -> BaseException | None:
-    """The user-facing error behind `exc` (Hydra wraps errors raised while instantiating targets), if any."""
-    seen = exc
-    while seen is not None:
-        if isinstance(seen, _USER_ERRORS) and not isinstance(seen, InstantiationException):
-            return seen
-        if _is_signature_error(seen):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
 _FULL_KEY = re.compile(r"\nfull_key: (\S+)")
 
 
@@ -224,15 +199,6 @@ def _interpolation_target(cfg: DictConfig, key: str) -> str | None:
     raw = parent._get_node(leaf)._value()  # noqa: SLF001 - the unresolved value: "${regularizer.doc}"
     m = re.fullmatch(r"\$\{([\w.]+)\}", raw) if isinstance(raw, str) else None
     return m.group(1) if m else None
-
-
-def one_line(exc: BaseException, key: str | None = None) -> str:
-    msg = " ".join(str(exc).split())
-    if isinstance(exc, OmegaConfBaseException) and getattr(exc, "full_key", None) and exc.full_key not in msg:
-        key = exc.full_key
-    if key and key not in msg:
-        msg = f"{msg} (config key: {key})"
-    return f"vtlab: error: {msg}"
 
 
 def run_or_exit(cfg: DictConfig, on_start: Callable[[], None] | None = None) -> dict[str, Any]:

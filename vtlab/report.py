@@ -47,6 +47,7 @@ from vtlab import stats
 from vtlab.atomic import atomic_write
 from vtlab.errors import VtlabError
 from vtlab.evaluation import split_budget_key
+from vtlab.status import job_dirs
 
 DEFAULT_MEASURE = "nDCG@10"
 SEED_KEY = "seed"
@@ -218,12 +219,6 @@ def read_job(job_dir: Path, num: int) -> Job:
                name=str(name) if name is not None else (status or {}).get("name"),
                seed=seed, error=(status or {}).get("error"), metrics=metrics, path=job_dir,
                contrasts=contrasts, problems=problems)
-
-
-def job_dirs(sweep: Path) -> list[Path]:
-    """Direct children with a `.hydra/` folder (vtlab's `hydra.sweep.subdir` is the job number)."""
-    return sorted((p for p in sweep.iterdir() if (p / ".hydra").is_dir()),
-                  key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name))
 
 
 # ---------------------------------------------------------------------------------------------------- expected jobs

@@ -16,6 +16,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from vtlab.status import job_dirs, read_status
+
 
 log = logging.getLogger("vtlab")
 
@@ -34,14 +36,10 @@ def comparable(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
 
 def _job_dirs(root: Path) -> list[Path]:
     """`root` itself when it is a run directory, else its sweep's job directories."""
-    from vtlab.report import job_dirs  # here: vtlab.report and vtlab.status import vtlab.pipeline, which imports us
-
     return [root] if (root / ".hydra" / "config.yaml").is_file() else job_dirs(root)
 
 
 def _is_done(job: Path) -> bool:
-    from vtlab.status import read_status
-
     try:
         return (read_status(job) or {}).get("status") == "done"
     except (OSError, ValueError):

@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from vtlab.evaluation import write_json
-from vtlab.pipeline import one_line, user_error
+from vtlab.errors import one_line, user_error
 
 STATUS_FILE = "status.json"
 
@@ -126,3 +126,9 @@ def _state(job: Path) -> str:
 def read_status(run_dir: str | Path) -> dict[str, Any] | None:
     path = Path(run_dir) / STATUS_FILE
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def job_dirs(sweep: Path) -> list[Path]:
+    """Direct children with a `.hydra/` folder (vtlab's `hydra.sweep.subdir` is the job number)."""
+    return sorted((p for p in sweep.iterdir() if (p / ".hydra").is_dir()),
+                  key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name))
