@@ -24,7 +24,7 @@ from transformers import (
     RobertaForMaskedLM,
 )
 
-from vtlab import backbones
+from vtlab import assets
 from vtlab.assets import HUB, asset_path
 from vtlab.backbones import Backbone, TinyModernBert, TinyRoberta, decoder_site
 from vtlab.errors import AssetError
@@ -77,8 +77,8 @@ def test_offline_hub_error_is_fast_and_one_line() -> None:
 
 
 def test_unreachable_hub_without_offline_flag_is_fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    backbones._hub_reachable.cache_clear()
-    if backbones._hub_reachable():
+    assets.hub_reachable.cache_clear()
+    if assets.hub_reachable():
         pytest.skip("the Hugging Face hub is reachable from this machine")
     from huggingface_hub import constants
 

@@ -6,6 +6,9 @@ at the entry point, not a traceback); on every failure path the temp file or dir
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -13,7 +16,19 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, BinaryIO, TextIO
 
+import numpy as np
+
 from vtlab.errors import disk_error
+
+
+def stable_hash(blob: str | bytes, length: int = 16) -> str:
+    """The cache-key digest: sha1 hex of `blob`, cut to `length` characters (not a security hash: a name)."""
+    return hashlib.sha1(blob.encode() if isinstance(blob, str) else blob).hexdigest()[:length]
+
+
+def json_hash(obj: Any, length: int = 16) -> str:
+    """`stable_hash` of `obj` as sorted-key JSON (values JSON cannot encode are written with str())."""
+    return stable_hash(json.dumps(obj, sort_keys=True, default=str), length)
 
 
 def _atomic_file(path: str | os.PathLike[str], write: Callable[[IO[Any]], None], **open_kwargs: Any) -> Path:
@@ -86,3 +101,49 @@ def atomic_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
         if err is not None:
             raise err from e
         raise
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Atomic JSON write (numpy scalars/arrays and Paths are converted)."""
+    # json.dump streams into the temp file, so an unencodable value fails mid-write; atomic_write cleans up
+    return atomic_write(path, lambda f: (json.dump(obj, f, indent=2, default=_json_default), f.write("\n")))
+
+
+def atomic_symlink(target: str | os.PathLike[str], link: str | os.PathLike[str]) -> Path:
+    """Point `link` at the directory `target`, replacing an older link in one rename (never a dangling or half-made
+    link)."""
+    link = Path(link)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp, target_is_directory=True)
+    try:
+        os.replace(tmp, link)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    return link
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An exclusive flock on `path` (created if absent) for the block; the kernel releases it if the process dies, so
+    concurrent builders of one cache entry wait instead of building it twice."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -12,82 +12,21 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from vtlab.assets import asset_path, cache_dir, resolve
+from vtlab.assets import asset_path, cache_dir, hub_offline_flag, hub_reachable, is_connection_error, looks_like_path, resolve
 from vtlab.errors import AssetError
 
 T = TypeVar("T")
-
-_HUB_PROBE_TIMEOUT_S = 3.0
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def _hub_offline_flag() -> bool:
-    from huggingface_hub import constants
-
-    # huggingface_hub reads the env once at import; also honour a flag set later in the same process.
-    return bool(constants.HF_HUB_OFFLINE) or _truthy(os.environ.get("HF_HUB_OFFLINE")) or _truthy(
-        os.environ.get("TRANSFORMERS_OFFLINE")
-    )
-
-
-@lru_cache(maxsize=1)
-def _hub_reachable() -> bool:
-    """One quick TCP probe of the hub endpoint: without it an offline machine spends ~25 s per file in hub retries."""
-    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True  # behind a proxy a direct probe says nothing; let the hub client decide
-    from huggingface_hub import constants
-
-    url = urlparse(constants.ENDPOINT)
-    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
-    ok: list[bool] = []
-
-    def probe() -> None:
-        try:
-            socket.create_connection((host, port), timeout=_HUB_PROBE_TIMEOUT_S).close()
-            ok.append(True)
-        except OSError:
-            pass
-
-    # A thread bounds the DNS lookup too, which socket timeouts do not cover.
-    t = threading.Thread(target=probe, daemon=True)
-    t.start()
-    t.join(_HUB_PROBE_TIMEOUT_S + 1.0)
-    return bool(ok)
-
-
-def _looks_like_path(s: str) -> bool:
-    # Hub ids are "name" or "org/name"; anything else that does not exist locally is a mistyped path.
-    return s.startswith(("/", "./", "../", "~", "\\")) or s.count("/") > 1 or (os.sep != "/" and os.sep in s)
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, (ConnectionError, TimeoutError, socket.gaierror)) or "ConnectError" in type(seen).__name__:
-            return True
-        if type(seen).__name__ in {"LocalEntryNotFoundError", "OfflineModeIsEnabled"}:
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
 
 def _auto_map(source: str) -> list[str]:
     """The modules:classes a model directory's config.json (or tokenizer_config.json) asks transformers to import."""
@@ -265,14 +204,14 @@ class Backbone:
     def _load_from(self, loader: Callable[..., T], source: str, field: str, **kwargs: Any) -> T:
         if os.path.isdir(source):
             return loader(source, **kwargs)
-        if _looks_like_path(source):
+        if looks_like_path(source):
             raise AssetError(f"{field}={source!r} is not an existing local directory")
-        offline = _hub_offline_flag() or not _hub_reachable()
+        offline = hub_offline_flag() or not hub_reachable()
         try:
             # local_files_only when offline: a cached model still loads, an uncached one fails at once, no retries.
             return loader(source, revision=self.revision, local_files_only=offline, **kwargs)
         except OSError as exc:
-            if offline or _is_connection_error(exc):
+            if offline or is_connection_error(exc):
                 raise AssetError(
                     f"{field}={source!r} must be downloaded from the Hugging Face hub, which is unreachable (offline). "
                     f"Run once with network or point {field} at a local directory."

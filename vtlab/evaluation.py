@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 from rich.table import Table
 
-from vtlab.atomic import atomic_write
+from vtlab.atomic import atomic_write, write_json  # noqa: F401 - write_json: importers move to vtlab.atomic
 from vtlab.data.collections import Collection
 from vtlab.errors import DataError, VtlabError
 from vtlab.index import INDEXES, index_factory
@@ -134,22 +134,6 @@ def sparsity_stats(queries: sp.csr_matrix, docs: sp.csr_matrix) -> dict[str, flo
 
 
 # ---------------------------------------------------------------------------------------------------- writing
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
-
-
-def write_json(path: str | Path, obj: Any) -> Path:
-    """Atomic JSON write (numpy scalars/arrays and Paths are converted)."""
-    # json.dump streams into the temp file, so an unencodable value fails mid-write; atomic_write cleans up
-    return atomic_write(path, lambda f: (json.dump(obj, f, indent=2, default=_json_default), f.write("\n")))
 
 
 _WHITESPACE = re.compile(r"\s")

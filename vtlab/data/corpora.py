@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from vtlab.assets import hub_reachable, truthy
 from vtlab.errors import AssetError, VtlabError
 
 WIKIPEDIA = "wikimedia/wikipedia"
@@ -40,12 +41,8 @@ def boolq_passages(max_docs: int | None = None, split: str = "all") -> tuple[str
     return texts if max_docs is None else texts[:max_docs]
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
 def _offline_flag() -> bool:
-    return any(_truthy(os.environ.get(k)) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(truthy(os.environ.get(k)) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
 @contextlib.contextmanager
@@ -67,9 +64,7 @@ def hub_dataset(repo: str, config: str | None = None, split: str = "train", stre
     """`datasets.load_dataset(repo, config, split=...)`, or AssetError naming the dataset when it cannot be had."""
     import datasets
 
-    from vtlab.backbones import _hub_reachable  # one bounded TCP probe, shared with the model loader
-
-    offline = _offline_flag() or not _hub_reachable()
+    offline = _offline_flag() or not hub_reachable()  # one bounded TCP probe, shared with the model loader
     ctx = _forced_offline() if offline else contextlib.nullcontext()
     try:
         with ctx:

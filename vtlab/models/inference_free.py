@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from vtlab.assets import hub_offline_flag, hub_reachable, is_connection_error, looks_like_path
 from vtlab.backbones import Backbone
 from vtlab.errors import VtlabError
 from vtlab.models.encoder import Side, SpladeEncoder
@@ -71,13 +72,11 @@ class InferenceFreeEncoder(SpladeEncoder):
         if kwargs.get("idf_path") is None and kwargs.get("use_idf", True):
             import os
 
-            from vtlab.backbones import _hub_offline_flag, _hub_reachable, _is_connection_error, _looks_like_path
-
             source, field = backbone._source(tokenizer=False)  # asset: names and generated backbones resolved
             if os.path.isdir(source):
                 local = Path(source) / IDF_FILE
                 kwargs["idf_path"] = local if local.is_file() else None
-            elif not _looks_like_path(source):  # a hub id (the model itself loaded from the hub or its cache)
+            elif not looks_like_path(source):  # a hub id (the model itself loaded from the hub or its cache)
                 from huggingface_hub import _CACHED_NO_EXIST, hf_hub_download, try_to_load_from_cache
                 from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
@@ -87,7 +86,7 @@ class InferenceFreeEncoder(SpladeEncoder):
                 if isinstance(cached, str):
                     kwargs["idf_path"] = cached
                 elif cached is not _CACHED_NO_EXIST:  # unknown: ask the hub (a known-absent file needs no ask)
-                    if _hub_offline_flag() or not _hub_reachable():
+                    if hub_offline_flag() or not hub_reachable():
                         raise VtlabError(f"{field}={source!r}: cannot check the hub for its {IDF_FILE} (offline)"
                                          + offline_hint)
                     try:
@@ -98,7 +97,7 @@ class InferenceFreeEncoder(SpladeEncoder):
                     except EntryNotFoundError:
                         pass  # the repo has no table: one is computed from the training / evaluation corpus
                     except OSError as exc:
-                        why = ("hub unreachable" + offline_hint if _is_connection_error(exc)
+                        why = ("hub unreachable" + offline_hint if is_connection_error(exc)
                                else (str(exc).strip().splitlines() or [type(exc).__name__])[0])
                         raise VtlabError(f"{field}={source!r}: could not download {IDF_FILE}: {why}") from exc
         return cls(model, tokenizer, **kwargs)
