@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from vtlab.errors import AssetError, ConfigError, DataError, NonFiniteLossError, RunDirError, VtlabError
-from vtlab.pipeline import LAST_CKPT, one_line, prepare_run_dir, user_error
+from vtlab.errors import one_line, user_error
+from vtlab.runs.directory import LAST_CKPT, prepare_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -317,7 +318,7 @@ def distillation_loss_without_teacher_scores(tmp, mp):
     return _check_teacher_scores(SimpleNamespace(loss=MarginMSE()), dm, cfg)
 
 
-# -- the run directory (vtlab/pipeline.py) --
+# -- the run directory (vtlab/runs/directory.py) --
 
 def _cfg(run_dir: Path, *overrides: str):
     from hydra import compose, initialize_config_dir
@@ -433,7 +434,7 @@ def tokenizer_without_a_mask_token(tmp, mp):
     from tokenizers.models import WordLevel
     from transformers import PreTrainedTokenizerFast
 
-    from vtlab.models.mlm import _boundary_ids
+    from vtlab.data.text import _boundary_ids
 
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "cat": 4}
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="[UNK]")), pad_token="[PAD]",
@@ -496,7 +497,8 @@ def crafted_checkpoint_that_runs_code(tmp, mp):
 @case(RunDirError, r"run directory .* is in use by another vtlab process \(it holds the directory's lock\); wait for "
                    r"it to end, or choose another hydra\.run\.dir$")
 def run_directory_in_use(tmp, mp):
-    from vtlab.pipeline import run, run_dir_lock
+    from vtlab.pipeline import run
+    from vtlab.runs.directory import run_dir_lock
 
     with run_dir_lock(tmp):
         return run(_cfg(tmp))

@@ -14,7 +14,7 @@ from vtlab.data.boolq import boolq_collection
 from vtlab.errors import AssetError, VtlabError
 from vtlab.evaluation import evaluate
 from vtlab.models.bm25 import BM25Encoder
-from vtlab.stages.evaluate import build_encoder
+from vtlab.stages.build import build_encoder
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

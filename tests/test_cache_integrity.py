@@ -84,7 +84,7 @@ def test_damaged_mlm_cache_is_retrained(caplog) -> None:
     from omegaconf import OmegaConf
 
     from vtlab.backbones import TinyModernBert
-    from vtlab.stages.mlm import train_cached
+    from vtlab.models.mlm import train_cached
 
     recipe = OmegaConf.create({"steps": 2, "batch_size": 4, "max_length": 32, "mlm_probability": 0.3, "lr": 1e-4,
                                "weight_decay": 0.0, "scheduler": None, "warmup_steps": 0,

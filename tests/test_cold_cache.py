@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 from vtlab.assets import cache_dir
 from vtlab.backbones import TinyBert
 from vtlab.pretrain import MLMPretrained
-from vtlab.stages.mlm import train_cached
+from vtlab.models.mlm import train_cached
 
 
 def _recipe(steps: int) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from vtlab.status import SweepExitCode, interrupting_signal
+from vtlab.runs.status import SweepExitCode, interrupting_signal
 
 ROOT = Path(__file__).resolve().parents[1]
 _ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",

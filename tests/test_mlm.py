@@ -12,7 +12,8 @@ from hydra import compose, initialize_config_dir
 from vtlab.backbones import TinyModernBert
 from vtlab.data import corpora
 from vtlab.errors import AssetError, VtlabError
-from vtlab.models.mlm import MLMModule, TextDataModule, pack_spans
+from vtlab.data.text import TextDataModule, pack_spans
+from vtlab.models.mlm import MLMModule
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -153,7 +154,7 @@ def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("trained again although cached")
 
-    monkeypatch.setattr(stage, "_train", boom)
+    monkeypatch.setattr("vtlab.models.mlm._train", boom)
     again = stage.run(cfg, {})
     assert Path(again["backbone"].name_or_path) == out and (out / "vtlab_mlm.json").stat().st_mtime == mtime
 

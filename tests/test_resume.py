@@ -25,7 +25,7 @@ from vtlab.data.collections import Collection
 from vtlab.data.datamodule import ResumableDataLoader, TripletDataModule
 from vtlab.data.examples import TripletExample
 from vtlab.atomic import atomic_dir
-from vtlab.pipeline import LAST_CKPT, prepare_run_dir
+from vtlab.runs.directory import LAST_CKPT, prepare_run_dir
 from vtlab.stages.finetune import LastCheckpoint, ResumeState, SameDirCheckpointIO
 from vtlab.tracking import ResumableCSVLogger, RunConfigLogger
 
@@ -377,7 +377,8 @@ def test_sigkilled_training_resumes_to_the_same_metrics_and_weights(tmp_path: Pa
 
 def test_a_second_writer_of_a_run_directory_is_refused(tmp_path: Path) -> None:
     from vtlab.errors import RunDirError
-    from vtlab.pipeline import run, run_dir_lock
+    from vtlab.pipeline import run
+    from vtlab.runs.directory import run_dir_lock
 
     started = []
     with run_dir_lock(tmp_path):  # another process's run (flock: a second open of the directory conflicts too)
@@ -392,7 +393,7 @@ def test_a_second_writer_of_a_run_directory_is_refused(tmp_path: Path) -> None:
 
 def test_a_second_writer_through_the_cli_gets_one_line_and_writes_nothing(tmp_path: Path) -> None:
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-                               "from vtlab.pipeline import run_dir_lock\n"
+                               "from vtlab.runs.directory import run_dir_lock\n"
                                f"with run_dir_lock(Path({str(tmp_path)!r})):\n    print('locked', flush=True)\n"
                                "    time.sleep(120)"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:

@@ -1,4 +1,4 @@
-"""vtlab.reuse: an ablation row that repeats a main-table row reuses that finished run instead of recomputing it."""
+"""vtlab.runs.reuse: an ablation row that repeats a main-table row reuses that finished run instead of recomputing it."""
 import json
 from pathlib import Path
 
@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from vtlab import pipeline, reproduce
-from vtlab.reuse import MARKER, find_equal_run
+from vtlab.runs.reuse import MARKER, find_equal_run
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from vtlab.errors import RunDirError
-from vtlab.pipeline import LAST_CKPT, user_error
+from vtlab.errors import user_error
+from vtlab.runs.directory import LAST_CKPT
 
 ROOT = Path(__file__).resolve().parents[1]
 _ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",

@@ -9,7 +9,7 @@ from vtlab.data.collections import Collection
 from vtlab.errors import VtlabError
 from vtlab.eval_suite import EvaluationSuite, average
 from vtlab.evaluation import RetrievalEvaluation
-from vtlab.status import RunStatus, describe, read_status
+from vtlab.runs.status import RunStatus, describe, read_status
 from vtlab.tracking import log_results
 
 

@@ -11,7 +11,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from vtlab.pipeline import run_or_exit
-from vtlab.status import RunStatus, describe, interrupted_line, interrupting_signal, raise_terminated
+from vtlab.runs.status import RunStatus, describe, interrupted_line, interrupting_signal, raise_terminated
 from vtlab.tracking import set_run_config
 
 log = logging.getLogger("vtlab")
@@ -44,7 +44,7 @@ def main(cfg: DictConfig) -> None:
             status.fail(exc)
         if hc.mode == RunMode.MULTIRUN:
             # one failed job must not end the sweep: the table shows it as failed (vtlab.report), and the sweep exits
-            # 1 at its end (vtlab.status.SweepExitCode)
+            # 1 at its end (vtlab.runs.status.SweepExitCode)
             log.error("job %s failed: %s", hc.job.num, describe(exc))
             return
         raise

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 
 from hydra.errors import InstantiationException
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 
@@ -104,3 +106,29 @@ def one_line(exc: BaseException, key: str | None = None) -> str:
     if key and key not in msg:
         msg = f"{msg} (config key: {key})"
     return f"vtlab: error: {msg}"
+
+
+_FULL_KEY = re.compile(r"\nfull_key: (\S+)")
+
+
+def config_key(exc: BaseException, cfg: DictConfig | None = None) -> str | None:
+    """The config key whose instantiation raised `exc` (from Hydra's InstantiationException), following an
+    interpolation to the key the user sets (model.doc_regularizer → regularizer.doc)."""
+    seen, key = exc, None
+    while seen is not None:
+        if isinstance(seen, InstantiationException) and (m := _FULL_KEY.search(str(seen))):
+            key = m.group(1)  # the innermost one wins: the node that actually failed
+        seen = seen.__cause__ or seen.__context__
+    if key is None or cfg is None:
+        return key
+    return _interpolation_target(cfg, key) or key
+
+
+def _interpolation_target(cfg: DictConfig, key: str) -> str | None:
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+    if not isinstance(parent, DictConfig) or leaf not in parent:
+        return None
+    raw = parent._get_node(leaf)._value()  # noqa: SLF001 - the unresolved value: "${regularizer.doc}"
+    m = re.fullmatch(r"\$\{([\w.]+)\}", raw) if isinstance(raw, str) else None
+    return m.group(1) if m else None

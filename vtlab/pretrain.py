@@ -5,12 +5,11 @@ same way under the same budget: a tiny ModernBERT on the raw cased OLMo BPE and 
 WordPiece, each MLM-pretrained with one recipe (conf/mlm/cpu-pretrain.yaml). The tiny BERT then plays
 bert-base-uncased's role: the native baseline row, and the target embedding space for semantic initialization.
 
-Pretraining runs once per (start, recipe, seed) through `vtlab.stages.mlm.train_cached` and is shared by every row
+Pretraining runs once per (start, recipe, seed) through `vtlab.models.mlm.train_cached` and is shared by every row
 and every job of a sweep that names the same backbone.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,7 +18,9 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from vtlab.atomic import stable_hash
 from vtlab.backbones import Backbone
+from vtlab.models.mlm import train_cached
 
 
 class MLMPretrained(Backbone):
@@ -36,15 +37,13 @@ class MLMPretrained(Backbone):
     def cache_key(self) -> str:
         recipe = json.dumps({"mlm": self.mlm, "seed": self.seed, "precision": self.precision}, sort_keys=True,
                             default=str)
-        return f"mlm-pretrained:{self.start.cache_key()}:{hashlib.sha1(recipe.encode()).hexdigest()[:12]}"
+        return f"mlm-pretrained:{self.start.cache_key()}:{stable_hash(recipe, 12)}"
 
     def _source(self, tokenizer: bool) -> tuple[str, str]:
         return str(self.materialize()), "backbone"
 
     def materialize(self) -> Path:
         """Pretrain into the cache if absent (other jobs wait on its lock); return the model directory."""
-        from vtlab.stages.mlm import train_cached
-
         out, _ = train_cached(self.start, self.mlm, self.seed, trainer_cfg={"precision": self.precision,
                                                                            "accelerator": "auto", "devices": 1})
         self.name_or_path = str(out)

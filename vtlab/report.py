@@ -47,7 +47,7 @@ from vtlab import stats
 from vtlab.atomic import atomic_write
 from vtlab.errors import VtlabError
 from vtlab.evaluation import split_budget_key
-from vtlab.status import job_dirs
+from vtlab.runs.status import job_dirs
 
 DEFAULT_MEASURE = "nDCG@10"
 SEED_KEY = "seed"

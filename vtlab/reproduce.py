@@ -54,7 +54,7 @@ def _exists(scale: str, table: str) -> bool:
 def sweeps(scale: str, seeds: int | None, tables: list[str], out: Path | None = None) -> dict[str, list[str]]:
     """table → the `python -m vtlab -m` overrides that run it (`seeds`: None for each table's default). With `out`
     (where the sweeps go), the ablations may reuse the main table's finished jobs: an ablation's default value repeats
-    a main row (vtlab/reuse.py)."""
+    a main row (vtlab/runs/reuse.py)."""
     sweeps_ = {}
     for table in tables:
         n = seeds if seeds is not None else TABLES.get(scale, {}).get(table, 1)
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vtlab: error: --seeds={args.seeds}: expected >= 1", file=sys.stderr)
         return 2
     default = [t for t in TABLES[args.scale] if t not in OPTIONAL.get(args.scale, set())]
-    tables = [t for t in (args.tables or ",".join(default)).split(",") if t]
+    tables = [t for t in args.tables.split(",") if t] if args.tables else default
     unknown = [t for t in tables if not _exists(args.scale, t)]
     if unknown:
         print(f"vtlab: error: --tables: no experiment config for {unknown} under {CONF / args.scale}", file=sys.stderr)

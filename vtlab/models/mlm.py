@@ -1,162 +1,33 @@
-"""MLM adaptation after vocabulary transfer: packed-span text data + a LightningModule around an HF masked LM."""
+"""Masked-LM training of an HF masked LM (MLM adaptation after vocabulary transfer, and the pretraining replicas):
+the LightningModule, and `train_cached`, which trains once per (start, recipe, preprocessing, seed, precision) into
+$VTLAB_CACHE/mlm and loads the cached model afterwards."""
 from __future__ import annotations
 
+import functools
+import json
 import logging
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytorch_lightning as pl
 import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from pytorch_lightning.loggers import CSVLogger, Logger
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset
-from transformers import DataCollatorForLanguageModeling, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, get_scheduler
 
-from vtlab.backbones import decoder_bypassed
+from vtlab import integrity
+from vtlab.assets import cache_dir
+from vtlab.atomic import file_lock, stable_hash
+from vtlab.backbones import Backbone, decoder_bypassed
+from vtlab.data.text import TextDataModule
 from vtlab.errors import VtlabError
 from vtlab.models.optim import configure_optimizers
 
 log = logging.getLogger("vtlab")
-
-_TOKENIZE_BATCH = 1000
-
-
-# ---- data -----------------------------------------------------------------------------------------------------------
-def _boundary_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int]:
-    """(start, end) ids wrapped around every span: CLS/SEP, or BOS/EOS for tokenizers without them."""
-    start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
-    end = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
-    if start is None or end is None or tokenizer.mask_token_id is None:
-        raise VtlabError(f"MLM needs a tokenizer with CLS/SEP (or BOS/EOS) and MASK tokens; "
-                         f"{type(tokenizer).__name__} lacks one")
-    return int(start), int(end)
-
-
-def pack_spans(docs: Iterable[list[int]], start: int, end: int, max_length: int) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate documents (separated by `end`) and cut into spans `start` + body + `end` of ≤ max_length ids.
-
-    Returns (ids[n, max_length] right-padded with -1, lengths[n]). Only the last span can be short."""
-    body = max_length - 2
-    stream: list[np.ndarray] = []
-    for ids in docs:
-        if ids:
-            stream.append(np.asarray(ids, dtype=np.int64))
-            stream.append(np.asarray([end], dtype=np.int64))  # document boundary, as a special (never masked) token
-    if not stream:
-        return np.zeros((0, max_length), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    flat = np.concatenate(stream[:-1])  # no separator after the last document: the span's own end closes it
-    n = -(-len(flat) // body)
-    padded = np.full(n * body, -1, dtype=np.int64)
-    padded[: len(flat)] = flat
-    spans = np.full((n, max_length), -1, dtype=np.int64)
-    spans[:, 1:-1] = padded.reshape(n, body)
-    lengths = (spans[:, 1:-1] >= 0).sum(1) + 2
-    spans[:, 0] = start
-    spans[np.arange(n), lengths - 1] = end
-    return spans, lengths
-
-
-class SpanDataset(Dataset):
-    """Packed spans → {"input_ids", "special_tokens_mask"} (lists; the collator pads and masks)."""
-
-    def __init__(self, spans: np.ndarray, lengths: np.ndarray, special_ids: Iterable[int]) -> None:
-        dtype = np.uint16 if spans.size and spans.max() < 2**16 else np.int32  # halves memory for ≤65k vocabularies
-        self.spans = np.where(spans < 0, 0, spans).astype(dtype)
-        self.lengths = lengths
-        self.special = np.asarray(sorted(set(special_ids)), dtype=np.int64)
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def __getitem__(self, i: int) -> dict[str, list[int]]:
-        ids = self.spans[i, : self.lengths[i]].astype(np.int64)
-        return {"input_ids": ids.tolist(), "special_tokens_mask": np.isin(ids, self.special).astype(np.int64).tolist()}
-
-
-class TextDataModule(pl.LightningDataModule):
-    """A text corpus tokenized once, packed into spans of `max_length`, shuffled and MLM-masked with seeded RNGs."""
-
-    def __init__(
-        self,
-        corpus: Callable[[], Iterable[str]] | Iterable[str],
-        tokenizer: PreTrainedTokenizerBase | None = None,
-        max_length: int = 128,
-        batch_size: int = 32,
-        mlm_probability: float = 0.3,
-        seed: int = 0,
-        num_workers: int = 0,
-        preprocess: Callable[[str], str] | None = None,
-    ) -> None:
-        super().__init__()
-        if not 0.0 < float(mlm_probability) < 1.0:
-            raise VtlabError(f"mlm.mlm_probability={mlm_probability!r} must be in (0, 1)")
-        if max_length < 3:
-            raise VtlabError(f"mlm.max_length={max_length!r} must be >= 3 (CLS + a token + SEP)")
-        if batch_size < 1:
-            raise VtlabError(f"mlm.batch_size={batch_size!r} must be >= 1")
-        self.corpus = corpus
-        self.tokenizer = tokenizer
-        self.max_length = int(max_length)
-        self.batch_size = int(batch_size)
-        self.mlm_probability = float(mlm_probability)
-        self.seed = int(seed)
-        self.num_workers = int(num_workers)
-        self.preprocess = preprocess
-        self.dataset: SpanDataset | None = None
-        self.num_docs = 0
-        self.num_tokens = 0  # corpus tokens, before CLS/SEP are added
-        self._collator: DataCollatorForLanguageModeling | None = None
-
-    def _token_docs(self) -> Iterable[list[int]]:
-        texts = self.corpus() if callable(self.corpus) else self.corpus
-        batch: list[str] = []
-
-        def flush() -> list[list[int]]:
-            enc = self.tokenizer(batch, add_special_tokens=False, return_attention_mask=False, verbose=False)
-            return enc["input_ids"]
-
-        for text in texts:
-            if not isinstance(text, str) or not text.strip():
-                continue
-            batch.append(self.preprocess(text) if self.preprocess is not None else text)
-            if len(batch) >= _TOKENIZE_BATCH:  # batched: the fast tokenizer parallelizes within a batch
-                yield from flush()
-                batch = []
-        if batch:
-            yield from flush()
-
-    def setup(self, stage: str | None = None) -> None:
-        if self.dataset is not None:
-            return  # tokenize once
-        if self.tokenizer is None:
-            raise VtlabError("TextDataModule needs a tokenizer (pass tokenizer=...)")
-        start, end = _boundary_ids(self.tokenizer)
-        counts = [0, 0]
-
-        def counted(docs: Iterable[list[int]]) -> Iterable[list[int]]:
-            for ids in docs:
-                counts[0] += 1
-                counts[1] += len(ids)
-                yield ids
-
-        spans, lengths = pack_spans(counted(self._token_docs()), start, end, self.max_length)
-        self.num_docs, self.num_tokens = counts
-        if len(lengths) == 0:
-            raise VtlabError(f"MLM corpus {self.corpus!r} gave no text")
-        self.dataset = SpanDataset(spans, lengths, self.tokenizer.all_special_ids)
-        # 80/10/10 masking; its own seeded generator (per worker: seed + worker id) makes batches reproducible
-        self._collator = DataCollatorForLanguageModeling(self.tokenizer, mlm_probability=self.mlm_probability,
-                                                         seed=self.seed)
-        log.info("MLM corpus: %d documents, %d tokens, %d spans of <= %d", self.num_docs, self.num_tokens,
-                 len(self.dataset), self.max_length)
-
-    def train_dataloader(self) -> DataLoader:
-        if self.dataset is None:
-            self.setup("fit")
-        return DataLoader(self.dataset, batch_size=self.batch_size, shuffle=True, collate_fn=self._collator,
-                          generator=torch.Generator().manual_seed(self.seed), num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0, drop_last=len(self.dataset) >= self.batch_size)
-
 
 # ---- model ----------------------------------------------------------------------------------------------------------
 class MLMModule(pl.LightningModule):
@@ -214,3 +85,110 @@ class MLMModule(pl.LightningModule):
 
     def configure_optimizers(self) -> Any:
         return configure_optimizers(self, self.optimizer_factory, self.scheduler_factory, self.weight_decay)
+
+
+# ---- cached training ----------------------------------------------------------------------------------------------
+_RECIPE = "mlm-v1"  # bump when training changes in a way the config does not show, so old caches are not reused
+_DONE = "vtlab_mlm.json"
+_NOT_IN_KEY = ("log_every_n_steps", "num_workers")  # do not change the trained weights
+
+
+def _cache_key(start: Backbone, mlm: dict[str, Any], preprocess: Any, seed: int, precision: str) -> str:
+    mlm = {k: v for k, v in mlm.items() if k not in _NOT_IN_KEY}
+    blob = json.dumps({"recipe": _RECIPE, "backbone": start.cache_key(), "mlm": mlm, "preprocess": repr(preprocess),
+                       "seed": seed, "precision": precision}, sort_keys=True, default=str)
+    return stable_hash(blob)
+
+
+def _train(m: Any, start: Backbone, preprocess: Any, out: Path, log_dir: Path, seed: int,
+           trainer_cfg: Mapping[str, Any], loggers: list[Logger]) -> pl.Trainer:
+    steps = int(m.steps)
+    model = start.load_model()
+    tokenizer = start.load_tokenizer()
+    data = TextDataModule(instantiate(m.corpus), tokenizer, max_length=int(m.max_length),
+                          batch_size=int(m.batch_size), mlm_probability=float(m.mlm_probability), seed=seed,
+                          num_workers=int(m.get("num_workers", 0)), preprocess=preprocess)
+    optimizer = functools.partial(torch.optim.AdamW, lr=float(m.lr), betas=tuple(m.get("betas", (0.9, 0.999))),
+                                  eps=float(m.get("eps", 1e-8)))
+    scheduler = None
+    if m.scheduler is not None:
+        try:
+            get_scheduler(str(m.scheduler), torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0),
+                          num_warmup_steps=1, num_training_steps=2)  # fail on a bad name before loading data
+        except (ValueError, KeyError) as e:
+            raise VtlabError(f"mlm.scheduler={m.scheduler!r}: {e}") from None
+        scheduler = functools.partial(get_scheduler, str(m.scheduler), num_warmup_steps=int(m.warmup_steps))
+    module = MLMModule(model, optimizer, scheduler, weight_decay=float(m.weight_decay))
+    t = trainer_cfg
+    trainer = pl.Trainer(
+        accelerator=t.get("accelerator", "auto"), devices=t.get("devices", "auto"), strategy=t.get("strategy", "auto"),
+        precision=t.get("precision", "32-true"), max_steps=steps, max_epochs=-1,
+        accumulate_grad_batches=int(m.get("accumulate_grad_batches", 1)),
+        gradient_clip_val=m.get("gradient_clip_val"), limit_val_batches=0, num_sanity_val_steps=0,
+        enable_checkpointing=False, logger=loggers, log_every_n_steps=int(m.get("log_every_n_steps", 50)),
+        default_root_dir=str(log_dir), enable_model_summary=False,
+    )
+    began = time.perf_counter()
+    trainer.fit(module, datamodule=data)
+    seconds = time.perf_counter() - began
+    if trainer.is_global_zero:
+        _save(module.model, tokenizer, out, {
+            "recipe": _RECIPE, "start": start.cache_key(), "steps": trainer.global_step, "seconds": round(seconds, 1),
+            "docs": data.num_docs, "tokens": data.num_tokens, "spans": len(data.dataset),
+            "mlm": OmegaConf.to_container(m, resolve=True) if OmegaConf.is_config(m) else dict(m), "seed": seed,
+        })
+    trainer.strategy.barrier()  # other ranks wait for rank 0's directory
+    for lg in loggers:
+        if type(lg).__name__ == "WandbLogger" and getattr(lg, "_experiment", None) is not None:
+            lg.experiment.finish()
+    return trainer
+
+
+def check_recipe(m: Any) -> None:
+    steps = int(m.steps)
+    if steps < 0:
+        raise VtlabError(f"mlm.steps={steps} must be >= 0")
+    if not 0.0 < float(m.mlm_probability) < 1.0:
+        raise VtlabError(f"mlm.mlm_probability={m.mlm_probability!r} must be in (0, 1)")
+
+
+def train_cached(start: Backbone, m: Any, seed: int, preprocess: Any = None,
+                 trainer_cfg: Mapping[str, Any] | None = None, log_dir: Path | None = None,
+                 loggers: Callable[[Path], list[Logger]] | None = None) -> tuple[Path, dict[str, Any]]:
+    """MLM-train `start` with recipe `m` (a resolved `mlm` config), once per (start, recipe, preprocessing, seed,
+    precision): later calls — other jobs of a sweep, other rows of a table — load the cached model. Concurrent callers
+    wait on a lock instead of training twice. Returns (model directory, training report)."""
+    m = OmegaConf.create(OmegaConf.to_container(m, resolve=True) if OmegaConf.is_config(m) else dict(m))
+    check_recipe(m)
+    trainer_cfg = dict(trainer_cfg or {})
+    precision = str(trainer_cfg.get("precision", "32-true"))
+    key = _cache_key(start, OmegaConf.to_container(m, resolve=True), preprocess, seed, precision)
+    out = cache_dir("mlm") / f"{start.name}-{int(m.steps)}-{key}"
+    with file_lock(out.with_name(out.name + ".lock")):
+        damage = integrity.problem(out) if out.exists() else "absent"
+        if damage is None:
+            log.info("mlm: cached %s", out)
+        else:
+            if damage != "absent":
+                log.warning("mlm cache %s is not usable (%s): retraining it", out, damage)
+            materialize = getattr(start, "materialize", None)
+            if materialize is not None:
+                # build a cached start (a pretrained replica) BEFORE seeding: building it consumes the global RNG, so
+                # a cold cache would otherwise train with other dropout/masking draws than a warm one
+                materialize()
+            pl.seed_everything(seed, workers=True)
+            log.info("mlm: %d steps on %s -> %s", int(m.steps), start.name_or_path, out)
+            log_dir = log_dir or out.with_name(out.name + ".logs")
+            default = [CSVLogger(save_dir=str(log_dir), name="csv", version="")]
+            _train(m, start, preprocess, out, log_dir, seed, trainer_cfg, loggers(log_dir) if loggers else default)
+    return out, json.loads((out / _DONE).read_text())
+
+
+def _save(model: Any, tokenizer: Any, out: Path, report: dict[str, Any]) -> None:
+    """Write into a temp dir next to `out` and rename: a crash never leaves a half model that looks done."""
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _DONE).write_text(json.dumps(report, indent=1, default=str))
+
+    integrity.build(out, write)  # replaces an incomplete or damaged earlier attempt

@@ -11,6 +11,8 @@ from omegaconf import DictConfig
 from vtlab.apc import APC, json_report, summary_line, write_outputs
 from vtlab.atomic import atomic_dir
 from vtlab.errors import VtlabError
+from vtlab.stages.build import build_encoder
+from vtlab.vocab.targets import boolq_passages
 
 log = logging.getLogger("vtlab")
 
@@ -21,10 +23,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     apc: APC = instantiate(cfg.apc)
     if not apc.enabled:
         raise VtlabError("stage=apc: apc=off has nothing to calibrate; choose e.g. apc=p60")
-    from vtlab.stages.evaluate import build_encoder  # applies vocabulary transfer when `vocab` changes it
-    from vtlab.vocab.targets import boolq_passages
-
-    encoder = state.get("encoder") or build_encoder(cfg)
+    encoder = state.get("encoder") or build_encoder(cfg, state)  # on the run's vocabulary
     report = apc.calibrate(encoder, boolq_passages())  # the probe takes the first apc.num_docs
     out = Path(cfg.paths.run_dir) / "apc"
     with atomic_dir(out) as tmp:  # complete or absent: a crash never leaves half a calibrated model

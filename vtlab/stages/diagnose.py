@@ -21,8 +21,9 @@ from vtlab.diagnose.corpus import describe, load_corpus
 from vtlab.diagnose.redundancy import redundancy
 from vtlab.diagnose.report import RESULT_FILE, collect, render
 from vtlab.diagnose.tokenizer_fit import tokenize_corpus, tokenizer_fit
+from vtlab.atomic import write_json
 from vtlab.errors import VtlabError
-from vtlab.evaluation import write_json
+from vtlab.stages.build import build_encoder
 from vtlab.vocab.canonical import tokenizer_kind
 
 log = logging.getLogger("vtlab")
@@ -68,9 +69,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     apc = _apc(cfg, settings.activity) if probe else None  # validated before any model is loaded
     encoder = None
     if probe:
-        from vtlab.stages.evaluate import build_encoder  # the run's model: transferred when `vocab` changes it
-
-        encoder = build_encoder(cfg)
+        encoder = build_encoder(cfg, state)  # the run's model, on the run's vocabulary
         tokenizer = encoder.tokenizer
     else:
         tokenizer = vocab.load_tokenizer(backbone.load_tokenizer())

@@ -25,10 +25,14 @@ import numpy as np
 import pytorch_lightning as pl
 import scipy.sparse as sp
 import torch
+from hydra.utils import instantiate
 from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, Dataset
 
+from vtlab.atomic import write_json
+from vtlab.errors import VtlabError
 from vtlab.models.encoder import SpladeEncoder, dense_to_csr
+from vtlab.stages.build import build_encoder
 
 log = logging.getLogger("vtlab")
 
@@ -157,17 +161,10 @@ _TRAINER_KEYS = ("accelerator", "devices", "strategy", "num_nodes", "precision")
 
 
 def run(cfg: Any, state: dict[str, Any]) -> dict[str, Any]:
-    from hydra.utils import instantiate
-
-    from vtlab.evaluation import write_json
-    from vtlab.stages.evaluate import build_encoder
-
     if cfg.eval is None:
-        from vtlab.errors import VtlabError
-
         raise VtlabError("stage=encode encodes the eval collection's corpus: choose an eval (e.g. eval=boolq)")
     opts = cfg.stage.get("encode") or {}
-    encoder = state.get("encoder") or build_encoder(cfg)
+    encoder = state.get("encoder") or build_encoder(cfg, state)
     collection = instantiate(cfg.eval).collection
     doc_ids = list(collection.corpus)
     out = Path(cfg.paths.run_dir) / "index"

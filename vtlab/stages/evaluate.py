@@ -1,7 +1,6 @@
 """Stage `evaluate`: encode the collection(s), exact retrieval from the inverted index, ir-measures metrics."""
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -12,33 +11,24 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from vtlab.assets import cache_dir
+from vtlab.atomic import json_hash, write_json
 from vtlab.eval_suite import EvaluationSuite, average
-from vtlab.evaluation import results_table, write_json
-from vtlab.stages.transfer import transfer_parts
+from vtlab.evaluation import results_table
+from vtlab.stages.build import build_encoder
 from vtlab.tracking import log_results, run_loggers
-from vtlab.vocab.transfer import transferred_backbone
 
 log = logging.getLogger("vtlab")
 
 
-def build_encoder(cfg: DictConfig):
-    """The model to evaluate without training: the backbone, moved to the run's vocabulary when it differs. An encoder
-    config without a `backbone` key has no network (model=bm25) and is built as it is."""
-    if "backbone" not in cfg.model.encoder:
-        return instantiate(cfg.model.encoder)
-    backbone, vocab, init, options = transfer_parts(cfg)
-    return instantiate(cfg.model.encoder, backbone=transferred_backbone(backbone, vocab, init, options))
-
-
 def baseline_metrics(cfg: DictConfig, evaluation, dataset: str) -> dict[str, float]:
     """The plain backbone (native vocabulary, no APC, no training) on the same collection, cached per configuration."""
-    key = hashlib.sha1(json.dumps({
+    key = json_hash({
         "backbone": instantiate(cfg.backbone).cache_key(),
         "eval": OmegaConf.to_container(cfg.eval, resolve=True),
         "dataset": dataset,
         "encoder": {k: v for k, v in OmegaConf.to_container(cfg.model.encoder, resolve=True).items()
                     if k != "backbone"},  # the model type (siamese / inference-free), lengths, activation
-    }, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    })
     path = cache_dir("evals") / f"{key}.json"
     cached = _cached_metrics(path) if path.exists() else None
     if cached is not None:
@@ -69,7 +59,7 @@ def _cached_metrics(path: Path) -> dict[str, float] | None:
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     if cfg.eval is None:
         return state
-    encoder = state.get("encoder") or build_encoder(cfg)
+    encoder = state.get("encoder") or build_encoder(cfg, state)
     evaluation = instantiate(cfg.eval)
     run_dir = Path(cfg.paths.run_dir)
     datasets = evaluation.items() if isinstance(evaluation, EvaluationSuite) else [(None, evaluation)]

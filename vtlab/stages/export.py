@@ -19,6 +19,7 @@ from vtlab.export.model_card import model_card, run_metrics, run_overrides
 from vtlab.export.onnx import export_onnx
 from vtlab.export.sentence_transformers import check_target, describe, export_sentence_transformers
 from vtlab.export.vectors import FORMATS, VectorFormat, write_vectors
+from vtlab.stages.build import build_encoder
 
 log = logging.getLogger("vtlab")
 
@@ -90,8 +91,6 @@ def encoder_from_run(run_dir: Path, cfg: DictConfig) -> tuple[Any, dict[str, Any
 def load_encoder(cfg: DictConfig) -> tuple[Any, dict[str, Any]]:
     if cfg.get("run_dir"):
         return encoder_from_run(Path(str(cfg.run_dir)), cfg)
-    from vtlab.stages.evaluate import build_encoder
-
     return build_encoder(cfg), {"backbone": OmegaConf.to_container(cfg.backbone, resolve=True),
                                 "vocab": str(cfg.vocab.get("name", "")), "init": str(cfg.init.get("name", ""))}
 

@@ -25,7 +25,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 
 from vtlab.atomic import atomic_dir, atomic_write_bytes
 from vtlab.errors import ConfigError, DiskError, RunDirError, gib
-from vtlab.reuse import comparable
+from vtlab.runs.reuse import comparable
 from vtlab.tracking import configured_loggers
 from vtlab.vocab.transfer import TransferOptions, transferred_backbone
 
@@ -141,7 +141,7 @@ def _chosen_checkpoint(trainer: pl.Trainer) -> str | None:
 
 # ---- exact resume ------------------------------------------------------------------------------------------------
 
-# Keys a resumed run may change: how it runs and reports, not what it computes (besides vtlab.reuse.IGNORED: labels
+# Keys a resumed run may change: how it runs and reports, not what it computes (besides vtlab.runs.reuse.IGNORED: labels
 # and paths).
 RUN_LOCAL = ("resume", "overwrite", "resume_with_changes", "logger", "baseline")
 

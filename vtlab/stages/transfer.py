@@ -3,23 +3,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from vtlab.atomic import atomic_symlink
 from vtlab.errors import VtlabError
-from vtlab.vocab.transfer import TransferOptions, cached_transfer
+from vtlab.stages.build import transfer_parts
+from vtlab.vocab.transfer import cached_transfer
 
 log = logging.getLogger("vtlab")
-
-
-def transfer_parts(cfg: DictConfig):
-    """(backbone, vocab, init, options) built from the run's config."""
-    options = TransferOptions(**OmegaConf.to_container(cfg.transfer, resolve=True))
-    return instantiate(cfg.backbone), instantiate(cfg.vocab), instantiate(cfg.init), options
 
 
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
@@ -29,21 +23,8 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
                          "vocab=bert-uncased or vocab=corpus-wordpiece")
     cached = cached_transfer(backbone, vocab, init, options)
     out = Path(cfg.paths.run_dir) / "transfer"
-    _link(cached, out)
+    atomic_symlink(cached, out)
     report = json.loads((cached / "transfer_report.json").read_text())
     print(f"transferred model: {out} -> {cached}")
     print(f"overlap: {report['overlap']}  init: {report['init']}  ({report['seconds']:.1f}s)")
     return {**state, "transferred_dir": cached, "transfer_report": report}
-
-
-def _link(target: Path, link: Path) -> None:
-    """Point `link` at `target`, replacing an older link in one rename (never a dangling or half-made link)."""
-    link.parent.mkdir(parents=True, exist_ok=True)
-    tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    os.symlink(target, tmp, target_is_directory=True)
-    try:
-        os.replace(tmp, link)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from vtlab.status import job_dirs, read_status
+from vtlab.runs.status import job_dirs, read_status
 
 
 log = logging.getLogger("vtlab")
