@@ -148,7 +148,7 @@ def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
     assert stage.run(off, state0) is state0
 
 
-def test_sweep_and_paper_configcompose_cfg():
+def test_sweep_and_paper_config_compose():
     cfg = compose_cfg(["mlm=paper", "logger=none"])
     assert cfg.mlm.steps == 20000 and cfg.mlm.batch_size * cfg.mlm.accumulate_grad_batches == 2048
     assert cfg.mlm.corpus._target_ == "vtlab.data.corpora.wikibook"
