@@ -1,7 +1,44 @@
-"""Tests never touch the network: hub and wandb stay offline."""
+"""Tests never touch the network: hub and wandb stay offline. The VTLAB_CACHE fixtures keep tests out of the user's
+cache; pick by what the test needs: `shared_cache` (fast, built once), `fresh_cache` / `empty_cache` (builds from
+nothing)."""
+import contextlib
 import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@contextlib.contextmanager
+def _vtlab_cache(path: Path) -> Iterator[Path]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VTLAB_CACHE", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """VTLAB_CACHE for this module = $VTLAB_TEST_CACHE, else one directory for the whole session: BoolQ collections
+    and tiny backbones are built once for every module that uses it, never read from the user's cache."""
+    with _vtlab_cache(Path(os.environ.get("VTLAB_TEST_CACHE", str(tmp_path_factory.getbasetemp() / "cache")))) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def fresh_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """VTLAB_CACHE for this module = a new empty directory: the module exercises the build path itself, so nothing
+    may come pre-built from another module (or $VTLAB_TEST_CACHE)."""
+    with _vtlab_cache(tmp_path_factory.mktemp("vtlab-cache")) as p:
+        yield p
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path) -> Iterator[Path]:
+    """VTLAB_CACHE for this test = tmp_path/cache, empty: for tests that check what gets cached (or corrupt it)."""
+    with _vtlab_cache(tmp_path / "cache") as p:
+        yield p

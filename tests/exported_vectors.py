@@ -1,30 +1,24 @@
 """One `stage=export` of vector files from the real SPLADE-tiny on a BoolQ subset, shared by the engine tests
 (test_anserini.py, test_qdrant.py): the run's directory plus vtlab's own float encodings of the same texts."""
-import os
 from pathlib import Path
 
-import pytest
 import scipy.sparse as sp
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from vtlab.pipeline import run
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
+from helpers import compose_cfg
 
 
 def export_vectors(tmp: Path, n_queries: int, n_docs: int, *overrides: str):
     """(vectors dir, encoder, collection, query matrix, doc matrix) after `stage=export ... queries=true` with
-    `overrides` (the formats); the matrices are vtlab's own encodings (encoded once: the CPU is the cost)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VTLAB_CACHE", os.environ.get("VTLAB_TEST_CACHE", str(tmp / "cache")))
-        with initialize_config_dir(str(CONF), version_base="1.3"):
-            cfg = compose("config", overrides=[
-                "stage=export", "backbone=splade-tiny", "vocab=native", "export.sentence_transformers=false",
-                f"paths.run_dir={tmp / 'run'}", "export.vectors.queries=true", f"+eval.collection.max_queries={n_queries}",
-                f"+eval.collection.max_docs={n_docs}", *overrides])
-        state = run(cfg)
-        coll = instantiate(cfg.eval).collection
+    `overrides` (the formats); the matrices are vtlab's own encodings (encoded once: the CPU is the cost).
+    The caller sets VTLAB_CACHE (the `shared_cache` fixture)."""
+    cfg = compose_cfg([
+        "stage=export", "backbone=splade-tiny", "vocab=native", "export.sentence_transformers=false",
+        f"paths.run_dir={tmp / 'run'}", "export.vectors.queries=true", f"+eval.collection.max_queries={n_queries}",
+        f"+eval.collection.max_docs={n_docs}", *overrides])
+    state = run(cfg)
+    coll = instantiate(cfg.eval).collection
     encoder = state["encoder"]
     q = sp.csr_matrix(encoder.encode(list(coll.queries.values()), side="query", show_progress=False))
     d = sp.csr_matrix(encoder.encode(list(coll.corpus.values()), side="doc", show_progress=False))

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("java") is None,
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def exported(tmp_path_factory, shared_cache):
     """(vectors dir, encoder, collection, float query matrix, float doc matrix) after `stage=export ...
     formats=[anserini] queries=true`; the matrices are vtlab's own encodings (encoded once: the CPU is the cost)."""
     return export_vectors(tmp_path_factory.mktemp("anserini"), N_QUERIES, N_DOCS, "export.vectors.formats=[anserini]",

@@ -1,15 +1,12 @@
 """Activation Potential Calibration on SPLADE-tiny: the ~40%-positive criterion, positives-only cutoff, fixed shifts,
 the Lightning callback inside a real fit, config validation."""
 import json
-import os
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -18,15 +15,10 @@ from vtlab.backbones import Backbone
 from vtlab.errors import VtlabError
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.vocab.targets import boolq_passages
+from helpers import CONF, compose_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
+pytestmark = pytest.mark.usefixtures("shared_cache")
 DOC_LEN = 64  # shorter than the default 256: same statistics (39.8% vs 39.9% positive at 128), a quarter of the CPU time
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("VTLAB_CACHE", os.environ.get("VTLAB_TEST_CACHE", str(tmp_path_factory.getbasetemp() / "cache")))
 
 
 def splade_tiny(doc_len: int = DOC_LEN) -> SpladeEncoder:
@@ -42,15 +34,6 @@ def real_max_logits(encoder: SpladeEncoder, texts, batch_size: int = 50) -> torc
         enc = encoder.tokenize(texts[i : i + batch_size], "doc")
         rows.append(encoder.max_logits(enc["input_ids"], enc["attention_mask"], "doc"))
     return torch.cat(rows)
-
-
-def compose_cfg(overrides):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=[])
-        # until the lead adds `apc` to the defaults list, the group has to be appended
-        group = "apc" if "apc" in cfg else "+apc"
-        return compose("config", overrides=[o.replace("apc=", f"{group}=", 1) if o.startswith("apc=") else o
-                                            for o in overrides])
 
 
 def test_p60_with_zeros_leaves_about_40_percent_positive():

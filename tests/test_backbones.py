@@ -6,7 +6,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,15 +37,6 @@ def _require(name: str) -> Path:
         return asset_path(name)
     except AssetError as exc:
         pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
-def vtlab_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Tiny backbones are built into a fresh cache once per module, so the build path itself is exercised."""
-    with pytest.MonkeyPatch.context() as mp:
-        d = tmp_path_factory.mktemp("vtlab_cache")
-        mp.setenv("VTLAB_CACHE", str(d))
-        yield d
 
 
 # -- offline hub -----------------------------------------------------------------------------------------------------
@@ -226,11 +216,11 @@ def test_splade_tiny_is_a_trained_splade() -> None:
 
 
 # -- generated tiny backbones ----------------------------------------------------------------------------------------
-def test_tiny_modernbert(vtlab_cache: Path) -> None:
+def test_tiny_modernbert(fresh_cache: Path) -> None:  # fresh: the build path itself runs
     _require("olmo-tokenizer")
     bb = TinyModernBert()
     tok = bb.load_tokenizer()
-    assert Path(bb.name_or_path).parent == vtlab_cache / "backbones"
+    assert Path(bb.name_or_path).parent == fresh_cache / "backbones"
     assert tok("The capital of France is [MASK].")["input_ids"] == [50281, 510, 5347, 273, 6181, 310, 50284, 15, 50282]
     assert (tok.pad_token_id, tok.unk_token_id, tok.mask_token_id, len(tok)) == (50283, 50280, 50284, 50368)
     model = bb.load_model()
@@ -256,7 +246,7 @@ def test_tiny_modernbert(vtlab_cache: Path) -> None:
         assert model(**enc).logits.shape == (2, enc["input_ids"].shape[1], 50368)
 
 
-def test_tiny_roberta(vtlab_cache: Path) -> None:
+def test_tiny_roberta(fresh_cache: Path) -> None:
     _require("gpt2-bpe")
     bb = TinyRoberta()
     tok = bb.load_tokenizer()

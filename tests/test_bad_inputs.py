@@ -321,10 +321,9 @@ def distillation_loss_without_teacher_scores(tmp, mp):
 # -- the run directory (vtlab/runs/directory.py) --
 
 def _cfg(run_dir: Path, *overrides: str):
-    from hydra import compose, initialize_config_dir
+    from helpers import compose_cfg
 
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=[f"paths.run_dir={run_dir}", *overrides])
+    return compose_cfg([f"paths.run_dir={run_dir}", *overrides])
 
 
 def _finished_run(run_dir: Path) -> Path:

@@ -56,14 +56,26 @@ def test_synthetic_collection_shape():
 
 
 @pytest.mark.parametrize("method", ["scipy", "exact"])
-def test_retrieval_worker_runs(tmp_path, monkeypatch, method):
+def test_retrieval_worker_top10_is_the_brute_force_top10(tmp_path, monkeypatch, method):
+    """The worker's top-10 against a float64 dense product of the same synthetic collection (seed 0, as the worker
+    draws it): same scores, rank by rank, to float32 summation error; ties may swap documents, nothing else may."""
     monkeypatch.setenv("VTLAB_CACHE", str(tmp_path / "cache"))
     out = tmp_path / f"{method}.json"
     subprocess.run([sys.executable, "-m", "vtlab.bench.retrieval", "--collection", "synthetic", "--method", method,
                     "--n-docs", "3000", "--n-queries", "20", "--top", str(tmp_path), "--out", str(out)], check=True)
     r = json.loads(out.read_text())
-    assert r["data"]["n_docs"] == 3000 and r["ms_per_query"] > 0 and r["build_s"] >= 0 and r["peak_rss_mb"] > 0
-    assert np.load(tmp_path / f"synthetic-{method}.npy").shape == (20, 10)
+    docs, queries = synthetic_collection(3000, 20, seed=0)
+    assert r["data"]["n_docs"] == 3000 and r["data"]["n_queries"] == 20
+    assert r["data"]["doc_nnz"] == round(docs.nnz / 3000, 1)  # it searched this collection
+    assert r["ms_per_query"] > 0 and r["build_s"] >= 0 and r["peak_rss_mb"] > 0
+    top = np.load(tmp_path / f"synthetic-{method}.npy")
+    assert top.shape == (20, 10)
+    scores = (queries.astype(np.float64) @ docs.astype(np.float64).T).toarray()
+    want = -np.sort(-scores, axis=1)[:, :10]
+    assert (want > 0).all()  # ten matching documents per query: no zero-score filler to compare
+    got = np.take_along_axis(scores, top.astype(np.int64), axis=1)
+    assert all(len(set(row)) == 10 for row in top.tolist())
+    np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
 def _nside(per_s, wall_s):

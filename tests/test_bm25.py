@@ -7,7 +7,6 @@ from pathlib import Path
 import bm25s
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from vtlab.data.boolq import boolq_collection
@@ -15,8 +14,7 @@ from vtlab.errors import AssetError, VtlabError
 from vtlab.evaluation import evaluate
 from vtlab.models.bm25 import BM25Encoder
 from vtlab.stages.build import build_encoder
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
+from helpers import compose_cfg
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -100,8 +98,7 @@ def test_boolq_validation_matches_the_readme_bm25_row() -> None:
 
 
 def test_config_builds_bm25_without_a_backbone(tmp_path: Path) -> None:
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=["stage=evaluate", "model=bm25", "eval=ood", f"paths.run_dir={tmp_path}"])
+    cfg = compose_cfg(["stage=evaluate", "model=bm25", "eval=ood", f"paths.run_dir={tmp_path}"])
     OmegaConf.to_container(cfg, resolve=True)
     assert cfg.vocab.name == "native"  # nothing to transfer, so no backbone baseline either
     enc = build_encoder(cfg)

@@ -13,14 +13,8 @@ except importlib.metadata.PackageNotFoundError:
 from vtlab.data import boolq
 from vtlab.data.collections import load_beir
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory) -> None:
-    # A private cache: the tests exercise the build path, and never read a stale user cache.
-    mp = pytest.MonkeyPatch()
-    mp.setenv("VTLAB_CACHE", str(tmp_path_factory.mktemp("vtlab-cache")))
-    yield
-    mp.undo()
+# A private cache: the tests exercise the build path, and never read a stale user cache.
+pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
 @pytest.fixture(scope="module")

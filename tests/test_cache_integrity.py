@@ -17,12 +17,9 @@ from vtlab.vocab.init import Mean
 from vtlab.vocab.targets import SPECIALS, CorpusWordPiece, PretrainedVocab
 from vtlab.vocab.transfer import cached_transfer
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT, compose_cfg
 
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("VTLAB_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("empty_cache")  # every test builds, damages and rebuilds its own entries
 
 
 def _truncate(path: Path) -> None:
@@ -179,13 +176,10 @@ def test_damaged_idf_cache_is_recomputed_with_one_warning(tmp_path: Path, caplog
 
 
 def test_damaged_baseline_eval_cache_is_evaluated_again(tmp_path: Path, caplog) -> None:
-    from hydra import compose, initialize_config_dir
-
     from vtlab.assets import cache_dir
     from vtlab.stages.evaluate import baseline_metrics
 
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"paths.run_dir={tmp_path}", "backbone=splade-tiny"])
+    cfg = compose_cfg([f"paths.run_dir={tmp_path}", "backbone=splade-tiny"])
     calls = []
 
     def evaluation(encoder):

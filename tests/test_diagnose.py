@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,18 +22,14 @@ from vtlab.diagnose.verdict import rank, suggest
 from vtlab.errors import DataError, VtlabError
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.vocab.canonical import _byte_alphabet
+from helpers import ROOT, compose_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("shared_cache")
 
 # Whitespace words (17): S1 The cat sat on the mat. | S2 The dogs ran. | S3 A cat, a dog. | S4 Unbelievable cats!
 # | S5 Привет мир.   Cores (surrounding punctuation stripped): "mat." → mat, "cat," → cat, "cats!" → cats, …
 # 15 Latin words, 2 Cyrillic. 15 distinct cores: The ×2, cat ×2, the other 13 once.
 CORPUS = ["The cat sat on the mat.", "The dogs ran.", "A cat, a dog.", "Unbelievable cats!", "Привет мир."]
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("VTLAB_CACHE", os.environ.get("VTLAB_TEST_CACHE", str(tmp_path_factory.getbasetemp() / "cache")))
 
 
 # -- hand-made tokenizers ----------------------------------------------------------------------------------------------
@@ -290,17 +285,14 @@ def test_corpus_files_and_errors(tmp_path):
 # -- the real command --------------------------------------------------------------------------------------------------
 def test_stage_report_with_activity(tmp_path):
     """One run of the stage (in process): the per-run report with the activity section and APC's histogram."""
-    from hydra import compose, initialize_config_dir
-
     from vtlab.pipeline import run
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in CORPUS))
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[
-            "stage=diagnose", "backbone=splade-tiny", "vocab=native", "apc=p60", "logger=none",
-            f"paths.run_dir={tmp_path / 'run'}", f"diagnose.corpus.path={corpus}", "diagnose.activity.num_docs=5",
-            "diagnose.activity.max_length=32"])
+    cfg = compose_cfg([
+        "stage=diagnose", "backbone=splade-tiny", "vocab=native", "apc=p60", "logger=none",
+        f"paths.run_dir={tmp_path / 'run'}", f"diagnose.corpus.path={corpus}", "diagnose.activity.num_docs=5",
+        "diagnose.activity.max_length=32"])
     state = run(cfg)
     out = tmp_path / "run" / "diagnose"
     assert state["diagnose_dir"] == out

@@ -1,19 +1,11 @@
 """The paper's tables as configs: paper-scale rows match the authors' recipe (vt-method.md §2.1–2.5), CPU-scale rows
 share one pretraining budget, ablations sweep the right values, the SLURM launcher composes, reproduce builds sweeps."""
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from vtlab import reproduce
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
-
-
-def compose_cfg(overrides, hydra=False):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=overrides, return_hydra_config=hydra)
+from helpers import CONF, compose_cfg
 
 
 def experiment(name, *extra):

@@ -4,14 +4,12 @@ inference-free directory with its idf.json, and idf.json from a hub repo (offlin
 error)."""
 import copy
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -25,18 +23,13 @@ from vtlab.models.encoder import SpladeEncoder
 from vtlab.models.inference_free import InferenceFreeEncoder
 from vtlab.pipeline import run, run_or_exit
 from vtlab.vocab.targets import Normalizer
+from helpers import compose_cfg
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+pytestmark = pytest.mark.usefixtures("shared_cache")
+
 TOL = 1e-5
 # edge cases next to the BoolQ sample: specials written in the text, repeats, a query longer than query_max_length
 EXTRA_QUERIES = ["is [SEP] the the [MASK] same same same", " ".join(["why"] * 20 + [f"w{i}" for i in range(70)]), ""]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VTLAB_CACHE", os.environ.get("VTLAB_TEST_CACHE", str(tmp_path_factory.getbasetemp() / "cache")))
-        yield
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +49,6 @@ def splade_tiny():
     """(model, tokenizer) of SPLADE-tiny, loaded once; tests that change weights take a copy."""
     b = Backbone("asset:splade-tiny")
     return b.load_model(), b.load_tokenizer()
-
-
-def compose_cfg(overrides):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=overrides)
 
 
 def dense(x) -> np.ndarray:

@@ -11,7 +11,12 @@ def _case(groups, cosine, mass):
 
 
 def test_case_gate_passes_a_cased_bpe_model_and_an_uncased_control():
-    gates.check_case({"M_wp": _case(0, None, 0.0), "M_bpe": _case(8000, 0.8, 0.05)})
+    assert gates.check_case({"M_wp": _case(0, None, 0.0), "M_bpe": _case(8000, 0.8, 0.05)}) is None
+    # at the documented bounds: cosine strictly below MAX_CASE_ROW_COSINE, mass at least MIN_CASE_MASS, one group
+    edge = _case(1, gates.MAX_CASE_ROW_COSINE - 1e-9, gates.MIN_CASE_MASS)
+    assert gates.check_case({"M_wp": _case(0, None, 0.0), "M_bpe": edge}) is None
+    with pytest.raises(gates.GateError, match="did not learn to differ"):
+        gates.check_case({"M_wp": _case(0, None, 0.0), "M_bpe": _case(1, gates.MAX_CASE_ROW_COSINE, 0.05)})
 
 
 @pytest.mark.parametrize("report, words", [

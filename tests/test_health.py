@@ -1,26 +1,20 @@
 """Training-health callbacks on SPLADE-tiny: a dead start (decoder bias −30) and a dense start (+30) are caught by
 the preflight and stopped by the collapse detector; a healthy start is left alone and its health metrics are logged."""
 import json
-import os
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from vtlab.errors import VtlabError
 from vtlab.health import CollapseDetector, HealthMonitor, PreflightCheck, margin, mean_pairwise_cosine
 from vtlab.stages import finetune
+from helpers import compose_cfg
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+pytestmark = pytest.mark.usefixtures("shared_cache")
 MAX_STEPS = 8
 PATIENCE = 4
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("VTLAB_CACHE", os.environ.get("VTLAB_TEST_CACHE", str(tmp_path_factory.getbasetemp() / "cache")))
 
 
 def fit(run_dir: Path, shift: float = 0.0, batch_size: int = 4, patience: int = PATIENCE, extra: tuple = ()):
@@ -32,8 +26,7 @@ def fit(run_dir: Path, shift: float = 0.0, batch_size: int = 4, patience: int = 
         "+data.train.max_examples=200", "~callbacks.progress_bar", f"callbacks.collapse_detector.patience={patience}",
         *extra,
     ]
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
+    cfg = compose_cfg(overrides)
     module = finetune.build_module(cfg)
     biases = {id(b): b for b in (module.encoder.output_bias("doc"), module.encoder.output_bias("query"))}
     for bias in biases.values():  # a shared (siamese) encoder has one bias: shift it once

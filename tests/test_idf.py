@@ -14,10 +14,7 @@ from vtlab.models.idf import IdfTable, idf_from_df
 
 CORPUS = ["apple banana", "apple cherry apple", "banana", "grape"]
 
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("VTLAB_CACHE", str(tmp_path_factory.mktemp("idf-cache")))
+pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +83,8 @@ def test_json_round_trip_and_errors(bert_tok, tmp_path):
         IdfTable.from_corpus(bert_tok, [])
 
 
-def test_table_is_cached_per_tokenizer_and_corpus(bert_tok, monkeypatch):
+def test_table_is_cached_per_tokenizer_and_corpus(bert_tok, monkeypatch, empty_cache):
+    # empty_cache: no other test's table may be cached, so each `boom` below proves a recomputation
     first = IdfTable.from_corpus(bert_tok, CORPUS)
 
     def boom(*args, **kwargs):

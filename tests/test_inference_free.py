@@ -2,12 +2,10 @@
 IDF gradients only when trainable (own optimizer group), the table follows vocabulary transfer, config + pipeline."""
 import json
 import math
-from pathlib import Path
 
 import pytest
 import scipy.sparse as sp
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
@@ -23,14 +21,10 @@ from vtlab.pipeline import run
 from vtlab.regularizers import Flops
 from vtlab.vocab.init import Semantic
 from vtlab.vocab.transfer import TransferOptions, apply_transfer
+from helpers import compose_cfg
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+pytestmark = pytest.mark.usefixtures("fresh_cache")
 CORPUS = ["apple banana", "apple cherry apple", "banana", "grape"]
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("VTLAB_CACHE", str(tmp_path_factory.getbasetemp() / "if-cache"))
 
 
 def _tiny_bert_encoder(**kwargs) -> InferenceFreeEncoder:
@@ -166,11 +160,6 @@ def test_idf_table_follows_the_transferred_vocabulary(tmp_path):
 
 
 # ---- configuration and the pipeline --------------------------------------------------------------------------------
-
-def compose_cfg(overrides):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=overrides)
-
 
 def test_model_config_defaults_to_kl_divergence_and_doc_only_regularization(tmp_path):
     cfg = compose_cfg(["model=inference-free", f"paths.run_dir={tmp_path}"])

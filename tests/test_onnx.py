@@ -2,13 +2,10 @@
 different lengths in one padded batch), the graph computes the SPLADE pooling formula written out here on the Hugging
 Face logits, and `stage=export export.onnx=true` puts the graphs (+ model card) in the SparseEncoder directory."""
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from vtlab.backbones import Backbone
 from vtlab.errors import VtlabError
@@ -16,22 +13,17 @@ from vtlab.export.onnx import export_onnx
 from vtlab.export.onnx_runtime import OnnxSparseEncoder
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.pipeline import run, run_or_exit
+from helpers import compose_cfg
+
+pytestmark = pytest.mark.usefixtures("shared_cache")
 
 ort = pytest.importorskip("onnxruntime")
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 TOL = 1e-4
 DOCS = ["Vocabulary transfer moves a pretrained encoder onto a new tokenizer.",
         "short", "", "is [SEP] the the [MASK] same same same",
         " ".join(f"word{i} about retrieval" for i in range(120))]  # longer than doc_max_length: truncated
 QUERIES = ["what is splade", "does vocabulary transfer keep retrieval quality?", "a"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VTLAB_CACHE", os.environ.get("VTLAB_TEST_CACHE", str(tmp_path_factory.getbasetemp() / "cache")))
-        yield
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +64,6 @@ def test_onnx_graph_is_the_splade_pooling_of_the_mlm_logits(exported):
     assert np.abs(got - expected).max() <= TOL
     manifest = json.loads((out / "onnx.json").read_text())
     assert manifest["sides"] == {"doc": "doc.onnx", "query": "doc.onnx"} and manifest["prompt"] == ""
-
-
-def compose_cfg(overrides):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=overrides)
 
 
 def test_stage_export_onnx_true_writes_graphs_and_card_into_the_model_dir(tmp_path):

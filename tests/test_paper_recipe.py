@@ -8,7 +8,6 @@ import os
 import pickle
 import socket
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +15,6 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from scipy.stats import chisquare
@@ -27,17 +25,13 @@ from vtlab.data.datamodule import TripletDataset
 from vtlab.errors import ConfigError
 from vtlab.losses import InfoNCE, KLDivergence, MarginMSE
 from vtlab.regularizers import Flops
+from helpers import compose_cfg
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-
-
-def compose_cfg(*overrides, hydra=False):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=["paths.run_dir=/tmp/x", *overrides], return_hydra_config=hydra)
+RUN_DIR = "paths.run_dir=/tmp/x"  # composed only, never run
 
 
 def paper(row="bert-native", *extra):
-    return compose_cfg(f"experiment=paper/main/{row}", *extra)
+    return compose_cfg([RUN_DIR, f"experiment=paper/main/{row}", *extra])
 
 
 def sparse_reps(rows, vocab, seed, density=0.3):
@@ -80,7 +74,7 @@ def test_flops_normalize_option_and_cpu_default_unchanged():
     # global: Σ_v (mean over all rows)², as before; quickstart and CPU rows keep it
     assert Flops(1.0).penalty(d, 3).item() == pytest.approx(((d.mean(0)) ** 2).sum().item())
     for overrides in ([], ["experiment=cpu/main/bert-native"]):
-        assert compose_cfg(*overrides).regularizer.doc.normalize == "global"
+        assert compose_cfg([RUN_DIR, *overrides]).regularizer.doc.normalize == "global"
     with pytest.raises(ConfigError, match="regularizer normalize"):
         Flops(1.0, normalize="per-query")
 
@@ -272,7 +266,7 @@ def test_infonce_switch_matches_both_forms():
         authors_infonce(q, d, use_in_batch_negatives=False).item(), rel=1e-6)
     assert abs(mnrl.item() - authors_infonce(q, d).item()) > 1e-3
     assert instantiate(paper("bert-native", "loss=infonce").loss).in_batch_positives is False
-    assert instantiate(compose_cfg().loss).in_batch_positives is True  # quickstart keeps MNRL's form
+    assert instantiate(compose_cfg([RUN_DIR]).loss).in_batch_positives is True  # quickstart keeps MNRL's form
 
 
 def test_kl_div_gathers_and_is_unchanged_on_one_process():
@@ -302,7 +296,7 @@ class _FixedLogits(torch.nn.Module):
 
 
 def test_mlm_ablation_calibrates_p60_on_positive_values_only():
-    cfg = compose_cfg("experiment=paper/ablation-mlm")
+    cfg = compose_cfg([RUN_DIR, "experiment=paper/ablation-mlm"])
     apc = instantiate(cfg.apc)
     z = torch.randn(40, 30, generator=torch.Generator().manual_seed(0)) + 0.3
     texts = [str(i) for i in range(40)]

@@ -3,27 +3,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from vtlab.pipeline import run
+from helpers import ROOT, compose_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    # share one cache across this module's tests (BoolQ collections, tiny backbones), separate from the user's
-    monkeypatch.setenv("VTLAB_CACHE", os.environ.get("VTLAB_TEST_CACHE", str(tmp_path_factory.getbasetemp() / "cache")))
-
-
-def compose_cfg(overrides):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=overrides)
-
+pytestmark = pytest.mark.usefixtures("shared_cache")  # BoolQ collections and tiny backbones are built once
 
 SMALL_DEV = ["data.dev.dev_size=20", "data.dev.max_docs=100", "data.eval_batch_size=32"]
 SMALL_EVAL = ["+eval.collection.max_queries=40", "+eval.collection.max_docs=150"]

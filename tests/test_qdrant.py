@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def exported(tmp_path_factory, shared_cache):
     """(qdrant dir, collection, vtlab's top-10 scores and doc indices) after `stage=export formats=[qdrant]
     queries=true`; vtlab's ranking comes from its own encodings and InvertedIndex, not from the files."""
     vectors, _, coll, q, d = export_vectors(tmp_path_factory.mktemp("qdrant"), N_QUERIES, N_DOCS,

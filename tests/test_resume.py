@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from hydra import compose, initialize_config_dir
 from torch import nn
 
 from vtlab.data.collections import Collection
@@ -28,6 +27,7 @@ from vtlab.atomic import atomic_dir
 from vtlab.runs.directory import LAST_CKPT, prepare_run_dir
 from vtlab.stages.finetune import LastCheckpoint, ResumeState, SameDirCheckpointIO
 from vtlab.tracking import ResumableCSVLogger, RunConfigLogger
+from helpers import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -212,8 +212,7 @@ def test_loader_state_skips_served_batches_and_rolls_over_at_epoch_end() -> None
 
 
 def _cfg(run_dir: Path, *overrides: str):
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=[f"paths.run_dir={run_dir}", *overrides])
+    return compose_cfg([f"paths.run_dir={run_dir}", *overrides])
 
 
 def test_interrupted_run_dir_is_resumed_and_a_fresh_one_is_not(tmp_path: Path) -> None:

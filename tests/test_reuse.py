@@ -3,18 +3,15 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from vtlab import pipeline, reproduce
 from vtlab.runs.reuse import MARKER, find_equal_run
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
+from helpers import compose_cfg
 
 
 def cfg_for(*overrides):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+    return compose_cfg(overrides)
 
 
 def finished_job(sweep: Path, num: int, cfg, status: str = "done", ndcg: float = 0.42) -> Path:

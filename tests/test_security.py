@@ -286,13 +286,12 @@ def test_the_opt_in_prints_what_it_imports_and_then_imports_it(tmp_path: Path) -
 
 
 def test_gte_multilingual_needs_the_per_run_opt_in() -> None:
-    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        default = instantiate(compose("config", overrides=["backbone=gte-multilingual"]).backbone)
-        opted = instantiate(compose("config", overrides=["backbone=gte-multilingual",
-                                                         "backbone.allow_remote_code=true"]).backbone)
+    from helpers import compose_cfg
+
+    default = instantiate(compose_cfg(["backbone=gte-multilingual"]).backbone)
+    opted = instantiate(compose_cfg(["backbone=gte-multilingual", "backbone.allow_remote_code=true"]).backbone)
     assert (default.trust_remote_code, default.allow_remote_code) == (True, False)
     assert (opted.trust_remote_code, opted.allow_remote_code) == (True, True)
 

@@ -1,22 +1,18 @@
 """The testbed's design, checked on its composed configs: arms at equal compute, one build recipe for both pretrained
 models, an independent VT target, no checkpoint selection, and tables whose contrasts name their own rows."""
-from pathlib import Path
-
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from vtlab.reproduce import TABLES, main_rows, sweeps
+from helpers import compose_cfg
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 MAIN = main_rows("testbed")
 SAME = ["mlm", "apc", "trainer.max_steps", "trainer.limit_val_batches", "data.batch_size", "data.num_negatives",
         "data.doc_max_length", "data.train", "regularizer.doc", "loss", "eval", "seed"]
 
 
 def _cfg(experiment: str, *overrides: str, hydra: bool = False):
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose("config", overrides=[f"experiment={experiment}", *overrides], return_hydra_config=hydra)
+    return compose_cfg([f"experiment={experiment}", *overrides], hydra=hydra)
 
 
 def _at(cfg, key):

@@ -2,18 +2,16 @@
 tokenizer training. Every config the testbed runs is composed and its data sources instantiated, so a config that
 points a row at a leaking source fails here. The evaluation passages come from the evaluation config itself, and texts
 are compared in an independent normalization (case-folded, whitespace collapsed)."""
-import os
 import re
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from vtlab.data.boolq import boolq_triplets, train_pairs, validation_pairs
 from vtlab.vocab.targets import CorpusWordPiece
+from helpers import CONF, compose_cfg
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+pytestmark = pytest.mark.usefixtures("shared_cache")
 ROWS = sorted(p.stem for p in (CONF / "experiment" / "testbed" / "main").glob("*.yaml"))
 
 
@@ -22,19 +20,7 @@ def _norm(text: str) -> str:
 
 
 def _compose(row: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose("config", overrides=[f"experiment=testbed/main/{row}"])
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory):
-    old = os.environ.get("VTLAB_CACHE")
-    os.environ["VTLAB_CACHE"] = os.environ.get("VTLAB_TEST_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-    yield
-    if old is None:
-        os.environ.pop("VTLAB_CACHE")
-    else:
-        os.environ["VTLAB_CACHE"] = old
+    return compose_cfg([f"experiment=testbed/main/{row}"])
 
 
 @pytest.fixture(scope="module")

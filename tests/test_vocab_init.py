@@ -315,11 +315,11 @@ def test_subword_bytelevel_target_wordpiece_source(bert_and_olmo):
     ("all-random", AllRandom, "all-random", None),
 ])
 def test_init_configs_instantiate(group, cls, name, similarity):
-    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    with initialize_config_dir(str(CONF / "init"), version_base="1.3"):
-        cfg = compose(group)
+    from helpers import compose_cfg
+
+    cfg = compose_cfg(config_name=group, config_dir=CONF / "init")  # the group file alone, as its own config
     assert "_target_" in cfg and cfg.name == name
     init = instantiate(cfg)
     assert type(init) is cls and init.name == name
@@ -328,10 +328,10 @@ def test_init_configs_instantiate(group, cls, name, similarity):
 
 
 def test_similarity_override_from_the_command_line():
-    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=["init=semantic", "init.similarity=pmi"])
+    from helpers import compose_cfg
+
+    cfg = compose_cfg(["init=semantic", "init.similarity=pmi"])
     init = instantiate(cfg.init)
     assert isinstance(init, Semantic) and init.similarity == "pmi" and init.name == "semantic-pmi"

@@ -4,7 +4,6 @@ import pickle
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from vtlab.errors import AssetError, VtlabError
@@ -18,15 +17,14 @@ from vtlab.vocab.targets import (
     blank_prefix_lower,
     to_lower,
 )
+from helpers import compose_cfg
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 TEXTS = ["The Café in Paris", "  already spaced", "ÉCOLE naïve", "", "x"]
 
 
 def _vocab_node(option: str):
     # Compose only the vocab group: the full config also needs every other group to resolve.
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose(f"vocab/{option}").vocab
+    return compose_cfg(config_name=f"vocab/{option}").vocab
 
 
 # -- normalization baselines ---------------------------------------------------------------------------------------------
@@ -88,18 +86,13 @@ def test_pretrained_missing_dir_names_key(tmp_path):
 
 # -- corpus WordPiece ------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def wordpiece(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    cache = tmp_path_factory.mktemp("vtlab-cache")
-    mp.setenv("VTLAB_CACHE", str(cache))
+def wordpiece(fresh_cache):  # fresh: the WordPiece is trained here, not read from another module's cache
     try:
         targets.boolq_passages()
     except AssetError as e:
-        mp.undo()
         pytest.skip(f"offline asset missing: {e}")
     vocab = CorpusWordPiece("corpus-wordpiece", vocab_size=2000)
-    yield vocab, vocab.load_tokenizer(None)
-    mp.undo()
+    return vocab, vocab.load_tokenizer(None)
 
 
 def test_boolq_passages_distinct():
@@ -158,8 +151,7 @@ def test_wordpiece_bad_size_names_key(size):
 
 
 def test_wordpiece_yaml_sweepable():
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        node = compose("vocab/corpus-wordpiece", overrides=["vocab.vocab_size=10000"]).vocab
+    node = compose_cfg(["vocab.vocab_size=10000"], config_name="vocab/corpus-wordpiece").vocab
     vocab = instantiate(node)
     assert isinstance(vocab, CorpusWordPiece) and vocab.vocab_size == 10000 and vocab.name == "corpus-wordpiece"
     assert "boolq_passages" in vocab.describe()

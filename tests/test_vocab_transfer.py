@@ -21,10 +21,7 @@ from vtlab.vocab.transfer import (
     zscore_map,
 )
 
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("VTLAB_CACHE", str(tmp_path_factory.getbasetemp() / "vt-cache"))
+pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
 def bert_vocab() -> PretrainedVocab:

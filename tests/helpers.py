@@ -1,0 +1,17 @@
+"""Plain helpers shared by the test modules (importable at collection time, unlike fixtures)."""
+from pathlib import Path
+from typing import Iterable
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+
+def compose_cfg(overrides: Iterable[str] = (), *, config_name: str = "config", config_dir: Path = CONF,
+                hydra: bool = False) -> DictConfig:
+    """Hydra's compose of conf/ (as `python -m vtlab` would) with `overrides`; `hydra=True` keeps the `hydra` node
+    (launcher, sweeper, run dir)."""
+    with initialize_config_dir(str(config_dir), version_base="1.3"):
+        return compose(config_name, overrides=list(overrides), return_hydra_config=hydra)

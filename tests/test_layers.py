@@ -1,0 +1,298 @@
+"""The import layering of /work/shared/ARCHITECTURE.md, enforced: entry → stages → library → foundations, no cycles,
+no function-level vtlab imports (they only hide cycles). Every module under vtlab/ is parsed with `ast`, never
+imported, so a broken or slow module cannot hide a violation. Adjust LAYERS / LAZY_IMPORTS below, nothing else."""
+from __future__ import annotations
+
+import ast
+import textwrap
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+
+# Layer of each module: the first layer (top to bottom) with a matching pattern (fnmatch on dotted module names).
+# An import may point down (to a later layer) or stay within its layer; upward imports are refused.
+LAYERS: dict[str, list[str]] = {
+    "entry": ["vtlab.__main__", "vtlab.reproduce", "vtlab.report", "vtlab.pipeline", "vtlab.bench", "vtlab.bench.*",
+              "vtlab.gates", "vtlab.paper_plan", "*.__main__"],
+    "stages": ["vtlab.stages", "vtlab.stages.*"],
+    "foundations": ["vtlab.errors", "vtlab.atomic", "vtlab.assets", "vtlab.integrity", "vtlab.runs", "vtlab.status",
+                    "vtlab.reuse"],
+    "library": ["*"],  # everything not listed above
+}
+RANK = {"entry": 3, "stages": 2, "library": 1, "foundations": 0}  # higher may import lower
+# The one stage module every stage may import (shared builders); any other stage → stage import is refused.
+STAGES_SHARED = {"vtlab.stages", "vtlab.stages.build"}
+# Function-level vtlab imports that are allowed: (importing module, imported module) → why it must stay lazy.
+LAZY_IMPORTS: dict[tuple[str, str], str] = {
+    ("vtlab.index", "vtlab.index.seismic"): "optional backend: pyseismic-lsr is imported only for eval.index=seismic",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    src: str        # importing module, dotted
+    dst: str        # imported vtlab module, dotted (an imported attribute is resolved to its module)
+    path: str       # file of `src`, relative to the package's parent
+    line: int
+    in_function: bool
+
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def modules(package_dir: Path) -> dict[str, Path]:
+    """Dotted name → file, for every .py under the package (a package's name is its __init__.py's)."""
+    out = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    """The module `name` lives in: itself, else its nearest known parent (an attribute such as vtlab.errors.X)."""
+    while name:
+        if name in known:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def imports(package_dir: Path) -> list[Import]:
+    """Every import of a module of the package by a module of the package: module- and function-level, absolute and
+    relative, `import a.b`, `from a import b` (b a submodule or an attribute)."""
+    known = modules(package_dir)
+    package = package_dir.name
+    found = []
+    for src, path in known.items():
+        is_pkg = path.name == "__init__.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        rel = str(path.relative_to(package_dir.parent))
+
+        def visit(node: ast.AST, in_function: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                targets: list[str] = []
+                if isinstance(child, ast.Import):
+                    targets = [a.name for a in child.names]
+                elif isinstance(child, ast.ImportFrom):
+                    if child.level:  # relative: from the containing package, one level up per extra dot
+                        base = src.split(".") if is_pkg else src.split(".")[:-1]
+                        base = base[: len(base) - (child.level - 1)]
+                        mod = ".".join(base + ([child.module] if child.module else []))
+                    else:
+                        mod = child.module or ""
+                    # `from m import x`: x is a submodule if one exists, else an attribute of m
+                    targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod for a in child.names]
+                for t in dict.fromkeys(targets):
+                    if t == package or t.startswith(package + "."):
+                        dst = _resolve(t, known)
+                        if dst is not None and dst != src:
+                            found.append(Import(src, dst, rel, child.lineno, in_function))
+                visit(child, inner)
+
+        visit(tree, False)
+    return found
+
+
+def layer(module: str) -> str:
+    return next(name for name, patterns in LAYERS.items() if any(fnmatchcase(module, p) for p in patterns))
+
+
+def layer_violations(edges: list[Import]) -> list[str]:
+    out = []
+    for e in edges:
+        a, b = layer(e.src), layer(e.dst)
+        if RANK[b] > RANK[a]:
+            out.append(f"{e.where()}: {e.src} imports {e.dst}: upward import ({a} → {b}); {a} may import only "
+                       f"{', '.join(n for n in RANK if RANK[n] <= RANK[a])}")
+        elif a == b == "stages" and e.src not in STAGES_SHARED and e.dst not in STAGES_SHARED:
+            out.append(f"{e.where()}: {e.src} imports {e.dst}: stage → stage; stages share code only through "
+                       "vtlab.stages.build")
+    return out
+
+
+def function_level_violations(edges: list[Import], allowed: dict[tuple[str, str], str]) -> list[str]:
+    return [f"{e.where()}: {e.src} imports {e.dst} inside a function; import it at module level (break the cycle it "
+            "hides), or add it to LAZY_IMPORTS with the reason"
+            for e in edges if e.in_function and (e.src, e.dst) not in allowed]
+
+
+def cycles(edges: list[Import]) -> list[str]:
+    """One readable cycle per strongly connected component of the import graph (function-level imports included:
+    they are real dependencies)."""
+    graph: dict[str, dict[str, Import]] = {}
+    for e in edges:
+        graph.setdefault(e.src, {}).setdefault(e.dst, e)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components = []
+
+    def strongconnect(v: str) -> None:  # Tarjan; the package is small enough for recursion
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, {})):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                components.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    out = []
+    for comp in sorted(components, key=min):
+        start = min(comp)
+        # shortest way back to `start` inside the component (BFS)
+        prev: dict[str, str] = {}
+        frontier, seen, end = [start], {start}, None
+        while frontier and end is None:
+            nxt = []
+            for v in frontier:
+                for w in sorted(graph.get(v, {})):
+                    if w == start:
+                        end = v
+                        break
+                    if w in comp and w not in seen:
+                        seen.add(w)
+                        prev[w] = v
+                        nxt.append(w)
+                if end is not None:
+                    break
+            frontier = nxt
+        path = [end]
+        while path[-1] != start:
+            path.append(prev[path[-1]])
+        path.reverse()
+        hops = [graph[a][b] for a, b in zip(path, path[1:] + [start])]
+        out.append(f"import cycle {' → '.join(path + [start])} ("
+                   + "; ".join(f"{h.where()}{' in a function' if h.in_function else ''}" for h in hops)
+                   + (f"; {len(comp)} modules in this tangle: {', '.join(sorted(comp))}" if len(comp) > len(path)
+                      else "") + ")")
+    return out
+
+
+def check(package_dir: Path, allowed: dict[tuple[str, str], str] = LAZY_IMPORTS) -> list[str]:
+    edges = imports(package_dir)
+    return ([f"[cycle] {c}" for c in cycles(edges)]
+            + [f"[layer] {v}" for v in layer_violations(edges)]
+            + [f"[function-level import] {v}" for v in function_level_violations(edges, allowed)])
+
+
+def test_vtlab_import_layering():
+    problems = check(ROOT / "vtlab")
+    if problems:
+        pytest.fail(f"{len(problems)} import-layering violation(s) (rules: tests/test_layers.py, "
+                    "/work/shared/ARCHITECTURE.md):\n  " + "\n  ".join(problems), pytrace=False)
+
+
+def test_lazy_import_allowlist_is_still_needed():
+    """An allowlist entry whose import is gone (or became module-level) must go too: the list only shrinks."""
+    lazy = {(e.src, e.dst) for e in imports(ROOT / "vtlab") if e.in_function}
+    assert set(LAZY_IMPORTS) <= lazy, f"stale LAZY_IMPORTS entries: {sorted(set(LAZY_IMPORTS) - lazy)}"
+
+
+# -- the checker itself, on tiny synthetic packages named vtlab (so the real LAYERS table applies) --------------------
+CLEAN = {
+    "__init__.py": "",
+    "__main__.py": "from vtlab.stages import train\nfrom vtlab import models\n",
+    "errors.py": "class VtlabError(Exception):\n    pass\n",
+    "models.py": "from vtlab.errors import VtlabError\nfrom . import data\n",
+    "data.py": "from .errors import VtlabError\n",
+    "stages/__init__.py": "",
+    "stages/build.py": "from vtlab.models import data\n",
+    "stages/train.py": "from vtlab.stages.build import data\nfrom ..errors import VtlabError\nimport vtlab.models\n",
+    "index/__init__.py": "def load():\n    from vtlab.index.seismic import Seismic\n    return Seismic\n",
+    "index/seismic.py": "from vtlab.errors import VtlabError\n",
+}
+
+
+def _check(tmp_path: Path, files: dict[str, str]) -> list[str]:
+    for name, text in {**CLEAN, **files}.items():
+        f = tmp_path / "vtlab" / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(textwrap.dedent(text))
+    return check(tmp_path / "vtlab", allowed={("vtlab.index", "vtlab.index.seismic"): "optional backend"})
+
+
+def test_checker_passes_a_clean_package(tmp_path):
+    assert _check(tmp_path, {}) == []
+    edges = {(e.src, e.dst, e.in_function) for e in imports(tmp_path / "vtlab")}
+    assert ("vtlab.models", "vtlab.data", False) in edges            # from . import data (a submodule)
+    assert ("vtlab.data", "vtlab.errors", False) in edges            # from .errors import X (an attribute)
+    assert ("vtlab.stages.train", "vtlab.errors", False) in edges    # from ..errors import X
+    assert ("vtlab.stages.train", "vtlab.models", False) in edges    # import vtlab.models
+    assert ("vtlab.index", "vtlab.index.seismic", True) in edges     # allowlisted lazy import
+
+
+def test_checker_reports_a_cycle_with_its_path(tmp_path):
+    problems = _check(tmp_path, {"data.py": "from vtlab.errors import VtlabError\nimport vtlab.models\n"})
+    assert problems == ["[cycle] import cycle vtlab.data → vtlab.models → vtlab.data "
+                        "(vtlab/data.py:2; vtlab/models.py:2)"]
+
+
+def test_checker_reports_upward_imports(tmp_path):
+    problems = _check(tmp_path, {
+        "errors.py": "from vtlab.models import data\n",                       # foundations → library
+        "data.py": "x = 1\n\n\nfrom vtlab.stages import build\n",               # library → stages
+        "index/seismic.py": "import vtlab.__main__\n",                          # library → entry
+    })
+    assert [p for p in problems if not p.startswith("[cycle]")] == [
+        "[layer] vtlab/data.py:4: vtlab.data imports vtlab.stages.build: upward import (library → stages); library "
+        "may import only library, foundations",
+        "[layer] vtlab/errors.py:1: vtlab.errors imports vtlab.models: upward import (foundations → library); "
+        "foundations may import only foundations",
+        "[layer] vtlab/index/seismic.py:1: vtlab.index.seismic imports vtlab.__main__: upward import (library → "
+        "entry); library may import only library, foundations",
+    ]
+
+
+def test_checker_refuses_a_stage_importing_another_stage(tmp_path):
+    problems = _check(tmp_path, {"stages/evaluate.py": "from vtlab.stages.train import data\n"
+                                                       "from vtlab.stages.build import data as d\n"})
+    assert problems == ["[layer] vtlab/stages/evaluate.py:1: vtlab.stages.evaluate imports vtlab.stages.train: "
+                        "stage → stage; stages share code only through vtlab.stages.build"]
+
+
+def test_checker_reports_function_level_imports_outside_the_allowlist(tmp_path):
+    problems = _check(tmp_path, {"models.py": """\
+        from vtlab.errors import VtlabError
+
+
+        class Model:
+            def fit(self):
+                from . import data
+                import vtlab.errors as e
+                return data, e
+        """})
+    assert problems == [
+        "[function-level import] vtlab/models.py:6: vtlab.models imports vtlab.data inside a function; import it at "
+        "module level (break the cycle it hides), or add it to LAZY_IMPORTS with the reason",
+        "[function-level import] vtlab/models.py:7: vtlab.models imports vtlab.errors inside a function; import it "
+        "at module level (break the cycle it hides), or add it to LAZY_IMPORTS with the reason",
+    ]
+    assert check(tmp_path / "vtlab", allowed={}) == [  # the seismic import too, once off the allowlist
+        "[function-level import] vtlab/index/__init__.py:2: vtlab.index imports vtlab.index.seismic inside a "
+        "function; import it at module level (break the cycle it hides), or add it to LAZY_IMPORTS with the reason",
+        *problems,
+    ]
