@@ -19,7 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from vtlab.evaluation import write_json
+from vtlab.atomic import write_json
 from vtlab.errors import one_line, user_error
 
 STATUS_FILE = "status.json"
