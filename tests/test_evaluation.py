@@ -14,6 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from rich.console import Console
 
+from vtlab.atomic import write_json
 from vtlab.data.collections import Collection
 from vtlab.errors import VtlabError
 from vtlab.evaluation import (
@@ -22,7 +23,6 @@ from vtlab.evaluation import (
     evaluate,
     results_table,
     sparsity_stats,
-    write_json,
     write_trec_run,
 )
 from vtlab.index import InvertedIndex, to_run

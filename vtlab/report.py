@@ -44,7 +44,7 @@ from matplotlib.figure import Figure
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vtlab import stats
-from vtlab.atomic import atomic_write
+from vtlab.atomic import atomic_path, atomic_write
 from vtlab.errors import VtlabError
 from vtlab.evaluation import split_budget_key
 from vtlab.runs.status import job_dirs
@@ -773,10 +773,8 @@ def write_tradeoff(table: Table, path: str | Path) -> Path | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=120)
-    tmp.replace(path)  # readers never see half an image
+    with atomic_path(path, disk_errors=False) as tmp:  # readers never see half an image
+        fig.savefig(tmp, format="png", dpi=120)
     return path
 
 
@@ -784,7 +782,7 @@ def write_tradeoff(table: Table, path: str | Path) -> Path | None:
 
 
 def write_text(path: str | Path, text: str) -> Path:
-    """Atomic (vtlab.evaluation's temp file + os.replace): readers never see half a table."""
+    """Atomic (vtlab.atomic: a temp file renamed into place): readers never see half a table."""
     return atomic_write(path, lambda f: f.write(text))
 
 

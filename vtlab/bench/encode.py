@@ -43,10 +43,9 @@ def model_dir(name: str) -> Path:
         raise ValueError(f"unknown bench model {name!r}")
     out = cache_dir("bench") / "minilm-mlm-seed0-186"
     if not (out / "model.safetensors").is_file():
-        import shutil
-
         import torch
 
+        from vtlab.atomic import build_dir
         from vtlab.backbones import Backbone
         from vtlab.models.encoder import SpladeEncoder
 
@@ -58,11 +57,12 @@ def model_dir(name: str) -> Path:
             z = enc.max_logits(ids, mask, "doc")
             cut = torch.quantile(z.flatten()[:: max(1, z.numel() // 2**24)], 1 - 186 / z.shape[1])
             enc.output_bias("doc").sub_(cut)
-        tmp = out.with_name(out.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        enc.model.save_pretrained(tmp)
-        enc.tokenizer.save_pretrained(tmp)
-        tmp.replace(out)
+
+        def write(tmp: Path) -> None:
+            enc.model.save_pretrained(tmp)
+            enc.tokenizer.save_pretrained(tmp)
+
+        build_dir(out, write, lambda d: (d / "model.safetensors").is_file(), disk_errors=False)
     return out
 
 
@@ -72,18 +72,14 @@ def onnx_dir(name: str) -> Path:
 
     out = cache_dir("bench") / f"onnx-{name}-q{QUERY_LEN}-d{DOC_LEN}"
     if not (out / "onnx.json").is_file():
-        import shutil
-
+        from vtlab.atomic import build_dir
         from vtlab.backbones import Backbone
         from vtlab.export.onnx import export_onnx
         from vtlab.models.encoder import SpladeEncoder
 
         enc = SpladeEncoder.from_backbone(Backbone(str(model_dir(name)), family="bert"), query_max_length=QUERY_LEN,
                                           doc_max_length=DOC_LEN)
-        tmp = out.with_name(out.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        export_onnx(enc, tmp)
-        tmp.replace(out)
+        build_dir(out, lambda tmp: export_onnx(enc, tmp), lambda d: (d / "onnx.json").is_file(), disk_errors=False)
     return out
 
 

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
+from vtlab.assets import asset_path, cache_dir
+from vtlab.atomic import build_dir
 from vtlab.data.collections import Collection, iter_oe_eval_docs, load_beir, save_beir
 from vtlab.data.examples import TripletExample
+from vtlab.data.mining import BM25Index, mine_hard_negatives
+from vtlab.data.triplets import read_jsonl_triplets, write_jsonl_triplets
 from vtlab.errors import AssetError, DataError
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,6 @@ def doc_id(text: str) -> str:
 def validation_pairs() -> tuple[tuple[str, str], ...]:
     """(question, passage) for the 3,270 BoolQ validation questions, in file order."""
     import datasets
-
-    from vtlab.assets import asset_path
 
     path = asset_path("boolq-validation")
     try:
@@ -71,8 +70,6 @@ def _parse_train_query(text: str, where: str) -> tuple[str, str]:
 @lru_cache(maxsize=1)
 def train_pairs() -> tuple[tuple[str, str], ...]:
     """(question, passage) for the 9,427 BoolQ train questions, ordered by oe-eval `doc.idx`."""
-    from vtlab.assets import asset_path
-
     path = asset_path("boolq-train")
     by_idx: dict[int, tuple[str, str]] = {}
     for where, doc in iter_oe_eval_docs(Path(path)):
@@ -158,24 +155,18 @@ def boolq_collection(
                              f"boolq-{split}")
 
 
+def _complete(collection_dir: Path) -> bool:
+    return (collection_dir / "qrels" / "test.tsv").is_file()
+
+
 def cached_collection(key: str, build: Callable[[], Collection], name: str) -> Collection:
     """The collection cached under `key` in BEIR layout, built by `build()` on a miss; loaded with load_beir."""
-    from vtlab.assets import cache_dir
-
     target = cache_dir("collections") / f"{key}-{CACHE_VERSION}"
-    if not (target / "qrels" / "test.tsv").is_file():
+    if not _complete(target):
         coll = build()
-        # Build into a temp sibling and rename the whole dir: a crash never leaves a half-written collection.
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-        try:
-            save_beir(coll, tmp, split="test")
-            try:
-                os.rename(tmp, target)
-            except OSError:
-                if not (target / "qrels" / "test.tsv").is_file():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        # Built into a temp sibling and renamed whole: a crash never leaves a half-written collection, and of racing
+        # builders the first to finish wins.
+        build_dir(target, lambda tmp: save_beir(coll, tmp, split="test"), _complete, disk_errors=False)
     coll = load_beir(str(target), split="test")
     coll.name = name
     return coll
@@ -195,8 +186,6 @@ def build_boolq_triplets(
 def mine_triplets(pairs: Sequence[tuple[str, str, str]], pool: Sequence[str], num_negatives: int) -> list[TripletExample]:
     """TripletExamples for (query id, question, positive passage) `pairs` with `num_negatives` BM25 hard negatives
     each from the distinct passages of `pool` (which must hold every positive)."""
-    from vtlab.data.mining import BM25Index, mine_hard_negatives
-
     passages = _distinct(list(pool))
     pos_of = {t: i for i, t in enumerate(passages)}
     queries = [q for _, q, _ in pairs]
@@ -235,9 +224,6 @@ def boolq_triplets(
 
 def cached_triplets(key: str, build: Callable[[], list[TripletExample]]) -> list[TripletExample]:
     """The triplets cached as JSONL under `key`, built by `build()` on a miss."""
-    from vtlab.assets import cache_dir
-    from vtlab.data.triplets import read_jsonl_triplets, write_jsonl_triplets
-
     path = cache_dir("triplets") / f"{key}-{CACHE_VERSION}.jsonl"
     if not path.is_file():
         t0 = time.perf_counter()

@@ -30,6 +30,7 @@ import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Iterator  # noqa: E402
 
+from vtlab.atomic import atomic_write_text  # noqa: E402
 from vtlab.errors import AssetError, DataError  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -164,8 +165,6 @@ def load_beir(path: str, split: str = "test") -> Collection:
 
 def save_beir(collection: Collection, path: str | os.PathLike[str], split: str = "test") -> Path:
     """Write `collection` in BEIR layout under `path` (each file atomically). Returns the directory."""
-    from vtlab.atomic import atomic_write_text
-
     root = Path(path)
     atomic_write_text(
         root / "corpus.jsonl",

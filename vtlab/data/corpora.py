@@ -1,8 +1,9 @@
 """Plain-text corpora for MLM adaptation: zero-argument callables (Hydra `_partial_: true`) yielding documents.
 
-Offline: BoolQ passages (≈10k Wikipedia paragraphs, ≈1M words). Online: the authors' recipe, English Wikipedia
-(`wikimedia/wikipedia` 20231101.en) + BookCorpus, from the Hugging Face hub. Without the hub (offline flags set or
-the endpoint unreachable) the hub corpora raise AssetError naming the dataset at once, unless a cached copy exists.
+Offline: BoolQ passages (≈10k Wikipedia paragraphs, ≈1M words; also vocab=corpus-wordpiece's default corpus). Online:
+the authors' recipe, English Wikipedia (`wikimedia/wikipedia` 20231101.en) + BookCorpus, from the Hugging Face hub.
+Without the hub (offline flags set or the endpoint unreachable) the hub corpora raise AssetError naming the dataset at
+once, unless a cached copy exists.
 """
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import contextlib
 import itertools
 import os
 from collections.abc import Iterable, Iterator
+from functools import lru_cache
 from typing import Any
 
 from vtlab.assets import hub_reachable, truthy
+from vtlab.data.boolq import train_pairs, validation_pairs
 from vtlab.errors import AssetError, VtlabError
 
 WIKIPEDIA = "wikimedia/wikipedia"
@@ -25,19 +28,25 @@ def _check_max_docs(max_docs: int | None, key: str) -> None:
         raise VtlabError(f"{key}={max_docs!r} must be a positive integer or null")
 
 
+_BOOLQ_SPLITS = {"all": lambda: (*train_pairs(), *validation_pairs()), "train": train_pairs,
+                 "validation": validation_pairs}
+
+
+@lru_cache(maxsize=len(_BOOLQ_SPLITS))
+def _distinct_passages(split: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p for _, p in _BOOLQ_SPLITS[split]()))
+
+
 def boolq_passages(max_docs: int | None = None, split: str = "all") -> tuple[str, ...]:
-    """Distinct BoolQ passages (train, then validation); the offline MLM corpus. `max_docs` keeps the first N.
+    """Distinct BoolQ passages (train, then validation: 10,144), in file order: the offline MLM corpus, and (called
+    without arguments) the default corpus of CorpusWordPiece. `max_docs` keeps the first N.
 
-    split: all | train | validation. Pretraining from scratch uses `train`, so the evaluation passages stay unseen."""
-    from vtlab.data.boolq import train_pairs, validation_pairs
-    from vtlab.vocab.targets import boolq_passages as _all
-
+    split: all | train | validation. Pretraining from scratch uses `train`, so the evaluation passages stay unseen.
+    A tokenizer takes `all` on purpose: it is unsupervised, like a BM25 vocabulary."""
     _check_max_docs(max_docs, "mlm.corpus.max_docs")
-    sources = {"all": _all, "train": lambda: tuple(dict.fromkeys(p for _, p in train_pairs())),
-               "validation": lambda: tuple(dict.fromkeys(p for _, p in validation_pairs()))}
-    if split not in sources:
-        raise VtlabError(f"mlm.corpus.split={split!r}: expected one of {sorted(sources)}")
-    texts = sources[split]()
+    if split not in _BOOLQ_SPLITS:
+        raise VtlabError(f"mlm.corpus.split={split!r}: expected one of {sorted(_BOOLQ_SPLITS)}")
+    texts = _distinct_passages(split)
     return texts if max_docs is None else texts[:max_docs]
 
 

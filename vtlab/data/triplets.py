@@ -163,5 +163,5 @@ def triplet_to_dict(ex: TripletExample) -> dict[str, Any]:
 
 
 def write_jsonl_triplets(path: str | os.PathLike[str], examples: Iterable[TripletExample]) -> None:
-    """Write examples as JSONL atomically (tmp file + os.replace)."""
+    """Write examples as JSONL atomically (vtlab.atomic: a temp file renamed into place)."""
     atomic_write_text(path, (json.dumps(triplet_to_dict(ex), ensure_ascii=False) + "\n" for ex in examples))

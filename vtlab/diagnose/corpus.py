@@ -9,6 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from vtlab.data.corpora import boolq_passages
 from vtlab.errors import DataError, VtlabError
 
 
@@ -84,8 +85,6 @@ def load_corpus(corpus: DictConfig | dict[str, Any], data_cfg: DictConfig | None
             raise VtlabError("diagnose.corpus.from_data=true needs a `data` config")
         texts = data_documents(data_cfg)
     else:
-        from vtlab.vocab.targets import boolq_passages
-
         texts = list(boolq_passages())
     texts = list(dict.fromkeys(texts))
     if not texts:

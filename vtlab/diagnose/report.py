@@ -7,8 +7,6 @@ any time (`python -m vtlab.diagnose DIR`).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,10 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from vtlab.atomic import atomic_path, atomic_write, write_json
 from vtlab.diagnose.verdict import criteria_for, final_activity, rank, suggest
 from vtlab.errors import VtlabError
-from vtlab.atomic import atomic_write
-from vtlab.evaluation import write_json
 
 RESULT_FILE = "diagnose.json"
 
@@ -58,15 +55,8 @@ def unique_labels(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # -- plots -------------------------------------------------------------------------------------------------------------
 def _save(fig, path: Path) -> Path:
     """savefig through a temp file + rename: concurrent jobs re-rendering the same report never leave half a PNG."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
-    try:
+    with atomic_path(path, suffix=".png", disk_errors=False) as tmp:  # savefig goes by the extension
         fig.savefig(tmp, dpi=100)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
     return path
 
 

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from vtlab.errors import VtlabError
 from vtlab.export.onnx_runtime import INPUTS, MANIFEST, OUTPUT
 from vtlab.export.sentence_transformers import _add_lowercase, describe, preprocess_parts
+from vtlab.models.inference_free import InferenceFreeEncoder
 from vtlab.models.pooling import splade_activation
 
 log = logging.getLogger("vtlab")
@@ -69,8 +70,6 @@ def _export_graph(network: nn.Module, double_log: bool, tokenizer: Any, path: Pa
 
 def export_onnx(encoder: Any, out_dir: str | Path) -> Path:
     """Write the encoder's networks as ONNX graphs with SPLADE pooling, plus tokenizer and onnx.json, to `out_dir`."""
-    from vtlab.models.inference_free import InferenceFreeEncoder
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     lowercase, blank = preprocess_parts(encoder.preprocess)

@@ -23,18 +23,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from vtlab.atomic import replace_dir, scratch_dir
 from vtlab.errors import VtlabError
 from vtlab.models.encoder import SpladeEncoder
+from vtlab.models.inference_free import InferenceFreeEncoder
+from vtlab.vocab import targets
 
 log = logging.getLogger("vtlab")
 
@@ -52,8 +51,6 @@ def _sentence_transformers() -> Any:
 
 def preprocess_parts(preprocess: Callable[[str], str] | None) -> tuple[bool, bool]:
     """(lowercase, blank prefix) of a vtlab input normalizer; anything else has no sentence-transformers equivalent."""
-    from vtlab.vocab import targets
-
     if preprocess is None:
         return False, False
     if isinstance(preprocess, targets.Normalizer):
@@ -134,8 +131,6 @@ def _static_route(st: Any, path: Path, encoder: Any) -> list[Any]:
 
 def build_sparse_encoder(encoder: SpladeEncoder, work: Path) -> Any:
     """The sentence-transformers SparseEncoder equivalent to `encoder`, its networks written under `work`."""
-    from vtlab.models.inference_free import InferenceFreeEncoder
-
     st = _sentence_transformers()
     lowercase, blank = preprocess_parts(encoder.preprocess)
     if isinstance(encoder, InferenceFreeEncoder):
@@ -161,8 +156,6 @@ def build_sparse_encoder(encoder: SpladeEncoder, work: Path) -> Any:
 
 
 def describe(encoder: SpladeEncoder) -> dict[str, Any]:
-    from vtlab.models.inference_free import InferenceFreeEncoder
-
     kind = ("inference-free" if isinstance(encoder, InferenceFreeEncoder)
             else "two-tower" if encoder.query_model is not None else "siamese")
     out: dict[str, Any] = {"kind": kind, "vocab_size": encoder.vocab_size, "max_length": dict(encoder.max_length),
@@ -183,18 +176,6 @@ def check_target(out: Path, overwrite: bool, key: str) -> bool:
     return False
 
 
-def replace_dir(tmp: Path, out: Path, overwrite: bool, key: str) -> Path:
-    """Move the finished directory `tmp` to `out` with renames only: readers see the old or the new one, whole."""
-    if check_target(out, overwrite, key):
-        old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)  # rename(2) replaces an empty directory
-    return out
-
-
 def export_sentence_transformers(encoder: SpladeEncoder, out: str | Path, overwrite: bool = False,
                                  source: dict[str, Any] | None = None,
                                  extras: Sequence[Callable[[Path], Any]] = ()) -> Path:
@@ -204,17 +185,14 @@ def export_sentence_transformers(encoder: SpladeEncoder, out: str | Path, overwr
     card), so they appear all together or not at all."""
     out = Path(out).absolute()
     check_target(out, overwrite, "export.out")  # before the work, not after it
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
+    with scratch_dir(out) as tmp:
         model = build_sparse_encoder(encoder, tmp / "hf")
         model.save(str(tmp / "model"))
         (tmp / "model" / MANIFEST).write_text(json.dumps(
             {"encoder": describe(encoder), "source": source or {}}, indent=2, default=str) + "\n")
         for write in extras:
             write(tmp / "model")
-        replace_dir(tmp / "model", out, overwrite, "export.out")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        check_target(out, overwrite, "export.out")  # again: something may have been written there meanwhile
+        replace_dir(tmp / "model", out)  # renames only: readers see the old directory or the new one, whole
     log.info("export: sentence-transformers SparseEncoder written to %s", out)
     return out

@@ -37,9 +37,9 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from vtlab.atomic import atomic_write
+from vtlab.atomic import atomic_write, write_json
 from vtlab.errors import VtlabError
-from vtlab.evaluation import write_json
+from vtlab.models.idf import id_to_token
 
 def escape_feature(token: str, dot: str = "percent") -> str:
     """A `rank_features` feature name for `token`: no "." (see the module docstring for the two schemes)."""
@@ -55,8 +55,6 @@ def unescape_feature(name: str) -> str:
 
 def token_strings(tokenizer: Any, vocab_size: int) -> list[str]:
     """The string of each output id; ids the tokenizer does not name (a padded MLM head) become "[ID<n>]"."""
-    from vtlab.models.idf import id_to_token
-
     tokens = id_to_token(tokenizer)[:vocab_size]
     tokens += [""] * (vocab_size - len(tokens))
     return [t if t else f"[ID{i}]" for i, t in enumerate(tokens)]

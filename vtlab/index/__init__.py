@@ -5,6 +5,7 @@ import functools
 from typing import Any, Callable, Mapping
 
 from vtlab.index.inverted import InvertedIndex, to_run, topk_rows
+from vtlab.index.seismic import SeismicIndex  # its optional pyseismic package is imported only when an index is built
 
 __all__ = ["INDEXES", "InvertedIndex", "index_factory", "to_run", "topk_rows"]
 
@@ -23,7 +24,5 @@ def index_factory(name: str = "exact", options: Mapping[str, Any] | None = None)
     if name == "scipy":
         return functools.partial(InvertedIndex, backend="scipy", **opts)
     if name == "seismic":
-        from vtlab.index.seismic import SeismicIndex
-
         return functools.partial(SeismicIndex, **opts)
     raise ValueError(f"unknown index {name!r}: choose one of {', '.join(INDEXES)}")

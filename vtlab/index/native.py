@@ -11,19 +11,18 @@ scipy (same results, slower): nothing in vtlab requires the kernel.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import os
 import shutil
 import stat
 import subprocess
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from vtlab.assets import cache_dir
+from vtlab.atomic import atomic_path, stable_hash
 from vtlab.integrity import sha256_file
 
 log = logging.getLogger(__name__)
@@ -91,18 +90,14 @@ def _verified(lib_path: Path) -> str | None:
 
 def _build(cc: str, lib_path: Path) -> None:
     """Compile into a temp file in the private dir, record its sha256, rename both into place (the hash first: a
-    library without a matching hash is never loaded)."""
-    fd, tmp = tempfile.mkstemp(dir=lib_path.parent, suffix=".so")
-    os.close(fd)
-    digest_tmp = Path(tmp + ".sha256")
-    try:
-        subprocess.run([cc, *CFLAGS, "-o", tmp, str(SOURCE)], check=True, capture_output=True, text=True, timeout=120)
-        digest_tmp.write_text(sha256_file(Path(tmp)) + "\n")
-        os.replace(digest_tmp, lib_path.with_name(lib_path.name + ".sha256"))
-        os.replace(tmp, lib_path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-        digest_tmp.unlink(missing_ok=True)
+    library without a matching hash is never loaded). Errors stay OSError / SubprocessError (never DiskError): load()
+    falls back to scipy on them."""
+    # mode=None: the library keeps the mode the compiler gave it
+    with atomic_path(lib_path, suffix=".so", mode=None, disk_errors=False) as tmp:
+        subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(SOURCE)], check=True, capture_output=True, text=True,
+                       timeout=120)
+        with atomic_path(lib_path.with_name(lib_path.name + ".sha256"), disk_errors=False) as digest_tmp:
+            digest_tmp.write_text(sha256_file(tmp) + "\n")
 
 
 @lru_cache(maxsize=1)
@@ -116,7 +111,7 @@ def load() -> ctypes.CDLL | None:
         return None
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-        key = hashlib.sha1(SOURCE.read_bytes() + " ".join(CFLAGS).encode() + version.encode()).hexdigest()[:16]
+        key = stable_hash(SOURCE.read_bytes() + " ".join(CFLAGS).encode() + version.encode(), length=16)
         lib_path = private_dir() / f"taat-{key}.so"
         problem = _verified(lib_path) if lib_path.exists() or lib_path.is_symlink() else "absent"
         if problem is not None:

@@ -6,16 +6,18 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterable
-from functools import lru_cache
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
 from vtlab import integrity
+from vtlab.assets import cache_dir, resolve
+from vtlab.atomic import json_hash, stable_hash
+from vtlab.backbones import Backbone
+from vtlab.data.corpora import boolq_passages  # also reached as vtlab.vocab.targets.boolq_passages (conf/vocab)
 from vtlab.errors import AssetError, VtlabError
 
 log = logging.getLogger(__name__)
@@ -134,9 +136,6 @@ class PretrainedVocab(TargetVocab):
     def load_tokenizer(self, source_tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
         from transformers import AutoTokenizer
 
-        from vtlab.assets import resolve
-        from vtlab.backbones import Backbone
-
         if hasattr(self.tokenizer, "load_tokenizer"):  # a Backbone object, e.g. TinyModernBert's real OLMo BPE
             return self.tokenizer.load_tokenizer()
         # Backbone's loader gives the quick offline check and one-line errors; we only rename the blamed key.
@@ -156,33 +155,27 @@ class PretrainedVocab(TargetVocab):
 
 
 # -- a WordPiece trained on a corpus ------------------------------------------------------------------------------------
-@lru_cache(maxsize=1)
-def boolq_passages() -> tuple[str, ...]:
-    """Distinct BoolQ passages, train then validation (10,144): the offline default corpus for CorpusWordPiece.
-
-    Validation passages are included on purpose: a tokenizer is unsupervised, like a BM25 vocabulary."""
-    from vtlab.data.boolq import train_pairs, validation_pairs
-
-    return tuple(dict.fromkeys(p for _, p in (*train_pairs(), *validation_pairs())))
-
+# The default corpus is vtlab.data.corpora.boolq_passages() (distinct BoolQ passages, train then validation: 10,144).
+# It was defined here, as vtlab.vocab.targets.boolq_passages, until it moved to vtlab.data; called without arguments it
+# keeps that name in cache keys and descriptions, so vocabularies trained on it are not retrained.
+_BOOLQ_PASSAGES_ID = "vtlab.vocab.targets.boolq_passages"
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
 MIN_VOCAB, MAX_VOCAB = 1000, 200_000
 _RECIPE = "wordpiece-v2"  # bump when the training recipe changes, so old caches are not reused (v2: deterministic)
 
 
-def _corpus_id(corpus: Callable[[], Iterable[str]] | Iterable[str]) -> str:
+def _corpus_id(corpus: Callable[[], Iterable[str]] | Iterable[str], bound: bool = False) -> str:
     """Stable identity of a corpus: a function by its qualified name (+ partial args), texts by their hash."""
     if callable(corpus):
         if isinstance(corpus, functools.partial):  # Hydra's `_partial_: true`; a bare one equals its function
-            bound = f"{corpus.args!r}{sorted(corpus.keywords.items())!r}" if corpus.args or corpus.keywords else ""
-            return _corpus_id(corpus.func) + bound
+            args = f"{corpus.args!r}{sorted(corpus.keywords.items())!r}" if corpus.args or corpus.keywords else ""
+            return _corpus_id(corpus.func, bound or bool(args)) + args
+        if corpus is boolq_passages and not bound:
+            return _BOOLQ_PASSAGES_ID
         return f"{getattr(corpus, '__module__', '?')}.{getattr(corpus, '__qualname__', repr(corpus))}"
-    h = hashlib.sha1()
-    for text in corpus:
-        h.update(text.encode("utf-8"))
-        h.update(b"\0")
-    return f"texts:{h.hexdigest()}"
+    blob = b"".join(text.encode("utf-8") + b"\0" for text in corpus)  # each text ended by a NUL
+    return f"texts:{stable_hash(blob, length=40)}"  # the whole sha1
 
 
 class CorpusWordPiece(TargetVocab):
@@ -216,12 +209,9 @@ class CorpusWordPiece(TargetVocab):
                 "strip_accents": self.strip_accents, "min_frequency": self.min_frequency}
 
     def cache_key(self) -> str:
-        digest = hashlib.sha1(json.dumps(self._params(), sort_keys=True).encode()).hexdigest()[:12]
-        return f"{self.name}-{digest}"
+        return f"{self.name}-{json_hash(self._params(), length=12)}"
 
     def cache_path(self) -> Path:
-        from vtlab.assets import cache_dir
-
         return cache_dir("vocab") / self.cache_key()
 
     def _texts(self) -> Iterable[str]:

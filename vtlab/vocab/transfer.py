@@ -10,7 +10,6 @@ source model's. Results are cached by (backbone, vocab, init, options).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -23,6 +22,7 @@ from torch import Tensor, nn
 
 from vtlab import integrity
 from vtlab.assets import cache_dir
+from vtlab.atomic import stable_hash
 from vtlab.backbones import Backbone, decoder_site
 from vtlab.errors import VtlabError
 from vtlab.vocab.canonical import Overlap, match_vocabularies
@@ -198,7 +198,7 @@ def _cache_key(backbone: Backbone, vocab: TargetVocab, init: Initializer, option
          "version": 1},
         sort_keys=True,
     )
-    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+    return stable_hash(blob, length=16)
 
 
 def check_compatible(vocab: TargetVocab, init: Initializer) -> None:
