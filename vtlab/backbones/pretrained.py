@@ -1,0 +1,203 @@
+"""Load any HF masked-LM + tokenizer by hub id, local directory or offline asset, with a uniform MLM decoder
+(vtlab.backbones.heads); bad or missing files and an unreachable hub are one AssetError line naming the config key."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from safetensors import SafetensorError, safe_open
+from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from vtlab.assets import hub_offline_flag, hub_reachable, is_connection_error, looks_like_path, resolve
+from vtlab.backbones.heads import fix_decoder_bias
+from vtlab.errors import AssetError
+
+T = TypeVar("T")
+
+
+def _auto_map(source: str) -> list[str]:
+    """The modules:classes a model directory's config.json (or tokenizer_config.json) asks transformers to import."""
+    found: dict[str, None] = {}
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            data = json.loads((Path(source) / name).read_text())
+        except (OSError, ValueError):
+            continue
+        auto_map = data.get("auto_map") if isinstance(data, dict) else None
+        for value in (auto_map or {}).values() if isinstance(auto_map, dict) else ():
+            for ref in value if isinstance(value, list) else [value]:
+                if isinstance(ref, str):
+                    found[ref] = None
+    return list(found)
+
+
+def _damaged_weights(source: str, field: str, exc: Exception) -> str:
+    """One line naming the weights file safetensors could not read (it does not say which, for sharded models)."""
+    first = " ".join(str(exc).split())[:200]
+    for path in sorted(Path(source).glob("*.safetensors")) if os.path.isdir(source) else ():
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as e:
+            first = " ".join(str(e).split())[:200]
+            return (f"{path}: cannot read the weights ({first}); the file is truncated or damaged (config key: {field}):"
+                    " rebuild or re-download it")
+    return f"{field}={source!r}: cannot read the weights ({first}); a *.safetensors file is truncated or damaged"
+
+
+def _damaged_json(source: str, field: str) -> str | None:
+    """One line naming the first JSON file of a local model directory that does not parse (transformers' error for a
+    truncated tokenizer.json or config.json names no file); None when they all parse."""
+    for path in sorted(Path(source).glob("*.json")) if os.path.isdir(source) else ():
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            first = " ".join(str(e).split())[:200]
+            return (f"{path}: cannot read it ({type(e).__name__}: {first}); the file is truncated or damaged (config "
+                    f"key: {field}): rebuild or re-download it")
+    return None
+
+
+class Backbone:
+    """A masked-LM backbone addressed by hub id, local directory or `asset:NAME`; loads lazily."""
+
+    def __init__(
+        self,
+        name_or_path: str,
+        tokenizer: str | None = None,
+        family: str = "auto",
+        trust_remote_code: bool = False,
+        attn_implementation: str | None = None,
+        revision: str | None = None,
+        name: str | None = None,
+        allow_remote_code: bool = False,
+    ) -> None:
+        self.name_or_path = name_or_path
+        self.tokenizer = tokenizer
+        self.family = family  # informational ("bert", "roberta", "modernbert", …); "auto" → config.model_type
+        # trust_remote_code: the model needs its own Python code (conf/backbone/*.yaml says so); allow_remote_code: this
+        # run's opt-in (`backbone.allow_remote_code=true`) to import it. Both, or no code from a model dir/hub repo runs.
+        self.trust_remote_code = bool(trust_remote_code)
+        self.allow_remote_code = bool(allow_remote_code)
+        self._announced: set[str] = set()
+        self.attn_implementation = attn_implementation
+        self.revision = revision
+        self.name = name or Path(name_or_path.removeprefix("asset:")).name
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, name_or_path={self.name_or_path!r}, family={self.family!r})"
+
+    def cache_key(self) -> str:
+        """Identifies the weights + tokenizer this backbone loads (for caching derived artifacts such as transfers)."""
+        return f"{self.name_or_path}|{self.tokenizer}|{self.revision}"
+
+    # -- where to load from ------------------------------------------------------------------------------------------
+    def _source(self, tokenizer: bool) -> tuple[str, str]:
+        """(resolved path or hub id, config key to blame in errors)."""
+        if tokenizer and self.tokenizer:
+            return resolve(self.tokenizer), "backbone.tokenizer"
+        return resolve(self.name_or_path), "backbone.name_or_path"
+
+    def _remote_code(self, source: str, field: str) -> bool:
+        """Whether loading may import the model's own Python code: refused (one line) unless the run opted in; when it
+        did, says once on stderr which modules it will import."""
+        if not self.trust_remote_code:
+            return False
+        if not self.allow_remote_code:
+            raise AssetError(
+                f"{field}={source!r} needs its own Python code (the backbone config sets trust_remote_code: true), "
+                "which vtlab does not import unless this run opts in: pass backbone.allow_remote_code=true after "
+                "reading that code")
+        if source not in self._announced:
+            self._announced.add(source)
+            where = f"{source}@{self.revision}" if self.revision and not os.path.isdir(source) else source
+            print(f"vtlab: backbone.allow_remote_code=true: importing the Python code of {field}={where}: "
+                  f"{', '.join(_auto_map(source)) or 'the modules its config.json auto_map names'}", file=sys.stderr)
+        return True
+
+    def _load(self, loader: Callable[..., T], source: str, field: str, **kwargs: Any) -> T:
+        kwargs["trust_remote_code"] = self._remote_code(source, field)
+        try:
+            return self._load_from(loader, source, field, **kwargs)
+        except SafetensorError as exc:
+            raise AssetError(_damaged_weights(source, field, exc)) from None
+        except ValueError as exc:
+            if "trust_remote_code" not in str(exc):
+                damaged = _damaged_json(source, field)
+                if damaged is None:
+                    raise
+                raise AssetError(damaged) from None
+            raise AssetError(  # transformers refused the model's own code (auto_map): nothing of it ran
+                f"{field}={source!r} contains its own Python code ({', '.join(_auto_map(source)) or 'auto_map'}), "
+                "which vtlab does not import: use a model that needs none, or set trust_remote_code: true in its "
+                "backbone config and pass backbone.allow_remote_code=true after reading that code") from None
+
+    def _load_from(self, loader: Callable[..., T], source: str, field: str, **kwargs: Any) -> T:
+        if os.path.isdir(source):
+            return loader(source, **kwargs)
+        if looks_like_path(source):
+            raise AssetError(f"{field}={source!r} is not an existing local directory")
+        offline = hub_offline_flag() or not hub_reachable()
+        try:
+            # local_files_only when offline: a cached model still loads, an uncached one fails at once, no retries.
+            return loader(source, revision=self.revision, local_files_only=offline, **kwargs)
+        except OSError as exc:
+            if offline or is_connection_error(exc):
+                raise AssetError(
+                    f"{field}={source!r} must be downloaded from the Hugging Face hub, which is unreachable (offline). "
+                    f"Run once with network or point {field} at a local directory."
+                ) from exc
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise AssetError(f"{field}={source!r} could not be loaded: {first}") from exc
+
+    # -- public ------------------------------------------------------------------------------------------------------
+    def load_tokenizer(self) -> PreTrainedTokenizerBase:
+        source, field = self._source(tokenizer=True)
+        tokenizer = self._load(AutoTokenizer.from_pretrained, source, field)
+        if self.tokenizer:
+            self._check_vocab_fits(tokenizer)
+        return tokenizer
+
+    def _check_vocab_fits(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        """A tokenizer from elsewhere (backbone.tokenizer) must not emit ids past the model's embedding rows: they would
+        fail as an index error deep inside the first forward pass (or, on GPU, as a device-side assert)."""
+        from transformers import AutoConfig
+
+        source, field = self._source(tokenizer=False)
+        rows = getattr(self._load(AutoConfig.from_pretrained, source, field), "vocab_size", None)
+        if isinstance(rows, int) and len(tokenizer) > rows:
+            raise AssetError(
+                f"backbone.tokenizer={self.tokenizer!r} has {len(tokenizer)} tokens but {field}={self.name_or_path!r} "
+                f"has {rows} embedding rows (config vocab_size): expected a tokenizer of at most {rows} tokens, e.g. "
+                "the model's own (backbone.tokenizer=null); to move a model to another vocabulary use vocab=...")
+
+    def load_model(self) -> PreTrainedModel:
+        source, field = self._source(tokenizer=False)
+        # fp32: transformers 5 defaults to dtype="auto", which would keep bf16 hub checkpoints bf16 on CPU.
+        kwargs: dict[str, Any] = {"output_loading_info": True, "dtype": torch.float32}
+        attn = self.attn_implementation or "sdpa"
+        try:
+            model, info = self._load(
+                AutoModelForMaskedLM.from_pretrained, source, field, attn_implementation=attn, **kwargs
+            )
+        except (ValueError, ImportError):
+            if self.attn_implementation is not None:
+                raise
+            model, info = self._load(AutoModelForMaskedLM.from_pretrained, source, field, **kwargs)  # no sdpa support
+        fix_decoder_bias(model, set(info.get("missing_keys", ())))
+        if getattr(model, "sparse_prediction", False):
+            # ModernBERT's sparse_prediction drops unmasked positions when labels are given: logits would no longer
+            # be (batch, length, vocab), which SPLADE pooling and the decoder bypass rely on.
+            model.sparse_prediction = False
+            model.config.sparse_prediction = False
+        if self.family == "auto":
+            self.family = str(model.config.model_type)
+        return model
+
+
+# -- offline, generated backbones ------------------------------------------------------------------------------------
