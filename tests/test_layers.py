@@ -29,6 +29,24 @@ STAGES_SHARED = {"vtlab.stages", "vtlab.stages.build"}
 # Function-level vtlab imports that are allowed: (importing module, imported module) → why it must stay lazy.
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("vtlab.index", "vtlab.index.seismic"): "optional backend: pyseismic-lsr is imported only for eval.index=seismic",
+    # bench workers: each tool is measured in its own process, so a peer's process must not load vtlab's torch code
+    ("vtlab.bench.common", "vtlab.models.precision"): "imports torch; the ONNX Runtime encode worker (which imports "
+                                                      "bench.common) must run without torch",
+    ("vtlab.bench.encode", "vtlab.backbones"): "loads torch/transformers + vtlab's model: not in the st/onnx workers",
+    ("vtlab.bench.encode", "vtlab.models.encoder"): "vtlab's encoder (torch): not in the st/onnx encode workers",
+    ("vtlab.bench.encode", "vtlab.models.pooling"): "torch: only the floor row uses it; not in the st/onnx workers",
+    ("vtlab.bench.encode", "vtlab.export.onnx"): "exporter imports torch: not in the onnx worker (runs without torch)",
+    ("vtlab.bench.train", "vtlab.backbones"): "vtlab's model: not in the st train worker (its peak RSS is measured)",
+    ("vtlab.bench.train", "vtlab.losses"): "vtlab's loss: not in the st train worker (its peak RSS is measured)",
+    ("vtlab.bench.train", "vtlab.models.encoder"): "vtlab's encoder: not in the st train worker (peak RSS measured)",
+    ("vtlab.bench.train", "vtlab.models.splade"): "vtlab's Lightning module: not in the st train worker (peak RSS)",
+    ("vtlab.bench.train", "vtlab.regularizers"): "vtlab's regularizers: not in the st train worker (peak RSS)",
+    ("vtlab.bench.retrieval", "vtlab.index"): "imported after the build's RSS baseline, so rss_after_build_mb keeps "
+                                              "its meaning (scipy peer included); see bench/retrieval.py",
+    ("vtlab.bench.retrieval", "vtlab.index.seismic"): "imported after the build's RSS baseline (it loads vtlab.index "
+                                                      "too); see bench/retrieval.py",
+    ("vtlab.bench.retrieval", "vtlab.assets"): "loads hydra/omegaconf (~7 MB): moving it before the RSS baseline "
+                                               "would shift the BoolQ rows' build RSS; see bench/retrieval.py",
 }
 
 

@@ -21,6 +21,11 @@ from typing import Any
 import numpy as np
 
 from vtlab.bench.common import machine, run_worker
+from vtlab.bench.encode import model_dir, onnx_dir
+from vtlab.bench.retrieval import synthetic_path
+from vtlab.data.boolq import boolq_collection
+from vtlab.evaluation import compute_metrics
+from vtlab.index import InvertedIndex, to_run
 
 # key → (comparison, target): ">=" means higher is better
 TARGETS: dict[str, tuple[str, float]] = {
@@ -72,8 +77,6 @@ class Log:
 
 def encode_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]:
     import scipy.sparse as sp
-
-    from vtlab.bench.encode import model_dir, onnx_dir
 
     vec = out / "vectors"
     has_ort = importlib.util.find_spec("onnxruntime") is not None
@@ -130,10 +133,6 @@ def bf16_quality(vec: Path) -> dict[str, Any]:
     """nDCG@10 on BoolQ-val of the fp32 and the bf16 vectors (exact retrieval)."""
     import scipy.sparse as sp
 
-    from vtlab.data.boolq import boolq_collection
-    from vtlab.evaluation import compute_metrics
-    from vtlab.index import InvertedIndex, to_run
-
     c = boolq_collection("validation")
     q_ids, d_ids = list(c.queries), list(c.corpus)
     out = {}
@@ -159,8 +158,6 @@ def train_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]:
 
 
 def retrieval_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]:
-    from vtlab.bench.retrieval import synthetic_path
-
     top = out / "top"
     seismic = [f"--seismic-{k.replace('_', '-')}={v}" for k, v in SEISMIC.items()]
     res: dict[str, Any] = {}

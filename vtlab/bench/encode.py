@@ -24,7 +24,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from vtlab.assets import asset_path, cache_dir
 from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, timed, write_result
+from vtlab.data.boolq import boolq_collection
+from vtlab.export.onnx_runtime import OnnxSparseEncoder  # torch-free; onnxruntime is imported only when used
+
+# vtlab.backbones, vtlab.models.* and vtlab.export.onnx are imported where used: they load torch (and vtlab's encoder)
+# into a process, and the `st` and `onnx` rows must measure their peer without them (the onnx row without torch).
 
 DOC_LEN, QUERY_LEN = 256, 64
 SIDES = (("doc", DOC_LEN), ("query", QUERY_LEN))
@@ -35,8 +41,6 @@ def model_dir(name: str) -> Path:
     bias shifted so that a passage has ~186 active terms as with SPLADE-tiny (a random head would make every vector
     dense, and the bench would measure 30k-term outputs instead of SPLADE), and saved, so every tool sees the same
     weights."""
-    from vtlab.assets import asset_path, cache_dir
-
     if name == "splade-tiny":
         return asset_path("splade-tiny")
     if name != "minilm":
@@ -68,8 +72,6 @@ def model_dir(name: str) -> Path:
 
 def onnx_dir(name: str) -> Path:
     """The ONNX export of a bench model (export_onnx at the bench's lengths), written once into the cache."""
-    from vtlab.assets import cache_dir
-
     out = cache_dir("bench") / f"onnx-{name}-q{QUERY_LEN}-d{DOC_LEN}"
     if not (out / "onnx.json").is_file():
         from vtlab.atomic import build_dir
@@ -85,8 +87,6 @@ def onnx_dir(name: str) -> Path:
 
 def texts(limit_docs: int | None = None, limit_queries: int | None = None) -> tuple[list[str], list[str]]:
     """BoolQ validation passages (2,938) and questions (3,270), in collection order."""
-    from vtlab.data.boolq import boolq_collection
-
     c = boolq_collection("validation")
     return list(c.corpus.values())[:limit_docs], list(c.queries.values())[:limit_queries]
 
@@ -146,8 +146,6 @@ def run_st(path: Path, docs: list[str], queries: list[str], batch: int) -> dict[
 
 
 def run_onnx(path: Path, docs: list[str], queries: list[str], batch: int, threads: int) -> dict[str, Any]:
-    from vtlab.export.onnx_runtime import OnnxSparseEncoder
-
     enc = OnnxSparseEncoder(path, threads=threads)
     result: dict[str, Any] = {"rss_after_load_mb": round(rss_mb(), 1)}
     enc.encode(docs[:batch], "doc", batch_size=batch)  # warm-up, as for the others

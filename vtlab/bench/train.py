@@ -23,14 +23,17 @@ import time
 import warnings
 from typing import Any
 
+from vtlab.assets import asset_path
 from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, write_result
+from vtlab.data.boolq import train_pairs
+
+# vtlab's model, loss and regularizer modules are imported in run_vtlab only: the `st` process measures
+# sentence-transformers' step time and peak RSS without them.
 
 LAMBDA_Q, LAMBDA_D, LR = 5e-5, 3e-5, 2e-5
 
 
 def pairs(n: int) -> tuple[list[str], list[str]]:
-    from vtlab.data.boolq import train_pairs
-
     p = train_pairs()[:n]
     return [q for q, _ in p], [d for _, d in p]
 
@@ -42,7 +45,6 @@ def run_vtlab(questions: list[str], passages: list[str], args: argparse.Namespac
     import torch
     from torch.utils.data import DataLoader
 
-    from vtlab.assets import asset_path
     from vtlab.backbones import Backbone
     from vtlab.losses import InfoNCE
     from vtlab.models.encoder import SpladeEncoder
@@ -93,8 +95,6 @@ def run_st(questions: list[str], passages: list[str], args: argparse.Namespace) 
     from sentence_transformers.sparse_encoder.modules.mlm_transformer import MLMTransformer
     from sentence_transformers.sparse_encoder.modules.splade_pooling import SpladePooling
     from transformers import TrainerCallback
-
-    from vtlab.assets import asset_path
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

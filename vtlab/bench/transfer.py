@@ -15,13 +15,13 @@ from transformers import AutoTokenizer, ModernBertConfig, ModernBertForMaskedLM
 
 from vtlab.assets import asset_path
 from vtlab.backbones import TinyModernBert
+from vtlab.bench.common import peak_rss_mb
 from vtlab.vocab.init import Semantic
 from vtlab.vocab.transfer import TransferOptions, apply_transfer
 
 
 def peak_rss_gb() -> float:
-    from vtlab.bench.common import peak_rss_mb  # this process's own high-water mark (see there)
-
+    """This process's own high-water mark (see vtlab.bench.common.peak_rss_mb)."""
     return peak_rss_mb() / 1024
 
 
