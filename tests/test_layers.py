@@ -28,7 +28,6 @@ RANK = {"entry": 3, "stages": 2, "library": 1, "foundations": 0}  # higher may i
 STAGES_SHARED = {"vtlab.stages", "vtlab.stages.build"}
 # Function-level vtlab imports that are allowed: (importing module, imported module) → why it must stay lazy.
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
-    ("vtlab.index", "vtlab.index.seismic"): "optional backend: pyseismic-lsr is imported only for eval.index=seismic",
     # bench workers: each tool is measured in its own process, so a peer's process must not load vtlab's torch code
     ("vtlab.bench.common", "vtlab.models.precision"): "imports torch; the ONNX Runtime encode worker (which imports "
                                                       "bench.common) must run without torch",

@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from vtlab.assets import asset_path, cache_dir
+from vtlab.atomic import build_dir
 from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, timed, write_result
 from vtlab.data.boolq import boolq_collection
 from vtlab.export.onnx_runtime import OnnxSparseEncoder  # torch-free; onnxruntime is imported only when used
@@ -49,7 +50,6 @@ def model_dir(name: str) -> Path:
     if not (out / "model.safetensors").is_file():
         import torch
 
-        from vtlab.atomic import build_dir
         from vtlab.backbones import Backbone
         from vtlab.models.encoder import SpladeEncoder
 
@@ -74,7 +74,6 @@ def onnx_dir(name: str) -> Path:
     """The ONNX export of a bench model (export_onnx at the bench's lengths), written once into the cache."""
     out = cache_dir("bench") / f"onnx-{name}-q{QUERY_LEN}-d{DOC_LEN}"
     if not (out / "onnx.json").is_file():
-        from vtlab.atomic import build_dir
         from vtlab.backbones import Backbone
         from vtlab.export.onnx import export_onnx
         from vtlab.models.encoder import SpladeEncoder
