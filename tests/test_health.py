@@ -10,7 +10,10 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from vtlab.errors import VtlabError
-from vtlab.health import CollapseDetector, HealthMonitor, PreflightCheck, margin, mean_pairwise_cosine
+from vtlab.callbacks.collapse_detector import CollapseDetector
+from vtlab.callbacks.health_monitor import HealthMonitor
+from vtlab.callbacks.preflight import PreflightCheck
+from vtlab.health import margin, mean_pairwise_cosine
 from vtlab.stages import finetune
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
