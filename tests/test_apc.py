@@ -10,7 +10,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from vtlab.apc import APC, APCCallback
+from vtlab.apc import APC
+from vtlab.callbacks.apc import APCCallback
 from vtlab.backbones import Backbone
 from vtlab.errors import VtlabError
 from vtlab.models.encoder import SpladeEncoder

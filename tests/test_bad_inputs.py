@@ -289,14 +289,14 @@ def vocabulary_size_too_small(tmp, mp):
 
 @case(VtlabError, r"callbacks\.collapse_detector\.action='explode': expected one of warn, stop")
 def unknown_collapse_action(tmp, mp):
-    from vtlab.health import CollapseDetector
+    from vtlab.callbacks.collapse_detector import CollapseDetector
 
     return CollapseDetector(action="explode")
 
 
 @case(ConfigError, r"callbacks\.last_checkpoint\.every_n_train_steps=0 must be an integer >= 1")
 def checkpoint_cadence_zero(tmp, mp):
-    from vtlab.stages.finetune import LastCheckpoint
+    from vtlab.callbacks.last_checkpoint import LastCheckpoint
 
     return LastCheckpoint(str(tmp), every_n_train_steps=0)
 
@@ -369,7 +369,7 @@ def unknown_resume_value(tmp, mp):
 @case(RunDirError, r"last\.ckpt: cannot resume: w has shape \[30, 4\] in the checkpoint but \[20, 4\] in this run's "
                    r"model \(a different vocab/backbone\?\)")
 def resume_checkpoint_with_another_vocabulary_size(tmp, mp):
-    from vtlab.stages.finetune import check_checkpoint_fits
+    from vtlab.checkpoints import check_checkpoint_fits
 
     torch.save({"state_dict": {"w": torch.zeros(30, 4)}}, tmp / "last.ckpt")
     module = nn.Module()
@@ -380,7 +380,7 @@ def resume_checkpoint_with_another_vocabulary_size(tmp, mp):
 @case(RunDirError, r"last\.ckpt: cannot read the checkpoint \(\w+: .*\); delete it to resume from an earlier one, or "
                    r"pass overwrite=true to start over")
 def resume_checkpoint_truncated(tmp, mp):
-    from vtlab.stages.finetune import check_checkpoint_fits
+    from vtlab.checkpoints import check_checkpoint_fits
 
     torch.save({"state_dict": {"w": torch.zeros(300, 4)}}, tmp / "last.ckpt")
     data = (tmp / "last.ckpt").read_bytes()
@@ -484,7 +484,7 @@ class _RunsCode:
                    r"checkpoint never holds \(a crafted file can run code this way; nothing of it ran\); delete it, or "
                    r"pass overwrite=true to start over$")
 def crafted_checkpoint_that_runs_code(tmp, mp):
-    from vtlab.stages.finetune import check_checkpoint_fits
+    from vtlab.checkpoints import check_checkpoint_fits
 
     torch.save({"state_dict": {}, "x": _RunsCode(tmp / "ran")}, tmp / "last.ckpt")
     try:
@@ -506,7 +506,7 @@ def run_directory_in_use(tmp, mp):
 @case(RunDirError, r"last\.ckpt: cannot resume: the config differs from the interrupted run's \(model\.optimizer\.lr: "
                    r"5e-05 -> 0\.001\); rerun with its settings, pass resume_with_changes=true to continue with these")
 def resume_with_a_changed_config(tmp, mp):
-    from vtlab.stages.finetune import resume_configs, run_config
+    from vtlab.callbacks.resume_state import resume_configs, run_config
 
     torch.save({"callbacks": {"ResumeState": {"configs": [run_config(_cfg(tmp))]}}}, tmp / "last.ckpt")
     return resume_configs(_cfg(tmp, "model.optimizer.lr=1e-3"), str(tmp / "last.ckpt"))

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from vtlab.assets import asset_path
 from vtlab.backbones import Backbone, TinyModernBert
 from vtlab.diagnose.case import case_groups, case_handling
 

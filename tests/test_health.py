@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from vtlab.errors import VtlabError
-from vtlab.health import CollapseDetector, HealthMonitor, PreflightCheck, margin, mean_pairwise_cosine
+from vtlab.callbacks.collapse_detector import CollapseDetector
+from vtlab.callbacks.health_monitor import HealthMonitor
+from vtlab.callbacks.preflight import PreflightCheck
+from vtlab.health import margin, mean_pairwise_cosine
 from vtlab.stages import finetune
 from helpers import compose_cfg
 

@@ -24,9 +24,12 @@ from vtlab.data.collections import Collection
 from vtlab.data.datamodule import ResumableDataLoader, TripletDataModule
 from vtlab.data.examples import TripletExample
 from vtlab.atomic import atomic_dir
+from vtlab.callbacks.last_checkpoint import LastCheckpoint
+from vtlab.callbacks.resume_state import ResumeState
+from vtlab.callbacks.run_config import RunConfigLogger
+from vtlab.checkpoints import SameDirCheckpointIO
 from vtlab.runs.directory import LAST_CKPT, prepare_run_dir
-from vtlab.stages.finetune import LastCheckpoint, ResumeState, SameDirCheckpointIO
-from vtlab.tracking import ResumableCSVLogger, RunConfigLogger
+from vtlab.tracking import ResumableCSVLogger
 from helpers import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -411,7 +414,7 @@ def test_a_second_writer_through_the_cli_gets_one_line_and_writes_nothing(tmp_pa
 
 def _checkpoint_recording(path: Path, configs: list) -> str:
     """A checkpoint as fine-tuning writes it, with ResumeState's record of the run's config (real Lightning save)."""
-    from vtlab.stages.finetune import ResumeState
+    from vtlab.callbacks.resume_state import ResumeState
 
     class Toy(pl.LightningModule):
         def __init__(self) -> None:
@@ -434,7 +437,7 @@ def _checkpoint_recording(path: Path, configs: list) -> str:
 
 def test_resume_refuses_a_changed_config_unless_asked(tmp_path: Path) -> None:
     from vtlab.errors import RunDirError
-    from vtlab.stages.finetune import resume_configs, run_config
+    from vtlab.callbacks.resume_state import resume_configs, run_config
 
     first = _cfg(tmp_path / "a")
     ckpt = _checkpoint_recording(tmp_path / "last.ckpt", [run_config(first)])

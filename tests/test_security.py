@@ -51,7 +51,7 @@ def test_the_crafted_checkpoint_runs_code_when_unpickled(tmp_path: Path) -> None
 
 
 def test_crafted_checkpoint_is_refused_and_nothing_runs(tmp_path: Path) -> None:
-    from vtlab.stages.finetune import check_checkpoint_fits, load_checkpoint
+    from vtlab.checkpoints import check_checkpoint_fits, load_checkpoint
 
     ckpt = _crafted_checkpoint(tmp_path / "last.ckpt", tmp_path / "ran")
     for load in (lambda: load_checkpoint(ckpt), lambda: check_checkpoint_fits(ckpt, nn.Linear(2, 1))):
@@ -66,8 +66,9 @@ def test_crafted_checkpoint_is_refused_and_nothing_runs(tmp_path: Path) -> None:
 def test_a_real_vtlab_checkpoint_needs_no_global_beyond_the_allow_list(tmp_path: Path) -> None:
     """What vtlab writes (Lightning state, the RNG streams of ResumeState, the last/best checkpoint callbacks, an
     optimizer and a scheduler) loads weights-only: nothing outside CHECKPOINT_GLOBALS; and Lightning resumes from it."""
-    from vtlab.stages.finetune import (CHECKPOINT_GLOBALS, LastCheckpoint, ResumeState, SameDirCheckpointIO,
-                                       load_checkpoint)
+    from vtlab.callbacks.last_checkpoint import LastCheckpoint
+    from vtlab.callbacks.resume_state import ResumeState
+    from vtlab.checkpoints import CHECKPOINT_GLOBALS, SameDirCheckpointIO, load_checkpoint
 
     class Toy(pl.LightningModule):
         def __init__(self) -> None:

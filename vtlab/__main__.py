@@ -12,7 +12,6 @@ from omegaconf import DictConfig
 
 from vtlab.pipeline import run_or_exit
 from vtlab.runs.status import RunStatus, describe, interrupted_line, interrupting_signal, raise_terminated
-from vtlab.tracking import set_run_config
 
 log = logging.getLogger("vtlab")
 
@@ -30,7 +29,6 @@ def main(cfg: DictConfig) -> None:
         started.append(True)
 
     try:
-        set_run_config(cfg)
         run_or_exit(cfg, on_start=start)
     except BaseException as exc:  # noqa: BLE001 - interruptions too: recorded, then an honest exit code
         signum = interrupting_signal(exc)

@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
+from vtlab.atomic import atomic_write_bytes, write_json
 from vtlab.errors import VtlabError
-from vtlab.evaluation import write_json
 
 log = logging.getLogger("vtlab")
 
@@ -312,16 +309,8 @@ def save_histogram(samples_before: Tensor, cutoff: float, path: str | Path, samp
                  f"APC per term: bias[v] -= cutoff[v] (mean {cutoff:.3f})")
     ax.legend()
     fig.tight_layout()
-    # temp file + rename, like write_json: a crash never leaves a truncated PNG next to a complete report
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=100)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    try:  # atomic, like write_json: a crash never leaves a truncated PNG next to a complete report
+        atomic_write_bytes(path, lambda f: fig.savefig(f, format="png", dpi=100))
     finally:
         plt.close(fig)
     return path
@@ -334,39 +323,6 @@ def write_outputs(report: dict[str, Any], out_dir: str | Path) -> tuple[Path, Pa
     return (write_json(out_dir / "apc_report.json", json_report(report)),
             save_histogram(report["samples"], report["cutoff"], out_dir / "apc_hist.png",
                            report["samples_after"] if report.get("per_term") else None))
-
-
-class APCCallback(pl.Callback):
-    """Calibrate the module's encoder once when fitting starts (after vocabulary transfer: list it after that callback).
-
-    texts: a function returning the probe documents; default: the distinct positives and negatives of the
-    datamodule's training examples, in a seeded random order (the probe takes the first `apc.num_docs`).
-    """
-
-    def __init__(self, apc: APC, out_dir: str | None = None, texts: Callable[[], list[str]] | None = None) -> None:
-        self.apc, self.out_dir, self.texts = apc, out_dir, texts
-        self.report: dict[str, Any] | None = None
-
-    def _train_texts(self, trainer: pl.Trainer) -> list[str]:
-        datamodule = getattr(trainer, "datamodule", None)
-        if datamodule is None or not hasattr(datamodule, "train_documents"):
-            raise VtlabError("apc: no probe texts: pass texts= to APCCallback or fit with a TripletDataModule")
-        docs = datamodule.train_documents()
-        order = np.random.default_rng(self.apc.seed).permutation(len(docs))[: self.apc.num_docs]
-        return [docs[i] for i in order]
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage != "fit" or not self.apc.enabled or self.report is not None:
-            return
-        texts = self.texts() if self.texts is not None else self._train_texts(trainer)
-        # every rank calibrates (same texts, same seed → same cutoff); only rank 0 writes files
-        self.report = self.apc.calibrate(pl_module.encoder, texts)
-        log.info(summary_line(self.report, "before"))
-        log.info(summary_line(self.report, "after"))
-        for logger in trainer.loggers:
-            logger.log_metrics(flat_metrics(self.report), step=0)
-        if trainer.is_global_zero:
-            write_outputs(self.report, self.out_dir or trainer.default_root_dir)
 
 
 def _percentiles(samples: Tensor) -> dict[str, float]:

@@ -8,7 +8,6 @@ again per budget as `<key>@<budget>`, e.g. "nDCG@10@q16-d64". Per-query values g
 from __future__ import annotations
 
 import inspect
-import json
 import re
 import time
 from dataclasses import dataclass

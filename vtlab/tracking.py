@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from lightning_fabric.loggers.logger import rank_zero_experiment
 from omegaconf import DictConfig, OmegaConf
@@ -22,24 +22,18 @@ from vtlab.errors import disk_error
 
 log = logging.getLogger("vtlab")
 
-_RUN_CONFIG: dict[str, Any] | None = None
+def resolved_config(cfg: DictConfig) -> dict[str, Any] | None:
+    """The run's config, resolved, as the loggers record it; None outside a Hydra job (a test composing a config),
+    where `${hydra:...}` does not resolve and nothing was ever recorded."""
+    if not HydraConfig.initialized():
+        return None
+    return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)  # type: ignore[return-value]
 
 
-def set_run_config(cfg: DictConfig) -> None:
-    """Remember the job's resolved config (called by the entry point, where Hydra's resolvers work)."""
-    global _RUN_CONFIG
-    _RUN_CONFIG = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)  # type: ignore[assignment]
-
-
-def run_config() -> dict[str, Any] | None:
-    return _RUN_CONFIG
-
-
-def log_run_config(loggers: list[Logger]) -> None:
-    """The full resolved config as hyperparameters (wandb config, CSV hparams.yaml)."""
-    config = run_config()
+def log_run_config(loggers: list[Logger], config: dict[str, Any] | None) -> None:
+    """The full resolved config as hyperparameters (wandb config, CSV hparams.yaml); nothing when it is None."""
     if config is None:
-        return  # called outside the CLI (tests composing configs): nothing recorded
+        return
     for lg in loggers:
         lg.log_hyperparams(config)
 
@@ -63,7 +57,7 @@ def run_loggers(cfg: DictConfig, state: Mapping[str, Any]) -> list[Logger]:
     if trainer is not None:
         return list(trainer.loggers)
     loggers = configured_loggers(cfg)
-    log_run_config(loggers)
+    log_run_config(loggers, resolved_config(cfg))
     return loggers
 
 
@@ -92,45 +86,6 @@ def _wandb_results(lg: WandbLogger, results: Mapping[str, Mapping[str, float]], 
     images = {f"images/{p.relative_to(run_dir).with_suffix('').as_posix()}": wandb.Image(str(p))
               for p in sorted(run_dir.rglob("*.png")) if "wandb" not in p.parts}
     exp.log({"eval/results": table, **images})
-
-
-class RunConfigLogger(pl.Callback):
-    """Logs the job's full resolved config to every logger when fitting starts (wandb config, CSV hparams.yaml), and
-    tells a ResumableCSVLogger where training (re)starts, at its first batch, and ends (a resume keeps the earlier rows
-    of the steps before its checkpoint)."""
-
-    def __init__(self) -> None:
-        self._started = True
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage == "fit":
-            self._started = False
-            for lg in _resumable(trainer):
-                lg.hold_until_training()
-            log_run_config(list(trainer.loggers))
-
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
-        if not self._started:
-            self._starts(trainer)
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not self._started:  # resumed from the final checkpoint: no batch was left
-            self._starts(trainer)
-        for lg in _resumable(trainer):
-            lg.training_ends()
-
-    def _starts(self, trainer: pl.Trainer) -> None:
-        # the step Lightning logs the first batch at: 0 for a fresh run, the one after the checkpoint's for a resume
-        # (read at the first batch: Lightning advances its logging step for a restored loop only once it runs)
-        self._started = True
-        step = trainer.fit_loop.epoch_loop._batches_that_stepped  # noqa: SLF001 - Lightning's own logging step
-        for lg in _resumable(trainer):
-            lg.training_starts(step)
-
-
-def _resumable(trainer: pl.Trainer) -> list["ResumableCSVLogger"]:
-    return [lg for lg in trainer.loggers if isinstance(lg, ResumableCSVLogger)]
 
 
 # ---- a CSV log that survives a resume -------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ and saved as `idf.json` ({token: weight}, the format OpenSearch and sentence-tra
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import zipfile
@@ -17,12 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytorch_lightning as pl
 
 from vtlab.assets import cache_dir
-from vtlab.atomic import atomic_write_bytes
-from vtlab.errors import DataError, VtlabError
-from vtlab.evaluation import write_json
+from vtlab.atomic import atomic_write_bytes, stable_hash, write_json
+from vtlab.errors import DataError
 
 log = logging.getLogger("vtlab")
 
@@ -168,52 +165,18 @@ def id_to_token(tokenizer: Any) -> list[str]:
 
 
 def _cache_key(tokenizer: Any, texts: Sequence[str], lowercase: bool, preprocess: Callable | None) -> str:
-    h = hashlib.sha1()
+    blob = bytearray()  # one buffer, not one bytes object per text: the corpus may be large
     backend = getattr(tokenizer, "backend_tokenizer", None)
     # the serialized fast tokenizer covers vocab, normalizer and pre-tokenizer; else the vocab and the class. Not its
     # truncation and padding: encoding sets them, so a tokenizer's key changed once it had been used.
     if backend is not None:
         state = json.loads(backend.to_str())
         state.pop("truncation", None), state.pop("padding", None)
-        h.update(json.dumps(state, sort_keys=True).encode())
+        blob += json.dumps(state, sort_keys=True).encode()
     else:
-        h.update((type(tokenizer).__name__ + json.dumps(tokenizer.get_vocab(), sort_keys=True)).encode())
-    h.update(json.dumps([lowercase, getattr(preprocess, "__qualname__", repr(preprocess)) if preprocess else None,
-                         len(texts)]).encode())
+        blob += (type(tokenizer).__name__ + json.dumps(tokenizer.get_vocab(), sort_keys=True)).encode()
+    blob += json.dumps([lowercase, getattr(preprocess, "__qualname__", repr(preprocess)) if preprocess else None,
+                        len(texts)]).encode()
     for t in texts:
-        h.update(t.encode("utf-8", "surrogatepass"))
-        h.update(b"\0")
-    return h.hexdigest()[:16]
-
-
-class IdfCallback(pl.Callback):
-    """Compute the encoder's IDF table when fitting starts, from the training documents, under the tokenizer the model
-    trains with — so list it after the vocabulary-transfer callback. A no-op for encoders without a query IDF.
-
-    texts: a function returning the corpus; default: the distinct positives and negatives of the training examples.
-    Writes `idf.json` and `idf_report.json` to out_dir (default: the trainer's root dir).
-    """
-
-    def __init__(self, out_dir: str | None = None, texts: Callable[[], list[str]] | None = None) -> None:
-        self.out_dir, self.texts = out_dir, texts
-        self.report: dict[str, Any] | None = None
-
-    def _train_texts(self, trainer: pl.Trainer) -> list[str]:
-        datamodule = getattr(trainer, "datamodule", None)
-        if datamodule is None or not hasattr(datamodule, "train_documents"):
-            raise VtlabError("idf: no corpus: pass texts= to IdfCallback or fit with a TripletDataModule")
-        return datamodule.train_documents()
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        encoder = getattr(pl_module, "encoder", None)
-        if stage != "fit" or not getattr(encoder, "needs_idf", False):
-            return
-        texts = self.texts() if self.texts is not None else self._train_texts(trainer)
-        table = encoder.fit_idf(texts)
-        self.report = table.report()
-        log.info("idf: %d training documents, %d of %d vocabulary entries never occur (df = 0)",
-                 self.report["n_docs"], self.report["zero_df"], self.report["vocab_size"])
-        if trainer.is_global_zero:
-            out = Path(self.out_dir or trainer.default_root_dir)
-            table.to_json(out / "idf.json")
-            write_json(out / "idf_report.json", self.report)
+        blob += t.encode("utf-8", "surrogatepass") + b"\0"
+    return stable_hash(blob)  # sha1 of the same bytes the incremental sha1 read before: the cached keys stay valid

@@ -1,4 +1,4 @@
-"""Lightning callback: apply the configured vocabulary transfer when fitting starts."""
+"""Entry `vocab_transfer`: the run's model moved onto `vocab` before training (vtlab.vocab.transfer applies it)."""
 from __future__ import annotations
 
 import logging
@@ -18,18 +18,18 @@ class VocabTransferCallback(pl.Callback):
     ones (cached per backbone × vocab × init) before the optimizer and the dataloaders are built, so
     `python -m vtlab backbone=modernbert vocab=bert-uncased` trains the transferred model."""
 
-    def __init__(self, backbone: Backbone, vocab: TargetVocab, init: Initializer, options: dict | None = None) -> None:
+    def __init__(self, backbone: Backbone, vocab: TargetVocab, init: Initializer, options: dict | None = None,
+                 transferred: bool = False) -> None:
         check_compatible(vocab, init)  # at config time, not after the data is loaded
         self.backbone, self.vocab, self.init = backbone, vocab, init
+        # set by the fine-tune stage when an earlier stage (MLM adaptation) handed on a model already on `vocab`
+        self.transferred = transferred
         self.options = TransferOptions(**(options or {}))
         self.applied_from: str | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage != "fit" or not self.vocab.transfers or self.applied_from is not None:
+        if stage != "fit" or not self.vocab.transfers or self.transferred or self.applied_from is not None:
             return
-        current = pl_module.encoder.tokenizer
-        if current.get_vocab() == self.vocab.load_tokenizer(current).get_vocab():
-            return  # an earlier stage (MLM adaptation) already runs on the target vocabulary
         target = transferred_backbone(self.backbone, self.vocab, self.init, self.options)
         pl_module.encoder.replace_networks(target.load_model(), target.load_tokenizer())
         datamodule = getattr(trainer, "datamodule", None)
