@@ -15,7 +15,7 @@ from vtlab.callbacks.apc import APCCallback
 from vtlab.backbones import Backbone
 from vtlab.errors import VtlabError
 from vtlab.models.encoder import SpladeEncoder
-from vtlab.vocab.targets import boolq_passages
+from vtlab.data.corpora import boolq_passages
 from helpers import CONF, compose_cfg
 
 pytestmark = pytest.mark.usefixtures("shared_cache")

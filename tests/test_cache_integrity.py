@@ -97,7 +97,7 @@ def test_damaged_mlm_cache_is_retrained(caplog) -> None:
 
 
 def test_damaged_vocabulary_cache_is_retrained(caplog) -> None:
-    from vtlab.vocab.targets import boolq_passages
+    from vtlab.data.corpora import boolq_passages
 
     vocab = CorpusWordPiece("corpus-wordpiece", vocab_size=1000, corpus=list(boolq_passages()[:500]))
     path = vocab.materialize()

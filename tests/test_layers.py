@@ -1,4 +1,4 @@
-"""The import layering of /work/shared/ARCHITECTURE.md, enforced: entry → stages → library → foundations, no cycles,
+"""The import layering of ../shared/ARCHITECTURE.md, enforced: entry → stages → library → foundations, no cycles,
 no function-level vtlab imports (they only hide cycles). Every module under vtlab/ is parsed with `ast`, never
 imported, so a broken or slow module cannot hide a violation. Adjust LAYERS / LAZY_IMPORTS below, nothing else."""
 from __future__ import annotations
@@ -219,7 +219,7 @@ def test_vtlab_import_layering():
     problems = check(ROOT / "vtlab")
     if problems:
         pytest.fail(f"{len(problems)} import-layering violation(s) (rules: tests/test_layers.py, "
-                    "/work/shared/ARCHITECTURE.md):\n  " + "\n  ".join(problems), pytrace=False)
+                    "../shared/ARCHITECTURE.md):\n  " + "\n  ".join(problems), pytrace=False)
 
 
 def test_lazy_import_allowlist_is_still_needed():

@@ -194,7 +194,7 @@ def _sentencepiece_tokenizer(tmp_path):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from vtlab.vocab.targets import boolq_passages
+    from vtlab.data.corpora import boolq_passages
 
     tk = Tokenizer(models.Unigram())
     tk.pre_tokenizer = pre_tokenizers.Metaspace()

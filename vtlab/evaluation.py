@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 from rich.table import Table
 
-from vtlab.atomic import atomic_write, write_json  # noqa: F401 - write_json: importers move to vtlab.atomic
+from vtlab.atomic import atomic_write, write_json
 from vtlab.data.collections import Collection
 from vtlab.errors import DataError, VtlabError
 from vtlab.index import INDEXES, index_factory

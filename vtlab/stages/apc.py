@@ -10,9 +10,9 @@ from omegaconf import DictConfig
 
 from vtlab.apc import APC, json_report, summary_line, write_outputs
 from vtlab.atomic import atomic_dir
+from vtlab.data.corpora import boolq_passages
 from vtlab.errors import VtlabError
 from vtlab.stages.build import build_encoder
-from vtlab.vocab.targets import boolq_passages
 
 log = logging.getLogger("vtlab")
 

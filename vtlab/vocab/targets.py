@@ -17,7 +17,7 @@ from vtlab import integrity
 from vtlab.assets import cache_dir, resolve
 from vtlab.atomic import json_hash, stable_hash
 from vtlab.backbones import Backbone
-from vtlab.data.corpora import boolq_passages  # also reached as vtlab.vocab.targets.boolq_passages (conf/vocab)
+from vtlab.data.corpora import boolq_passages
 from vtlab.errors import AssetError, VtlabError
 
 log = logging.getLogger(__name__)
