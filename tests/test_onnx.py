@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from vtlab.backbones import Backbone
+from vtlab.backbones import Backbone, TinyModernBert, TinyRoberta
 from vtlab.errors import VtlabError
 from vtlab.export.onnx import export_onnx
-from vtlab.export.onnx_runtime import OnnxSparseEncoder
+from vtlab.export.onnx_runtime import GRAPH_VERSION, OnnxSparseEncoder
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.pipeline import run, run_or_exit
 from helpers import compose_cfg
@@ -64,6 +64,21 @@ def test_onnx_graph_is_the_splade_pooling_of_the_mlm_logits(exported):
     assert np.abs(got - expected).max() <= TOL
     manifest = json.loads((out / "onnx.json").read_text())
     assert manifest["sides"] == {"doc": "doc.onnx", "query": "doc.onnx"} and manifest["prompt"] == ""
+
+
+@pytest.mark.parametrize("family", [TinyModernBert, TinyRoberta], ids=["modernbert", "roberta"])
+def test_onnx_export_of_the_papers_target_families_equals_their_encoder(family, tmp_path):
+    """ModernBERT's head (`head` + `decoder`, unpadding attention) and RoBERTa's `lm_head`, on their real BPE
+    tokenizers: the exported graph finds the decoder and masks padding (one padded batch) as the encoder does."""
+    b = family()
+    enc = SpladeEncoder(b.load_model(), b.load_tokenizer(), query_max_length=16, doc_max_length=64,
+                        precision="fp32")
+    onnx = OnnxSparseEncoder(export_onnx(enc, tmp_path / "onnx"), threads=2)
+    texts = DOCS + ["Apple APPLE apple " * 30]
+    ours = enc.encode(texts, "doc", batch_size=8, show_progress=False).toarray()
+    theirs = onnx.encode(texts, "doc", batch_size=8).toarray()
+    assert np.abs(theirs - ours).max() <= TOL
+    assert json.loads((tmp_path / "onnx" / "onnx.json").read_text())["graph_version"] == GRAPH_VERSION
 
 
 def test_stage_export_onnx_true_writes_graphs_and_card_into_the_model_dir(tmp_path):

@@ -28,7 +28,8 @@ from vtlab.assets import asset_path, cache_dir
 from vtlab.atomic import build_dir
 from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, timed, write_result
 from vtlab.data.boolq import boolq_collection
-from vtlab.export.onnx_runtime import OnnxSparseEncoder  # torch-free; onnxruntime is imported only when used
+# torch-free; onnxruntime is imported only when used
+from vtlab.export.onnx_runtime import GRAPH_VERSION, OnnxSparseEncoder
 
 # vtlab.backbones, vtlab.models.* and vtlab.export.onnx are imported where used: they load torch (and vtlab's encoder)
 # into a process, and the `st` and `onnx` rows must measure their peer without them (the onnx row without torch).
@@ -72,7 +73,7 @@ def model_dir(name: str) -> Path:
 
 def onnx_dir(name: str) -> Path:
     """The ONNX export of a bench model (export_onnx at the bench's lengths), written once into the cache."""
-    out = cache_dir("bench") / f"onnx-{name}-q{QUERY_LEN}-d{DOC_LEN}"
+    out = cache_dir("bench") / f"onnx-{name}-q{QUERY_LEN}-d{DOC_LEN}-g{GRAPH_VERSION}"
     if not (out / "onnx.json").is_file():
         from vtlab.backbones import Backbone
         from vtlab.export.onnx import export_onnx
@@ -118,7 +119,6 @@ def run_vtlab(path: Path, docs: list[str], queries: list[str], batch: int, preci
 
 
 def run_st(path: Path, docs: list[str], queries: list[str], batch: int) -> dict[str, Any]:
-    import torch
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.modules.mlm_transformer import MLMTransformer
     from sentence_transformers.sparse_encoder.modules.splade_pooling import SpladePooling

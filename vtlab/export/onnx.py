@@ -26,8 +26,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vtlab.backbones.heads import decoder_site
 from vtlab.errors import VtlabError
-from vtlab.export.onnx_runtime import INPUTS, MANIFEST, OUTPUT
+from vtlab.export.onnx_runtime import GRAPH_VERSION, INPUTS, MANIFEST, OUTPUT
 from vtlab.export.sentence_transformers import _add_lowercase, describe, preprocess_parts
 from vtlab.models.inference_free import InferenceFreeEncoder
 from vtlab.models.pooling import splade_activation
@@ -38,17 +39,32 @@ OPSET = 17
 
 
 class SpladeGraph(nn.Module):
-    """The traced function: MLM logits → max over real positions → SPLADE activation (the graph ONNX stores)."""
+    """The traced function: hidden states → max over real positions of the MLM logits → SPLADE activation.
+
+    Built so that ONNX Runtime touches the [batch, length, vocabulary] logits once (the decoder MatMul, then
+    ReduceMax): pad positions are masked in the [batch, length, hidden] states (they take the first real position's
+    state, which cannot change the max) instead of with a Where over the logits, and the decoder bias, constant over
+    positions, is added after the max. With the logits masked by Where and the bias added before the max, those two
+    passes were 80% of ORT's time (SPLADE-tiny, 16 × 256 tokens, ORT profile: Where 8.8 s, Add 3.6 s, MatMul 2.3 s).
+    """
 
     def __init__(self, network: nn.Module, double_log: bool) -> None:
         super().__init__()
         self.network, self.double_log = network, double_log
+        parent, attr = decoder_site(network)
+        self.decoder = getattr(parent, attr)
+        parent._modules[attr] = nn.Identity()  # the network (a private copy) now outputs the decoder's input
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        logits = self.network(input_ids=input_ids, attention_mask=attention_mask).logits
-        # pad positions must never win the max: the lowest float, not -inf (relu(-inf) is fine, but 0·inf is not)
-        pad = (attention_mask == 0).unsqueeze(-1)
-        z = logits.masked_fill(pad, torch.finfo(logits.dtype).min).amax(dim=1)
+        hidden = self.network(input_ids=input_ids, attention_mask=attention_mask).logits
+        real = attention_mask.unsqueeze(-1) != 0
+        first = attention_mask.argmax(dim=1)  # the first real position (right or left padding)
+        first_state = hidden[torch.arange(hidden.shape[0]), first].unsqueeze(1)
+        z = torch.matmul(torch.where(real, hidden, first_state), self.decoder.weight.t()).amax(dim=1)
+        if self.decoder.bias is not None:
+            z = z + self.decoder.bias
+        # a row without any real position is empty, as in SpladeEncoder (its max is over nothing: -inf → 0)
+        z = torch.where(real.any(dim=1), z, torch.finfo(z.dtype).min)
         return splade_activation(z, self.double_log)
 
 
@@ -92,7 +108,8 @@ def export_onnx(encoder: Any, out_dir: str | Path) -> Path:
     else:
         sides["query"] = "doc.onnx"
     manifest = {"encoder": describe(encoder), "sides": sides, "inputs": list(INPUTS), "output": OUTPUT,
-                "opset": OPSET, "prompt": " " if blank else "", "pad_id": int(pad_id), "pad_token": str(pad_token),
+                "opset": OPSET, "graph_version": GRAPH_VERSION, "prompt": " " if blank else "",
+                "pad_id": int(pad_id), "pad_token": str(pad_token),
                 "pooling": "log1p(relu(max over positions with attention_mask=1 of the MLM logits))"
                            + (", log1p again (double_log)" if encoder.double_log else "")}
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
