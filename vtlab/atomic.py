@@ -26,9 +26,19 @@ import numpy as np
 from vtlab.errors import disk_error
 
 
-def stable_hash(blob: str | bytes, length: int = 16) -> str:
-    """The cache-key digest: sha1 hex of `blob`, cut to `length` characters (not a security hash: a name)."""
-    return hashlib.sha1(blob.encode() if isinstance(blob, str) else blob).hexdigest()[:length]
+def stable_hash(blob: str | bytes | Iterable[bytes], length: int = 16) -> str:
+    """The cache-key digest: sha1 hex of `blob`, cut to `length` characters (not a security hash: a name).
+
+    An iterable of byte chunks is hashed as their concatenation, one chunk at a time, so a corpus-sized key never
+    needs the whole corpus in one buffer (the digest equals that of the joined bytes)."""
+    if isinstance(blob, str):
+        blob = blob.encode()
+    if isinstance(blob, (bytes, bytearray, memoryview)):
+        return hashlib.sha1(blob).hexdigest()[:length]
+    digest = hashlib.sha1()
+    for chunk in blob:
+        digest.update(chunk)
+    return digest.hexdigest()[:length]
 
 
 def json_hash(obj: Any, length: int = 16) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,18 +165,21 @@ def id_to_token(tokenizer: Any) -> list[str]:
 
 
 def _cache_key(tokenizer: Any, texts: Sequence[str], lowercase: bool, preprocess: Callable | None) -> str:
-    blob = bytearray()  # one buffer, not one bytes object per text: the corpus may be large
+    return stable_hash(_key_parts(tokenizer, texts, lowercase, preprocess))
+
+
+def _key_parts(tokenizer: Any, texts: Sequence[str], lowercase: bool, preprocess: Callable | None) -> Iterator[bytes]:
+    """The bytes the key hashes, streamed: the tokenizer, the options, then every text NUL-terminated."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     # the serialized fast tokenizer covers vocab, normalizer and pre-tokenizer; else the vocab and the class. Not its
     # truncation and padding: encoding sets them, so a tokenizer's key changed once it had been used.
     if backend is not None:
         state = json.loads(backend.to_str())
         state.pop("truncation", None), state.pop("padding", None)
-        blob += json.dumps(state, sort_keys=True).encode()
+        yield json.dumps(state, sort_keys=True).encode()
     else:
-        blob += (type(tokenizer).__name__ + json.dumps(tokenizer.get_vocab(), sort_keys=True)).encode()
-    blob += json.dumps([lowercase, getattr(preprocess, "__qualname__", repr(preprocess)) if preprocess else None,
-                        len(texts)]).encode()
+        yield (type(tokenizer).__name__ + json.dumps(tokenizer.get_vocab(), sort_keys=True)).encode()
+    yield json.dumps([lowercase, getattr(preprocess, "__qualname__", repr(preprocess)) if preprocess else None,
+                      len(texts)]).encode()
     for t in texts:
-        blob += t.encode("utf-8", "surrogatepass") + b"\0"
-    return stable_hash(blob)  # sha1 of the same bytes the incremental sha1 read before: the cached keys stay valid
+        yield t.encode("utf-8", "surrogatepass") + b"\0"

@@ -174,8 +174,8 @@ def _corpus_id(corpus: Callable[[], Iterable[str]] | Iterable[str], bound: bool 
         if corpus is boolq_passages and not bound:
             return _BOOLQ_PASSAGES_ID
         return f"{getattr(corpus, '__module__', '?')}.{getattr(corpus, '__qualname__', repr(corpus))}"
-    blob = b"".join(text.encode("utf-8") + b"\0" for text in corpus)  # each text ended by a NUL
-    return f"texts:{stable_hash(blob, length=40)}"  # the whole sha1
+    chunks = (text.encode("utf-8") + b"\0" for text in corpus)  # each text ended by a NUL, hashed as it streams by
+    return f"texts:{stable_hash(chunks, length=40)}"  # the whole sha1
 
 
 class CorpusWordPiece(TargetVocab):
