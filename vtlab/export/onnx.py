@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vtlab.backbones.heads import decoder_site
+from vtlab.backbones.heads import decoder_bypassed
 from vtlab.errors import VtlabError
 from vtlab.export.onnx_runtime import GRAPH_VERSION, INPUTS, MANIFEST, OUTPUT
 from vtlab.export.sentence_transformers import _add_lowercase, describe, preprocess_parts
@@ -51,18 +51,16 @@ class SpladeGraph(nn.Module):
     def __init__(self, network: nn.Module, double_log: bool) -> None:
         super().__init__()
         self.network, self.double_log = network, double_log
-        parent, attr = decoder_site(network)
-        self.decoder = getattr(parent, attr)
-        parent._modules[attr] = nn.Identity()  # the network (a private copy) now outputs the decoder's input
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        hidden = self.network(input_ids=input_ids, attention_mask=attention_mask).logits
+        with decoder_bypassed(self.network) as decoder:  # as SpladeEncoder.max_logits: the decoder's input
+            hidden = self.network(input_ids=input_ids, attention_mask=attention_mask).logits
         real = attention_mask.unsqueeze(-1) != 0
         first = attention_mask.argmax(dim=1)  # the first real position (right or left padding)
         first_state = hidden[torch.arange(hidden.shape[0]), first].unsqueeze(1)
-        z = torch.matmul(torch.where(real, hidden, first_state), self.decoder.weight.t()).amax(dim=1)
-        if self.decoder.bias is not None:
-            z = z + self.decoder.bias
+        z = torch.matmul(torch.where(real, hidden, first_state), decoder.weight.t()).amax(dim=1)
+        if decoder.bias is not None:
+            z = z + decoder.bias
         # a row without any real position is empty, as in SpladeEncoder (its max is over nothing: -inf → 0)
         z = torch.where(real.any(dim=1), z, torch.finfo(z.dtype).min)
         return splade_activation(z, self.double_log)
