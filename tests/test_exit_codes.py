@@ -30,27 +30,42 @@ def _start(overrides: list[str], run_dir: Path, log: Path) -> subprocess.Popen:
                                 env=_ENV, stdout=subprocess.DEVNULL, stderr=f)
 
 
-def _wait_for(path: Path, proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, f"the run ended before {path.name} appeared: {log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"no {path} after {timeout}s"
-        time.sleep(0.2)
+def _interrupt_while_running(proc: subprocess.Popen, run_dir: Path, sig: signal.Signals) -> None:
+    """Send `sig` at a moment the run is observably still working: the process is frozen (SIGSTOP), checked to be
+    alive with status "running", signalled, then resumed. A run that finished before we looked fails the test with
+    that reason instead of passing a signal to a process that already exited 0."""
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        status = json.loads((run_dir / "status.json").read_text()) if (run_dir / "status.json").exists() else {}
+        assert proc.poll() is None and status.get("status", "running") == "running", \
+            f"the run ended before it could be interrupted (status {status})"
+        proc.send_signal(sig)
+    finally:
+        proc.send_signal(signal.SIGCONT)
 
 
 @pytest.fixture(scope="module")
 def interrupted_runs(tmp_path_factory) -> dict[str, tuple[int, str, dict]]:
     """SIGTERM during training (after its first checkpoint), SIGINT during evaluation (once the run has started):
-    both at once, each in its own run directory."""
+    both at once, each in its own run directory, each signalled as soon as its marker appears."""
     tmp = tmp_path_factory.mktemp("signals")
     cases = {"sigterm_training": (_TRAIN, "checkpoints/last.ckpt", signal.SIGTERM),
              "sigint_evaluation": (_EVAL, "status.json", signal.SIGINT)}
     procs = {name: (_start(ov, tmp / name, tmp / f"{name}.log"), tmp / name, tmp / f"{name}.log", marker, sig)
              for name, (ov, marker, sig) in cases.items()}
+    waiting = dict(procs)
+    deadline = time.monotonic() + 300
+    while waiting:  # both at once: a run waited for second must not finish while the first one is handled
+        for name, (proc, run_dir, log, marker, sig) in list(waiting.items()):
+            if (run_dir / marker).exists():
+                _interrupt_while_running(proc, run_dir, sig)
+                del waiting[name]
+            else:
+                assert proc.poll() is None, f"{name} ended before {marker} appeared: {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no marker after 300 s: {sorted(waiting)}"
+        time.sleep(0.05)
     out = {}
-    for name, (proc, run_dir, log, marker, sig) in procs.items():
-        _wait_for(run_dir / marker, proc, log)
-        proc.send_signal(sig)
+    for name, (proc, run_dir, log, _, _) in procs.items():
         rc = proc.wait(timeout=300)
         out[name] = (rc, log.read_text(), json.loads((run_dir / "status.json").read_text()))
     return out

@@ -28,6 +28,9 @@ from helpers import compose_cfg
 pytestmark = pytest.mark.usefixtures("shared_cache")
 
 TOL = 1e-5
+# sentence-transformers computes in fp32: vtlab's side is pinned to fp32 too, or precision=auto would pick bf16 on a CPU
+# with native bf16 and the comparison would measure bf16 rounding (~0.06), not the export
+REF = "fp32"
 # edge cases next to the BoolQ sample: specials written in the text, repeats, a query longer than query_max_length
 EXTRA_QUERIES = ["is [SEP] the the [MASK] same same same", " ".join(["why"] * 20 + [f"w{i}" for i in range(70)]), ""]
 
@@ -69,7 +72,7 @@ def max_diff(model, encoder, texts, side: str) -> float:
 # ---- sentence-transformers round trip ----------------------------------------------------------------------------
 def test_siamese_splade_tiny_round_trips_through_sentence_transformers(st, boolq, splade_tiny, tmp_path):
     queries, docs, _ = boolq
-    enc = SpladeEncoder(copy.deepcopy(splade_tiny[0]), splade_tiny[1])
+    enc = SpladeEncoder(copy.deepcopy(splade_tiny[0]), splade_tiny[1], precision=REF)
     with torch.no_grad():  # an APC-like per-term bias shift: it must travel with the export
         gen = torch.Generator().manual_seed(0)
         enc.output_bias().add_(0.5 * torch.randn(enc.vocab_size, generator=gen))
@@ -101,7 +104,7 @@ def _saved_run(tmp_path: Path, encoder, overrides: list[str]) -> Path:
 def test_inference_free_run_dir_exports_idf_query_router(st, boolq, splade_tiny, tmp_path):
     """`stage=export run_dir=...` on a saved inference-free run: IDF queries (SparseStaticEmbedding), SPLADE docs."""
     queries, docs, coll = boolq
-    enc = InferenceFreeEncoder(*splade_tiny)
+    enc = InferenceFreeEncoder(*splade_tiny, precision=REF)
     enc.fit_idf(list(coll.corpus.values())[:300])
     run_dir = _saved_run(tmp_path, enc, ["model=inference-free", "backbone=splade-tiny", "vocab=native"])
     cfg = compose_cfg(["stage=export", f"run_dir={run_dir}", f"paths.run_dir={tmp_path / 'export-run'}"])
@@ -124,7 +127,7 @@ def test_two_tower_double_log_and_input_normalizer_on_a_cased_bpe(st, tmp_path):
     (where both change the tokens). Python's str.lower and the Lowercase normalizer differ on Greek final sigma
     only, so no such text here."""
     enc = SpladeEncoder.from_backbone(TinyRoberta(), shared=False, double_log=True, preprocess=Normalizer(True, True),
-                                      query_max_length=16, doc_max_length=32)
+                                      query_max_length=16, doc_max_length=32, precision=REF)
     with torch.no_grad():
         for p in enc.query_model.parameters():
             p.add_(0.01)

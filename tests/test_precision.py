@@ -42,11 +42,26 @@ def test_explicit_choices_and_devices():
         prec.resolve_precision("fp16")
 
 
-def test_this_machine_follows_its_cpuinfo():
+def test_this_machine_follows_its_cpuinfo(monkeypatch):
+    monkeypatch.delenv(prec.AUTO_ENV, raising=False)
     with open("/proc/cpuinfo") as f:
         words = set(f.read().split())
     native = bool({"avx512_bf16", "amx_bf16"} & words)
     assert prec.resolve_precision("auto") == ("bf16" if native else "fp32")
+
+
+@pytest.mark.parametrize("forced", ["fp32", "bf16"])
+def test_env_forces_what_auto_means(monkeypatch, forced):
+    """$VTLAB_AUTO_PRECISION decides auto on this machine (the suite runs once each way); asked-for precisions and
+    questions about another CPU's flags are not affected."""
+    monkeypatch.setenv(prec.AUTO_ENV, forced)
+    assert prec.resolve_precision("auto") == forced
+    other = "bf16" if forced == "fp32" else "fp32"
+    assert prec.resolve_precision(other) == other
+    assert prec.resolve_precision("auto", flags=prec.parse_cpu_flags(SAPPHIRE)) == "bf16"
+    monkeypatch.setenv(prec.AUTO_ENV, "fp16")
+    with pytest.raises(VtlabError, match=r"VTLAB_AUTO_PRECISION='fp16': expected fp32 or bf16"):
+        prec.resolve_precision("auto")
 
 
 @pytest.fixture(scope="module")
