@@ -205,7 +205,8 @@ def test_damaged_baseline_eval_cache_is_evaluated_again(tmp_path: Path, caplog) 
 
 _BUILD = """
 import sys
-from vtlab.vocab.targets import CorpusWordPiece, boolq_passages
+from vtlab.data.corpora import boolq_passages
+from vtlab.vocab.targets import CorpusWordPiece
 CorpusWordPiece("corpus-wordpiece", vocab_size=5000, corpus=list(boolq_passages()[:3000]))._train().save_pretrained(
     sys.argv[1])
 """

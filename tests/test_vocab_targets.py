@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
+from vtlab.data.corpora import boolq_passages
 from vtlab.errors import AssetError, VtlabError
 from vtlab.vocab import targets
 from vtlab.vocab.targets import (
@@ -88,7 +89,7 @@ def test_pretrained_missing_dir_names_key(tmp_path):
 @pytest.fixture(scope="module")
 def wordpiece(fresh_cache):  # fresh: the WordPiece is trained here, not read from another module's cache
     try:
-        targets.boolq_passages()
+        boolq_passages()
     except AssetError as e:
         pytest.skip(f"offline asset missing: {e}")
     vocab = CorpusWordPiece("corpus-wordpiece", vocab_size=2000)
@@ -97,7 +98,7 @@ def wordpiece(fresh_cache):  # fresh: the WordPiece is trained here, not read fr
 
 def test_boolq_passages_distinct():
     try:
-        passages = targets.boolq_passages()
+        passages = boolq_passages()
     except AssetError as e:
         pytest.skip(f"offline asset missing: {e}")
     assert len(passages) == len(set(passages)) > 10_000
@@ -154,11 +155,11 @@ def test_wordpiece_yaml_sweepable():
     node = compose_cfg(["vocab.vocab_size=10000"], config_name="vocab/corpus-wordpiece").vocab
     vocab = instantiate(node)
     assert isinstance(vocab, CorpusWordPiece) and vocab.vocab_size == 10000 and vocab.name == "corpus-wordpiece"
-    assert "boolq_passages" in vocab.describe()
+    assert "BoolQ clean training passages" in vocab.describe()
     assert instantiate(_vocab_node("corpus-wordpiece")).vocab_size == 20000
 
 
 def test_yaml_corpus_equals_default():
-    """The YAML's `_partial_` boolq_passages and the Python default share one cache entry."""
+    """The YAML's TextCorpus (path: null) and the Python default share one cache entry."""
     from_yaml = instantiate(_vocab_node("corpus-wordpiece"))
     assert from_yaml.cache_key() == CorpusWordPiece("corpus-wordpiece", vocab_size=20000).cache_key()

@@ -446,10 +446,10 @@ class RetrievalEvaluation:
         return self._collection
 
     @property
-    def name(self) -> str | None:
-        if self._name is not None:
-            return self._name
-        return self._collection.name if self._collection is not None else None
+    def name(self) -> str:
+        """What results are filed under (eval/<name>/): `eval.name`, else the collection's own name (a BEIR
+        directory's name), which loads the collection."""
+        return self._name if self._name is not None else self.collection.name
 
     def __call__(self, encoder: SparseEncoder, out_dir: str | Path | None = None, **kwargs: Any) -> dict[str, float]:
         """kwargs go to `evaluate` (show_progress=..., or index=<factory> to override eval.index)."""
@@ -459,6 +459,7 @@ class RetrievalEvaluation:
                         batch_size=self.batch_size, **kwargs)
 
     def __repr__(self) -> str:
-        return (f"RetrievalEvaluation(name={self.name!r}, measures={self.measures}, top_k={self.top_k}, "
+        name = self._name or (self._collection.name if self._collection is not None else None)  # never loads
+        return (f"RetrievalEvaluation(name={name!r}, measures={self.measures}, top_k={self.top_k}, "
                 f"batch_size={self.batch_size}, index={self.index!r}"
                 + (f", budgets={[b.label for b in self.budgets]})" if self.budgets else ")"))

@@ -16,7 +16,9 @@ from typing import Any
 
 from vtlab.assets import hub_reachable, truthy
 from vtlab.data.boolq import train_pairs, validation_pairs
-from vtlab.errors import AssetError, VtlabError
+from vtlab.data.clean import clean_train_passages
+from vtlab.data.text_files import iter_texts, text_files
+from vtlab.errors import AssetError, DataError, VtlabError
 
 WIKIPEDIA = "wikimedia/wikipedia"
 WIKIPEDIA_CONFIG = "20231101.en"
@@ -48,6 +50,51 @@ def boolq_passages(max_docs: int | None = None, split: str = "all") -> tuple[str
         raise VtlabError(f"mlm.corpus.split={split!r}: expected one of {sorted(_BOOLQ_SPLITS)}")
     texts = _distinct_passages(split)
     return texts if max_docs is None else texts[:max_docs]
+
+
+class TextCorpus:
+    """A corpus for a tokenizer (vocab=corpus-wordpiece) as a zero-argument callable: the user's texts at `path` (a
+    .txt file, one text per line; a .jsonl file, text in `field`; a BEIR directory or its corpus.jsonl; a directory of
+    .txt/.jsonl files), or, when `path` is None, BoolQ's clean training passages (`DEFAULT`: no passage of an
+    evaluation corpus, so a quickstart tokenizer never learns from the texts it is evaluated on). `key` names the
+    config key in errors and logs."""
+
+    DEFAULT = staticmethod(clean_train_passages)
+
+    def __init__(self, path: str | None = None, field: str = "text", max_docs: int | None = None,
+                 key: str = "vocab.corpus") -> None:
+        _check_max_docs(max_docs, f"{key}.max_docs")
+        self.path = None if path in (None, "") else str(path)
+        self.field = str(field)
+        self.max_docs = max_docs
+        self.key = key
+        if self.path is not None:
+            self.files = text_files(self.path, f"{key}.path")  # a missing or unreadable kind of path fails here
+
+    def __call__(self) -> Iterator[str]:
+        if self.path is None:
+            texts = self.DEFAULT()
+            return iter(texts if self.max_docs is None else texts[:self.max_docs])
+        texts = iter_texts(self.path, self.field, f"{self.key}.path")
+        return itertools.islice(texts, self.max_docs) if self.max_docs is not None else texts
+
+    def count(self) -> int:
+        """How many texts it yields (reads a user's files once); DataError when a user's files hold none."""
+        n = sum(1 for _ in self())
+        if n == 0:
+            raise DataError(f"{self.key}.path={self.path!r}: no text in it (every line is blank)")
+        return n
+
+    def describe(self) -> str:
+        if self.path is None:
+            return ("BoolQ clean training passages (none of an evaluation corpus)"
+                    + (f", first {self.max_docs}" if self.max_docs else ""))
+        files = ", ".join(str(f) for f in self.files[:3]) + (f" and {len(self.files) - 3} more" if len(self.files) > 3
+                                                             else "")
+        return f"{files} (field {self.field!r})" + (f", first {self.max_docs}" if self.max_docs else "")
+
+    def __repr__(self) -> str:
+        return f"TextCorpus(path={self.path!r}, field={self.field!r}, max_docs={self.max_docs!r})"
 
 
 def _offline_flag() -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -11,9 +13,11 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from vtlab.data.collections import Collection
+from vtlab.data.collections import Collection, load_beir
 from vtlab.data.examples import TripletExample
 from vtlab.errors import ConfigError, DataError, VtlabError
+
+log = logging.getLogger("vtlab")
 
 
 def _source_name(obj: Any) -> str:
@@ -30,6 +34,28 @@ def _check_int(key: str, value: Any, low: int) -> None:
     """Config values that size batches and sequences: integers >= low (3 tokens: CLS, one token, SEP)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise ConfigError(f"{key}={value!r} must be an integer >= {low}")
+
+
+def _beir_dev(path: str, split: str) -> Callable[[], Collection]:
+    """The loader of a BEIR-layout dev set given as data.dev_path (checked now: a typo fails before any model loads)."""
+    if not Path(path).expanduser().is_dir():
+        raise ConfigError(f"data.dev_path={path!r}: no such directory (expected a BEIR directory: corpus.jsonl, "
+                          f"queries.jsonl, qrels/{split}.tsv)")
+    return functools.partial(load_beir, str(Path(path).expanduser()), split=split)
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _check_disjoint(dev: Collection, train: Sequence[TripletExample]) -> None:
+    """Checkpoints chosen on dev questions the model trained on would be chosen on training loss: refuse them."""
+    seen = {_norm(ex.query) for ex in train}
+    shared = [qid for qid, q in dev.queries.items() if _norm(q) in seen]
+    if shared:
+        raise DataError(f"{dev.name}: {len(shared)} of {len(dev.queries)} dev questions are training questions (e.g. "
+                        f"{shared[0]!r}: {dev.queries[shared[0]][:60]!r}); a dev set must hold questions training "
+                        "never saw")
 
 
 class EpochSampler(Sampler[tuple[int, int]]):
@@ -153,6 +179,8 @@ class TripletDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         seed: int = 0,
         preprocess: Callable[[str], str] | None = None,
+        dev_path: str | None = None,
+        dev_split: str = "dev",
     ) -> None:
         super().__init__()
         for key, value, low in (("batch_size", batch_size, 1), ("eval_batch_size", eval_batch_size, 1),
@@ -160,6 +188,8 @@ class TripletDataModule(pl.LightningDataModule):
                                 ("doc_max_length", doc_max_length, 3), ("num_workers", num_workers, 0)):
             _check_int(f"data.{key}", value, low)
         self._train_src, self._dev_src = train, dev
+        if dev_path:  # the scalar way to give your own dev set; it replaces any `dev` node of the data config
+            self._dev_src = _beir_dev(str(dev_path), str(dev_split))
         self.tokenizer = tokenizer
         self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
         self.num_negatives = int(num_negatives)
@@ -198,7 +228,10 @@ class TripletDataModule(pl.LightningDataModule):
                 raise DataError(f"{_source_name(self._dev_src)}: dev must be a Collection, got {type(dev).__name__}")
             if not dev.queries or not dev.corpus:
                 raise DataError(f"{dev.name}: dev collection has {len(dev.queries)} queries and {len(dev.corpus)} docs")
+            _check_disjoint(dev, self.train_examples)
             self.dev_collection = dev
+            log.info("dev set %s: %d queries over %d documents (checkpoint selection)", dev.name, len(dev.queries),
+                     len(dev.corpus))
 
     def _load_train(self) -> list[TripletExample]:
         src = self._train_src
@@ -221,6 +254,8 @@ class TripletDataModule(pl.LightningDataModule):
             first = next(i for i, ex in enumerate(examples) if ex.scores is None)
             raise DataError(f"{name}: {with_scores}/{len(examples)} examples have teacher 'scores' (example {first} has none); give all or none")
         self.has_teacher_scores = with_scores == len(examples)
+        log.info("training set: %d examples%s%s", len(examples), f" from {name}" if callable(src) else "",
+                 " with teacher scores" if self.has_teacher_scores else "")
         return examples
 
     # ---- tokenization ----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ skipped or mis-parsed line would bias training without any visible symptom.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from pathlib import Path
@@ -14,6 +15,8 @@ from typing import Any, Iterable
 from vtlab.atomic import atomic_write_text
 from vtlab.data.examples import TripletExample
 from vtlab.errors import DataError
+
+log = logging.getLogger("vtlab")
 
 _ALIASES = {"positive": "pos", "negatives": "negs"}
 
@@ -137,8 +140,13 @@ def read_jsonl_triplets(path: str, require_scores: bool = False, scores_path: st
     by line (blank lines skipped) with the triplet file, e.g. cross-encoder scores computed after the triplets.
     """
     lines = _json_lines(path, "triplet file")
+    if not lines:
+        raise DataError(f"{path}: the triplet file is empty (expected one JSON object per line: "
+                        '{"query", "positive", "negatives", "scores"?})')
     if scores_path is None:
-        return [parse_triplet(obj, where, require_scores=require_scores) for where, obj in lines]
+        out = [parse_triplet(obj, where, require_scores=require_scores) for where, obj in lines]
+        log.info("read %d training triplets from %s", len(out), path)
+        return out
     score_lines = _json_lines(scores_path, "teacher-score file")
     if len(score_lines) != len(lines):
         raise DataError(f"{scores_path}: {len(score_lines)} score lines for {len(lines)} triplets in {path} "
@@ -150,6 +158,7 @@ def read_jsonl_triplets(path: str, require_scores: bool = False, scores_path: st
             raise DataError(f"{where}: has a 'scores' field and data.train.scores_path={scores_path} is set; keep one")
         ex.scores = check_scores(scores, len(ex.negatives), f"{s_where} (scores of {where})", field=None)
         out.append(ex)
+    log.info("read %d training triplets from %s, teacher scores from %s", len(out), path, scores_path)
     return out
 
 

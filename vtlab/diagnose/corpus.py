@@ -1,56 +1,20 @@
 """The documents to diagnose: BoolQ passages (default), a user's .txt / .jsonl file, or the `data` config's docs."""
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 from vtlab.data.corpora import boolq_passages
+from vtlab.data.text_files import read_texts
 from vtlab.errors import DataError, VtlabError
 
 
-def _read_txt(path: Path, field: str) -> Iterator[str]:
-    """One document per non-blank line."""
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield line.rstrip("\n")
-
-
-def _read_jsonl(path: Path, field: str) -> Iterator[str]:
-    """One JSON object per line; the text is `field` (BEIR corpus.jsonl: a non-empty "title" is prepended)."""
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: not valid JSON ({e.msg})") from None
-            text = obj.get(field) if isinstance(obj, dict) else None
-            if not isinstance(text, str):
-                raise DataError(f"{where}: no string field '{field}' (set diagnose.corpus.field)")
-            title = obj.get("title")
-            yield f"{title} {text}" if isinstance(title, str) and title.strip() else text
-
-
-_READERS: dict[str, Callable[[Path, str], Iterator[str]]] = {".txt": _read_txt, ".jsonl": _read_jsonl}
-
-
 def read_file(path: str | Path, field: str = "text") -> list[str]:
-    """Documents of a .txt (one per line) or .jsonl (`field`) file, in file order."""
-    p = Path(path).expanduser()
-    reader = _READERS.get(p.suffix.lower())
-    if reader is None:
-        raise VtlabError(f"diagnose.corpus.path={str(path)!r}: expected a {' or '.join(_READERS)} file")
-    if not p.is_file():
-        raise VtlabError(f"diagnose.corpus.path={str(path)!r} does not exist")
-    return [t for t in reader(p, field) if t.strip()]
+    """Documents of a .txt (one per line) or .jsonl (`field`) file, a BEIR directory or a directory of such files."""
+    return read_texts(path, field, key="diagnose.corpus.path")
 
 
 def data_documents(data_cfg: DictConfig) -> list[str]:

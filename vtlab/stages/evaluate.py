@@ -67,9 +67,13 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     console = Console()
     results: dict[str, dict[str, float]] = {}
     for name, ev in datasets:
-        out_dir = run_dir / "eval" / (name or ev.name or "eval")
+        name = name or ev.name  # a BEIR directory's own name (loading it) unless eval.name is set
+        out_dir = run_dir / "eval" / name
+        coll = getattr(ev, "collection", None)
+        if coll is not None:  # what was read, before minutes of encoding
+            log.info("evaluating %s: %d queries (%d judged) over %d documents -> %s", name, len(coll.queries),
+                     sum(1 for r in coll.qrels.values() if r), len(coll.corpus), out_dir)
         metrics = ev(encoder, out_dir=out_dir)
-        name = name or ev.name or "eval"  # a BEIR directory's name is known once loaded
         results[name] = metrics
         baseline = baseline_metrics(cfg, ev, name) if with_baseline else None
         console.print(results_table(metrics, title=f"{cfg.name}: {name}", baseline=baseline,

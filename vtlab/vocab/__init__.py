@@ -14,11 +14,10 @@ from vtlab.vocab.targets import (
     PretrainedVocab,
     TargetVocab,
     VocabConfigError,
-    boolq_passages,
 )
 
 __all__ = [
     "CorpusWordPiece", "NativeVocab", "Normalizer", "Overlap", "PretrainedVocab", "TargetVocab", "VocabConfigError",
-    "boolq_passages", "canonical_form", "canonical_vocab", "match_vocabularies", "special_token_pairs",
+    "canonical_form", "canonical_vocab", "match_vocabularies", "special_token_pairs",
     "tokenizer_kind",
 ]

@@ -17,7 +17,7 @@ from vtlab import integrity
 from vtlab.assets import cache_dir, resolve
 from vtlab.atomic import json_hash, stable_hash
 from vtlab.backbones import Backbone
-from vtlab.data.corpora import boolq_passages
+from vtlab.data.corpora import TextCorpus
 from vtlab.errors import AssetError, VtlabError
 
 log = logging.getLogger(__name__)
@@ -155,31 +155,31 @@ class PretrainedVocab(TargetVocab):
 
 
 # -- a WordPiece trained on a corpus ------------------------------------------------------------------------------------
-# The default corpus is vtlab.data.corpora.boolq_passages() (distinct BoolQ passages, train then validation: 10,144).
-# It was defined here, as vtlab.vocab.targets.boolq_passages, until it moved to vtlab.data; called without arguments it
-# keeps that name in cache keys and descriptions, so vocabularies trained on it are not retrained.
-_BOOLQ_PASSAGES_ID = "vtlab.vocab.targets.boolq_passages"
-
+# The default corpus is TextCorpus() (vtlab/data/corpora.py): BoolQ's clean training passages.
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
 MIN_VOCAB, MAX_VOCAB = 1000, 200_000
 _RECIPE = "wordpiece-v2"  # bump when the training recipe changes, so old caches are not reused (v2: deterministic)
 
 
-def _corpus_id(corpus: Callable[[], Iterable[str]] | Iterable[str], bound: bool = False) -> str:
-    """Stable identity of a corpus: a function by its qualified name (+ partial args), texts by their hash."""
+def _corpus_id(corpus: Callable[[], Iterable[str]] | Iterable[str]) -> str:
+    """Stable identity of a corpus: a function by its qualified name (+ partial args), texts by their hash (a user's
+    files too: the same texts give the same vocabulary wherever they live, and an edited file a new one)."""
+    if isinstance(corpus, TextCorpus):
+        if corpus.path is None and corpus.max_docs is None:
+            return _corpus_id(corpus.DEFAULT)
+        return _corpus_id(list(corpus()))
     if callable(corpus):
         if isinstance(corpus, functools.partial):  # Hydra's `_partial_: true`; a bare one equals its function
             args = f"{corpus.args!r}{sorted(corpus.keywords.items())!r}" if corpus.args or corpus.keywords else ""
-            return _corpus_id(corpus.func, bound or bool(args)) + args
-        if corpus is boolq_passages and not bound:
-            return _BOOLQ_PASSAGES_ID
+            return _corpus_id(corpus.func) + args
         return f"{getattr(corpus, '__module__', '?')}.{getattr(corpus, '__qualname__', repr(corpus))}"
     chunks = (text.encode("utf-8") + b"\0" for text in corpus)  # each text ended by a NUL, hashed as it streams by
     return f"texts:{stable_hash(chunks, length=40)}"  # the whole sha1
 
 
 class CorpusWordPiece(TargetVocab):
-    """A BERT-style WordPiece vocabulary trained on a corpus (default: BoolQ passages), cached once trained.
+    """A BERT-style WordPiece vocabulary trained on a corpus (default: TextCorpus(), BoolQ's clean training
+    passages), cached once trained.
 
     No pretrained model has embeddings in such a vocabulary, so `embedding_source()` is None: initializations that
     need target-space similarities (semantic init) or a target MLM bias (set_bias) cannot be used with it.
@@ -196,7 +196,7 @@ class CorpusWordPiece(TargetVocab):
         if corpus is not None and not callable(corpus) and not isinstance(corpus, (list, tuple)):
             corpus = list(corpus)  # a one-shot iterator would be consumed by hashing before training
         self.vocab_size = vocab_size
-        self.corpus = boolq_passages if corpus is None else corpus
+        self.corpus = TextCorpus() if corpus is None else corpus
         self.lowercase = bool(lowercase)
         self.strip_accents = bool(strip_accents)
         self.min_frequency = int(min_frequency)
@@ -249,7 +249,7 @@ class CorpusWordPiece(TargetVocab):
                                    show_progress=False)
         tk.train_from_iterator(self._texts(), trainer=trainer)
         if tk.get_vocab_size() <= len(SPECIALS) + len(pinned):
-            raise VtlabError(f"vocab={self.name}: the corpus {_corpus_id(self.corpus)} gave no tokens (is it empty?)")
+            raise VtlabError(f"vocab={self.name}: the corpus {self._corpus_name()} gave no tokens (is it empty?)")
         tk = tokenizer(tk.get_vocab(with_added_tokens=True))
         tk.add_special_tokens(list(SPECIALS))
         if tk.get_vocab_size() < self.vocab_size:
@@ -268,7 +268,8 @@ class CorpusWordPiece(TargetVocab):
         if damage is not None:
             if damage != "absent":
                 log.warning("vocab=%s: cached tokenizer %s is not usable (%s): retraining it", self.name, final, damage)
-            log.info("vocab=%s: training a %d-token WordPiece -> %s", self.name, self.vocab_size, final)
+            log.info("vocab=%s: training a %d-token WordPiece on %s -> %s", self.name, self.vocab_size,
+                     self._corpus_name(), final)
             def write(tmp: Path) -> None:
                 self._train().save_pretrained(tmp)
                 (tmp / "vtlab_vocab.json").write_text(json.dumps(self._params(), indent=1, sort_keys=True))
@@ -285,8 +286,12 @@ class CorpusWordPiece(TargetVocab):
         except (OSError, ValueError) as e:
             raise AssetError(f"vocab={self.name}: cached tokenizer {path} is unreadable ({e}); delete it to retrain")
 
+    def _corpus_name(self) -> str:
+        describe = getattr(self.corpus, "describe", None)
+        return describe() if callable(describe) else _corpus_id(self.corpus)
+
     def describe(self) -> str:
-        return (f"vocab={self.name}: {self.vocab_size}-token WordPiece trained on {_corpus_id(self.corpus)} "
+        return (f"vocab={self.name}: {self.vocab_size}-token WordPiece trained on {self._corpus_name()} "
                 f"(lowercase={self.lowercase}, strip_accents={self.strip_accents}); no pretrained model has embeddings "
                 f"in this vocabulary, so semantic init / set_bias are unavailable: use an init that needs only the "
                 f"source model (e.g. sub-token mean or random)")
