@@ -17,6 +17,7 @@ from vtlab.diagnose.__main__ import main as diagnose_main
 from vtlab.diagnose.activity import output_activity
 from vtlab.diagnose.corpus import load_corpus
 from vtlab.diagnose.redundancy import redundancy
+from vtlab.diagnose.sparsity import Place, apc_effect
 from vtlab.diagnose.tokenizer_fit import tokenize_corpus, tokenizer_fit
 from vtlab.diagnose.verdict import rank, suggest
 from vtlab.errors import DataError, VtlabError
@@ -343,3 +344,109 @@ def test_multirun_writes_jobs_and_combined_report(tmp_path):
     assert diagnose_main([str(sweep)]) == 0
     assert "tiny-modernbert · native" in (out / "report.md").read_text()
     assert diagnose_main([str(tmp_path / "empty")]) == 2
+
+
+# -- sparse starts, random-init backbones ------------------------------------------------------------------------------
+# Recent words bert-base-uncased's WordPiece cuts up and the OLMo BPE keeps whole, each written in one form only (no
+# sentence-initial repeats): on tokenizer fit alone the random-init tiny-modernbert beats the trained SPLADE-tiny.
+MODERN = ["new smartphone apps stream podcasts and livestreams", "many blockchain startups sell cryptocurrency tokens",
+          "most influencers post selfies with hashtags", "some platforms recommend binge watching",
+          "few emoji keyboards autocorrect texting slang"]
+
+
+@pytest.fixture(scope="module")
+def apc_sweep(shared_cache, tmp_path_factory):
+    """The reported command, `-m stage=diagnose backbone=splade-tiny,tiny-modernbert vocab=native apc=p60`, on MODERN
+    with a 5-document probe: (sweep dir, stdout)."""
+    tmp = tmp_path_factory.mktemp("apc-sweep")
+    corpus = tmp / "corpus.txt"
+    corpus.write_text("\n".join(MODERN) + "\n")
+    sweep = tmp / "sweep"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "vtlab", "-m", "stage=diagnose", "backbone=splade-tiny,tiny-modernbert",
+         "vocab=native", "apc=p60", "logger=none", f"diagnose.corpus.path={corpus}", "diagnose.activity.num_docs=5",
+         "diagnose.activity.max_length=32", f"hydra.sweep.dir={sweep}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return sweep, proc.stdout
+
+
+def test_diagnose_keeps_apc_off_for_a_sparse_splade_it_would_densify(apc_sweep):
+    """The trained SPLADE-tiny is sparse as built; p60 puts 40% of its (doc, term) max-logits above 0, thousands of
+    dims per document: the verdict keeps apc=off and says what p60 would do, with the probe's numbers."""
+    sweep, stdout = apc_sweep
+    result = json.loads((sweep / "0" / "diagnose" / "diagnose.json").read_text())
+    assert result["candidate"]["backbone"] == "splade-tiny"
+    before, after = result["activity"]["before"], result["activity"]["after"]
+    low, high = 1.0, 1000  # conf/diagnose/default.yaml: dead_below, max_active_per_doc (< 5% of 30,522)
+    assert low <= before["mean_active_per_doc"] <= 100  # a trained SPLADE on 5-10 word documents
+    assert after["mean_active_per_doc"] > 10 * high and after["positive_share"] == pytest.approx(0.40, abs=0.02)
+    report = json.loads((sweep / "diagnose" / "report.json").read_text())
+    mine = next(s for s in report["suggestions"] if s["label"] == "splade-tiny · native")
+    assert mine["args"]["apc"] == "off" and mine["command"].endswith("apc=off")
+    assert mine["sparsity"] == {"apc": "p60", "low": low, "high": high, "before": before["mean_active_per_doc"],
+                                "after": after["mean_active_per_doc"], "start": "sparse", "after_place": "dense",
+                                "apc_accepted": False}
+    densifies = (f"apc=p60 takes it to {after['mean_active_per_doc']:,.1f} (dense, "
+                 f"{after['mean_active_per_doc'] / before['mean_active_per_doc']:,.1f}× as many; "
+                 f"{after['positive_share']:.1%} of (document, term) max-logits > 0)")
+    assert any(w.startswith(f"apc=off: already sparse as is ({before['mean_active_per_doc']:,.1f} active dims")
+               and "keep apc=off" in w and densifies + ": not suggested" in w for w in mine["why"]), mine["why"]
+    for md in (sweep / "0" / "diagnose" / "report.md", sweep / "diagnose" / "report.md"):
+        text = md.read_text()
+        assert "```bash\npython -m vtlab backbone=splade-tiny vocab=native apc=off\n```" in text and densifies in text
+    assert "keep apc=off" in stdout
+    # the ranking's "start of fine-tuning" is the state the verdict keeps: as built, not after p60
+    ranked = next(e for e in report["ranking"] if e["label"] == "splade-tiny · native")
+    assert f"mean cosine between documents (start of fine-tuning) ({before['mean_pairwise_cosine']:.3f})" in \
+        "; ".join(ranked["reasons"])
+    # the random-init tiny-modernbert starts dense (nearly every logit > 0): there p60 moves it toward sparse
+    other = next(s for s in report["suggestions"] if s["label"] == "tiny-modernbert · native")
+    assert other["sparsity"]["start"] == "dense" and other["sparsity"]["apc_accepted"] is True
+    assert other["args"]["apc"] == "p60"
+
+
+def test_random_init_backbone_is_marked_and_never_ranked_best(apc_sweep, tmp_path):
+    """tiny-modernbert has random-init weights: marked in its result and the report, ranked after SPLADE-tiny though
+    its mean rank is better (its tokenizer fits MODERN better), never the best of the multirun's comparison."""
+    sweep, stdout = apc_sweep
+    report = json.loads((sweep / "diagnose" / "report.json").read_text())
+    assert [e["label"] for e in report["ranking"]] == ["splade-tiny · native", "tiny-modernbert · native"]
+    jobs = [json.loads((sweep / j / "diagnose" / "diagnose.json").read_text())["candidate"] for j in ("0", "1")]
+    assert [(c["backbone"], c["random_init"]) for c in jobs] == [("splade-tiny", False), ("tiny-modernbert", True)]
+    assert "random-init weights" in stdout
+    ranking = {e["label"]: e for e in report["ranking"]}
+    tiny, splade = ranking["tiny-modernbert · native"], ranking["splade-tiny · native"]
+    assert tiny["score"] < splade["score"]  # better on the criteria ...
+    assert (splade["place"], tiny["place"], tiny["random_init"]) == (1, 2, True)  # ... yet last
+    assert report["best"] == "splade-tiny · native" == report["suggestion"]["label"]
+    assert tiny["reasons"][0] == "random-init weights: ranked last"
+    md = (sweep / "diagnose" / "report.md").read_text()
+    assert "Best: **splade-tiny · native**" in md
+    assert "| tiny-modernbert | **random-init** |" in md and "| splade-tiny | pretrained |" in md
+    assert "- tiny-modernbert · native (random-init): `python -m vtlab backbone=tiny-modernbert" in md
+    # re-rendered from the job outputs: the same; with only the random-init job, no best at all
+    assert diagnose_main([str(sweep), "--out", str(tmp_path / "all")]) == 0
+    assert json.loads((tmp_path / "all" / "report.json").read_text())["best"] == "splade-tiny · native"
+    assert diagnose_main([str(sweep / "1"), "--out", str(tmp_path / "alone")]) == 0
+    alone = json.loads((tmp_path / "alone" / "report.json").read_text())
+    assert alone["best"] is None and alone["suggestion"]["random_init"] is True
+    assert "Best: none (every candidate has random-init weights)" in (tmp_path / "alone" / "report.md").read_text()
+
+
+def test_dead_start_is_not_suggested_an_apc_that_makes_it_dense():
+    """SPLADE-tiny with its output bias lowered until no term is active is dead; p60 would turn it dense (40% of all
+    (doc, term) max-logits > 0): not suggested, apc=off with the reason."""
+    encoder = SpladeEncoder.from_backbone(Backbone("asset:splade-tiny"), doc_max_length=48)
+    with torch.no_grad():
+        encoder.output_bias("doc").sub_(100.0)
+    act = output_activity(encoder, PROBE_TEXTS, APC(percentile=60, num_docs=8, max_length=48, batch_size=4))
+    assert act["before"]["mean_active_per_doc"] == 0.0 and act["after"]["mean_active_per_doc"] > 10_000
+    effect = apc_effect(act, "p60", {"dead_below": 1.0, "dense_above": 0.05, "max_active_per_doc": 1000})
+    assert (effect.start, effect.accepted) == (Place.DEAD, False)
+    result = {**_result("splade-tiny", 1.3, 0.04, 0.97, 0.0, 0.02, apc="p60"), "activity": act}
+    s = suggest(result)
+    assert s["args"]["apc"] == "off"
+    assert s["why"][-1].startswith("apc=off: a dead start (0.0 active dims per document as built")
+    assert "no closer to the range or dense: not suggested" in s["why"][-1]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from vtlab.atomic import atomic_path, atomic_write, write_json
-from vtlab.diagnose.verdict import criteria_for, final_activity, rank, suggest
+from vtlab.diagnose.verdict import best, criteria_for, effect_of, final_activity, rank, suggest
 from vtlab.errors import VtlabError
 
 RESULT_FILE = "diagnose.json"
@@ -187,11 +187,20 @@ def _code(tokens: Sequence[str]) -> str:
     return " ".join(f"`{t}`" for t in tokens)
 
 
+def _weights(result: Mapping[str, Any]) -> str:
+    return "**random-init**" if result["candidate"].get("random_init") else "pretrained"
+
+
 def _candidates(results: Sequence[Mapping[str, Any]]) -> list[str]:
-    rows = [[i, f"**{r['candidate']['label']}**", r["candidate"]["backbone"], r["candidate"]["vocab"],
+    rows = [[i, f"**{r['candidate']['label']}**", r["candidate"]["backbone"], _weights(r), r["candidate"]["vocab"],
              f"{r['candidate']['vocab_size']:,} ({r['candidate']['tokenizer_kind']})", r["candidate"]["apc"]]
             for i, r in enumerate(results, 1)]
-    return _table(["#", "candidate", "backbone", "vocab", "vocabulary (kind)", "apc"], rows)
+    lines = _table(["#", "candidate", "backbone", "weights", "vocab", "vocabulary (kind)", "apc"], rows)
+    if any(r["candidate"].get("random_init") for r in results):
+        lines += ["Random-init weights (a generated test backbone): the tokenizer figures hold for the architecture's "
+                  "pretrained model, the activity figures do not; ranked after every pretrained candidate, never the "
+                  "best.", ""]
+    return lines
 
 
 def _fit(results: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -256,28 +265,41 @@ def _activity(results: Sequence[Mapping[str, Any]]) -> list[str]:
             p50 = f"{q[50]:+.2f} / {q[90]:+.2f}" if len(q) > 90 else "–"
             apc = "as built" if state == "before" else f"{a['apc']['name']} (bias {-a['apc']['cutoff']:+.3f})"
             spread = f"{s['p10_active_per_doc']:,.0f}–{s['p90_active_per_doc']:,.0f}"
-            rows.append([r["candidate"]["label"], apc, f"{s['median_active_per_doc']:,.0f} ({spread})",
+            place = effect_of(r).range.place(s["mean_active_per_doc"]).value
+            rows.append([r["candidate"]["label"], apc, f"{s['mean_active_per_doc']:,.1f} ({place})",
+                         f"{s['median_active_per_doc']:,.0f} ({spread})",
                          _pct(s["positive_share"], 2), _pct(s["dead_fraction"]), _pct(s["always_on_fraction"], 2),
                          f"{s['mean_pairwise_cosine']:.3f}", p50])
     lines += [f"{probed[0]['activity']['docs']} documents, {probed[0]['activity']['max_length']} tokens at most "
               "(statistics of `APC.probe`; per-document figures from one more `max_logits` pass).", ""]
-    lines += _table(["candidate", "state", "active dims / doc: median (p10–p90)", "positive share", "dead entries",
-                     "always-on entries", "mean cosine", "max-logit p50 / p90"], rows)
-    return lines + ["![activity](activity.png)", ""]
+    lines += _table(["candidate", "state", "active dims / doc: mean (range)", "median (p10–p90)", "positive share",
+                     "dead entries", "always-on entries", "mean cosine", "max-logit p50 / p90"], rows)
+    lines += ["Range: sparse between `diagnose.verdict.dead_below` and min(`max_active_per_doc`, `dense_above` × "
+              "vocabulary) active dims per document. APC is suggested only when it moves the start toward that range "
+              "without making it dense; a start already in it keeps apc=off:", ""]
+    for r in probed:
+        effect = effect_of(r)
+        verdict = ("suggested" if effect.accepted else "not suggested") if effect.after is not None else "no APC probed"
+        change = f"; {effect.change()}" if effect.after is not None else ""
+        lines.append(f"- {r['candidate']['label']}: {effect.as_built()}, {effect.start.value} (range "
+                     f"{effect.range.show()}){change}: {verdict}")
+    return lines + ["", "![activity](activity.png)", ""]
 
 
 def _verdict(results: Sequence[Mapping[str, Any]], ranking: Sequence[Mapping[str, Any]],
              suggestions: Sequence[Mapping[str, Any]]) -> list[str]:
     suggestion = suggestions[0]
     names = ", ".join(c.label for c in criteria_for(results))
-    lines = ["## 4. Verdict", "", f"Ranked by the mean rank over: {names} (1 = best).", ""]
+    lines = ["## 4. Verdict", "", f"Ranked by the mean rank over: {names} (1 = best); candidates with random-init "
+             "weights after the pretrained ones.", ""]
     for e in ranking:
         lines.append(f"{e['place']}. **{e['label']}** (mean rank {e['score']:.2f}): {'; '.join(e['reasons'])}")
-    lines += ["", f"Suggested for **{suggestion['label']}**:", "", "```bash", suggestion["command"], "```", ""]
+    lead = "Suggested" if not suggestion["random_init"] else "No pretrained candidate; the first random-init one"
+    lines += ["", f"{lead} for **{suggestion['label']}**:", "", "```bash", suggestion["command"], "```", ""]
     lines += [f"- {w}" for w in suggestion["why"]]
     if len(suggestions) > 1:
         lines += ["", "For the other candidates:", ""]
-        lines += [f"- {s['label']}: `{s['command']}`" for s in suggestions[1:]]
+        lines += [f"- {s['label']}{' (random-init)' * s['random_init']}: `{s['command']}`" for s in suggestions[1:]]
     return lines + [""]
 
 
@@ -287,9 +309,9 @@ def render(results: Sequence[dict[str, Any]], out_dir: str | Path) -> dict[str, 
         raise VtlabError(f"{out_dir}: no diagnose results to report")
     out_dir = Path(out_dir)
     ranking = rank(results)
-    suggestions = [suggest(results[e["_index"]], results[e["_index"]].get("settings", {}).get("verdict"))
-                   for e in ranking]  # best first
+    suggestions = [suggest(results[e["_index"]]) for e in ranking]  # best first
     suggestion = suggestions[0]
+    top = best(ranking)
     paths = {"fit": plot_fit(results, out_dir / "fit.png"),
              "redundancy": plot_redundancy(results, out_dir / "redundancy.png")}
     if any(r["fit"]["multilingual"] for r in results):
@@ -298,13 +320,15 @@ def render(results: Sequence[dict[str, Any]], out_dir: str | Path) -> dict[str, 
         paths["activity"] = plot_activity(results, out_dir / "activity.png")
     corpus = results[0]["corpus"]
     md = [f"# vtlab diagnose: {len(results)} candidate{'s' * (len(results) != 1)} on {corpus['name']}", "",
-          f"{corpus['docs']:,} documents, {results[0]['fit']['words']:,} whitespace words. Best: "
-          f"**{ranking[0]['label']}**; suggested: `{suggestion['command']}` (section 4).", ""]
+          f"{corpus['docs']:,} documents, {results[0]['fit']['words']:,} whitespace words. "
+          + (f"Best: **{top['label']}**; suggested: `{suggestion['command']}` (section 4)." if top else
+             "Best: none (every candidate has random-init weights); see section 4."), ""]
     md += _candidates(results) + _fit(results) + _redundancy(results) + _activity(results)
     md += _verdict(results, ranking, suggestions)
     paths["markdown"] = atomic_write(out_dir / "report.md", lambda f: f.write("\n".join(md)))
     ranking_out = [{k: v for k, v in e.items() if k != "_index"} for e in ranking]
-    paths["json"] = write_json(out_dir / "report.json", {"corpus": corpus, "ranking": ranking_out,
+    paths["json"] = write_json(out_dir / "report.json", {"corpus": corpus, "best": top["label"] if top else None,
+                                                         "ranking": ranking_out,
                                                          "suggestion": suggestion, "suggestions": suggestions,
                                                          "candidates": list(results)})
     return paths

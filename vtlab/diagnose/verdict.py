@@ -1,11 +1,15 @@
 """Rank the candidates and suggest the command to run for each (the best first).
 
 Ranking: every candidate is ranked on each criterion (1 = best, ties share the average rank); the score is the mean
-rank, so no criterion needs a hand-set weight. Activity criteria count only when every candidate was probed.
+rank, so no criterion needs a hand-set weight. Activity criteria count only when every candidate was probed, on the
+state the suggestion starts fine-tuning from. Candidates with random-init weights (the generated test backbones) come
+after every pretrained one whatever their score: their tokenizer figures hold, their activity says nothing about a
+retrieval start, so one is never "best".
 The suggestion moves a backbone to `target_vocab` (with `init`) when its own vocabulary puts more than
-`redundancy_threshold` of the corpus's tokens away from their normalized form's main entry, and adds `apc` when the
-run transfers or the probed start is dead (< `dead_below` active terms per document) or dense (positive share >
-`dense_above`).
+`redundancy_threshold` of the corpus's tokens away from their normalized form's main entry. APC is suggested only
+where the probe says the start needs it and the measured APC moves it toward the sparse range without making it dense
+(vtlab/diagnose/sparsity.py); a start already in the range keeps apc=off. An APC that was not measured (a suggested
+transfer, or apc=off in the probe) comes with the diagnose command that measures it.
 """
 from __future__ import annotations
 
@@ -17,14 +21,38 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
+from vtlab.diagnose.sparsity import ApcEffect, Place, apc_effect
+
 DEFAULTS: dict[str, Any] = {"target_vocab": "bert-uncased", "init": "semantic", "apc": "p60",
-                            "redundancy_threshold": 0.05, "dead_below": 1.0, "dense_above": 0.05}
+                            "redundancy_threshold": 0.05, "dead_below": 1.0, "dense_above": 0.05,
+                            "max_active_per_doc": 1000}
+RANDOM_INIT = ("random-init weights (a generated test backbone): ranked after every pretrained candidate, never "
+               "suggested as the best; its tokenizer figures hold for the architecture's pretrained model, its "
+               "activity does not")
+
+
+def verdict_settings(result: Mapping[str, Any], settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """DEFAULTS, then the run's `diagnose.verdict`, then `settings`."""
+    return {**DEFAULTS, **((result.get("settings") or {}).get("verdict") or {}), **(settings or {})}
+
+
+def effect_of(result: Mapping[str, Any], settings: Mapping[str, Any] | None = None) -> ApcEffect | None:
+    """The configured APC's measured effect on `result`'s start (None when activity was not probed)."""
+    return apc_effect(result.get("activity"), result["candidate"]["apc"], verdict_settings(result, settings))
 
 
 def final_activity(result: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The activity state fine-tuning would start from: after APC when one is configured, else as built."""
+    """The activity state the suggestion starts fine-tuning from: after APC when the verdict accepts the configured
+    APC, else as built."""
     act = result.get("activity")
-    return None if not act else act.get("after") or act["before"]
+    if not act:
+        return None
+    effect = effect_of(result)
+    return act["after"] if effect is not None and effect.accepted else act["before"]
+
+
+def random_init(result: Mapping[str, Any]) -> bool:
+    return bool(result["candidate"].get("random_init"))
 
 
 @dataclass(frozen=True)
@@ -81,21 +109,26 @@ def rank(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 and ranks[c.name][i] < ranks[c.name].max()]
         worst = [f"worst {c.label} ({c.show(r)})" for c in criteria if n > 1 and ranks[c.name][i] == ranks[c.name].max()
                  and ranks[c.name][i] > ranks[c.name].min()]
+        reasons = best + worst or [f"{c.label} {c.show(r)}" for c in criteria[:3]]
         entries.append({"label": r["candidate"]["label"], "score": float(scores[i]),
-                        "ranks": {c.name: float(ranks[c.name][i]) for c in criteria},
-                        "reasons": best + worst or [f"{c.label} {c.show(r)}" for c in criteria[:3]],
-                        "_index": i})
-    entries.sort(key=lambda e: (e["score"], results[e["_index"]]["fit"]["fertility"]))
+                        "ranks": {c.name: float(ranks[c.name][i]) for c in criteria}, "random_init": random_init(r),
+                        "reasons": ["random-init weights: ranked last"] * random_init(r) + reasons, "_index": i})
+    entries.sort(key=lambda e: (e["random_init"], e["score"], results[e["_index"]]["fit"]["fertility"]))
     for place, e in enumerate(entries, 1):
         e["place"] = place
     return entries
 
 
+def best(ranking: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The first pretrained candidate of `ranking`; None when every candidate has random-init weights."""
+    return next((e for e in ranking if not e["random_init"]), None)
+
+
 def suggest(result: Mapping[str, Any], settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The command to run for `result`'s backbone, with the reasons for each choice."""
-    s = {**DEFAULTS, **(settings or {})}
+    s = verdict_settings(result, settings)
     cand = result["candidate"]
-    why: list[str] = []
+    why: list[str] = [RANDOM_INIT] if random_init(result) else []
     args = {"backbone": cand["backbone"]}
     corpus = result["redundancy"]["corpus"]
     redundant = corpus["spread_mass_share"] > s["redundancy_threshold"] and cand["vocab"] != s["target_vocab"]
@@ -112,23 +145,36 @@ def suggest(result: Mapping[str, Any], settings: Mapping[str, Any] | None = None
             args["init"] = cand["init"]
         why.append(f"vocab={cand['vocab']}: only {corpus['spread_mass_share']:.1%} of the corpus's tokens are off "
                    f"their normalized form's main entry (threshold {s['redundancy_threshold']:.0%})")
-    act = result.get("activity")
-    before = act["before"] if act else None
-    if cand.get("apc_enabled"):
-        args["apc"] = cand["apc"]
-        why.append(f"apc={cand['apc']} as configured")
-    elif redundant or cand.get("transfers"):
-        args["apc"] = s["apc"]
-        why.append(f"apc={s['apc']}: a transferred output layer starts from a different bias scale; calibrate it")
-    elif before is not None and before["mean_active_per_doc"] < s["dead_below"]:
-        args["apc"] = s["apc"]
-        why.append(f"apc={s['apc']}: a dead start ({before['mean_active_per_doc']:.2f} active terms per document)")
-    elif before is not None and before["positive_share"] > s["dense_above"]:
-        args["apc"] = s["apc"]
-        why.append(f"apc={s['apc']}: a dense start ({before['positive_share']:.1%} of (document, term) logits > 0)")
-    else:
-        args["apc"] = "off"
-        why.append("apc=off: the start is neither dead nor dense" if before is not None else
-                   "apc=off: activity not probed (diagnose.activity.num_docs=0)")
+    effect = effect_of(result, settings)
+    args["apc"], reason = _apc(cand, effect, s, redundant, args)
+    why.append(reason)
     command = "python -m vtlab " + " ".join(f"{k}={v}" for k, v in args.items())
-    return {"label": cand["label"], "command": command, "args": args, "why": why}
+    return {"label": cand["label"], "command": command, "args": args, "why": why,
+            "random_init": random_init(result), "sparsity": effect.to_json() if effect else None}
+
+
+def _apc(cand: Mapping[str, Any], effect: ApcEffect | None, s: Mapping[str, Any], moved: bool,
+         args: Mapping[str, str]) -> tuple[str, str]:
+    """(apc, reason): an APC only where the measured start needs one and the measured APC moves it toward the sparse
+    range without making it dense; an unmeasured one with the command that measures it."""
+    check = "`python -m vtlab stage=diagnose " + " ".join(f"{k}={v}" for k, v in args.items()) + f" apc={s['apc']}`"
+    unmeasured = f"not measured here, check with {check}"
+    if effect is None:
+        if moved or cand.get("transfers"):
+            return s["apc"], (f"apc={s['apc']}: a transferred output layer starts from a different bias scale; "
+                              f"{unmeasured}")
+        return "off", "apc=off: activity not probed (diagnose.activity.num_docs=0)"
+    bounds = effect.range.show()
+    if effect.start is Place.SPARSE:
+        densifies = f"; {effect.change()}: not suggested" if effect.after is not None else ""
+        moved_note = f"; the transferred start is {unmeasured}" if moved else ""
+        return "off", (f"apc=off: already sparse as is ({effect.as_built()}, within {bounds}): keep apc=off"
+                       f"{densifies}{moved_note}")
+    start = f"{effect.start.value} start ({effect.as_built()}, outside {bounds})"
+    if moved or effect.after is None:
+        what = "the transferred start" if moved else "its effect"
+        return s["apc"], f"apc={s['apc']}: a {start}; {what} is {unmeasured}"
+    if effect.accepted:
+        return cand["apc"], f"apc={cand['apc']}: moves the {start} toward the range: {effect.change()}"
+    return "off", (f"apc=off: a {start}, but {effect.change()}, no closer to the range or dense: not suggested; "
+                   "measure another apc.percentile with stage=diagnose")

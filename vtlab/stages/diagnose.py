@@ -16,17 +16,23 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from vtlab.apc import APC, save_histogram
+from vtlab.backbones import TinyBert, TinyModernBert, TinyRoberta
 from vtlab.diagnose.activity import output_activity
 from vtlab.diagnose.corpus import describe, load_corpus
 from vtlab.diagnose.redundancy import redundancy
 from vtlab.diagnose.report import RESULT_FILE, collect, render
 from vtlab.diagnose.tokenizer_fit import tokenize_corpus, tokenizer_fit
+from vtlab.diagnose.verdict import suggest
 from vtlab.atomic import write_json
 from vtlab.errors import VtlabError
 from vtlab.stages.build import build_encoder
 from vtlab.vocab.canonical import tokenizer_kind
 
 log = logging.getLogger("vtlab")
+
+# The generated test backbones: real tokenizers, random-init weights (vtlab/backbones/tiny.py). An MLMPretrained
+# replica built from one is pretrained, and so is one an earlier stage of this run handed on.
+RANDOM_INIT_BACKBONES = (TinyBert, TinyModernBert, TinyRoberta)
 
 
 def _choice(cfg: DictConfig, group: str) -> str:
@@ -86,6 +92,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     result = {
         "candidate": {"label": label, "backbone": _choice(cfg, "backbone"), "vocab": _choice(cfg, "vocab"),
                       "init": _choice(cfg, "init"), "apc": apc_name, "apc_enabled": bool(apc and apc.enabled),
+                      "random_init": isinstance(backbone, RANDOM_INIT_BACKBONES) and "backbone" not in state,
                       "transfers": vocab.transfers, "backbone_name": backbone.name, "vocab_size": len(tokenizer),
                       "tokenizer_kind": tokenizer_kind(tokenizer), "preprocess": repr(vocab.preprocess)},
         "corpus": {"name": describe(settings.corpus), "docs": len(texts)},
@@ -113,6 +120,9 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
                 s = activity[when]
                 print(f"  activity {when}: {s['mean_active_per_doc']:,.1f} active/doc, dead {s['dead_fraction']:.1%}, "
                       f"always-on {s['always_on_fraction']:.2%}, mean cosine {s['mean_pairwise_cosine']:.3f}")
+    verdict = suggest(result)
+    for line in verdict["why"]:
+        print(f"  verdict: {line}")
     print(f"report: {paths['markdown']}")
     sweep = sweep_dir()
     if sweep is not None:
