@@ -66,6 +66,8 @@ def _damaged_json(source: str, field: str) -> str | None:
 class Backbone:
     """A masked-LM backbone addressed by hub id, local directory or `asset:NAME`; loads lazily."""
 
+    random_init = False  # True for generated test backbones: weights that were never trained
+
     def __init__(
         self,
         name_or_path: str,

@@ -25,6 +25,7 @@ class _GeneratedBackbone(Backbone):
 
     recipe = "override"  # bump when the build changes, so old caches are not reused
     prefix = "generated"
+    random_init = True
     family = "override"  # the architecture family (Backbone.family)
 
     def __init__(self, hidden_size: int = 128, num_hidden_layers: int = 2, num_attention_heads: int = 2,

@@ -16,7 +16,6 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from vtlab.apc import APC, save_histogram
-from vtlab.backbones import TinyBert, TinyModernBert, TinyRoberta
 from vtlab.diagnose.activity import output_activity
 from vtlab.diagnose.corpus import describe, load_corpus
 from vtlab.diagnose.redundancy import redundancy
@@ -29,11 +28,6 @@ from vtlab.stages.build import build_encoder
 from vtlab.vocab.canonical import tokenizer_kind
 
 log = logging.getLogger("vtlab")
-
-# The generated test backbones: real tokenizers, random-init weights (vtlab/backbones/tiny.py). An MLMPretrained
-# replica built from one is pretrained, and so is one an earlier stage of this run handed on.
-RANDOM_INIT_BACKBONES = (TinyBert, TinyModernBert, TinyRoberta)
-
 
 def _choice(cfg: DictConfig, group: str) -> str:
     """The config name the user chose for `group` (what a suggested command must say), else the node's `name`."""
@@ -92,7 +86,8 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     result = {
         "candidate": {"label": label, "backbone": _choice(cfg, "backbone"), "vocab": _choice(cfg, "vocab"),
                       "init": _choice(cfg, "init"), "apc": apc_name, "apc_enabled": bool(apc and apc.enabled),
-                      "random_init": isinstance(backbone, RANDOM_INIT_BACKBONES) and "backbone" not in state,
+                      # generated test backbones (backbones/tiny.py) are random-init unless a stage trained them
+                      "random_init": backbone.random_init and "backbone" not in state,
                       "transfers": vocab.transfers, "backbone_name": backbone.name, "vocab_size": len(tokenizer),
                       "tokenizer_kind": tokenizer_kind(tokenizer), "preprocess": repr(vocab.preprocess)},
         "corpus": {"name": describe(settings.corpus), "docs": len(texts)},
