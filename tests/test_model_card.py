@@ -52,6 +52,12 @@ def test_card_holds_no_path_of_the_machine(exported, tmp_path_factory):
     ancestors |= {str(run_dir), str(run_dir.resolve()), str(tmp_path_factory.getbasetemp()), os.path.expanduser("~")}
     found = sorted(a for a in ancestors if len(a) > 1 and a in card)
     assert not found, f"the card names machine paths: {found}"
+    # nor does any other text file of the directory a Hub upload would send (vtlab_export.json's source included)
+    for path in (run_dir / "sparse-encoder").rglob("*"):
+        if path.suffix in (".json", ".md", ".txt", ".yaml"):
+            text = path.read_text()
+            leaked = sorted(a for a in ancestors if len(a) > 1 and a in text)
+            assert not leaked, f"{path.name} names machine paths: {leaked}"
     # the files of the same export, relative to the card, are there
     vectors = re.findall(r"`(\.\./vectors/[^`]+)`", card)
     assert vectors and all((run_dir / "sparse-encoder" / v).resolve().is_file() for v in vectors)

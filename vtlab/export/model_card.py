@@ -141,6 +141,18 @@ def portable_path(path: Path, card_dir: Path, run_dir: Path | None) -> str:
     return f".../{p.parent.name}/{p.name}" if p.parent.name else f".../{p.name}"
 
 
+def portable_values(value: Any, card_dir: Path, run_dir: Path | None) -> Any:
+    """`value` (a manifest: dicts, lists, strings) with every absolute path made portable as in `portable_path`, so a
+    directory uploaded to the Hub carries no path of the machine that made it."""
+    if isinstance(value, dict):
+        return {k: portable_values(v, card_dir, run_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable_values(v, card_dir, run_dir) for v in value]
+    if isinstance(value, str) and os.path.isabs(value):
+        return portable_path(Path(value), card_dir, run_dir)
+    return value
+
+
 def portable_command(overrides: Sequence[str] | None, run_dir: Path | None) -> str:
     """`python -m vtlab <overrides>` with each absolute path as `<run dir>/...` (inside the trained run's
     directory) or `.../<name>`."""

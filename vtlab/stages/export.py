@@ -19,7 +19,7 @@ from vtlab.backbones import Backbone
 from vtlab.data.collections import iter_corpus_jsonl
 from vtlab.errors import VtlabError
 from vtlab.export.hub import check_push, push_to_hub
-from vtlab.export.model_card import card_info, model_card, run_metrics, run_overrides
+from vtlab.export.model_card import card_info, model_card, portable_values, run_metrics, run_overrides
 from vtlab.export.onnx import export_onnx
 from vtlab.export.run_config import LIBRARY_TARGETS, EvalSource, RunConfig, check_targets
 from vtlab.export.sentence_transformers import check_target, describe, export_sentence_transformers
@@ -196,7 +196,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         extras = model_extras(cfg, encoder, run_cfg, base, out, trained,
                               {type(f).__name__: f.path for f in formats + query_formats}, vectors_of)
         result["export_dir"] = export_sentence_transformers(encoder, out, overwrite=bool(ex.overwrite),
-                                                            source=src, extras=extras)
+                                                            source=portable_values(src, out, base), extras=extras)
         console.print(f"sentence-transformers: {out.resolve()}  (SparseEncoder({str(out)!r}))")
     if formats:
         console.print(line, soft_wrap=True, markup=False, highlight=False)  # one line, whatever the terminal width
