@@ -19,7 +19,8 @@ LAYERS: dict[str, list[str]] = {
     "entry": ["vtlab.__main__", "vtlab.reproduce", "vtlab.report", "vtlab.pipeline", "vtlab.bench", "vtlab.bench.*",
               "vtlab.gates", "vtlab.paper_plan", "*.__main__"],
     "stages": ["vtlab.stages", "vtlab.stages.*"],
-    "foundations": ["vtlab.errors", "vtlab.atomic", "vtlab.assets", "vtlab.integrity", "vtlab.runs", "vtlab.runs.*"],
+    "foundations": ["vtlab.errors", "vtlab.atomic", "vtlab.assets", "vtlab.integrity", "vtlab.logs", "vtlab.runs",
+                    "vtlab.runs.*"],
     "library": ["*"],  # everything not listed above
 }
 RANK = {"entry": 3, "stages": 2, "library": 1, "foundations": 0}  # higher may import lower

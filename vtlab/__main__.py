@@ -10,6 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from vtlab.logs import quiet_third_party
 from vtlab.pipeline import run_or_exit
 from vtlab.runs.status import RunStatus, describe, interrupted_line, interrupting_signal, raise_terminated
 
@@ -18,6 +19,7 @@ log = logging.getLogger("vtlab")
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    quiet_third_party()  # here, not at import: a launcher (submitit) runs the job in another process
     hc = HydraConfig.get()
     # SIGTERM (a scheduler's kill, `timeout`) as an exception, like Ctrl-C: status.json and the exit code tell
     signal.signal(signal.SIGTERM, raise_terminated)

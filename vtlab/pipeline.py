@@ -18,6 +18,8 @@ from omegaconf import DictConfig
 from vtlab.errors import config_key, one_line, user_error
 from vtlab.runs.directory import prepare_run_dir, run_dir_lock
 from vtlab.runs.reuse import reuse
+from vtlab.runs.status import exit_code
+from vtlab.tracking import finish_runs
 
 log = logging.getLogger("vtlab")
 
@@ -26,7 +28,18 @@ def run(cfg: DictConfig, on_start: Callable[[], None] | None = None) -> dict[str
     """Each stage is `fn(cfg, state) -> state`; `state` carries artifacts (model, paths, metrics) to the next.
     `state["resume_from"]` is the checkpoint an interrupted run continues from (fine-tuning passes it to Lightning).
     `on_start` runs once the run directory is accepted: the place to write anything into it (e.g. status.json), so a
-    refused run leaves an earlier run's files as they were."""
+    refused run leaves an earlier run's files as they were. The run's wandb run ends with it, failed or not (a sweep's
+    next job in this process starts its own)."""
+    try:
+        state = _run_stages(cfg, on_start)
+    except BaseException as exc:  # noqa: BLE001 - interruptions too; re-raised as they are
+        finish_runs(exit_code(exc))
+        raise
+    finish_runs(0)
+    return state
+
+
+def _run_stages(cfg: DictConfig, on_start: Callable[[], None] | None) -> dict[str, Any]:
     state: dict[str, Any] = {}
     with run_dir_lock(Path(str(cfg.paths.run_dir))):
         resume_from = prepare_run_dir(cfg)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import csv
 import logging
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning_fabric.loggers.logger import rank_zero_experiment
 from omegaconf import DictConfig, OmegaConf
@@ -38,11 +40,33 @@ def log_run_config(loggers: list[Logger], config: dict[str, Any] | None) -> None
         lg.log_hyperparams(config)
 
 
+def run_group(cfg: DictConfig) -> str:
+    """The wandb group: `group` when set (experiment configs name their table); else the jobs of one sweep share one,
+    its directory, and a single run is grouped under its name."""
+    if cfg.get("group"):
+        return str(cfg.group)
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return str(HydraConfig.get().sweep.dir)
+    return str(cfg.name)
+
+
 def instantiate_logger(cfg: DictConfig, logger_cfg: Any, **overrides: Any) -> Logger:
-    """One configured logger; wandb runs offline unless `logger.online=true`."""
+    """One configured logger; wandb runs offline unless `logger.online=true`, in the group `run_group` names unless
+    the logger's config sets one."""
     if str(logger_cfg.get("_target_", "")).endswith("WandbLogger"):
         overrides.setdefault("offline", not bool((cfg.get("logger") or {}).get("online", False)))
+        if logger_cfg.get("group") is None:
+            overrides.setdefault("group", run_group(cfg))
     return instantiate(logger_cfg, **overrides)
+
+
+def finish_runs(exit_code: int = 0) -> None:
+    """End the wandb run this process started, if any, whichever logger started it: the next job of a sweep that
+    runs in the same process (Hydra's basic launcher) then gets a run of its own instead of Lightning reusing this
+    one. A non-zero `exit_code` marks the run failed."""
+    wandb = sys.modules.get("wandb")  # never imported: no run was started
+    if wandb is not None and wandb.run is not None:
+        wandb.finish(exit_code=exit_code)
 
 
 def configured_loggers(cfg: DictConfig) -> list[Logger]:

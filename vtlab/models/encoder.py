@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from vtlab.backbones import Backbone, decoder_bypassed
+from vtlab.logs import interactive
 from vtlab.models.pooling import DEFAULT_CHUNK_BYTES, max_logits, splade_activation
 from vtlab.models.precision import autocast, resolve_precision
 
@@ -139,7 +140,7 @@ class SpladeEncoder(nn.Module):
         rows: list[sp.csr_matrix] = []
         positions: list[np.ndarray] = []
         bar = tqdm(total=len(texts), desc="encode queries" if side == "query" else "encode docs", unit=side,
-                   disable=not show_progress, leave=False)
+                   disable=not (show_progress and interactive()), leave=False)  # no \r frames in a log file
         try:
             for idx, input_ids, mask in self.batches(texts, side, batch_size):
                 with autocast(precision, device.type):

@@ -23,6 +23,7 @@ from vtlab import integrity
 from vtlab.assets import cache_dir
 from vtlab.atomic import file_lock, stable_hash
 from vtlab.backbones import Backbone, decoder_bypassed
+from vtlab.callbacks.progress import progress_bar
 from vtlab.data.text import TextDataModule
 from vtlab.errors import VtlabError
 from vtlab.models.optim import configure_optimizers
@@ -126,7 +127,7 @@ def _train(m: Any, start: Backbone, preprocess: Any, out: Path, log_dir: Path, s
         accumulate_grad_batches=int(m.get("accumulate_grad_batches", 1)),
         gradient_clip_val=m.get("gradient_clip_val"), limit_val_batches=0, num_sanity_val_steps=0,
         enable_checkpointing=False, logger=loggers, log_every_n_steps=int(m.get("log_every_n_steps", 50)),
-        default_root_dir=str(log_dir), enable_model_summary=False,
+        default_root_dir=str(log_dir), enable_model_summary=False, callbacks=[progress_bar()],
     )
     began = time.perf_counter()
     trainer.fit(module, datamodule=data)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, read_write
 
 from vtlab.errors import ConfigError, RunDirError, VtlabError, one_line
 
@@ -127,6 +127,23 @@ class RunDirGuard(Callback):
         except VtlabError as err:
             print(one_line(err), file=sys.stderr)
             sys.exit(2)
+
+
+class RunDirInside(RunDirGuard):
+    """Hydra callback (conf/stage/export.yaml): a command that works on an earlier run (`source`: stage=export
+    run_dir=R) records itself — `.hydra/`, its job log, status.json — in <source>/<subdir>, beside what it writes into
+    that run, instead of in a new run directory that would hold nothing else. Without a source Hydra's run dir stays
+    as configured. Then RunDirGuard's check, on the directory used."""
+
+    def __init__(self, source: str | None, subdir: str) -> None:
+        self.source, self.subdir = source, subdir
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not self.source:
+            return
+        with read_write(config.hydra.run):
+            config.hydra.run.dir = str(Path(self.source) / self.subdir)
+        super().on_run_start(config, **kwargs)
 
 
 def _refusal(run_dir: Path, found: list[str], finished: list[str], has_last: bool) -> str:

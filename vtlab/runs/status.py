@@ -83,6 +83,17 @@ def interrupting_signal(exc: BaseException) -> int | None:
     return None
 
 
+def exit_code(exc: BaseException) -> int:
+    """The exit status `python -m vtlab` ends with when a run raises `exc`: 128 + signal for an interruption, 2 for a
+    user error (vtlab.pipeline.run_or_exit), a SystemExit's own code, else 1."""
+    signum = interrupting_signal(exc)
+    if signum is not None:
+        return 128 + signum
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return 2 if isinstance(exc, Exception) and user_error(exc) is not None else 1
+
+
 def interrupted_line(signum: int, run_dir: str | Path) -> str:
     return (f"vtlab: interrupted by {signal.Signals(signum).name} (exit {128 + signum}); {run_dir} keeps what was "
             "written: rerun the same command to resume from its last checkpoint")

@@ -1,0 +1,81 @@
+"""Training progress: a rich bar on a terminal (without Lightning's "Epoch 0/-2" for a run bounded by steps), log lines
+when the output is a file; third-party chatter filtered in one place (vtlab.logs)."""
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+from pytorch_lightning.callbacks import RichProgressBar
+
+from vtlab import logs
+from vtlab.callbacks import progress
+from vtlab.callbacks.progress import LogProgress, StepBoundedRichBar
+
+
+def _description(bar: RichProgressBar, max_epochs: int) -> str:
+    bar._trainer = SimpleNamespace(max_epochs=max_epochs)
+    return bar._get_train_description(0).strip()
+
+
+def test_rich_bar_of_a_step_bounded_run_shows_no_negative_epoch_count():
+    assert _description(RichProgressBar(), -1) == "Epoch 0/-2"  # Lightning's own, for max_epochs=-1
+    assert _description(StepBoundedRichBar(), -1) == "Epoch 0"
+    assert _description(StepBoundedRichBar(), 3) == "Epoch 0/2"
+
+
+@pytest.mark.parametrize("terminal,kind", [(True, StepBoundedRichBar), (False, LogProgress)])
+def test_progress_bar_suits_the_output(monkeypatch, terminal, kind):
+    monkeypatch.setattr(progress, "interactive", lambda: terminal)
+    assert type(progress.progress_bar()) is kind
+
+
+class _Trainer(SimpleNamespace):
+    """What LogProgress reads of a trainer."""
+
+    def __init__(self, max_steps: int, every_n: int = 10) -> None:
+        super().__init__(max_steps=max_steps, global_step=0, log_every_n_steps=every_n, estimated_stepping_batches=0,
+                         progress_bar_metrics={"loss": 0.51234}, loggers=[], is_global_zero=True)
+
+
+def _lines(bar: LogProgress, trainer: _Trainer, batches: int, caplog, accumulate: int = 1) -> list[str]:
+    bar.on_train_start(trainer, None)
+    with caplog.at_level(logging.INFO, logger="vtlab"):
+        for i in range(batches):
+            trainer.global_step = (i + 1) // accumulate
+            bar.on_train_batch_end(trainer, None, None, None, i)
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("train: ")]
+
+
+def test_log_progress_writes_a_line_per_tenth_of_the_run_and_at_the_end(caplog):
+    lines = _lines(LogProgress(), _Trainer(max_steps=95, every_n=5), 95, caplog)
+    assert [line.split(" · ")[0] for line in lines] == [
+        *(f"train: step {s}/95 ({100 * s / 95:.0f}%)" for s in range(10, 95, 10)), "train: step 95/95 (100%)"]
+    assert all(" · loss 0.5123 · " in line and " s/step · " in line and line.endswith(" left") for line in lines)
+
+
+def test_log_progress_every_n_steps_once_per_optimizer_step(caplog):
+    # 4 batches per optimizer step (gradient accumulation): still one line per reported step
+    lines = _lines(LogProgress(every=2), _Trainer(max_steps=6), 24, caplog, accumulate=4)
+    assert [line.split(" · ")[0] for line in lines] == [f"train: step {s}/6 ({100 * s / 6:.0f}%)" for s in (2, 4, 6)]
+
+
+def test_quiet_third_party_filters_chatter_on_the_libraries_loggers(monkeypatch, caplog):
+    monkeypatch.setattr(logs, "interactive", lambda: True)  # progress bars are not this test's business
+    bm25s, rank_zero = logging.getLogger("bm25s"), logging.getLogger("pytorch_lightning.utilities.rank_zero")
+    try:
+        logs.quiet_third_party()
+        logs.quiet_third_party()  # twice: still one filter each
+        assert [sum(isinstance(f, logs._Drop) for f in lg.filters) for lg in (bm25s, rank_zero)] == [1, 1]
+        monkeypatch.setattr(bm25s, "level", logging.DEBUG)  # what bm25s sets when it is imported
+        monkeypatch.setattr(logging.getLogger("pytorch_lightning"), "propagate", True)  # to caplog's root handler
+        with caplog.at_level(logging.DEBUG):
+            bm25s.debug("Building index from IDs objects")
+            bm25s.warning("a real problem")
+            rank_zero.info("💡 Tip: ... try installing [litlogger](https://pypi.org/project/litlogger/) ...")
+            rank_zero.info("GPU available: False, used: False")
+    finally:
+        for lg in (bm25s, rank_zero):
+            for f in [f for f in lg.filters if isinstance(f, logs._Drop)]:
+                lg.removeFilter(f)
+    assert [r.getMessage() for r in caplog.records] == ["a real problem", "GPU available: False, used: False"]
