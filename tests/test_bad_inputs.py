@@ -627,9 +627,8 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
         "malformed_jsonl": ([*_BASE, "stage=finetune", "data=jsonl", f"data.train.path={bad}"],
                             [f"{bad}:2: invalid JSON"]),
         "finished_run_dir": ([*_SMALL, "stage=evaluate"], ["is finished", "overwrite=true"]),
-        "negative_lambda": ([*_SMALL, "stage=finetune", "regularizer.doc.weight=-1e-3"],
-                            ["regularizer weight (λ) must be a finite number >= 0, got -0.001",
-                             "(config key: regularizer.doc)"]),
+        "negative_lambda": ([*_SMALL, "stage=finetune", "regularizer.doc.weight=-1e-3"],  # vtlab.runs.checks
+                            ["regularizer.doc.weight=-0.001: expected a finite number >= 0"]),
         "unknown_config_key": ([*_SMALL, "stage=finetune", "+model.learning_rate=1e-4"],
                                ["unexpected keyword argument 'learning_rate'", "(config key: model)"]),
         "resume_without_checkpoint": ([*_SMALL, "resume=true"], ["resume=true: nothing to resume"]),

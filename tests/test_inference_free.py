@@ -154,7 +154,8 @@ def test_idf_table_follows_the_transferred_vocabulary(tmp_path):
     assert set(saved) <= set(olmo.get_vocab()) and "Apple" in saved and "Ġbanana" in saved
     assert "[CLS]" not in saved and olmo.bos_token not in saved
     # a saved model reloads its table from beside the weights
-    reloaded = InferenceFreeEncoder.from_backbone(Backbone(str(tmp_path)))
+    reloaded = InferenceFreeEncoder.from_backbone(Backbone(str(tmp_path)), query_max_length=16,
+                                                  doc_max_length=32)  # within the model's 128 positions
     assert not reloaded.needs_idf
     torch.testing.assert_close(reloaded.idf.detach(), torch.relu(enc.idf.detach()))
 

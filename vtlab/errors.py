@@ -24,7 +24,14 @@ class AssetError(VtlabError):
 
 
 class ConfigError(VtlabError, ValueError):
-    """A config value out of range or of the wrong kind: the message names the key (e.g. `data.batch_size`)."""
+    """A config value out of range or of the wrong kind: the message names the key (e.g. `data.batch_size`).
+
+    `key`: the full config key the value was read from, when the code raising it knows it. The entry point follows it
+    to the key the user sets when it is an interpolation (model.encoder.doc_max_length → data.doc_max_length)."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class RunDirError(VtlabError):
@@ -103,7 +110,7 @@ def one_line(exc: BaseException, key: str | None = None) -> str:
     msg = " ".join(str(exc).split())
     if isinstance(exc, OmegaConfBaseException) and getattr(exc, "full_key", None) and exc.full_key not in msg:
         key = exc.full_key
-    if key and key not in msg:
+    if key and key not in msg and "(config key: " not in msg:  # a message naming its own key knows it best
         msg = f"{msg} (config key: {key})"
     return f"vtlab: error: {msg}"
 
@@ -112,13 +119,17 @@ _FULL_KEY = re.compile(r"\nfull_key: (\S+)")
 
 
 def config_key(exc: BaseException, cfg: DictConfig | None = None) -> str | None:
-    """The config key whose instantiation raised `exc` (from Hydra's InstantiationException), following an
-    interpolation to the key the user sets (model.doc_regularizer → regularizer.doc)."""
-    seen, key = exc, None
+    """The config key behind `exc`: the one a ConfigError names (`key`), else the one whose instantiation raised it
+    (from Hydra's InstantiationException), following an interpolation to the key the user sets
+    (model.doc_regularizer → regularizer.doc)."""
+    seen, key, named = exc, None, None
     while seen is not None:
         if isinstance(seen, InstantiationException) and (m := _FULL_KEY.search(str(seen))):
             key = m.group(1)  # the innermost one wins: the node that actually failed
+        if named is None and isinstance(seen, ConfigError) and seen.key:
+            named = seen.key  # more precise than the node being instantiated (a leaf of it)
         seen = seen.__cause__ or seen.__context__
+    key = named or key
     if key is None or cfg is None:
         return key
     return _interpolation_target(cfg, key) or key

@@ -4,10 +4,16 @@ Reported keys (all floats): each measure string as given (e.g. "nDCG@10"), "quer
 "doc_active_dims", "flops", and timings "encode_query_s", "encode_query_ms_per_query", "encode_doc_s", "index_build_s",
 "search_ms_per_query", "total_s". With `budgets` (matched term budgets, see `Budget`), each measure and sparsity key
 again per budget as `<key>@<budget>`, e.g. "nDCG@10@q16-d64". Per-query values go to per_query.json.
+
+Which queries are measured: those with at least one positive grade in the qrels (`judged_queries`; metrics.json's
+`n_judged_queries` counts them). ir_measures would score a query whose judgments are all 0 as 0 on every measure and
+average it in; here such a query is left out of the means and of per_query.json (with a warning), and a collection
+with no positive grade at all is refused before encoding: it can measure nothing.
 """
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -20,10 +26,12 @@ import scipy.sparse as sp
 from rich.table import Table
 
 from vtlab.atomic import atomic_write, write_json
-from vtlab.data.collections import Collection
+from vtlab.data.collections import Collection, judged_queries
 from vtlab.errors import DataError, VtlabError
 from vtlab.index import INDEXES, index_factory
 from vtlab.index.inverted import InvertedIndex, to_run
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MEASURES: tuple[str, ...] = ("nDCG@10", "RR@10", "R@100")
 TIMING_KEYS: tuple[str, ...] = ("encode_query_s", "encode_query_ms_per_query", "encode_doc_s", "index_build_s", "search_ms_per_query", "total_s")
@@ -74,16 +82,17 @@ def per_query_metrics(
     qrels: dict[str, dict[str, int]],
     measures: Sequence[str] = DEFAULT_MEASURES,
 ) -> dict[str, dict[str, float]]:
-    """{measure key: {query id: value}} for every query that has qrels (the input of paired significance tests).
+    """{measure key: {query id: value}} for every query with a positive grade (`judged_queries`; the input of paired
+    significance tests).
 
-    Queries with qrels but no (or an empty) run entry score 0 for every measure: we fill that in ourselves rather
-    than rely on the ir_measures provider, so the values do not depend on which provider answers.
-    Run entries for queries without qrels are ignored.
+    Queries with a positive grade but no (or an empty) run entry score 0 for every measure: we fill that in ourselves
+    rather than rely on the ir_measures provider, so the values do not depend on which provider answers.
+    Run entries for queries without a positive grade are ignored.
     """
     parsed = _parse_measures(measures)
-    judged = {q: {d: int(r) for d, r in rels.items()} for q, rels in qrels.items() if rels}
+    judged = {q: {d: int(r) for d, r in qrels[q].items()} for q in judged_queries(qrels)}
     if not judged:
-        raise DataError("no query has relevance judgments (qrels are empty)")
+        raise DataError("no query has a positive relevance grade (the qrels are empty or all 0): nothing to measure")
     # empty rankings are dropped: they score 0 through the fill below, and some providers reject them
     run = {q: docs for q, docs in run.items() if q in judged and docs}
     values = {m: dict.fromkeys(judged, 0.0) for m in parsed}
@@ -102,7 +111,7 @@ def compute_metrics(
     qrels: dict[str, dict[str, int]],
     measures: Sequence[str] = DEFAULT_MEASURES,
 ) -> dict[str, float]:
-    """Mean of each measure over every query that has qrels (`per_query_metrics`, averaged: a query with qrels but
+    """Mean of each measure over every query with a positive grade (`per_query_metrics`, averaged: such a query with
     no run entry counts as 0, so the mean divides by the number of judged queries)."""
     return _means(per_query_metrics(run, qrels, measures))
 
@@ -276,6 +285,29 @@ def prune_top_k(x: sp.csr_matrix, k: int | None) -> sp.csr_matrix:
 # ---------------------------------------------------------------------------------------------------- evaluate
 
 
+def _check_collection(collection: Collection, trec_ids: bool) -> list[str]:
+    """The judged query ids of a collection evaluate() can measure, checked before any encoding (a collection from
+    any loader; load_beir refuses the same problems with file:line). `trec_ids`: the ids go to run.trec, so each
+    must be non-empty and free of whitespace."""
+    name = collection.name
+    if not collection.queries or not collection.corpus:
+        raise DataError(f"collection {name!r} has {len(collection.queries)} queries and {len(collection.corpus)} docs")
+    judged = judged_queries(collection.qrels)
+    if not judged:
+        raise DataError(f"collection {name!r}: no query has a positive relevance grade in its qrels "
+                        f"({len(collection.qrels)} queries in them, every grade 0 or less): nothing can be measured")
+    if trec_ids:
+        for what, ids in (("query id", collection.queries), ("document id", collection.corpus)):
+            bad = next((i for i in ids if _bad_trec_field(str(i))), None)
+            if bad is not None:
+                raise DataError(f"collection {name!r}: {what} {bad!r} is empty or contains whitespace: expected ids "
+                                "without spaces, tabs or newlines (run.trec separates its fields by whitespace)")
+    if len(judged) < len(collection.qrels):
+        log.warning("%s: %d of the %d queries in the qrels have no positive grade; they are left out of the measures",
+                    name, len(collection.qrels) - len(judged), len(collection.qrels))
+    return judged
+
+
 def _check_encoded(x: Any, n: int, vocab_size: int, side: str) -> sp.csr_matrix:
     if not sp.issparse(x):
         raise TypeError(f"encoder.encode(side={side!r}) returned {type(x).__name__}, expected scipy.sparse.csr_matrix")
@@ -303,13 +335,13 @@ def evaluate(
     budgets: matched term budgets ({query: Kq, doc: Kd} or Budget): the encoded queries/docs are pruned to their top-K
     weights and searched again (no re-encoding); measures and sparsity come back as `<key>@q<Kq>-d<Kd>`.
     With out_dir, writes out_dir/run.trec (unpruned), out_dir/per_query.json ({measure key: {query id: value}},
-    budgets included) and out_dir/metrics.json.
+    budgets included) and out_dir/metrics.json. Before any encoding, DataError for a collection with no positive
+    grade, or (with out_dir) with an id run.trec cannot hold.
     """
     _parse_measures(measures)  # fail on a bad measure name before spending minutes on encoding
     budgets = parse_budgets(budgets)
+    judged = _check_collection(collection, trec_ids=out_dir is not None)  # likewise bad data
     query_ids, doc_ids = list(collection.queries), list(collection.corpus)
-    if not query_ids or not doc_ids:
-        raise DataError(f"collection {collection.name!r} has {len(query_ids)} queries and {len(doc_ids)} docs")
     t_start = time.perf_counter()
     fit_corpus = getattr(encoder, "fit_corpus", None)
     if fit_corpus is not None:  # encoders with corpus statistics (an inference-free IDF, BM25's vocabulary)
@@ -366,7 +398,7 @@ def evaluate(
                 "name": collection.name,
                 "n_docs": len(doc_ids),
                 "n_queries": len(query_ids),
-                "n_judged_queries": sum(1 for r in collection.qrels.values() if r),
+                "n_judged_queries": len(judged),  # with a positive grade: the queries the means are over
             },
             "measures": list(measures),
             "top_k": top_k,

@@ -11,11 +11,12 @@ from typing import Any, TypeVar
 
 import torch
 from safetensors import SafetensorError, safe_open
+from torch import nn
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from vtlab.assets import hub_offline_flag, hub_reachable, is_connection_error, looks_like_path, resolve
 from vtlab.backbones.heads import fix_decoder_bias
-from vtlab.errors import AssetError
+from vtlab.errors import AssetError, ConfigError, gib
 
 T = TypeVar("T")
 
@@ -61,6 +62,119 @@ def _damaged_json(source: str, field: str) -> str | None:
             return (f"{path}: cannot read it ({type(e).__name__}: {first}); the file is truncated or damaged (config "
                     f"key: {field}): rebuild or re-download it")
     return None
+
+
+# ---- a local model directory, checked before transformers reads it -------------------------------------------------
+# The weights transformers loads into a PyTorch model, each also sharded as <name>.index.json + the shards it lists.
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# config.json sizes that shape the model: each must be a positive integer when present.
+SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+             "max_position_embeddings")
+# Embedding tables config.json sizes as rows × hidden_size. vtlab loads fp32 (4 bytes a value): a table larger than the
+# machine's whole memory cannot be a real model's, only a damaged or edited config.json (transformers would fail
+# allocating it, or after reading every weight, with an error that names no file).
+TABLE_KEYS = {"vocab_size": "word-embedding", "max_position_embeddings": "position-embedding"}
+FP32_BYTES = 4
+
+
+def physical_memory() -> int | None:
+    """Bytes of memory this machine has (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _missing_shards(index: Path) -> list[str]:
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+    except (OSError, ValueError, AttributeError):
+        return []  # unreadable: transformers' own error (or _damaged_json) names it
+    return sorted(f for f in set(weight_map.values()) if isinstance(f, str) and not (index.parent / f).is_file())
+
+
+def check_model_dir(source: str, field: str, memory: int | None = None) -> None:
+    """A local model directory must hold config.json and its weights (whole or every shard), and config.json's sizes
+    must be positive integers whose fp32 embedding tables fit in `memory` bytes (default: this machine's): AssetError
+    naming what is missing or the file and key otherwise. Only a directory is checked (hub ids load through the hub)."""
+    root = Path(source)
+    if not root.is_dir():
+        return
+    config = root / "config.json"
+    if not config.is_file():
+        raise AssetError(f"{config}: missing: a model directory needs config.json beside its weights (config key: "
+                         f"{field})")
+    for name in WEIGHT_FILES:
+        index = root / f"{name}.index.json"
+        if (root / name).is_file():
+            break
+        if index.is_file():
+            if missing := _missing_shards(index):
+                raise AssetError(f"{index}: names {missing[0]}, which is missing from {root} ({len(missing)} shard(s) "
+                                 f"missing; config key: {field}): copy or download the whole model")
+            break
+    else:
+        raise AssetError(f"{root}: no model weights: expected {' or '.join(WEIGHT_FILES)} (or a sharded *.index.json "
+                         f"with its shards) beside config.json (config key: {field})")
+    _check_sizes(config, field, physical_memory() if memory is None else memory)
+
+
+def _check_sizes(config: Path, field: str, memory: int | None) -> None:
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # unreadable: _damaged_json names it when transformers fails on it
+    if not isinstance(data, dict):
+        return
+    for key in SIZE_KEYS:
+        value = data.get(key)
+        if key in data and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise AssetError(f"{config}: {key}={value!r}: expected a positive integer (config key: {field})")
+    hidden = data.get("hidden_size")
+    if memory is None or not isinstance(hidden, int):
+        return
+    for key, table in TABLE_KEYS.items():
+        rows = data.get(key)
+        if isinstance(rows, int) and rows * hidden * FP32_BYTES > memory:
+            raise AssetError(
+                f"{config}: {key}={rows}: its {table} table ({rows} × hidden_size={hidden} × {FP32_BYTES} bytes = "
+                f"{gib(rows * hidden * FP32_BYTES)}) is larger than this machine's {gib(memory)} of memory: expected "
+                f"the size the weights were saved with (a damaged or edited config.json?) (config key: {field})")
+
+
+# ---- how long an input the loaded model takes ---------------------------------------------------------------------
+def position_limit(model: nn.Module) -> tuple[int, str] | None:
+    """(the most tokens one input may have, why), or None when the model states no limit.
+
+    An absolute position table (BERT, RoBERTa) is a hard limit: a longer input indexes past it. RoBERTa-style tables
+    skip the rows up to padding_idx (position ids start at padding_idx + 1), so 514 rows hold 512 tokens. Without a
+    table (rotary positions: ModernBERT) config.max_position_embeddings is the length the model was built for."""
+    for name, module in model.named_modules():
+        if name.endswith("position_embeddings") and isinstance(module, nn.Embedding):
+            rows, pad = module.num_embeddings, module.padding_idx
+            if pad is None:
+                return rows, f"max_position_embeddings={rows}"
+            return rows - pad - 1, (f"max_position_embeddings={rows} less the {pad + 1} positions up to padding_idx="
+                                    f"{pad} that RoBERTa-style position ids skip")
+    declared = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(declared, int) and not isinstance(declared, bool):
+        return declared, f"max_position_embeddings={declared}"
+    return None
+
+
+def check_input_lengths(model: nn.Module, lengths: dict[str, int]) -> None:
+    """Each `lengths` entry (full config key → tokens) must fit the model's positions (position_limit): ConfigError
+    naming the key otherwise, before any input is encoded or trained on (a longer batch fails inside the forward pass,
+    and only when a text is that long)."""
+    limit = position_limit(model)
+    if limit is None:
+        return
+    most, why = limit
+    source = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+    for key, value in lengths.items():
+        if int(value) > most:
+            raise ConfigError(f"{key}={value}: expected at most {most} tokens, the longest input the model ({source}) "
+                              f"takes ({why})", key=key)
 
 
 class Backbone:
@@ -128,6 +242,13 @@ class Backbone:
             return self._load_from(loader, source, field, **kwargs)
         except SafetensorError as exc:
             raise AssetError(_damaged_weights(source, field, exc)) from None
+        except RuntimeError as exc:
+            if "ignore_mismatched_sizes" not in str(exc):
+                raise
+            where = str(Path(source) / "config.json") if os.path.isdir(source) else f"{field}={source!r}"
+            raise AssetError(f"{where}: the weights do not fit this config: tensor shapes differ (transformers' load "
+                             "report above lists them); config.json was edited or belongs to other weights (config "
+                             f"key: {field})") from None
         except ValueError as exc:
             if "trust_remote_code" not in str(exc):
                 damaged = _damaged_json(source, field)
@@ -180,6 +301,8 @@ class Backbone:
 
     def load_model(self) -> PreTrainedModel:
         source, field = self._source(tokenizer=False)
+        if self.trust_remote_code or not _auto_map(source):  # else transformers' refusal of its code comes first
+            check_model_dir(source, field)  # what is missing or absurd, named, before transformers reads anything
         # fp32: transformers 5 defaults to dtype="auto", which would keep bf16 hub checkpoints bf16 on CPU.
         kwargs: dict[str, Any] = {"output_loading_info": True, "dtype": torch.float32}
         attn = self.attn_implementation or "sdpa"

@@ -10,13 +10,20 @@ class Collection:
 
     corpus: doc_id -> text (title and body already joined with a space when the source has a title)
     queries: query_id -> text (only queries that have at least one judged document)
-    qrels: query_id -> {doc_id: relevance grade (int)}
+    qrels: query_id -> {doc_id: relevance grade (int)}; a grade > 0 is relevant. Only a query with a relevant document
+        is measured (`judged_queries`): one whose documents are all graded 0 can score nothing but 0.
     """
 
     name: str
     corpus: dict[str, str]
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def judged_queries(qrels: dict[str, dict[str, int]]) -> list[str]:
+    """The query ids with at least one positive grade: the queries a retrieval measure can score (ir_measures scores a
+    query whose judgments are all 0 as 0 on every measure, which would only pull the means toward 0)."""
+    return [q for q, rels in qrels.items() if any(g > 0 for g in rels.values())]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -27,8 +34,9 @@ import json  # noqa: E402
 import random  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Iterator  # noqa: E402
+from typing import Any, Callable, Iterator  # noqa: E402
 
 from vtlab.atomic import atomic_write_text  # noqa: E402
 from vtlab.errors import AssetError, DataError  # noqa: E402
@@ -37,7 +45,8 @@ log = logging.getLogger(__name__)
 
 
 def _iter_lines(path: Path) -> Iterator[tuple[str, str]]:
-    """Yield ("path:lineno", line) for non-blank lines, streamed, decoding each line separately to report bad bytes."""
+    """Yield ("path:lineno", line) for non-blank lines, streamed, decoding each line separately to report bad bytes.
+    A UTF-8 byte order mark before the first line (as some Windows editors save) is not part of the data."""
     try:
         f = path.open("rb")
     except OSError as e:
@@ -46,18 +55,22 @@ def _iter_lines(path: Path) -> Iterator[tuple[str, str]]:
         for lineno, b in enumerate(f, start=1):
             where = f"{path}:{lineno}"
             try:
-                line = b.decode("utf-8").rstrip("\r\n")
+                line = b.decode("utf-8-sig" if lineno == 1 else "utf-8").rstrip("\r\n")
             except UnicodeDecodeError as e:
                 raise DataError(f"{where}: not valid UTF-8 (byte {e.start} of the line)") from None
             if line.strip():
                 yield where, line
 
 
-def _corpus_records(path: Path) -> Iterator[tuple[str, str, str]]:
-    """("path:lineno", doc id, text) of a BEIR corpus.jsonl, title joined to the text with a space."""
+def _corpus_records(path: Path, ids: Callable[[dict[str, Any], str], str] | None = None
+                    ) -> Iterator[tuple[str, str, str]]:
+    """("path:lineno", doc id, text) of a BEIR corpus.jsonl, title joined to the text with a space; `ids` reads the
+    doc id (default `_id`)."""
+    read_id = ids or _id
     for where, line in _iter_lines(path):
         obj = _json_obj(where, line)
-        yield where, _id(obj, where), _join(_str_field(obj, "title", where, False), _str_field(obj, "text", where, True))
+        yield where, read_id(obj, where), _join(_str_field(obj, "title", where, False),
+                                                _str_field(obj, "text", where, True))
 
 
 def iter_corpus_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
@@ -101,6 +114,18 @@ def _join(title: str, text: str) -> str:
     return f"{title} {text}" if title.strip() else text
 
 
+_WHITESPACE = re.compile(r"\s")
+
+
+def _run_id(obj: dict[str, Any], where: str) -> str:
+    """An `_id` that can stand in a TREC run line, whose fields are separated by whitespace."""
+    v = _id(obj, where)
+    if _WHITESPACE.search(v):
+        raise DataError(f"{where}: field '_id'={v!r} contains whitespace: expected an id without spaces, tabs or "
+                        "newlines (a TREC run line separates its fields by whitespace)")
+    return v
+
+
 def load_beir(path: str, split: str = "test") -> Collection:
     """Load a BEIR-layout directory: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.
 
@@ -116,7 +141,7 @@ def load_beir(path: str, split: str = "test") -> Collection:
         raise DataError(f"{qrels_path}: missing qrels for split '{split}' (available splits: {have or 'none'})")
 
     corpus: dict[str, str] = {}
-    for where, did, text in _corpus_records(root / "corpus.jsonl"):
+    for where, did, text in _corpus_records(root / "corpus.jsonl", ids=_run_id):
         if did in corpus:
             raise DataError(f"{where}: duplicate doc id '_id'={did!r}")
         corpus[did] = text
@@ -124,7 +149,7 @@ def load_beir(path: str, split: str = "test") -> Collection:
     all_queries: dict[str, str] = {}
     for where, line in _iter_lines(root / "queries.jsonl"):
         obj = _json_obj(where, line)
-        qid = _id(obj, where)
+        qid = _run_id(obj, where)
         if qid in all_queries:
             raise DataError(f"{where}: duplicate query id '_id'={qid!r}")
         text = _str_field(obj, "text", where, True)
@@ -155,6 +180,10 @@ def load_beir(path: str, split: str = "test") -> Collection:
     if not qrels:
         raise DataError(f"{qrels_path}: no judgments (expected lines 'query-id<TAB>corpus-id<TAB>score' for the "
                         f"{len(all_queries)} queries of queries.jsonl)")
+    if not judged_queries(qrels):
+        raise DataError(f"{qrels_path}: no query has a positive grade (all {sum(map(len, qrels.values()))} judgments "
+                        "of its 'score' column are 0 or less), so no measure can score anything: expected at least "
+                        "one relevant document (score >= 1)")
     queries = {qid: t for qid, t in all_queries.items() if qid in qrels}
     if len(queries) < len(all_queries):
         # BEIR keeps one queries.jsonl for all splits: queries judged only in another split are expected here

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from vtlab.backbones import Backbone, decoder_bypassed
+from vtlab.backbones.pretrained import check_input_lengths
 from vtlab.logs import interactive
 from vtlab.models.pooling import DEFAULT_CHUNK_BYTES, max_logits, splade_activation
 from vtlab.models.precision import autocast, resolve_precision
@@ -37,6 +38,9 @@ class SpladeEncoder(nn.Module):
     ) -> None:
         super().__init__()
         resolve_precision(precision)  # a bad value fails here, not at the first encode
+        # a length past the model's positions fails here, not in the forward pass of the first text that long
+        check_input_lengths(model, {"model.encoder.query_max_length": query_max_length,
+                                    "model.encoder.doc_max_length": doc_max_length})
         self.precision = precision  # of encode(): auto (bf16 only on CPUs with native bf16), fp32 or bf16
         self.model = model
         self.query_model = query_model  # None → shared (siamese) encoder

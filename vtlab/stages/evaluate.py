@@ -12,6 +12,7 @@ from rich.console import Console
 
 from vtlab.assets import cache_dir
 from vtlab.atomic import json_hash, write_json
+from vtlab.data.collections import judged_queries
 from vtlab.eval_suite import EvaluationSuite, average
 from vtlab.evaluation import results_table
 from vtlab.stages.build import build_encoder
@@ -72,7 +73,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         coll = getattr(ev, "collection", None)
         if coll is not None:  # what was read, before minutes of encoding
             log.info("evaluating %s: %d queries (%d judged) over %d documents -> %s", name, len(coll.queries),
-                     sum(1 for r in coll.qrels.values() if r), len(coll.corpus), out_dir)
+                     len(judged_queries(coll.qrels)), len(coll.corpus), out_dir)
         metrics = ev(encoder, out_dir=out_dir)
         results[name] = metrics
         baseline = baseline_metrics(cfg, ev, name) if with_baseline else None
