@@ -204,7 +204,7 @@ def test_pipeline_transferred_tiny_modernbert_inference_free(tmp_path):
     computed = json.loads((tmp_path / "idf.json").read_text())
     moved = [t for t in computed if abs(saved.get(t, 0.0) - computed[t]) > 1e-5]
     assert 0 < len(moved) < len(computed) // 10
-    metrics = json.loads((tmp_path / "eval" / "boolq" / "metrics.json").read_text())["metrics"]
+    metrics = json.loads((tmp_path / "eval" / "boolq-clean" / "metrics.json").read_text())["metrics"]
     assert 0 < metrics["nDCG@10"] <= 1 and metrics["query_active_dims"] > 1
     q = enc.encode(["is the sky blue"], side="query", show_progress=False)
     assert sp.issparse(q) and q.nnz == 4

@@ -24,7 +24,7 @@ def test_fast_dev_run_tiny_modernbert(tmp_path):
     state = run(cfg)
     assert state["trainer"].global_step == 1
     assert state["encoder"].vocab_size == 50368
-    metrics = json.loads((tmp_path / "eval" / "boolq" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "eval" / "boolq-clean" / "metrics.json").read_text())
     assert metrics["collection"]["n_queries"] == 40
     assert (tmp_path / "model" / "config.json").exists()
 
@@ -44,7 +44,7 @@ def test_short_training_keeps_best_checkpoint_and_evaluates_it(tmp_path):
                 "val/nDCG@10", "val/R@10", "val/query_active_dims"):
         assert key in header, key
     # run file and metrics of the final evaluation
-    out = tmp_path / "eval" / "boolq"
+    out = tmp_path / "eval" / "boolq-clean"
     metrics = json.loads((out / "metrics.json").read_text())
     assert 0.0 < metrics["metrics"]["nDCG@10"] <= 1.0
     lines = (out / "run.trec").read_text().splitlines()
@@ -95,6 +95,6 @@ def test_default_pipeline_is_vocabulary_transfer(tmp_path):
     assert len(state["encoder"].tokenizer) == 20000
     apc = json.loads((tmp_path / "apc_report.json").read_text())
     assert apc["include_zeros"] is False and apc["after"]["mean_active_per_doc"] < apc["before"]["mean_active_per_doc"]
-    out = tmp_path / "eval" / "boolq"
+    out = tmp_path / "eval" / "boolq-clean"
     baseline = json.loads((out / "baseline_metrics.json").read_text())
     assert 0 < baseline["nDCG@10"] <= 1 and json.loads((out / "metrics.json").read_text())["metrics"]["nDCG@10"] > 0

@@ -322,7 +322,7 @@ def _ckpt_step(path: Path) -> int:
 
 
 def _results(run_dir: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    metrics = json.loads((run_dir / "eval" / "boolq" / "metrics.json").read_text())
+    metrics = json.loads((run_dir / "eval" / "boolq-clean" / "metrics.json").read_text())
     quality = {k: v for k, v in metrics["metrics"].items() if not k.endswith(("_s", "_ms_per_query"))}  # no timings
     from safetensors.torch import load_file
 
@@ -363,7 +363,7 @@ def test_sigkilled_training_resumes_to_the_same_metrics_and_weights(tmp_path: Pa
     ref_metrics, ref_weights = _results(ref_dir)
     got_metrics, got_weights = _results(run_dir)
     assert got_metrics == ref_metrics  # exactly: CPU training is deterministic here
-    trec = Path("eval") / "boolq" / "run.trec"
+    trec = Path("eval") / "boolq-clean" / "run.trec"
     assert (run_dir / trec).read_bytes() == (ref_dir / trec).read_bytes()  # every score of every ranked document
     assert ref_weights.keys() == got_weights.keys()
     for name, tensor in ref_weights.items():

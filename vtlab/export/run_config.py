@@ -26,7 +26,7 @@ log = logging.getLogger("vtlab")
 # ones vtlab's conf/ uses). Anything else in such a file (`os.system`, `builtins.exec`, …) is refused, never imported.
 LIBRARY_TARGETS = frozenset({
     "torch.optim.AdamW", "transformers.get_linear_schedule_with_warmup", "pytorch_lightning.Trainer",
-    "pytorch_lightning.callbacks.ModelCheckpoint", "pytorch_lightning.callbacks.RichProgressBar",
+    "pytorch_lightning.callbacks.ModelCheckpoint",
     "pytorch_lightning.loggers.WandbLogger",
 })
 

@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from vtlab.atomic import atomic_write, write_json
 from vtlab.errors import VtlabError
+from vtlab.logs import interactive
 from vtlab.models.idf import id_to_token
 
 def escape_feature(token: str, dot: str = "percent") -> str:
@@ -292,7 +293,8 @@ def write_vectors(
     def body(files: list[TextIO]) -> None:
         nonlocal count
         it = iter(docs)
-        bar = tqdm(desc=f"export {side} vectors", unit=side, disable=not show_progress, leave=False)
+        bar = tqdm(desc=f"export {side} vectors", unit=side, disable=not (show_progress and interactive()),
+                   leave=False)
         while chunk := list(itertools.islice(it, chunk_size)):
             ids = [str(d) for d, _ in chunk]
             texts = [t for _, t in chunk]
