@@ -15,3 +15,13 @@ def compose_cfg(overrides: Iterable[str] = (), *, config_name: str = "config", c
     (launcher, sweeper, run dir)."""
     with initialize_config_dir(str(config_dir), version_base="1.3"):
         return compose(config_name, overrides=list(overrides), return_hydra_config=hydra)
+
+
+def one_error_line(stderr: str, expected: Iterable[str] = ()) -> str:
+    """The single `vtlab: error:` line a refused command prints last, with no traceback and each of `expected` in it."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("vtlab: error: ")]
+    assert len(errors) == 1 and stderr.strip().splitlines()[-1] == errors[0], stderr[-3000:]
+    for needle in expected:
+        assert needle in errors[0], errors[0]
+    return errors[0]

@@ -21,6 +21,7 @@ from torch import nn
 from vtlab.errors import AssetError, ConfigError, DataError, NonFiniteLossError, RunDirError, VtlabError
 from vtlab.errors import one_line, user_error
 from vtlab.runs.directory import LAST_CKPT, prepare_run_dir
+from helpers import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -686,11 +687,7 @@ def test_cli_cases_are_all_run(tmp_path: Path) -> None:
 def test_cli_exits_2_with_one_line_and_leaves_earlier_outputs(cli_runs, name: str) -> None:
     res, run_dir, before, expected = cli_runs[name]
     assert res.returncode == 2, res.stderr[-3000:]
-    assert "Traceback" not in res.stderr, res.stderr[-3000:]
-    errors = [line for line in res.stderr.splitlines() if line.startswith("vtlab: error: ")]
-    assert len(errors) == 1 and res.stderr.strip().splitlines()[-1] == errors[0], res.stderr[-3000:]
-    for needle in expected:
-        assert needle in errors[0], errors[0]
+    one_error_line(res.stderr, expected)
     # an earlier run's files are byte-for-byte and mtime-for-mtime as they were, and the failed run wrote nothing but
     # the records of its own invocation (Hydra's .hydra/ and job log, status.json) into its fresh directory
     after = _snapshot(run_dir)

@@ -205,6 +205,8 @@ def test_pipeline_transferred_tiny_modernbert_inference_free(tmp_path):
     moved = [t for t in computed if abs(saved.get(t, 0.0) - computed[t]) > 1e-5]
     assert 0 < len(moved) < len(computed) // 10
     metrics = json.loads((tmp_path / "eval" / "boolq-clean" / "metrics.json").read_text())["metrics"]
-    assert 0 < metrics["nDCG@10"] <= 1 and metrics["query_active_dims"] > 1
+    # a random-init body after 2 steps: its top 10 may hold no relevant passage; what must hold is that the IDF
+    # queries and the documents meet in the index (all-zero vectors would rank nothing: R@100 = 0)
+    assert 0 <= metrics["nDCG@10"] <= 1 and metrics["R@100"] > 0 and metrics["query_active_dims"] > 1
     q = enc.encode(["is the sky blue"], side="query", show_progress=False)
     assert sp.issparse(q) and q.nnz == 4

@@ -71,6 +71,7 @@ def splade_tiny():
 
 
 def test_encoder_applies_the_resolved_precision(splade_tiny, monkeypatch):
+    monkeypatch.delenv(prec.AUTO_ENV, raising=False)  # auto must follow the faked CPU below, not the suite's override
     texts = ["the cat sat on the mat", "a dog", "vocabulary transfer for sparse retrieval"]
     enc = SpladeEncoder(*splade_tiny, precision="fp32")
     fp32 = enc.encode(texts, show_progress=False).toarray()

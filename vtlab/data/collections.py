@@ -39,27 +39,10 @@ from pathlib import Path  # noqa: E402
 from typing import Any, Callable, Iterator  # noqa: E402
 
 from vtlab.atomic import atomic_write_text  # noqa: E402
+from vtlab.data.text_files import iter_lines  # noqa: E402
 from vtlab.errors import AssetError, DataError  # noqa: E402
 
 log = logging.getLogger(__name__)
-
-
-def _iter_lines(path: Path) -> Iterator[tuple[str, str]]:
-    """Yield ("path:lineno", line) for non-blank lines, streamed, decoding each line separately to report bad bytes.
-    A UTF-8 byte order mark before the first line (as some Windows editors save) is not part of the data."""
-    try:
-        f = path.open("rb")
-    except OSError as e:
-        raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
-    with f:
-        for lineno, b in enumerate(f, start=1):
-            where = f"{path}:{lineno}"
-            try:
-                line = b.decode("utf-8-sig" if lineno == 1 else "utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{where}: not valid UTF-8 (byte {e.start} of the line)") from None
-            if line.strip():
-                yield where, line
 
 
 def _corpus_records(path: Path, ids: Callable[[dict[str, Any], str], str] | None = None
@@ -67,7 +50,7 @@ def _corpus_records(path: Path, ids: Callable[[dict[str, Any], str], str] | None
     """("path:lineno", doc id, text) of a BEIR corpus.jsonl, title joined to the text with a space; `ids` reads the
     doc id (default `_id`)."""
     read_id = ids or _id
-    for where, line in _iter_lines(path):
+    for where, line in iter_lines(path):
         obj = _json_obj(where, line)
         yield where, read_id(obj, where), _join(_str_field(obj, "title", where, False),
                                                 _str_field(obj, "text", where, True))
@@ -147,7 +130,7 @@ def load_beir(path: str, split: str = "test") -> Collection:
         corpus[did] = text
 
     all_queries: dict[str, str] = {}
-    for where, line in _iter_lines(root / "queries.jsonl"):
+    for where, line in iter_lines(root / "queries.jsonl"):
         obj = _json_obj(where, line)
         qid = _run_id(obj, where)
         if qid in all_queries:
@@ -158,7 +141,7 @@ def load_beir(path: str, split: str = "test") -> Collection:
         all_queries[qid] = text
 
     qrels: dict[str, dict[str, int]] = {}
-    for n, (where, line) in enumerate(_iter_lines(qrels_path)):
+    for n, (where, line) in enumerate(iter_lines(qrels_path)):
         cols = line.split("\t")
         if n == 0 and cols[0].strip() == "query-id":
             continue  # header

@@ -10,8 +10,9 @@ from pathlib import Path
 from vtlab.errors import DataError, VtlabError
 
 
-def _lines(path: Path) -> Iterator[tuple[str, str]]:
-    """("path:lineno", line) for non-blank lines, decoded one by one so a bad byte is reported where it is."""
+def iter_lines(path: Path) -> Iterator[tuple[str, str]]:
+    """("path:lineno", line) for non-blank lines, streamed, decoded one by one so a bad byte is reported where it is.
+    A UTF-8 byte order mark before the first line (as some Windows editors save) is not part of the data."""
     try:
         f = path.open("rb")
     except OSError as e:
@@ -28,11 +29,11 @@ def _lines(path: Path) -> Iterator[tuple[str, str]]:
 
 
 def _read_txt(path: Path, field: str, key: str) -> Iterator[str]:
-    return (line for _, line in _lines(path))
+    return (line for _, line in iter_lines(path))
 
 
 def _read_jsonl(path: Path, field: str, key: str) -> Iterator[str]:
-    for where, line in _lines(path):
+    for where, line in iter_lines(path):
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
