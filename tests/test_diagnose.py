@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -310,18 +311,23 @@ def test_stage_report_with_activity(tmp_path):
     assert "## 3. Output-space activity" in md and "p60 (bias" in md
 
 
-def test_multirun_writes_jobs_and_combined_report(tmp_path):
-    """The documented command: a multirun over backbones; the sweep dir gets the combined report (tokenizer-only here,
-    diagnose.activity.num_docs=0, to stay fast), and `python -m vtlab.diagnose DIR` re-renders it."""
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(CORPUS) + "\n")
-    sweep = tmp_path / "sweep"
+def _diagnose_sweep(tmp: Path, texts: list[str], *overrides: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """`python -m vtlab -m stage=diagnose backbone=splade-tiny,tiny-modernbert vocab=native` on `texts`, in tmp/sweep."""
+    corpus = tmp / "corpus.txt"
+    corpus.write_text("\n".join(texts) + "\n")
+    sweep = tmp / "sweep"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
     proc = subprocess.run(
         [sys.executable, "-m", "vtlab", "-m", "stage=diagnose", "backbone=splade-tiny,tiny-modernbert",
-         "vocab=native", "logger=none", f"diagnose.corpus.path={corpus}", "diagnose.activity.num_docs=0",
-         f"hydra.sweep.dir={sweep}"],
+         "vocab=native", "logger=none", f"diagnose.corpus.path={corpus}", *overrides, f"hydra.sweep.dir={sweep}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return sweep, proc
+
+
+def test_multirun_writes_jobs_and_combined_report(tmp_path):
+    """The documented command: a multirun over backbones; the sweep dir gets the combined report (tokenizer-only here,
+    diagnose.activity.num_docs=0, to stay fast), and `python -m vtlab.diagnose DIR` re-renders it."""
+    sweep, proc = _diagnose_sweep(tmp_path, CORPUS, "diagnose.activity.num_docs=0")
     assert proc.returncode == 0, proc.stderr[-3000:]
     for job in ("0", "1"):
         result = json.loads((sweep / job / "diagnose" / "diagnose.json").read_text())
@@ -359,15 +365,8 @@ def apc_sweep(shared_cache, tmp_path_factory):
     """The reported command, `-m stage=diagnose backbone=splade-tiny,tiny-modernbert vocab=native apc=p60`, on MODERN
     with a 5-document probe: (sweep dir, stdout)."""
     tmp = tmp_path_factory.mktemp("apc-sweep")
-    corpus = tmp / "corpus.txt"
-    corpus.write_text("\n".join(MODERN) + "\n")
-    sweep = tmp / "sweep"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "vtlab", "-m", "stage=diagnose", "backbone=splade-tiny,tiny-modernbert",
-         "vocab=native", "apc=p60", "logger=none", f"diagnose.corpus.path={corpus}", "diagnose.activity.num_docs=5",
-         "diagnose.activity.max_length=32", f"hydra.sweep.dir={sweep}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    sweep, proc = _diagnose_sweep(tmp, MODERN, "apc=p60", "diagnose.activity.num_docs=5",
+                                  "diagnose.activity.max_length=32")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return sweep, proc.stdout
 
