@@ -5,7 +5,7 @@ import scipy.sparse as sp
 
 from vtlab.backbones import Backbone
 from vtlab.models.encoder import SpladeEncoder
-from vtlab.stages.encode import encode_corpus, merge_shards
+from vtlab.models.predict import encode_corpus, merge_shards
 
 
 @pytest.fixture(scope="module")

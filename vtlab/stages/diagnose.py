@@ -20,14 +20,15 @@ from vtlab.diagnose.activity import output_activity
 from vtlab.diagnose.corpus import describe, load_corpus
 from vtlab.diagnose.redundancy import redundancy
 from vtlab.diagnose.report import RESULT_FILE, collect, render
+from vtlab.diagnose.summary import console_summary
 from vtlab.diagnose.tokenizer_fit import tokenize_corpus, tokenizer_fit
-from vtlab.diagnose.verdict import suggest
 from vtlab.atomic import write_json
 from vtlab.errors import VtlabError
 from vtlab.stages.build import build_encoder
 from vtlab.vocab.canonical import tokenizer_kind
 
 log = logging.getLogger("vtlab")
+
 
 def _choice(cfg: DictConfig, group: str) -> str:
     """The config name the user chose for `group` (what a suggested command must say), else the node's `name`."""
@@ -102,22 +103,8 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     if activity is not None and samples is not None and samples.numel():
         save_histogram(samples, activity["apc"]["cutoff"], out / "max_logits.png")
     paths = render([result], out)
-    v, c = red["vocab"], red["corpus"]
-    print(f"  fit: {fit['fertility']:.3f} tokens/word, {fit['split3_share']:.1%} words in ≥3 pieces, "
-          f"{fit['frequent_single_token_share']:.1%} of top-{fit['top_words']} words one token, "
-          f"{fit['unk_or_byte_rate']:.2%} unknown/byte tokens")
-    print(f"  redundancy: {v['entries']:,} entries → {v['normalized_forms']:,} normalized forms "
-          f"({v['collapsing_forms']:,} with >1 surface form), effective dims {v['effective_dims']:,}; "
-          f"{c['spread_mass_share']:.1%} of corpus tokens off their normalized form's main entry")
-    if activity is not None:
-        for when in ("before", "after"):
-            if activity.get(when):
-                s = activity[when]
-                print(f"  activity {when}: {s['mean_active_per_doc']:,.1f} active/doc, dead {s['dead_fraction']:.1%}, "
-                      f"always-on {s['always_on_fraction']:.2%}, mean cosine {s['mean_pairwise_cosine']:.3f}")
-    verdict = suggest(result)
-    for line in verdict["why"]:
-        print(f"  verdict: {line}")
+    for line in console_summary(result):
+        print(line)
     print(f"report: {paths['markdown']}")
     sweep = sweep_dir()
     if sweep is not None:
