@@ -2,11 +2,17 @@
 (or rebuilt) with one line, and the tests check with real crafted files that nothing of them ran."""
 from __future__ import annotations
 
+import functools
+import json
 import os
+import pickle
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -298,6 +304,187 @@ def test_gte_multilingual_needs_the_per_run_opt_in() -> None:
 
 
 # ---- configs read from another run's directory (stage=export run_dir=X) ----------------------------------------
+#
+# `stage=export run_dir=R` instantiates R's recorded model.encoder and eval nodes. Each attack below is a crafted
+# .hydra/config.yaml in a run directory with a real model/: its payload creates `marker` when Hydra instantiates it
+# (the control test shows it does), and export must refuse it in one line naming the file and the key, with the
+# marker absent and no file written.
+
+
+@dataclass(frozen=True)
+class _Attack:
+    node: str                                   # the recorded node export reads: model.encoder or eval
+    key: str                                    # where under it the payload sits
+    payload: Callable[[Path, Path], dict]       # (tmp dir, marker) -> a node that creates marker when instantiated
+    refused: str                                # the error line after "<file> (<node>): <key>."
+    via: str | None = None                      # a top-level key holding the payload, reached by an interpolation
+
+
+def _torch_load_of_a_written_pickle(tmp: Path, marker: Path) -> dict:
+    """torch.load (reached as vtlab.checkpoints.torch.load) with weights_only false, of a protocol-0 pickle that a
+    nested vtlab.atomic.atomic_write_text writes first: a YAML file alone runs `touch marker`."""
+    pickle_text = pickle.dumps(_RunsCode(marker), protocol=0).decode("ascii")
+    return {"_target_": "vtlab.checkpoints.torch.load", "weights_only": False,
+            "f": {"_target_": "vtlab.atomic.atomic_write_text", "path": str(tmp / "payload.pkl"),
+                  "lines": [pickle_text]}}
+
+
+def _write_text(tmp: Path, marker: Path) -> dict:
+    return {"_target_": "vtlab.atomic.atomic_write_text", "path": str(marker), "lines": ["written\n"]}
+
+
+def _copyfile(tmp: Path, marker: Path, partial: bool = False) -> dict:
+    (tmp / "source.txt").write_text("copied\n")
+    return {"_target_": "vtlab.runs.directory.shutil.copyfile", "src": str(tmp / "source.txt"), "dst": str(marker),
+            **({"_partial_": True} if partial else {})}
+
+
+def _remote_code(tmp: Path, marker: Path) -> dict:
+    """A Backbone opting into a model directory's own Python, its tokenizer loaded: the directory's module runs."""
+    backbone = {"_target_": "vtlab.backbones.Backbone", "name_or_path": str(_model_dir_with_code(tmp, marker)),
+                "trust_remote_code": True, "allow_remote_code": True}
+    return {"_target_": "vtlab.backbones.Backbone.load_tokenizer", "_args_": [backbone]}
+
+
+_NOT_ALLOWED = ("a config read from a run directory may only name an encoder, an evaluation or a collection loader "
+                "(vtlab.export.safe_config.ALLOWED_TARGETS)")
+ATTACKS = {
+    "torch.load": _Attack("model.encoder", "preprocess", _torch_load_of_a_written_pickle,
+                          "_target_='vtlab.checkpoints.torch.load' is not instantiated: it is "
+                          f"torch.serialization.load, and {_NOT_ALLOWED}"),
+    "atomic_write_text": _Attack("eval", "collection", _write_text,
+                                 f"_target_='vtlab.atomic.atomic_write_text' is not instantiated: {_NOT_ALLOWED}"),
+    "copyfile": _Attack("eval", "collection", _copyfile, "_target_='vtlab.runs.directory.shutil.copyfile' is not "
+                        f"instantiated: it is shutil.copyfile, and {_NOT_ALLOWED}"),
+    # a partial inside an allowed loader: subsampled calls `load()` only when the collection is read, after the export
+    # has started; reached through an interpolation, so only the resolved form shows it
+    "partial copyfile, interpolated": _Attack(
+        "eval", "collection.load", functools.partial(_copyfile, partial=True),
+        "_target_='vtlab.runs.directory.shutil.copyfile' is not instantiated: it is shutil.copyfile, and "
+        f"{_NOT_ALLOWED}", via="shared_loader"),
+    "remote code": _Attack("model.encoder", "preprocess", _remote_code,
+                           "_args_[0].allow_remote_code=True is refused (expected false): a config read from a run "
+                           "directory never makes vtlab import a model's own Python code"),
+}
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> Path:
+    """SPLADE-tiny saved as a training run leaves it (what export would load if it got that far)."""
+    from vtlab.backbones import Backbone
+
+    d = tmp_path_factory.mktemp("saved") / "model"
+    backbone = Backbone("asset:splade-tiny")
+    backbone.load_model().save_pretrained(d)
+    backbone.load_tokenizer().save_pretrained(d)
+    return d
+
+
+def _crafted_run(tmp: Path, model: Path, attack: _Attack, marker: Path) -> Path:
+    """A run directory (real model/) whose recorded config is a real one (SPLADE-tiny, a BEIR eval) with the
+    attack's payload at <node>.<key>."""
+    from omegaconf import OmegaConf
+
+    from helpers import compose_cfg
+
+    run_dir = tmp / "colleague-run"
+    shutil.copytree(model, run_dir / "model")
+    beir = tmp / "beir"  # the run's eval collection, real: without the check, export would get to the payload
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text('{"_id": "d0", "title": "", "text": "a volcano erupts"}\n')
+    (beir / "queries.jsonl").write_text('{"_id": "q0", "text": "volcano"}\n')
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\n")
+    cfg = OmegaConf.to_container(compose_cfg(["backbone=splade-tiny", "vocab=native", "eval=beir",
+                                              f"eval.path={beir}"]))
+    payload = attack.payload(tmp, marker)
+    if attack.via is not None:
+        cfg[attack.via] = payload
+        payload = "${" + attack.via + "}"
+    if attack.key == "collection.load":  # inside an allowed node: vtlab.data.collections.subsampled
+        cfg["eval"]["collection"] = {"_target_": "vtlab.data.collections.subsampled", "_partial_": True,
+                                     "max_docs": 5, "load": payload}
+    else:
+        container = OmegaConf.create(cfg)
+        OmegaConf.update(container, f"{attack.node}.{attack.key}", payload, merge=False, force_add=True)
+        cfg = OmegaConf.to_container(container)
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    return run_dir
+
+
+def _files(root: Path, skip: Path) -> dict[Path, tuple[int, int]]:
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+            if p.is_file() and skip not in p.parents}
+
+
+def _refusal(run_dir: Path, attack: _Attack) -> str:
+    resolved = ", resolved" if attack.via else ""
+    return f"{run_dir}/.hydra/config.yaml ({attack.node}{resolved}): {attack.key}.{attack.refused}"
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+def test_each_crafted_payload_runs_when_hydra_instantiates_it(tmp_path: Path, name: str) -> None:
+    """The control: each payload is real (instantiated as Hydra would, and called as a loader is when it is a
+    partial, it creates the marker), so the marker's absence in the tests below means the export refused it. In its
+    own process: the remote code is imported once per process and the pickle runs a shell."""
+    marker = tmp_path / "ran"
+    payload = ATTACKS[name].payload(tmp_path, marker)
+    code = ("import contextlib, functools, json, sys\nfrom hydra.utils import instantiate\n"
+            "with contextlib.suppress(Exception):\n"
+            "    obj = instantiate(json.loads(sys.argv[1]))\n"
+            "    obj() if isinstance(obj, functools.partial) else None\n")
+    res = subprocess.run([sys.executable, "-c", code, json.dumps(payload)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, env={**_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert marker.exists(), res.stderr[-3000:]
+
+
+@pytest.mark.usefixtures("shared_cache")
+@pytest.mark.parametrize("name", ATTACKS)
+def test_export_refuses_each_crafted_run_config_and_nothing_of_it_runs(tmp_path: Path, saved_model: Path,
+                                                                        name: str) -> None:
+    """`stage=export run_dir=R` in this process (the pipeline, as the entry point calls it): VtlabError in one line
+    naming R's config file and the key, the marker absent and no file written anywhere under the test's directory
+    (the export's own run directory aside)."""
+    from helpers import compose_cfg
+    from vtlab.errors import VtlabError
+    from vtlab.pipeline import run
+
+    attack, marker = ATTACKS[name], tmp_path / "ran"
+    run_dir = _crafted_run(tmp_path, saved_model, attack, marker)
+    export_dir = tmp_path / "export"
+    before = _files(tmp_path, export_dir)
+    cfg = compose_cfg(["stage=export", f"run_dir={run_dir}", "export.vectors.formats=[anserini]",
+                       "export.vectors.queries=true", f"paths.run_dir={export_dir}"])
+    with pytest.raises(VtlabError) as ei:
+        run(cfg)
+    msg = str(ei.value)
+    assert msg == _refusal(run_dir, attack) and "\n" not in msg and user_error(ei.value) is ei.value
+    assert not marker.exists()
+    assert _files(tmp_path, export_dir) == before
+
+
+@pytest.mark.usefixtures("shared_cache")
+@pytest.mark.parametrize("name", ["torch.load", "remote code"])
+def test_export_command_refuses_a_crafted_run_config_with_one_line(tmp_path: Path, saved_model: Path,
+                                                                   name: str) -> None:
+    """The same as a user runs it: `python -m vtlab stage=export run_dir=R` exits 2 with one `vtlab: error:` line."""
+    from helpers import one_error_line
+
+    attack, marker = ATTACKS[name], tmp_path / "ran"
+    run_dir = _crafted_run(tmp_path, saved_model, attack, marker)
+    before = _files(tmp_path, run_dir / "exports")
+    res = subprocess.run([sys.executable, "-m", "vtlab", "stage=export", f"run_dir={run_dir}", "logger=none"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, **_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")})
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert one_error_line(res.stderr) == f"vtlab: error: {_refusal(run_dir, attack)}"
+    assert not marker.exists()
+    # the export command's own record (R/exports/<time>: Hydra's .hydra/, its log, status.json) and nothing else
+    exports = run_dir / "exports"
+    assert _files(tmp_path, exports) == before
+    own = {p.relative_to(exports).parts[1:] for p in _files(exports, tmp_path / "none")}
+    assert all(parts[0] in (".hydra", "status.json") or parts[-1].endswith(".log") for parts in own), own
 
 
 @pytest.mark.parametrize("key", ["", "preprocess."])
@@ -316,9 +503,9 @@ def test_export_refuses_foreign_targets_in_a_run_config(tmp_path: Path, key: str
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml({"model": {"encoder": encoder}}))
     with pytest.raises(VtlabError) as ei:
         encoder_from_run(run_dir, OmegaConf.create({}))
-    assert str(ei.value).startswith(f"{run_dir}/.hydra/config.yaml (model.encoder): {key}_target_='builtins.open' is not "
-                                    "instantiated: a config read from a run directory may only name vtlab.* or ")
-    assert "\n" not in str(ei.value) and not marker.exists()
+    assert str(ei.value) == (f"{run_dir}/.hydra/config.yaml (model.encoder): {key}_target_='builtins.open' is not "
+                             f"instantiated: {_NOT_ALLOWED}")
+    assert not marker.exists()
     # the control: Hydra would have run it
     from hydra.utils import instantiate
 
@@ -326,14 +513,91 @@ def test_export_refuses_foreign_targets_in_a_run_config(tmp_path: Path, key: str
     assert marker.exists()
 
 
-def test_export_allows_every_target_vtlab_conf_uses() -> None:
-    """The allow-list is exactly what conf/ names outside vtlab: each of those is accepted, and nothing more."""
-    import re
+def test_a_vtlab_alias_passes_only_when_it_is_an_allowed_object() -> None:
+    """Names are resolved as Hydra resolves them (attribute walk), and compared by identity, not by prefix."""
+    from vtlab.export.safe_config import target_problem
 
-    from vtlab.stages.export import LIBRARY_TARGETS, check_targets
+    assert target_problem("vtlab.models.inference_free.SpladeEncoder.from_backbone") is None  # SpladeEncoder's own
+    assert target_problem("vtlab.data.collections.atomic_write_text") == (
+        f"is not instantiated: it is vtlab.atomic.atomic_write_text, and {_NOT_ALLOWED}")
+    assert "it is shutil.copyfile" in target_problem("vtlab.runs.directory.shutil.copyfile")
+    assert "it is vtlab.backbones.pretrained.Backbone" in target_problem("vtlab.backbones.Backbone")
+    for name in ("vtlab.nothing.here", "vtlab..models", "vtlab.models.encoder.${x}", "builtins.exec", "os.system"):
+        assert target_problem(name) is not None, name
+    assert target_problem(None) is not None and target_problem({"a": 1}) is not None
 
-    used = {m for p in (ROOT / "conf").rglob("*.yaml")
-            for m in re.findall(r"_target_:\s*([\w.]+)", p.read_text()) if not m.startswith("vtlab.")}
-    assert used == set(LIBRARY_TARGETS)
-    for target in used:
-        check_targets({"a": {"_target_": target}}, "x")
+
+def test_resolving_a_vtlab_name_imports_only_vtlab_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check's walk imports vtlab modules only (beyond them, attributes of what is already imported): whatever a
+    crafted name spells, it never makes the check import a module of its choosing."""
+    from vtlab.export import safe_config
+
+    imported: list[str] = []
+    real = safe_config.import_module
+    monkeypatch.setattr(safe_config, "import_module", lambda name: imported.append(name) or real(name))
+    safe_config.allowed_objects.cache_clear()  # resolve the allow-list again, under the watch
+    names = ["vtlab.checkpoints.torch.utils.bottleneck", "vtlab.checkpoints.torch.load", "vtlab.data.hf.datasets.x",
+             "vtlab.runs.directory.shutil.copyfile", "vtlab.stages.nope", "vtlab.models.inference_free.SpladeEncoder"]
+    assert all(safe_config.target_problem(n) is not None for n in names)
+    assert safe_config.target_problem("vtlab.models.inference_free.SpladeEncoder.from_backbone") is None
+    assert imported and all(n == "vtlab" or n.startswith("vtlab.") for n in imported), imported
+    assert "torch.utils.bottleneck" not in sys.modules
+
+
+def _conf_targets(node: object) -> set[str]:
+    if isinstance(node, dict):
+        return ({str(node["_target_"])} if "_target_" in node else set()) | {
+            t for v in node.values() for t in _conf_targets(v)}
+    if isinstance(node, list):
+        return {t for v in node for t in _conf_targets(v)}
+    return set()
+
+
+def test_the_allow_list_is_exactly_what_conf_gives_the_nodes_export_reads() -> None:
+    """ALLOWED_TARGETS = the targets of conf/model/*.yaml `encoder` nodes, of the conf/vocab/*.yaml `preprocess` nodes
+    they interpolate, and of conf/eval/*.yaml; each a canonical name (module.qualname of what it resolves to)."""
+    import yaml
+
+    from vtlab.export.safe_config import ALLOWED_TARGETS, locate, qualified_name
+
+    def nodes(group: str, key: str | None) -> list[object]:
+        docs = [yaml.safe_load(p.read_text()) or {} for p in sorted((ROOT / "conf" / group).glob("*.yaml"))]
+        return [d.get(key) for d in docs] if key else docs
+
+    used = _conf_targets(nodes("model", "encoder") + nodes("vocab", "preprocess") + nodes("eval", None))
+    assert used == set(ALLOWED_TARGETS)
+    for name in ALLOWED_TARGETS:
+        assert qualified_name(locate(name)) == name
+
+
+@pytest.mark.parametrize("model", ["splade", "inference-free", "bm25"])
+def test_every_conf_model_and_eval_passes_as_a_recorded_run(tmp_path: Path, model: str) -> None:
+    """What vtlab itself records passes: a run of each conf/model with each conf/eval (and each conf/vocab's
+    preprocess) has its model.encoder and eval read back from .hydra/config.yaml, raw and resolved."""
+    from omegaconf import OmegaConf
+
+    from helpers import compose_cfg
+    from vtlab.export.run_config import RunConfig
+
+    evals = [p.stem for p in sorted((ROOT / "conf" / "eval").glob("*.yaml"))]
+    vocabs = [p.stem for p in sorted((ROOT / "conf" / "vocab").glob("*.yaml"))] if model == "splade" else ["native"]
+    runs = [[f"eval={e}", "vocab=native"] for e in evals] + [["vocab=" + v] for v in vocabs]
+    command = compose_cfg(["stage=export"])
+    for i, overrides in enumerate(runs):
+        run_dir = tmp_path / str(i)
+        (run_dir / ".hydra").mkdir(parents=True)
+        recorded = compose_cfg([f"model={model}", "backbone=gte-multilingual", *overrides])  # its trust_remote_code
+        (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(recorded))  # is the backbone's: not read
+        run = RunConfig(command, run_dir)
+        encoder, _ = run.node("model.encoder")
+        assert encoder is not None and "backbone" not in encoder, overrides
+        run.node("eval")
+
+
+def test_only_the_export_reads_a_config_from_disk_and_instantiates_it() -> None:
+    """Other readers of recorded configs (reuse, resume, report, the model card) compare or print values: a module
+    that loads a config file and instantiates must be vtlab/export/run_config.py, which checks every node first."""
+    readers = {p.relative_to(ROOT).as_posix() for p in (ROOT / "vtlab").rglob("*.py")
+               if re.search(r"OmegaConf\.load\(|yaml\.(safe_)?load\(", p.read_text())}
+    instantiating = {p for p in readers if re.search(r"\binstantiate\(", (ROOT / p).read_text())}
+    assert instantiating == {"vtlab/export/run_config.py"}, instantiating

@@ -3,7 +3,8 @@
 `stage=export run_dir=R` encodes R's own eval collection with R's own encoder settings: each node it needs (`eval`,
 `model.encoder`) is R's, with the export command line's overrides under that key applied on top (`eval.path=...`,
 `model.encoder.precision=fp32`); a command line that chooses the node itself (`eval=beir`, `~eval`) replaces it with
-the command's own. Every node taken from R is checked (`check_targets`) before anything in it is instantiated.
+the command's own. Every node taken from R is checked (vtlab/export/safe_config.py: exact allowed targets, no remote
+code), raw and resolved, and all the nodes export may instantiate are checked before any one of them is returned.
 """
 from __future__ import annotations
 
@@ -19,40 +20,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from vtlab.data.collections import Collection
 from vtlab.errors import VtlabError
+from vtlab.export.safe_config import check_targets
 
 log = logging.getLogger("vtlab")
 
-# What a config read from another run's directory may instantiate: vtlab's own classes and these library targets (the
-# ones vtlab's conf/ uses). Anything else in such a file (`os.system`, `builtins.exec`, …) is refused, never imported.
-LIBRARY_TARGETS = frozenset({
-    "torch.optim.AdamW", "transformers.get_linear_schedule_with_warmup", "pytorch_lightning.Trainer",
-    "pytorch_lightning.callbacks.ModelCheckpoint",
-    "pytorch_lightning.loggers.WandbLogger",
-})
+# The nodes of a recorded config that export instantiates, each with the keys export supplies itself: those are dropped
+# from the recorded node, never resolved, checked or instantiated (model.encoder's backbone is the run's saved model/,
+# which encoder_from_run loads; the recorded one may name remote code, a hub id, an MLM recipe).
+EXPORT_NODES: dict[str, tuple[str, ...]] = {"model.encoder": ("backbone",), "eval": ()}
 
 _ABSENT = object()
-
-
-def check_targets(node: Any, where: str) -> None:
-    """VtlabError (one line, naming `where` and the key) for any `_target_` under `node` that is neither `vtlab.*` nor
-    in LIBRARY_TARGETS: a run directory is data, and instantiating its config must not import arbitrary code."""
-    def walk(value: Any, key: str) -> None:
-        if isinstance(value, dict):
-            target = value.get("_target_")
-            if target is not None:
-                name = str(target)
-                if not (name.startswith("vtlab.") and "${" not in name) and name not in LIBRARY_TARGETS:
-                    raise VtlabError(f"{where}: {key + '.' if key else ''}_target_={name!r} is not instantiated: a "
-                                     "config read from a run directory may only name vtlab.* or "
-                                     f"{', '.join(sorted(LIBRARY_TARGETS))}")
-            for k, v in value.items():
-                walk(v, f"{key}.{k}" if key else str(k))
-        elif isinstance(value, list):
-            for i, v in enumerate(value):
-                walk(v, f"{key}[{i}]")
-
-    container = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node
-    walk(container, "")
 
 
 def override_keys(overrides: Sequence[str]) -> list[str]:
@@ -72,6 +49,7 @@ class RunConfig:
         loaded = OmegaConf.load(self.path) if self.path is not None else None
         self.recorded: DictConfig | None = loaded if isinstance(loaded, DictConfig) else None
         self.overrides = list(overrides or [])
+        self._checked: dict[str, tuple[Any, str]] = {}
 
     @property
     def config(self) -> DictConfig:
@@ -79,24 +57,45 @@ class RunConfig:
 
     def node(self, key: str) -> tuple[Any, str]:
         """(the node at `key`, where it comes from for messages). A recorded node has the command line's overrides
-        under `key` applied and its `_target_`s checked, before and after resolving its interpolations in the run's
-        config (they may point elsewhere in that file)."""
+        under `key` applied, the keys export supplies itself dropped (EXPORT_NODES), and its targets checked before
+        and after resolving its interpolations in the run's config (they may point elsewhere in that file). The other
+        nodes export may instantiate are checked first too: a refused one stops the export before anything is built."""
+        for other in EXPORT_NODES:
+            if other != key:
+                self._read(other, strict=False)
+        return self._read(key, strict=True)
+
+    def _read(self, key: str, strict: bool) -> tuple[Any, str]:
+        """node(key), checked once. Not `strict`: a node that does not resolve here is left for when it is asked for
+        (an export of the model alone never needs the run's eval); its raw form is checked all the same, and what
+        does not resolve cannot be instantiated either."""
+        if key in self._checked:
+            return self._checked[key]
         keys = override_keys(self.overrides)
         if self.recorded is None or key in keys:
             return OmegaConf.select(self.command, key), f"this command's {key}"
         applied = [k for k in keys if k.startswith(key + ".")]
+        dropped = [f"{key}.{k}" for k in EXPORT_NODES.get(key, ())]
         merged = self.recorded
-        if applied:
+        if applied or dropped:
             merged = copy.deepcopy(self.recorded)  # interpolations in the node still resolve in the run's config
             for k in applied:
                 _set(merged, k, OmegaConf.select(self.command, k, default=_ABSENT))
+            for k in dropped:
+                _set(merged, k, _ABSENT)
         node = OmegaConf.select(merged, key)
-        label = key + (f", with {', '.join(applied)} from the command line" if applied else "")
+        where = f"{self.path} ({key}" + (f", with {', '.join(applied)} from the command line" if applied else "")
         if node is not None:
-            check_targets(node, f"{self.path} ({label})")
-            check_targets(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node,
-                          f"{self.path} ({label}, resolved)")
-        return node, f"{self.path} ({label})"
+            check_targets(node, f"{where})")
+            try:
+                resolved = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+            except Exception:  # noqa: BLE001 - omegaconf raises several types; when strict, the error as it is
+                if strict:
+                    raise
+                return node, f"{where})"
+            check_targets(resolved, f"{where}, resolved)")
+        self._checked[key] = node, f"{where})"
+        return self._checked[key]
 
     def value(self, key: str) -> Any:
         """The resolved value at `key` of the describing config; None when absent or unresolvable here (e.g. a

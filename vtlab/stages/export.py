@@ -21,12 +21,13 @@ from vtlab.errors import VtlabError
 from vtlab.export.hub import check_push, push_to_hub
 from vtlab.export.model_card import card_info, model_card, portable_values, run_metrics, run_overrides
 from vtlab.export.onnx import export_onnx
-from vtlab.export.run_config import LIBRARY_TARGETS, EvalSource, RunConfig, check_targets
+from vtlab.export.run_config import EvalSource, RunConfig
+from vtlab.export.safe_config import ALLOWED_TARGETS, check_targets
 from vtlab.export.sentence_transformers import check_target, describe, export_sentence_transformers
 from vtlab.export.vectors import FORMATS, VectorFormat, write_vectors
 from vtlab.stages.build import build_encoder
 
-__all__ = ["LIBRARY_TARGETS", "check_targets", "encoder_from_run", "model_dir_of", "run"]
+__all__ = ["ALLOWED_TARGETS", "check_targets", "encoder_from_run", "model_dir_of", "run"]
 
 log = logging.getLogger("vtlab")
 
@@ -52,7 +53,7 @@ def encoder_from_run(run_dir: Path, cfg: DictConfig, run: RunConfig | None = Non
     run = run or RunConfig(cfg, run_dir)
     if run.recorded is None:
         log.warning("export: %s has no .hydra/config.yaml; using this run's model.encoder settings", run_dir)
-    encoder_cfg, _ = run.node("model.encoder")
+    encoder_cfg, _ = run.node("model.encoder")  # checked (vtlab/export/safe_config.py); its recorded backbone dropped
     # the saved model is already on the run's vocabulary: no transfer, load it as it is
     encoder = instantiate(encoder_cfg, backbone=Backbone(str(model_dir), name=run_dir.name))
     query_dir = model_dir / "query"
