@@ -203,3 +203,144 @@ def test_the_cli_prints_one_line_for_a_full_disk(tmp_path: Path, capsys, monkeyp
     assert ei.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "vtlab: error: " + _one_line(tmp_path / "eval" / "metrics.json", *FULL)]
+
+
+# ---- every way a run ends: status.json, the log, the run dir, errors that libraries wrap -------------------------
+
+
+def test_status_json_is_written_over_its_reserved_room_when_the_disk_is_full(tmp_path: Path, monkeypatch) -> None:
+    """A disk that filled up during the run: the temp file of the usual write cannot be written, status.json's own
+    bytes can (they need no new block)."""
+    from vtlab.runs.status import RESERVE, RunStatus, read_status
+
+    status = RunStatus(tmp_path, name="run", overrides=["x=1"])
+    status.start()
+    size = (tmp_path / "status.json").stat().st_size
+    assert size > RESERVE and read_status(tmp_path)["status"] == "running"
+    _full_disk(monkeypatch)
+    status.fail(DiskError("x" * 5000))  # longer than the room: the error is shortened, the record stays JSON
+    monkeypatch.undo()
+    record = read_status(tmp_path)
+    assert record["status"] == "failed" and record["error"].startswith("xxx") and record["error"].endswith("…")
+    assert record["finished"] and (tmp_path / "status.json").stat().st_size == size
+    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]  # no temp file
+    status.done()  # with room again: the usual write, without the padding
+    assert read_status(tmp_path)["status"] == "done" and not (tmp_path / "status.json").read_text().endswith("  \n")
+
+
+def test_a_status_that_cannot_be_written_at_all_is_said_on_stderr(tmp_path: Path, monkeypatch, capsys) -> None:
+    from vtlab.runs import status as status_module
+    from vtlab.runs.status import RunStatus, read_status
+
+    status = RunStatus(tmp_path, name="run")
+    status.start()
+    _full_disk(monkeypatch)
+
+    def pwrite(fd, data, offset):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(status_module.os, "pwrite", pwrite)
+    status.fail(RuntimeError("boom"))  # the run's own error keeps its exit code: no exception from here
+    assert capsys.readouterr().err.strip().splitlines() == [
+        (f"vtlab: error: {tmp_path / 'status.json'}: could not record the run as 'failed', it still says 'running': "
+         "no space left on the device (ENOSPC)")]
+    with pytest.raises(DiskError, match="status.json: cannot write: no space left"):
+        status.done()  # the entry point turns it into one line and exit 2: a finished run it cannot record
+    monkeypatch.undo()
+    assert read_status(tmp_path)["status"] == "running"
+
+
+def test_disk_errors_anywhere_in_the_chain_are_one_line_naming_the_path(tmp_path: Path) -> None:
+    from vtlab.errors import note_write_roots, one_line, user_error
+    from vtlab.runs.status import exit_code
+
+    cache = tmp_path / "cache"
+    try:  # pathlib's mkdir on a read-only disk: EROFS for the parent, raised while handling the child's ENOENT
+        try:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(cache / "triplets"))
+        except FileNotFoundError:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(cache))
+    except OSError as exc:
+        err = user_error(exc)
+    assert isinstance(err, DiskError) and exit_code(err) == 2
+    assert one_line(err, "data.train") == (  # the config key that was writing is no help: the disk is
+        f"vtlab: error: {cache}: cannot write: the file system is read-only (EROFS); make it writable or choose "
+        "another location (hydra.run.dir, VTLAB_CACHE)")
+
+    class SafetensorError(Exception):  # as safetensors reports a failed write: text, no errno, often no file
+        pass
+
+    note_write_roots(tmp_path / "run", cache)
+    err = user_error(SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"))
+    # both on one disk here: both named (on two disks, the one with the least free space)
+    assert str(err).startswith(f"a file under {tmp_path / 'run'} or a file under {cache}: cannot write: no space "
+                               "left on the device (ENOSPC)"), err
+    err = user_error(SafetensorError('Error while serializing: I/O error: Read-only file system (os error 30) at path '
+                                     f'"{cache}/.tmpAB"'))
+    assert str(err).startswith(f"{cache}/.tmpAB: cannot write: the file system is read-only (EROFS)"), err
+    assert user_error(RuntimeError("boom")) is None
+    try:
+        try:
+            raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+    except RuntimeError as exc:
+        err = atomic.disk_error(tmp_path / "last.ckpt", exc)
+    assert str(err).startswith(f"{tmp_path / 'last.ckpt'}: cannot write: the file-size limit is reached (EFBIG); "
+                               "raise it (ulimit -f) or choose another location"), err
+    quoted = DiskError(f"{cache}: cannot write: [Errno 28] No space left on device")  # ours: kept as it is
+    assert user_error(quoted) is quoted
+    note_write_roots()
+
+
+def test_a_log_file_on_a_full_disk_is_one_warning_not_a_traceback_per_record(tmp_path: Path, capsys) -> None:
+    import logging
+
+    from vtlab.logs import guard_log_files
+
+    handler = logging.FileHandler(tmp_path / "job.log")
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        guard_log_files()
+        logging.getLogger("vtlab.test").warning("written")
+        handler.stream = io.TextIOWrapper(io.BufferedWriter(_FullDisk(os.open(tmp_path / "x", os.O_WRONLY | os.O_CREAT),
+                                                                      "w")))
+        for _ in range(3):
+            logging.getLogger("vtlab.test").warning("lost")
+    finally:
+        root.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Logging error" not in err, err
+    assert [line for line in err.splitlines() if line.startswith("vtlab")] == [
+        (f"vtlab: warning: {tmp_path / 'job.log'}: cannot write the log: no space left on the device (ENOSPC); it "
+         "stops here, the console keeps the rest")]
+    assert (tmp_path / "job.log").read_text().count("written") == 1
+
+
+def _hydra_cfg(run_dir: Path, callbacks: dict | None = None):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({"hydra": {"run": {"dir": str(run_dir)}, "sweep": {"dir": str(run_dir)},
+                                       "callbacks": callbacks or {}}})
+
+
+def test_a_run_dir_that_cannot_be_written_is_refused_before_hydra_writes_there(tmp_path: Path, monkeypatch,
+                                                                               capsys) -> None:
+    from vtlab.runs.writable import RunDirWritable
+
+    run_dir = tmp_path / "runs" / "a"
+    RunDirWritable().on_run_start(_hydra_cfg(run_dir))  # writable: passes, and makes nothing (Hydra will)
+    assert list(tmp_path.iterdir()) == []
+    _read_only(monkeypatch)
+    for start in (RunDirWritable().on_run_start, RunDirWritable().on_multirun_start):
+        with pytest.raises(SystemExit) as ei:
+            start(_hydra_cfg(run_dir))
+        assert ei.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines() == ["vtlab: error: " + _one_line(run_dir, *READ_ONLY)]
+    # stage=export run_dir=R: Hydra's directory moves into R (RunDirInside, a later callback); that one is checked
+    inside = {"run_dir_inside": {"_target_": "vtlab.runs.directory.RunDirInside", "source": str(tmp_path / "R"),
+                                 "subdir": "exports/t"}}
+    with pytest.raises(SystemExit):
+        RunDirWritable().on_run_start(_hydra_cfg(run_dir, inside))
+    assert capsys.readouterr().err.startswith(f"vtlab: error: {tmp_path / 'R' / 'exports' / 't'}: cannot write: ")

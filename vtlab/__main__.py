@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 
@@ -10,7 +11,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from vtlab.logs import quiet_third_party
+from vtlab.errors import DiskError, note_write_roots, one_line
+from vtlab.logs import guard_log_files, quiet_third_party
 from vtlab.pipeline import run_or_exit
 from vtlab.runs.status import RunStatus, describe, interrupted_line, interrupting_signal, raise_terminated
 
@@ -20,6 +22,12 @@ log = logging.getLogger("vtlab")
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     quiet_third_party()  # here, not at import: a launcher (submitit) runs the job in another process
+    guard_log_files()  # a full disk under the job log: one warning, not a traceback per log record
+    # past `ulimit -f` a write must fail (EFBIG: one line naming the file, status.json "failed"), not kill the process
+    # with SIGXFSZ; Python ignores it already, this keeps it so for a job started otherwise (a launcher, a test)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    # an error that names no file (safetensors' "No space left on device (os error 28)") is placed among these
+    note_write_roots(cfg.paths.run_dir, os.environ.get("VTLAB_CACHE") or os.path.expanduser("~/.cache/vtlab"))
     hc = HydraConfig.get()
     # SIGTERM (a scheduler's kill, `timeout`) as an exception, like Ctrl-C: status.json and the exit code tell
     signal.signal(signal.SIGTERM, raise_terminated)
@@ -48,7 +56,14 @@ def main(cfg: DictConfig) -> None:
             log.error("job %s failed: %s", hc.job.num, describe(exc))
             return
         raise
-    status.done()
+    try:
+        status.done()
+    except DiskError as err:  # the results are written, but status.json cannot say so: not an honest exit 0
+        if hc.mode == RunMode.MULTIRUN:
+            log.error("job %s: %s", hc.job.num, err)
+            return
+        print(one_line(err), file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

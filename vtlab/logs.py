@@ -3,10 +3,14 @@ third-party chatter. Output that is not a terminal (SLURM, `| tee`, a test's pip
 training progress comes as one log line per interval (vtlab.callbacks.progress), library progress bars are off."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import warnings
+from collections.abc import Callable
+
+from vtlab.errors import disk_problem
 
 # third-party logger -> (lowest level kept, messages dropped when they contain one of these)
 _CHATTER: dict[str, tuple[int, tuple[str, ...]]] = {
@@ -63,3 +67,29 @@ def quiet_third_party() -> None:
         os.environ[var] = "1"
         if module in sys.modules:
             getattr(sys.modules[module], switch)()
+
+
+def guard_log_files() -> None:
+    """A log file that meets a full, read-only, ... disk (Hydra's `<run_dir>/<job>.log`) is closed with one warning
+    line naming it, instead of the logging module printing a traceback for every record after that; the console
+    keeps getting them. Called at the start of every `python -m vtlab` job, after Hydra configured logging."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and not getattr(handler, "_vtlab_guarded", False):
+            handler.handleError = _stop_on_disk_error(handler, handler.handleError)  # type: ignore[method-assign]
+            handler._vtlab_guarded = True  # type: ignore[attr-defined]
+
+
+def _stop_on_disk_error(handler: logging.FileHandler,
+                        fallback: Callable[[logging.LogRecord], None]) -> Callable[[logging.LogRecord], None]:
+    def handle_error(record: logging.LogRecord) -> None:
+        problem = disk_problem(exc) if (exc := sys.exc_info()[1]) is not None else None
+        if problem is None:
+            fallback(record)
+            return
+        handler.emit = lambda record: None  # type: ignore[method-assign] # the later records: not retried
+        with contextlib.suppress(OSError, ValueError):  # flushing what is buffered fails the same way
+            handler.close()
+        print(f"vtlab: warning: {handler.baseFilename}: cannot write the log: {problem[0]} ({problem[1]}); it stops "
+              "here, the console keeps the rest", file=sys.stderr)
+
+    return handle_error

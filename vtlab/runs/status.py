@@ -4,11 +4,13 @@ A table built from a sweep must show failed and unfinished rows as such, never d
 tells a failed job from one that is still running or never started. Format:
 {"status": "running" | "done" | "failed" | "interrupted", "name": str, "overrides": [str], "started": iso, "finished": iso | null,
  "seconds": float | null, "error": str | null}
+While a run is running the file ends in RESERVE trailing spaces: room for the final record on a disk that fills up.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import signal
 import sys
 import time
@@ -19,10 +21,14 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from vtlab.atomic import write_json
-from vtlab.errors import one_line, user_error
+from vtlab.atomic import atomic_write, write_json
+from vtlab.errors import DiskError, disk_problem, one_line, user_error
 
 STATUS_FILE = "status.json"
+# Room kept in status.json from the start (trailing spaces, which JSON ignores): the final record (finished, seconds,
+# an error line of up to 2000 characters) can then be written over it in place, needing no new block, when the disk
+# filled up during the run and the usual write (a temp file renamed into place) fails
+RESERVE = 4096
 
 
 def _now() -> str:
@@ -36,23 +42,83 @@ class RunStatus:
                                        "started": _now(), "finished": None, "seconds": None, "error": None}
         self._t0 = time.perf_counter()
 
+    def _text(self) -> str:
+        return json.dumps(self.record, indent=2) + "\n"
+
     def _write(self, **update: Any) -> None:
+        """The record, atomically; on a full disk written over the reserved room of the file start() wrote, in place.
+        DiskError (naming status.json) when neither works."""
         self.record.update(update)
-        write_json(self.path, self.record)
+        try:
+            write_json(self.path, self.record)  # a full, read-only, ... disk: a DiskError naming status.json
+        except DiskError:
+            if not self._overwrite_in_place():
+                raise
+
+    def _overwrite_in_place(self) -> bool:
+        """Write the record over the existing file's own bytes (no truncation, no new file): on a full disk this needs
+        no block the file does not have already. Whether it worked."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY)  # neither O_TRUNC nor O_CREAT: keep the blocks it has
+        except OSError:
+            return False
+        try:
+            size = os.fstat(fd).st_size
+            data = self._fitted(size)
+            if data is None:
+                return False
+            written = 0
+            while written < len(data):
+                written += os.pwrite(fd, data[written:], written)
+            os.fsync(fd)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+    def _fitted(self, size: int) -> bytes | None:
+        """The record as exactly `size` bytes (padded with spaces; the error line shortened if it must be)."""
+        record = dict(self.record)
+        data = json.dumps(record, indent=2).encode()
+        overflow = len(data) + 1 - size
+        if overflow > 0 and isinstance(record.get("error"), str):
+            record["error"] = record["error"][:max(0, len(record["error"]) - overflow - 1)] + "…"
+            data = json.dumps(record, separators=(",", ":")).encode()
+        if len(data) + 1 > size:
+            return None
+        return data.ljust(size - 1) + b"\n"
+
+    def _finish(self, **update: Any) -> None:
+        """The final record; when even that cannot be written, one line on stderr naming status.json says so (the
+        run's own error, already reported, keeps its exit code)."""
+        try:
+            self._write(**update)
+        except DiskError as err:
+            print(f"vtlab: error: {self.path}: could not record the run as {update['status']!r}, it still says "
+                  f"'running': {_what(err)}", file=sys.stderr)
 
     def start(self) -> None:
-        self._write()
+        """Written with RESERVE bytes of room to spare (see RESERVE); a DiskError when the run dir cannot take it."""
+        atomic_write(self.path, lambda f: f.write(self._text() + " " * RESERVE + "\n"))
 
     def done(self) -> None:
+        """DiskError when status.json cannot say so: the run's results are written, but a sweep would count it unfinished."""
         self._write(status="done", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1))
 
     def fail(self, exc: BaseException) -> None:
-        self._write(status="failed", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1),
-                    error=describe(exc))
+        self._finish(status="failed", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1),
+                     error=describe(exc))
 
     def interrupted(self, signum: int) -> None:
-        self._write(status="interrupted", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1),
-                    error=f"interrupted by {signal.Signals(signum).name}")
+        self._finish(status="interrupted", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1),
+                     error=f"interrupted by {signal.Signals(signum).name}")
+
+
+def _what(err: DiskError) -> str:
+    """What a DiskError says happened: "no space left on the device (ENOSPC)"."""
+    problem = disk_problem(err.__cause__) if err.__cause__ is not None else None
+    return f"{problem[0]} ({problem[1]})" if problem else str(err)
 
 
 # ---- signals: an interrupted run exits 128 + signal number, like a shell reports a process killed by it ----------
