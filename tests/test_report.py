@@ -430,3 +430,101 @@ def test_contrast_query_sets_must_match_and_old_runs_are_a_note(contrast_sweep, 
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"vtlab: error: {sweep}: contrast bpe-vt vs bpe-native: bpe-native on "
                                                "boolq: seed 1 has other queries than seed 0")
+
+
+# ------------------------------------------------------------------------------------------------ seed level, Holm
+
+from vtlab.report import contrasts_csv, contrasts_markdown  # noqa: E402
+
+
+def seed_values(data: dict, row: str, seed: int, key: str = "nDCG@10") -> dict:
+    return {d: data[row][seed][d][key] for d in QUERIES}
+
+
+def test_contrast_lines_show_both_levels_side_by_side(contrast_sweep) -> None:
+    sweep, data = contrast_sweep
+    contrasts = build_contrasts(build_table(sweep))
+    md = contrasts_markdown(contrasts)
+    header = next(ln for ln in md.splitlines() if ln.startswith("| A − B"))
+    for column in ("p query (sign-flip)", "p query (t)", "matched seeds", "Δ seeds", "p seed (sign-flip)",
+                   "p seed Holm", "reading"):
+        assert f"| {column} |" in header
+    got = {(x.dataset, x.budget): x for x in contrasts.lines}
+    pooled = got[("all (pooled)", "full")]
+    # bpe-vt has seeds 0-2, bpe-native 0-1: seeds 0 and 1 are matched; per seed the mean of the two sets' mean Δs
+    per_seed = [np.mean([np.mean([seed_values(data, "bpe-vt", s)[d][q] - seed_values(data, "bpe-native", s)[d][q]
+                                  for q in QUERIES[d]]) for d in QUERIES]) for s in (0, 1)]
+    assert pooled.seed.seeds == ("0", "1") and pooled.seed.delta == pytest.approx(np.mean(per_seed))
+    flips = [abs(s0 * per_seed[0] + s1 * per_seed[1]) for s0 in (-1, 1) for s1 in (-1, 1)]
+    assert pooled.seed.p == pytest.approx(np.mean([f >= abs(sum(per_seed)) - 1e-12 for f in flips]))
+    boolq = got[("boolq", "full")].seed  # one set: the plain per-seed mean difference on it
+    assert boolq.delta == pytest.approx(np.mean([np.mean([seed_values(data, "bpe-vt", s)["boolq"][q]
+                                                          - seed_values(data, "bpe-native", s)["boolq"][q]
+                                                          for q in QUERIES["boolq"]]) for s in (0, 1)]))
+    # Holm and the reading only on the headline line (pooled, full); one contrast: Holm leaves p as it is
+    assert pooled.p_seed_holm == pytest.approx(pooled.seed.p) and pooled.reading.startswith("not confirmed")
+    assert all(x.p_seed_holm is None and x.reading == "" for x in contrasts.lines if x is not pooled)
+    rows = list(csv.DictReader(io.StringIO(contrasts_csv(contrasts))))
+    assert float(rows[2]["p_seed"]) == pooled.seed.p and rows[2]["matched_seeds"] == "2"
+
+
+def seed_sweep(tmp_path: Path, n_seeds: int, report_yaml: str, levels: dict[str, float] | None = None) -> Path:
+    """Rows A, B, C on one set of 10 queries, `n_seeds` seeds each: A better than B and C on every seed by ≈ 0.1."""
+    rng = np.random.default_rng(11)
+    sweep = tmp_path / f"seeds{n_seeds}"
+    num = 0
+    for name, level in (levels or {"A": 0.6, "B": 0.5, "C": 0.5}).items():
+        for seed in range(n_seeds):
+            shift = rng.normal(0, 0.01)
+            per_query = {f"q{i}": float(np.clip(level + shift + rng.normal(0, 0.05), 0, 1)) for i in range(10)}
+            write_job(sweep, num, [f"experiment={name}", f"seed={seed}"], name,
+                      metrics={"boolq": m(float(np.mean(list(per_query.values()))), 1.0, 10, 100)},
+                      per_query={"boolq": {"nDCG@10": per_query}}, config_extra=report_yaml)
+            num += 1
+    return sweep
+
+
+def headlines(sweep: Path) -> dict[tuple[str, str], object]:
+    return {(x.a, x.b): x for x in build_contrasts(build_table(sweep)).lines if x.reading}
+
+
+def test_confirmed_needs_the_holm_adjusted_seed_level_p(tmp_path: Path) -> None:
+    # 6 seeds, A ahead on every one: the seed-level p is 2/2^6 = 0.031, the query-level p at its floor (10 queries)
+    one = headlines(seed_sweep(tmp_path, 6, "report:\n  contrasts: [[A, B]]\n"))[("A", "B")]
+    assert one.seed.p == pytest.approx(2 / 64) and one.result.p_randomization < 0.01
+    assert one.p_seed_holm == pytest.approx(2 / 64) and one.reading == "confirmed: A > B"
+    # the same data with a second claimed contrast: Holm doubles the smaller p to 0.0625, nothing is confirmed
+    two = headlines(seed_sweep(tmp_path / "two", 6, "report:\n  contrasts: [[A, B], [C, A]]\n"))
+    assert two[("A", "B")].seed.p == pytest.approx(2 / 64) and two[("A", "B")].p_seed_holm == pytest.approx(0.0625)
+    assert two[("A", "B")].reading.startswith("not confirmed: query level only (p ")
+    assert two[("C", "A")].p_seed_holm == pytest.approx(0.0625)
+    # the tables' 3 seeds: the seed level cannot reach 0.05 whatever the data, and the reading says so
+    three = headlines(seed_sweep(tmp_path / "three", 3, "report:\n  contrasts: [[A, B]]\n"))[("A", "B")]
+    assert three.seed.p == 0.25 and three.result.p_randomization < 0.01
+    assert three.reading.startswith("not confirmed: 3 matched seeds cannot give p < 0.05 (smallest p 0.25)")
+
+
+def test_primary_contrast_is_marked_and_must_be_a_contrast(tmp_path: Path, capsys) -> None:
+    yaml_ = "report:\n  contrasts: [[A, B], [A, C]]\n  primary: [A, C]\n"
+    sweep = seed_sweep(tmp_path, 6, yaml_)
+    table = build_table(sweep)
+    assert table.primary == ("A", "C") and not table.problems
+    md = contrasts_markdown(build_contrasts(table))
+    assert "| A − C (primary) | boolq | full |" in md and "| A − B | boolq | full |" in md
+    assert "(primary): the contrast the experiment config declares primary (report.primary: A − C)" in md
+    for job in sweep.glob("*/.hydra/config.yaml"):
+        job.write_text(job.read_text().replace("primary: [A, C]", "primary: [B, C]"))
+    assert main([str(sweep)]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("wrote ")]
+    assert len(err) == 1 and "report.primary of the jobs of" in err[0]
+    assert "['B', 'C'] is not one of the table's contrasts" in err[0]
+    assert "| A − C |" in (sweep / "contrasts.md").read_text()  # the contrasts are still written, unmarked
+
+
+def test_testbed_tables_declare_a_primary_among_their_contrasts() -> None:
+    conf = Path(__file__).resolve().parents[1] / "conf" / "experiment" / "testbed"
+    for path in [conf / "base.yaml", *sorted(conf.glob("ablation-*.yaml"))]:
+        report = yaml.safe_load(path.read_text())["report"]
+        assert report["primary"] in report["contrasts"], path
+    for path in sorted((conf / "references").glob("*.yaml")):  # no contrasts, so no primary inherited from base
+        assert yaml.safe_load(path.read_text())["report"] == {"contrasts": [], "primary": None}, path

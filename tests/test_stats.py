@@ -1,4 +1,6 @@
-"""vtlab.stats: the paired tests against scipy, an exact enumeration of all sign flips, and a written-out t interval."""
+"""vtlab.stats: the paired tests against scipy, an exact enumeration of all sign flips, and a written-out t interval;
+the seed-level test against sign patterns listed by hand, a null simulation (why it replaces the query level as the
+reading), and Holm against a worked example."""
 import itertools
 import math
 
@@ -9,9 +11,12 @@ from scipy import stats as scipy_stats
 from vtlab.stats import (
     StatsError,
     compare,
+    compare_seeds,
+    holm,
     mean_over_seeds,
     paired_arrays,
     randomization_test,
+    seed_sign_flip_test,
     t_test,
 )
 
@@ -76,3 +81,119 @@ def test_mean_over_seeds() -> None:
     assert mean_over_seeds(seeds) == pytest.approx({"q1": 0.3, "q2": 0.4})
     with pytest.raises(StatsError, match="seed 1 has other queries than seed 0"):
         mean_over_seeds([{"q1": 0.2}, {"q2": 0.2}], what="row x")
+
+
+# ------------------------------------------------------------------------------------------------ seed level
+
+# 3 seeds × 2 sets of unequal size: per seed, A − B on set x (3 queries) and set y (2 queries)
+SEED_A = {"0": {"x": {"q1": 0.60, "q2": 0.50, "q3": 0.70}, "y": {"r1": 0.40, "r2": 0.90}},
+          "1": {"x": {"q1": 0.55, "q2": 0.50, "q3": 0.65}, "y": {"r1": 0.45, "r2": 0.80}},
+          "2": {"x": {"q1": 0.50, "q2": 0.40, "q3": 0.60}, "y": {"r1": 0.40, "r2": 0.85}}}
+SEED_B = {"0": {"x": {"q1": 0.50, "q2": 0.50, "q3": 0.64}, "y": {"r1": 0.40, "r2": 0.86}},
+          "1": {"x": {"q1": 0.55, "q2": 0.47, "q3": 0.65}, "y": {"r1": 0.45, "r2": 0.81}},
+          "2": {"x": {"q1": 0.55, "q2": 0.40, "q3": 0.60}, "y": {"r1": 0.44, "r2": 0.85}}}
+
+
+def per_seed_by_hand(a: dict, b: dict) -> list[float]:
+    """Per seed, the mean over sets of the per-set mean difference (the avg column's difference), in plain Python."""
+    out = []
+    for s in sorted(a):
+        per_set = [sum(a[s][k][q] - b[s][k][q] for q in a[s][k]) / len(a[s][k]) for k in sorted(a[s])]
+        out.append(sum(per_set) / len(per_set))
+    return out
+
+
+def exact_seed_p(per_seed: list[float]) -> float:
+    """Every sign pattern over the seeds, listed: the fraction at least as extreme as the observed one."""
+    observed = abs(sum(per_seed))
+    patterns = itertools.product((-1, 1), repeat=len(per_seed))
+    sums = [abs(sum(s * d for s, d in zip(signs, per_seed))) for signs in patterns]
+    return sum(x >= observed - 1e-12 for x in sums) / len(sums)
+
+
+def test_seed_level_p_is_the_exact_enumeration_of_whole_seed_sign_flips() -> None:
+    m = per_seed_by_hand(SEED_A, SEED_B)
+    # by hand: seed 0: x (0.10 + 0 + 0.06)/3 = 0.0533, y 0.04/2 = 0.02 → 0.03667; seed 1: x 0.01, y −0.005 → 0.0025;
+    # seed 2: x −0.05/3, y −0.02 → −0.01833
+    assert m == pytest.approx([0.036667, 0.0025, -0.018333], abs=1e-6)
+    # patterns: |±0.03667 ± 0.0025 ± 0.01833| ≥ 0.02083 for (+,+,−), (+,+,+), (+,−,+) and their mirrors: 6 of 8
+    assert exact_seed_p(m) == 0.75
+    c = compare_seeds(SEED_A, SEED_B)
+    assert c.seeds == ("0", "1", "2") and c.exact and c.n == 3
+    assert c.p == pytest.approx(0.75) and c.delta == pytest.approx(sum(m) / 3)
+    assert c.min_p == 0.25  # 3 seeds cannot give less: the observed pattern and its mirror
+    # stratified: set y weighs as much as set x although it has fewer queries (query-weighted would differ)
+    pooled = np.mean([[SEED_A[s][k][q] - SEED_B[s][k][q] for k in "xy" for q in SEED_A[s][k]] for s in SEED_A])
+    assert c.delta != pytest.approx(pooled)
+    assert compare_seeds(SEED_B, SEED_A).p == c.p  # two-sided
+
+
+def test_seed_level_enumerates_up_to_16_seeds_and_samples_beyond() -> None:
+    rng = np.random.default_rng(1)
+    m = rng.normal(0.01, 0.02, 12)
+    p, exact = seed_sign_flip_test(m)
+    assert exact and p == pytest.approx(exact_seed_p(list(m)))
+    m = rng.normal(0.015, 0.03, 18)  # 262,144 patterns: sampled, close to the full enumeration
+    signs = 1 - 2 * ((np.arange(2 ** 18)[:, None] >> np.arange(18)) & 1)
+    full = float(np.mean(np.abs(signs @ m) >= abs(m.sum()) - 1e-12))
+    p, exact = seed_sign_flip_test(m)
+    assert not exact and 0.01 < full < 0.5 and p == pytest.approx(full, abs=0.02)
+    assert seed_sign_flip_test(np.zeros(3)) == (1.0, True)
+
+
+def test_seed_level_pairs_seeds_and_refuses_what_cannot_be_paired() -> None:
+    extra = {**SEED_A, "7": SEED_A["0"]}  # a seed B never ran is left out, not paired with another
+    assert compare_seeds(extra, SEED_B).seeds == ("0", "1", "2")
+    with pytest.raises(StatsError, match="no seed in common"):
+        compare_seeds({"5": SEED_A["0"]}, SEED_B)
+    with pytest.raises(StatsError, match="seed 1 has other sets"):
+        compare_seeds({**SEED_A, "1": {"x": SEED_A["1"]["x"]}}, SEED_B)
+
+
+def simulate(n_seeds: int, rng: np.random.Generator, seed_sd: float = 0.04) -> tuple[float, float]:
+    """One null experiment: two arms of one method (same distribution), n_seeds runs each on 2 sets (60 + 30
+    queries); a run shifts every query by its own seed effect (sd `seed_sd`, as the tables' spread over seeds), each
+    query adds its own noise. Returns (query-level p on the seed means, seed-level p)."""
+    sizes = {"x": 60, "y": 30}
+    base = {k: rng.uniform(0.3, 0.8, n) for k, n in sizes.items()}  # query difficulty, shared by both arms
+
+    def arm() -> dict:
+        return {str(s): {k: dict(enumerate(base[k] + shift + rng.normal(0, 0.1, n)))
+                         for k, n in sizes.items()}
+                for s, shift in enumerate(rng.normal(0, seed_sd, n_seeds))}
+
+    a, b = arm(), arm()
+    means = [np.mean([[a[s][k][q] for q in range(n)] for s in a], axis=0) - np.mean(
+        [[b[s][k][q] for q in range(n)] for s in b], axis=0) for k, n in sizes.items()]
+    d = np.concatenate(means)
+    return randomization_test(d, np.zeros_like(d), n_permutations=2_000), compare_seeds(a, b).p
+
+
+def test_null_simulation_seed_level_holds_alpha_query_level_does_not() -> None:
+    """200 null experiments at 8 seeds: the seed-level test rejects at ≈ 5%, the query-level test (what the report
+    used to read) far more often — it takes each arm's seed mean as a fixed model, so two runs of one method that
+    happen to differ look significantly different. At the tables' 3 seeds the seed level cannot reject at all."""
+    rng = np.random.default_rng(0)
+    results = np.array([simulate(8, rng) for _ in range(200)])
+    query_rate, seed_rate = (results < 0.05).mean(axis=0)
+    assert seed_rate <= 0.10 and query_rate >= 0.4
+    three = np.array([simulate(3, rng) for _ in range(50)])
+    assert (three[:, 1] >= 0.25).all() and (three[:, 0] < 0.05).mean() >= 0.4
+
+
+# ------------------------------------------------------------------------------------------------ Holm
+
+def test_holm_against_a_worked_example() -> None:
+    # sorted 0.005, 0.01, 0.03, 0.04 (m = 4) → 4·0.005 = 0.02, 3·0.01 = 0.03, 2·0.03 = 0.06, max(1·0.04, 0.06) = 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.02, 0.015]) == pytest.approx([0.03, 0.03])  # step-down keeps the order: max with the earlier
+    assert holm([0.4, 0.9]) == pytest.approx([0.8, 0.9]) and holm([0.6, 0.7]) == [1.0, 1.0]
+    adjusted = holm([0.01, float("nan"), 0.02])  # an untested claim still counts in m = 3
+    assert adjusted[0] == pytest.approx(0.03) and math.isnan(adjusted[1]) and adjusted[2] == pytest.approx(0.04)
+    assert holm([]) == []
+
+
+def test_holm_equals_statsmodels() -> None:
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    p = np.random.default_rng(3).uniform(0, 0.2, 9)
+    assert holm(p) == pytest.approx(multitest.multipletests(p, method="holm")[1])

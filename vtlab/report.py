@@ -10,7 +10,11 @@ Contrasts (`report.contrasts: [[A, B], ...]` in the sweep's experiment config, r
 .hydra/config.yaml, and `--contrast A,B`): for each pair of row labels and each collection, the pooled collections and
 each matched term budget the runs evaluated (`eval.budgets`, keys `<measure>@q<K>-d<K>`), the difference of the
 measure's mean with the 95% CI of the paired difference, the paired randomization p-value and the paired t-test
-p-value over queries (vtlab.stats; per-query values from each run's per_query.json, averaged over a row's seeds).
+p-value over queries (query level: per-query values from each run's per_query.json, averaged over a row's seeds),
+and beside them the seed-level randomization p-value (seed i of A matched with seed i of B, whole seeds' signs
+flipped; pooled: the avg column's difference), see vtlab.stats. Each contrast's headline line (pooled, full sparsity)
+also gets its seed-level p adjusted by Holm over the table's contrasts, and a reading that says "confirmed" only where
+that adjusted p is below 0.05; the contrast named by `report.primary` (declared before the runs) is marked.
 Written to `contrasts.md` and `contrasts.csv` beside the table, and to stdout; `tradeoff.png` plots each row's
 average measure against its FLOPS, one point per seed. A recorded contrast that cannot be computed (a label that is
 not a row of the table) is named in contrasts.md and on stderr after everything is written, and the exit status is 2.
@@ -56,6 +60,7 @@ COLLECTION_KEYS = frozenset({"eval", "eval.path", "eval.name"})
 OUTPUT_NAMES = ("table.md", "table.csv", "table.tex")
 CONTRAST_NAMES = ("contrasts.md", "contrasts.csv")
 CONTRAST_KEY = "report.contrasts"  # the experiment config's list of [row A, row B] pairs
+PRIMARY_KEY = "report.primary"  # the experiment config's one [row A, row B] pair declared primary before the runs
 FULL = "full"  # the budget column of a contrast at each run's own sparsity (no pruning)
 MAX_NOTE_CHARS = 200  # errors are cut in markdown/LaTeX cells (the CSV keeps them whole)
 STD_NOTE = "mean ± sample std (ddof=1) over seeds; n = seeds with results, (n=k) where a cell has fewer"
@@ -90,6 +95,7 @@ class Job:
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # collection -> metrics.json "metrics"
     path: Path | None = None  # the job directory (None: missing)
     contrasts: tuple[tuple[str, str], ...] = ()  # its config's report.contrasts
+    primary: tuple[str, str] | None = None  # its config's report.primary
     problems: tuple[str, ...] = ()  # what is wrong with them (the table is still written; the report exits 2)
     _per_query: dict[str, dict[str, dict[str, float]] | None] = field(default_factory=dict, repr=False)
 
@@ -157,6 +163,16 @@ def _config_contrasts(cfg: Any, path: Path) -> tuple[tuple[str, str], ...]:
     return tuple((a, b) for a, b in pairs)
 
 
+def _config_primary(cfg: Any, path: Path) -> tuple[str, str] | None:
+    raw = _plain(cfg, PRIMARY_KEY) if isinstance(cfg, DictConfig) else None
+    if raw is None:
+        return None
+    pair = OmegaConf.to_container(raw) if isinstance(raw, (DictConfig, ListConfig)) else raw
+    if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+        raise ReportError(f"{path}: {PRIMARY_KEY} must be one [row A, row B] pair of row labels, got {pair!r}")
+    return pair[0], pair[1]
+
+
 def _load_config(path: Path) -> Any:
     try:
         return OmegaConf.load(path)
@@ -211,14 +227,19 @@ def read_job(job_dir: Path, num: int) -> Job:
     seed = _override_value(overrides, SEED_KEY)
     if seed is None and isinstance(cfg, DictConfig) and _plain(cfg, SEED_KEY) is not None:
         seed = str(_plain(cfg, SEED_KEY))
+    contrasts, primary, problems = (), None, []
+    try:  # a recorded config cannot be fixed after the run: report its mistakes, keep the table
+        contrasts = _config_contrasts(cfg, config_yaml)
+    except ReportError as exc:
+        problems.append(str(exc))
     try:
-        contrasts, problems = _config_contrasts(cfg, config_yaml), ()
-    except ReportError as exc:  # a recorded config cannot be fixed after the run: report it, keep the table
-        contrasts, problems = (), (str(exc),)
+        primary = _config_primary(cfg, config_yaml)
+    except ReportError as exc:
+        problems.append(str(exc))
     return Job(num=num, overrides=overrides, state=_job_state(status, bool(metrics)),
                name=str(name) if name is not None else (status or {}).get("name"),
                seed=seed, error=(status or {}).get("error"), metrics=metrics, path=job_dir,
-               contrasts=contrasts, problems=problems)
+               contrasts=contrasts, primary=primary, problems=tuple(problems))
 
 
 # ---------------------------------------------------------------------------------------------------- expected jobs
@@ -354,6 +375,10 @@ class Table:
     datasets: list[str] = field(default_factory=list)
     contrasts: list[tuple[str, str, str]] = field(default_factory=list)  # (row A, row B, where it was asked for)
     problems: list[str] = field(default_factory=list)  # recorded report.contrasts that cannot be computed
+    primary: tuple[str, str] | None = None  # report.primary: the contrast declared primary before the runs
+
+    def row(self, label: str) -> Row:
+        return next(r for r in self.rows if r.label == label)
 
 
 def _is_row_key(override: str) -> bool:
@@ -475,7 +500,23 @@ def build_table(sweep: str | Path, measure: str = DEFAULT_MEASURE) -> Table:
                 add_contrast(table, a, b, f"{job.path / '.hydra' / 'config.yaml'}: {CONTRAST_KEY}")
             except ReportError as exc:  # e.g. a label for another table's rows: say so, but write this table
                 table.problems += [str(exc)] if str(exc) not in table.problems else []
+    _set_primary(table, jobs)
     return table
+
+
+def _set_primary(table: Table, jobs: Sequence[Job]) -> None:
+    """The table's primary contrast: the one its jobs' configs declare, which must be one of its contrasts."""
+    declared = list(dict.fromkeys(j.primary for j in jobs if j.primary is not None))
+    if not declared:
+        return
+    where = f"{PRIMARY_KEY} of the jobs of {table.sweep}"
+    if len(declared) > 1:
+        table.problems.append(f"{where}: the jobs declare different primary contrasts {declared}; none is marked")
+    elif declared[0] not in [(a, b) for a, b, _ in table.contrasts]:
+        table.problems.append(f"{where}: {list(declared[0])} is not one of the table's contrasts "
+                              f"({', '.join(f'{a} − {b}' for a, b, _ in table.contrasts) or 'none'})")
+    else:
+        table.primary = declared[0]
 
 
 def add_contrast(table: Table, a: str, b: str, source: str) -> None:
@@ -491,10 +532,11 @@ def add_contrast(table: Table, a: str, b: str, source: str) -> None:
 
 # ---------------------------------------------------------------------------------------------------- contrasts
 
-# The average over collections, for a contrast: the queries of every collection pooled into one paired sample (ids
-# prefixed by the collection), each query weighing the same. Its Δ is therefore a query-weighted mean and differs
-# from the table's avg column (a mean of per-collection means) when the collections differ in size; pooling keeps
-# both tests on plain per-query differences, with n = all queries.
+# The average over collections, for a contrast. Query level: the queries of every collection pooled into one paired
+# sample (ids prefixed by the collection), each query weighing the same, so its Δ is a query-weighted mean and differs
+# from the table's avg column (a mean of per-collection means) when the collections differ in size; pooling keeps both
+# query-level tests on plain per-query differences. Seed level: stratified by collection, so its Δ is the avg
+# column's.
 POOLED = "all (pooled)"
 
 
@@ -506,8 +548,12 @@ class ContrastLine:
     budget: str  # FULL or a budget label (q16-d64)
     seeds_a: int
     seeds_b: int
-    result: stats.PairedComparison | None
+    result: stats.PairedComparison | None  # query level: the seeds' mean per query, paired by query
     note: str = ""
+    seed: stats.SeedComparison | None = None  # seed level: matched seeds, avg-column difference
+    primary: bool = False  # the table's declared primary contrast (report.primary)
+    p_seed_holm: float | None = None  # on the contrast's headline line only (see _headline)
+    reading: str = ""  # likewise
 
 
 @dataclass
@@ -529,70 +575,164 @@ def _budgets(rows: Sequence[Row], measure: str) -> list[str]:
     return list(dict.fromkeys(b for b in labels if b is not None))
 
 
-def _row_per_query(row: Row, dataset: str, key: str) -> tuple[dict[str, float] | None, int, str]:
-    """(per-query values of `key` on `dataset`, mean over the row's seeds; number of seeds; why not, when None)."""
-    per_seed = []
+def _row_per_seed(row: Row, dataset: str, key: str) -> tuple[dict[str, dict[str, float]] | None, str]:
+    """({seed: per-query values of `key` on `dataset`}, why not when None)."""
+    per_seed = {}
     for seed_jobs in _seeds(row.jobs):
         jobs = [j for j in seed_jobs if dataset in j.metrics]
         found = [pq[key] for j in jobs if (pq := j.per_query(dataset)) is not None and key in pq]
         if len(found) != len(jobs):  # a subset of the seeds would be another system than the table's cell
-            return None, 0, f"{row.label}: no per-query {key} on {dataset} for seed {jobs[0].seed} (per_query.json " \
-                            f"missing or without this key: a run from before per-query metrics, or another budget)"
+            return None, f"{row.label}: no per-query {key} on {dataset} for seed {jobs[0].seed} (per_query.json " \
+                         f"missing or without this key: a run from before per-query metrics, or another budget)"
         if found:  # the same collection evaluated twice for one seed is averaged, as in the table
-            per_seed.append(stats.mean_over_seeds(found, what=f"{row.label} seed {jobs[0].seed} on {dataset}"))
+            label = seed_jobs[0].seed if seed_jobs[0].seed is not None else f"job{seed_jobs[0].num}"
+            per_seed[label] = stats.mean_over_seeds(found, what=f"{row.label} seed {jobs[0].seed} on {dataset}")
     if not per_seed:
-        return None, 0, f"{row.label}: no finished run on {dataset}"
-    return stats.mean_over_seeds(per_seed, what=f"{row.label} on {dataset}"), len(per_seed), ""
+        return None, f"{row.label}: no finished run on {dataset}"
+    return per_seed, ""
+
+
+def _by_seed(per_set: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
+    """{set: {seed: values}} -> {seed: {set: values}} for the seeds present on every set."""
+    seeds = set.intersection(*(set(v) for v in per_set.values())) if per_set else set()
+    return {s: {d: per_set[d][s] for d in per_set} for s in seeds}
+
+
+def _seed_level(table: Table, a: str, b: str, per_set_a: dict[str, dict[str, dict[str, float]]],
+                per_set_b: dict[str, dict[str, dict[str, float]]], n_permutations: int
+                ) -> tuple[stats.SeedComparison | None, str]:
+    """The seed-level comparison over the given sets (None and why when the rows share no seed)."""
+    by_a, by_b = _by_seed(per_set_a), _by_seed(per_set_b)
+    if not set(by_a) & set(by_b):
+        return None, f"seed level: no seed in common ({', '.join(sorted(by_a))} vs {', '.join(sorted(by_b))})"
+    try:
+        return stats.compare_seeds(by_a, by_b, n_permutations, what=f"{a} vs {b}"), ""
+    except stats.StatsError as exc:
+        raise ReportError(f"{table.sweep}: contrast {exc}") from exc
+
+
+def _contrast_lines(table: Table, a: str, b: str, budget: str, n_permutations: int) -> list[ContrastLine]:
+    """One contrast at one budget: a line per collection, and the pooled line when there are several."""
+    pair = (table.row(a), table.row(b))
+    key = _key(table.measure, budget)
+    per_set: dict[str, tuple[dict, dict]] = {}  # collection -> ({seed: values} of A, of B)
+    lines, missing = [], []
+    for dataset in table.datasets:
+        try:
+            (sa, why_a), (sb, why_b) = (_row_per_seed(r, dataset, key) for r in pair)
+            va, vb = (stats.mean_over_seeds(list(x.values()), what=f"{r.label} on {dataset}") if x else None
+                      for x, r in ((sa, pair[0]), (sb, pair[1])))
+        except stats.StatsError as exc:  # a row's seeds evaluated different queries
+            raise ReportError(f"{table.sweep}: contrast {a} vs {b}: {exc}") from exc
+        line = ContrastLine(a, b, dataset, budget, len(sa or ()), len(sb or ()), None,
+                            "; ".join(w for w in (why_a, why_b) if w))
+        if va is not None and vb is not None:
+            per_set[dataset] = (sa, sb)
+            line.result = _compare(table, a, b, dataset, va, vb, n_permutations)
+            line.seed, why = _seed_level(table, a, b, {dataset: sa}, {dataset: sb}, n_permutations)
+            line.note = "; ".join(w for w in (line.note, why) if w)
+        else:
+            missing.append(dataset)
+        lines.append(line)
+    if len(table.datasets) > 1:
+        lines.append(_pooled_line(table, a, b, budget, per_set, missing, n_permutations))
+    return lines
+
+
+def _pooled_line(table: Table, a: str, b: str, budget: str, per_set: dict[str, tuple[dict, dict]],
+                 missing: list[str], n_permutations: int) -> ContrastLine:
+    """Query level: every collection's queries as one sample; seed level: stratified by collection (the avg column)."""
+    line = ContrastLine(a, b, POOLED, budget, min((len(sa) for sa, _ in per_set.values()), default=0),
+                        min((len(sb) for _, sb in per_set.values()), default=0), None)
+    if missing:
+        line.note = f"not pooled: no per-query values on {', '.join(missing)}"
+        return line
+    means = {d: tuple(stats.mean_over_seeds(list(x.values())) for x in pair) for d, pair in per_set.items()}
+    pooled_a = {f"{d}/{q}": v for d, (va, _) in means.items() for q, v in va.items()}
+    pooled_b = {f"{d}/{q}": v for d, (_, vb) in means.items() for q, v in vb.items()}
+    line.result = _compare(table, a, b, POOLED, pooled_a, pooled_b, n_permutations)
+    line.seed, line.note = _seed_level(table, a, b, {d: sa for d, (sa, _) in per_set.items()},
+                                       {d: sb for d, (_, sb) in per_set.items()}, n_permutations)
+    return line
+
+
+def _headline(lines: Sequence[ContrastLine], n_datasets: int) -> ContrastLine | None:
+    """The line that stands for a contrast's claim: the average over collections (pooled), at full sparsity."""
+    want = POOLED if n_datasets > 1 else None
+    return next((x for x in lines if x.budget == FULL and (want is None or x.dataset == want)), None)
+
+
+def _reading(line: ContrastLine) -> str:
+    """"confirmed" only where the Holm-adjusted seed-level p is below ALPHA; otherwise why not."""
+    if line.seed is None or line.p_seed_holm is None:
+        return "not testable at seed level"
+    if line.p_seed_holm < stats.ALPHA:
+        return f"confirmed: A {'>' if line.seed.delta > 0 else '<'} B"
+    reasons = []
+    if line.seed.min_p >= stats.ALPHA:
+        reasons.append(f"{line.seed.n} matched seeds cannot give p < {stats.ALPHA} (smallest p "
+                       f"{line.seed.min_p:.3g})")
+    if line.result is not None and line.result.p_randomization < stats.ALPHA:
+        reasons.append(f"query level only (p {_p(line.result.p_randomization)})")
+    return "not confirmed" + (f": {'; '.join(reasons)}" if reasons else "")
+
+
+def _adjust(heads: Sequence[ContrastLine]) -> None:
+    """Holm over the table's contrasts (one headline line each), then each headline's reading."""
+    adjusted = stats.holm([x.seed.p if x.seed is not None else float("nan") for x in heads])
+    for line, p in zip(heads, adjusted):
+        line.p_seed_holm = None if p != p else p
+        line.reading = _reading(line)
 
 
 def build_contrasts(table: Table, n_permutations: int = stats.N_PERMUTATIONS) -> Contrasts | None:
-    """The table's contrasts (None without any): per collection, pooled, at full sparsity and each budget."""
+    """The table's contrasts (None without any): per collection, pooled, at full sparsity and each budget; both
+    levels of test on every line, Holm and the reading on each contrast's headline line."""
     if not table.contrasts and not table.problems:
         return None
-    rows = {r.label: r for r in table.rows}
     lines: list[ContrastLine] = []
+    heads: list[ContrastLine] = []
     for a, b, _ in table.contrasts:
-        pair = (rows[a], rows[b])
-        for budget in [FULL, *_budgets(pair, table.measure)]:
-            key = _key(table.measure, budget)
-            values: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
-            seeds: list[tuple[int, int]] = []
-            missing = []
-            for dataset in table.datasets:
-                try:
-                    (va, na, why_a), (vb, nb, why_b) = (_row_per_query(r, dataset, key) for r in pair)
-                except stats.StatsError as exc:  # a row's seeds evaluated different queries
-                    raise ReportError(f"{table.sweep}: contrast {a} vs {b}: {exc}") from exc
-                result, note = None, "; ".join(w for w in (why_a, why_b) if w)
-                if va is not None and vb is not None:
-                    values[dataset] = (va, vb)
-                    seeds.append((na, nb))
-                    result = _compare(table, a, b, dataset, va, vb, n_permutations)
-                else:
-                    missing.append(dataset)
-                lines.append(ContrastLine(a, b, dataset, budget, na, nb, result, note))
-            if len(table.datasets) > 1:
-                pooled_a = {f"{d}/{q}": v for d, (va, _) in values.items() for q, v in va.items()}
-                pooled_b = {f"{d}/{q}": v for d, (_, vb) in values.items() for q, v in vb.items()}
-                result = None if missing else _compare(table, a, b, POOLED, pooled_a, pooled_b, n_permutations)
-                note = f"not pooled: no per-query values on {', '.join(missing)}" if missing else ""
-                lines.append(ContrastLine(a, b, POOLED, budget, min((n for n, _ in seeds), default=0),
-                                          min((n for _, n in seeds), default=0), result, note))
+        mine = [x for budget in [FULL, *_budgets((table.row(a), table.row(b)), table.measure)]
+                for x in _contrast_lines(table, a, b, budget, n_permutations)]
+        for x in mine:
+            x.primary = (a, b) == table.primary
+        head = _headline(mine, len(table.datasets))
+        heads += [head] if head is not None else []
+        lines += mine
+    _adjust(heads)
+    footer = _contrast_footer(table, len(heads), n_permutations, any(x.budget != FULL for x in lines))
+    return Contrasts(f"contrasts: {table.title}", table.measure, lines, footer)
+
+
+def _contrast_footer(table: Table, n_heads: int, n_permutations: int, budgets: bool) -> list[str]:
     footer = [
-        f"per-query {table.measure} of a row: the mean over its seeds; queries paired by id (both rows must have "
-        "evaluated the same queries)",
-        f"Δ = mean(A) − mean(B); 95% CI: paired t interval of the mean difference; p (randomization): two-sided "
-        f"paired sign-flip test, {n_permutations:,} random sign vectors, seed {stats.SEED}, p = (1 + #as extreme) / "
-        f"(1 + {n_permutations:,}); p (t): two-sided paired t-test (scipy.stats.ttest_rel)",
+        f"query level — per-query {table.measure} of a row: the mean over its seeds; queries paired by id (both rows "
+        "must have evaluated the same queries); the models are taken as fixed, so these p-values cover the sampling "
+        "of queries, not the variation between training runs",
+        f"Δ = mean(A) − mean(B); 95% CI: paired t interval of the mean difference; p query (sign-flip): two-sided "
+        f"paired sign-flip test over queries, {n_permutations:,} random sign vectors, seed {stats.SEED}, p = (1 + #as "
+        f"extreme) / (1 + {n_permutations:,}); p query (t): two-sided paired t-test (scipy.stats.ttest_rel)",
+        f"seed level — seed i of A matched with seed i of B (matched: how many); Δ seeds: per matched seed the mean "
+        f"over collections of the per-collection mean difference (the avg column's difference), averaged over seeds; "
+        f"p seed (sign-flip): two-sided, the sign of each seed's whole difference flipped, every pattern enumerated up "
+        f"to {stats.MAX_EXACT_SEEDS} seeds (n seeds cannot give p < 2/2^n: 3 seeds 0.25), sampled beyond "
+        f"({n_permutations:,} patterns)",
+        f"p seed Holm: Holm's adjustment over the table's {n_heads} contrasts, on each contrast's headline line "
+        f"({POOLED if len(table.datasets) > 1 else 'its collection'}, {FULL}); reading: \"confirmed\" only where it "
+        f"is below {stats.ALPHA}",
     ]
+    if table.primary is not None:
+        footer.append(f"(primary): the contrast the experiment config declares primary (report.primary: "
+                      f"{table.primary[0]} − {table.primary[1]}), decided before the runs; adjusted with the others")
     if len(table.datasets) > 1:
-        footer.append(f"{POOLED}: the queries of every collection as one sample, each query weighing the same (a "
-                      "query-weighted Δ, not the avg column's mean of collection means)")
-    if any(x.budget != FULL for x in lines):
+        footer.append(f"{POOLED}: query level, the queries of every collection as one sample, each query weighing the "
+                      "same (a query-weighted Δ); seed level, stratified by collection (Δ seeds is the avg column's)")
+    if budgets:
         footer.append("budget qK-dK: every query (doc) pruned to its K largest weights after encoding, then searched "
                       f"again (eval.budgets); {FULL}: each run's own sparsity")
     footer += [f"not computed: {p}" for p in table.problems]
-    return Contrasts(f"contrasts: {table.title}", table.measure, lines, footer)
+    return footer
 
 
 def _compare(table: Table, a: str, b: str, dataset: str, va: dict[str, float], vb: dict[str, float],
@@ -706,20 +846,33 @@ def _signed(x: float) -> str:
     return "" if x != x else f"{x:+.4f}".replace("-", "−")
 
 
+def _seed_texts(line: ContrastLine) -> list[str]:
+    """matched seeds, Δ seeds, p seed, p seed Holm, reading."""
+    r = line.seed
+    if r is None:
+        return ["", "", "", "", line.reading]
+    holm = "" if line.p_seed_holm is None else _p(line.p_seed_holm)
+    return [str(r.n), _signed(r.delta), _p(r.p) + ("" if r.exact else " (sampled)"), holm, line.reading]
+
+
 def _contrast_texts(line: ContrastLine) -> list[str]:
     r = line.result
-    head = [f"{line.a} − {line.b}", line.dataset, line.budget]
+    head = [f"{line.a} − {line.b}" + (" (primary)" if line.primary else ""), line.dataset, line.budget]
     if r is None:
-        return [*head, "", f"{line.seeds_a}/{line.seeds_b}", "", "", "", "", "", "", line.note]
+        return [*head, "", f"{line.seeds_a}/{line.seeds_b}", "", "", "", "", "", "", *_seed_texts(line), line.note]
     ci = f"[{_signed(r.ci_low)}, {_signed(r.ci_high)}]" if r.ci_low == r.ci_low else ""
     return [*head, str(r.n), f"{line.seeds_a}/{line.seeds_b}", f"{r.mean_a:.4f}", f"{r.mean_b:.4f}",
-            _signed(r.delta), ci, _p(r.p_randomization), _p(r.p_t), line.note]
+            _signed(r.delta), ci, _p(r.p_randomization), _p(r.p_t), *_seed_texts(line), line.note]
+
+
+CONTRAST_HEADERS = ("A − B", "set", "budget", "queries", "seeds A/B", "A {m}", "B {m}", "Δ", "95% CI",
+                    "p query (sign-flip)", "p query (t)", "matched seeds", "Δ seeds", "p seed (sign-flip)",
+                    "p seed Holm", "reading", "note")
 
 
 def contrasts_markdown(contrasts: Contrasts) -> str:
-    headers = ["A − B", "set", "budget", "queries", "seeds A/B", f"A {contrasts.measure}", f"B {contrasts.measure}",
-               "Δ", "95% CI", "p (randomization)", "p (t)", "note"]
-    rule = "|" + "|".join(["---"] * 3 + ["---:"] * (len(headers) - 4) + ["---"]) + "|"
+    headers = [h.format(m=contrasts.measure) for h in CONTRAST_HEADERS]
+    rule = "|" + "|".join(["---"] * 3 + ["---:"] * (len(headers) - 6) + ["---"] * 3) + "|"
     lines = [f"### {contrasts.title}", "", _md_line(headers), rule]
     lines += [_md_line(_contrast_texts(x)) for x in contrasts.lines]
     return "\n".join([*lines, "", *(f"{f}." for f in contrasts.footer)]) + "\n"
@@ -730,10 +883,16 @@ def contrasts_csv(contrasts: Contrasts) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     fields = ("n", "mean_a", "mean_b", "delta", "ci_low", "ci_high", "p_randomization", "p_t")
-    writer.writerow(["a", "b", "set", "budget", "seeds_a", "seeds_b", "measure", *fields, "note"])
+    seed_fields = ("matched_seeds", "delta_seeds", "p_seed", "p_seed_exact")
+    writer.writerow(["a", "b", "set", "budget", "seeds_a", "seeds_b", "measure", *fields, *seed_fields,
+                     "p_seed_holm", "primary", "reading", "note"])
     for x in contrasts.lines:
         numbers = ["" if x.result is None else repr(getattr(x.result, f)) for f in fields]
-        writer.writerow([x.a, x.b, x.dataset, x.budget, x.seeds_a, x.seeds_b, contrasts.measure, *numbers, x.note])
+        s = x.seed
+        seeds = ["", "", "", ""] if s is None else [s.n, repr(s.delta), repr(s.p), s.exact]
+        holm = "" if x.p_seed_holm is None else repr(x.p_seed_holm)
+        writer.writerow([x.a, x.b, x.dataset, x.budget, x.seeds_a, x.seeds_b, contrasts.measure, *numbers, *seeds,
+                         holm, x.primary, x.reading, x.note])
     return out.getvalue()
 
 

@@ -1,9 +1,19 @@
-"""Paired significance over queries: two systems' per-query scores on the same queries, compared query by query.
+"""Paired significance for the contrasts of a table (e.g. VT vs lowercase), at two levels.
 
-Used by `vtlab.report` for the contrasts of a table (e.g. VT vs lowercase). Two tests, as in IR evaluation practice:
-the paired randomization (sign-flip) test — under H0 the two systems are exchangeable per query, so each per-query
-difference is equally likely to have either sign — and the paired t-test (scipy.stats.ttest_rel), with the 95% CI
-of the mean difference from the same t distribution. Both two-sided.
+Query level (`compare`): two systems' per-query scores on the same queries, compared query by query — the paired
+randomization (sign-flip) test (under H0 the two systems are exchangeable per query, so each per-query difference is
+equally likely to have either sign) and the paired t-test (scipy.stats.ttest_rel), with the 95% CI of the mean
+difference from the same t distribution. Both two-sided. With a row's seeds averaged first, this treats the trained
+models as fixed: its p-value covers the sampling of queries, not the variation of training runs, so a difference
+between two runs of one method that happen to differ is "significant".
+
+Seed level (`compare_seeds`): the unit is a training run. Seed i of arm A is matched with seed i of arm B; under H0
+(the method does not matter) the two runs of a matched seed are exchangeable, so the sign of the seed's whole
+difference — every query of every set at once — is equally likely to be + or −. The statistic is the table's
+average-column difference: per seed, the mean over sets of the per-set mean difference over queries (stratified by
+set), then the mean over seeds. Its null distribution is every sign pattern over the matched seeds (enumerated up to
+2^16, sampled beyond), so n seeds cannot give a p-value below 2 / 2^n (3 seeds: 0.25). `holm` adjusts a table's
+seed-level p-values for the number of contrasts it claims.
 """
 from __future__ import annotations
 
@@ -20,6 +30,8 @@ N_PERMUTATIONS = 10_000  # Monte Carlo sign flips; the p-value's standard error 
 SEED = 0  # fixed: the same inputs give the same p-value on every rerun of a report
 CONFIDENCE = 0.95
 _CHUNK_ELEMENTS = 1 << 22  # signs per matrix product (32 MiB as float64), whatever the number of queries
+MAX_EXACT_SEEDS = 16  # up to 2^16 sign patterns over seeds are enumerated; more seeds are sampled
+ALPHA = 0.05
 
 
 class StatsError(VtlabError):
@@ -115,3 +127,85 @@ def compare(a: Mapping[str, float], b: Mapping[str, float], n_permutations: int 
     return PairedComparison(n=x.size, mean_a=float(x.mean()), mean_b=float(y.mean()), delta=float((x - y).mean()),
                             ci_low=low, ci_high=high, p_randomization=randomization_test(x, y, n_permutations, seed),
                             p_t=p_t)
+
+
+# ---------------------------------------------------------------------------------------------------- seed level
+
+PerSeed = Mapping[str, Mapping[str, Mapping[str, float]]]  # {seed: {set: {query id: value}}}
+
+
+def seed_differences(a: PerSeed, b: PerSeed, what: str = "the two systems") -> tuple[list[str], np.ndarray]:
+    """(the seeds both arms have, per such seed the mean over sets of the per-set mean difference A − B over paired
+    queries): one number per training-run pair, the avg column's difference for that seed."""
+    seeds = sorted(set(a) & set(b), key=lambda s: (len(s), s))  # "2" before "10"
+    if not seeds:
+        raise StatsError(f"{what}: no seed in common (A: {sorted(a)}, B: {sorted(b)})")
+    sets = sorted(a[seeds[0]])
+    per_seed = []
+    for s in seeds:
+        if sorted(a[s]) != sets or sorted(b[s]) != sets:
+            raise StatsError(f"{what}: seed {s} has other sets than seed {seeds[0]} ({sets})")
+        diffs = [np.mean(np.subtract(*paired_arrays(a[s][k], b[s][k], f"{what} on {k}, seed {s}")[1:]))
+                 for k in sets]
+        per_seed.append(float(np.mean(diffs)))
+    return seeds, np.array(per_seed)
+
+
+def seed_sign_flip_test(per_seed: np.ndarray, n_permutations: int = N_PERMUTATIONS, seed: int = SEED
+                        ) -> tuple[float, bool]:
+    """(two-sided p-value of mean(per_seed) = 0 under sign flips of whole seeds, whether every pattern was listed).
+
+    scipy.stats.permutation_test with one sample flips signs; it enumerates all 2^n patterns when n_resamples ≥ 2^n
+    (exact p = #{|T*| ≥ |T|} / 2^n) and otherwise samples with p = (1 + #as extreme) / (1 + n_resamples)."""
+    per_seed = np.asarray(per_seed, dtype=np.float64)
+    if per_seed.ndim != 1 or per_seed.size == 0:
+        raise StatsError(f"seed-level test: expected a 1-d array of per-seed differences, got shape {per_seed.shape}")
+    if not np.any(per_seed):
+        return 1.0, True  # no difference on any seed: every pattern is as extreme (scipy would compare 0 with 0)
+    exact = per_seed.size <= MAX_EXACT_SEEDS
+    result = scipy_stats.permutation_test(
+        (per_seed,), np.mean, permutation_type="samples", vectorized=True, alternative="two-sided",
+        n_resamples=2 ** per_seed.size if exact else n_permutations, rng=np.random.default_rng(seed))
+    return float(result.pvalue), exact
+
+
+@dataclass(frozen=True)
+class SeedComparison:
+    """Arm A against arm B over matched seeds; delta = mean over seeds of the per-seed avg-column difference."""
+
+    seeds: tuple[str, ...]
+    per_seed: tuple[float, ...]
+    delta: float
+    p: float
+    exact: bool
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def min_p(self) -> float:
+        """The smallest p-value n seeds can give (the observed pattern and its mirror are always as extreme)."""
+        return min(1.0, 2.0 ** (1 - self.n))
+
+
+def compare_seeds(a: PerSeed, b: PerSeed, n_permutations: int = N_PERMUTATIONS, seed: int = SEED,
+                  what: str = "the two systems") -> SeedComparison:
+    """The seed-level test for per-seed, per-set, per-query values {seed: {set: {query id: value}}} of two arms."""
+    seeds, per_seed = seed_differences(a, b, what)
+    p, exact = seed_sign_flip_test(per_seed, n_permutations, seed)
+    return SeedComparison(tuple(seeds), tuple(float(x) for x in per_seed), float(per_seed.mean()), p, exact)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values, in input order: the i-th smallest becomes
+    max over j ≤ i of min(1, (m − j + 1) · p_(j)). A NaN (a contrast that could not be tested) stays NaN and still
+    counts in m, so an untestable claim never makes the others easier to pass."""
+    p = np.asarray(pvalues, dtype=np.float64)
+    m = p.size
+    order = np.argsort(np.where(np.isnan(p), np.inf, p), kind="stable")
+    scaled = np.minimum(1.0, (m - np.arange(m)) * np.nan_to_num(p[order], nan=1.0))
+    adjusted = np.empty(m)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    adjusted[np.isnan(p)] = np.nan
+    return adjusted.tolist()
