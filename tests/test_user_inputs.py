@@ -130,7 +130,9 @@ def test_dev_questions_that_are_training_questions_are_refused(tmp_path):
     dev = _beir(tmp_path / "d", {"q0": "What is it?", "q1": "new one"}, split="dev")
     train = _triplets(tmp_path / "t.jsonl", ["what  is it?", "other"])  # the same question up to case and spacing
     dm = instantiate(compose_cfg(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"]).data)
-    with pytest.raises(DataError, match=r"d: 1 of 2 dev questions are training questions \(e\.g\. 'q0'"):
+    with pytest.raises(DataError, match=rf"^data\.dev_path={re.escape(str(dev))} vs data\.train\.path="
+                                        rf"{re.escape(str(train))}: 1 of 2 dev questions are training questions "
+                                        r"\(e\.g\. 'q0' of d: "):
         dm.setup("fit")
 
 
@@ -161,5 +163,5 @@ def test_the_quickstart_evaluates_on_passages_it_never_trained_on():
     trained = {normalize(t) for ex in dm.train_examples for t in (ex.positive, *ex.negatives)}
     dev = {normalize(t) for t in dm.dev_collection.corpus.values()}
     vocab_texts = {normalize(t) for t in instantiate(cfg.vocab).corpus()}
-    assert ev.name == "boolq-clean" and len(evaluated) == 2217
+    assert ev.name == "boolq-clean" and len(evaluated) == 2109  # 2,217 less 108 near-copies (vtlab.data.clean)
     assert not evaluated & trained and not evaluated & dev and not evaluated & vocab_texts

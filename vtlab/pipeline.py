@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from vtlab.errors import config_key, one_line, user_error
 from vtlab.runs.checks import check_config
 from vtlab.runs.directory import prepare_run_dir, run_dir_lock
+from vtlab.runs.preflight import preflight
 from vtlab.runs.reuse import reuse
 from vtlab.runs.status import exit_code
 from vtlab.tracking import finish_runs
@@ -43,6 +44,7 @@ def run(cfg: DictConfig, on_start: Callable[[], None] | None = None) -> dict[str
 def _run_stages(cfg: DictConfig, on_start: Callable[[], None] | None) -> dict[str, Any]:
     state: dict[str, Any] = {}
     check_config(cfg)  # values of the wrong kind or range, named by key, before any directory or model is touched
+    preflight(cfg)  # the eval data, the input files and a resume's inputs, checked before the model loads or trains
     with run_dir_lock(Path(str(cfg.paths.run_dir))):
         resume_from = prepare_run_dir(cfg)
         if resume_from is not None:

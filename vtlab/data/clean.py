@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,14 +30,8 @@ from vtlab.data.collections import Collection
 from vtlab.data.examples import TripletExample
 from vtlab.data.near_duplicates import (PASSAGE_N, QUESTION_THRESHOLD, THRESHOLD, near_duplicate_pairs,
                                         similar_question_pairs)
+from vtlab.data.overlap import normalize  # the form passages are compared in (case-folded, whitespace collapsed)
 from vtlab.errors import DataError
-
-_SPACE = re.compile(r"\s+")
-
-
-def normalize(text: str) -> str:
-    """The form passages are compared in: case-folded, runs of whitespace as one space, stripped."""
-    return _SPACE.sub(" ", text).strip().casefold()
 
 
 def _normalized(texts: Iterable[str]) -> frozenset[str]:
@@ -169,7 +162,9 @@ def boolq_clean_collection(
         raise DataError(f"boolq_clean_collection: split={split!r} is not one of 'validation', 'dev'")
     key = (f"boolq-clean-{split}-q{max_queries}-d{max_docs}-s{seed}" + (f"-dev{dev_size}" if split == "dev" else "")
            + f"-{VERSION}")
-    return cached_collection(key, build, "boolq-clean" if split == "validation" else "boolq-clean-dev")
+    source = {"split": split, "max_queries": max_queries, "max_docs": max_docs, "seed": seed,
+              **({"dev_size": dev_size} if split == "dev" else {})}
+    return cached_collection(key, build, "boolq-clean" if split == "validation" else "boolq-clean-dev", source)
 
 
 def boolq_clean_triplets(
@@ -188,7 +183,8 @@ def boolq_clean_triplets(
         pool = [p for _, _, p in clean if normalize(p) not in dev_passages]
         return mine_triplets(pairs, pool, num_negatives)
 
-    return cached_triplets(f"boolq-clean-n{num_negatives}-dev{dev_size}-s{seed}-m{max_examples}", build)
+    source = {"num_negatives": num_negatives, "dev_size": dev_size, "seed": seed, "max_examples": max_examples}
+    return cached_triplets(f"boolq-clean-n{num_negatives}-dev{dev_size}-s{seed}-m{max_examples}", build, source)
 
 
 def clean_mlm_corpus(max_docs: int | None = None, dev_size: int = 300, dev_seed: int = 0) -> tuple[str, ...]:

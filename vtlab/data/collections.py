@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -12,12 +13,15 @@ class Collection:
     queries: query_id -> text (only queries that have at least one judged document)
     qrels: query_id -> {doc_id: relevance grade (int)}; a grade > 0 is relevant. Only a query with a relevant document
         is measured (`judged_queries`): one whose documents are all graded 0 can score nothing but 0.
+    source: the settings it was built from ({"path": ..., "split": ...} for a BEIR directory, {"dev_size": ...,
+        "seed": ...} for a BoolQ dev split), named by errors about it (vtlab.data.overlap); empty when unknown.
     """
 
     name: str
     corpus: dict[str, str]
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def judged_queries(qrels: dict[str, dict[str, int]]) -> list[str]:
@@ -36,7 +40,7 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable, Iterator  # noqa: E402
+from typing import Callable, Iterator  # noqa: E402
 
 from vtlab.atomic import atomic_write_text  # noqa: E402
 from vtlab.data.text_files import iter_lines  # noqa: E402
@@ -172,7 +176,7 @@ def load_beir(path: str, split: str = "test") -> Collection:
         # BEIR keeps one queries.jsonl for all splits: queries judged only in another split are expected here
         log.info("%s: %d of %d queries have no judgments in %s and are left out", root.name,
                  len(all_queries) - len(queries), len(all_queries), qrels_path.name)
-    return Collection(name=root.name, corpus=corpus, queries=queries, qrels=qrels)
+    return Collection(name=root.name, corpus=corpus, queries=queries, qrels=qrels, source={"path": path, "split": split})
 
 
 def save_beir(collection: Collection, path: str | os.PathLike[str], split: str = "test") -> Path:
@@ -246,6 +250,11 @@ def load_mteb(name: str, split: str = "test") -> Collection:
     queries = _hf_load(repo, "queries", "queries")
     qrels = _hf_load(repo, "default", split)
     return _from_hf(name, corpus, queries, qrels)
+
+
+# The loaders that read the Hugging Face hub: what they load may be gigabytes to download, so a preflight does not
+# load them ahead of the run (vtlab.runs.preflight); their errors come when the collection is used.
+HUB_LOADERS: frozenset[Callable[..., Collection]] = frozenset({load_hf_beir, load_mteb})
 
 
 def subsampled(load: Any, max_docs: int | None = None, max_queries: int | None = None, seed: int = 0) -> Collection:

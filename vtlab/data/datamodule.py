@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vtlab.data.collections import Collection, load_beir
 from vtlab.data.examples import TripletExample
+from vtlab.data.overlap import check_disjoint, split_labels
 from vtlab.errors import ConfigError, DataError, VtlabError
 
 log = logging.getLogger("vtlab")
@@ -42,20 +43,6 @@ def _beir_dev(path: str, split: str) -> Callable[[], Collection]:
         raise ConfigError(f"data.dev_path={path!r}: no such directory (expected a BEIR directory: corpus.jsonl, "
                           f"queries.jsonl, qrels/{split}.tsv)")
     return functools.partial(load_beir, str(Path(path).expanduser()), split=split)
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.lower().split())
-
-
-def _check_disjoint(dev: Collection, train: Sequence[TripletExample]) -> None:
-    """Checkpoints chosen on dev questions the model trained on would be chosen on training loss: refuse them."""
-    seen = {_norm(ex.query) for ex in train}
-    shared = [qid for qid, q in dev.queries.items() if _norm(q) in seen]
-    if shared:
-        raise DataError(f"{dev.name}: {len(shared)} of {len(dev.queries)} dev questions are training questions (e.g. "
-                        f"{shared[0]!r}: {dev.queries[shared[0]][:60]!r}); a dev set must hold questions training "
-                        "never saw")
 
 
 class EpochSampler(Sampler[tuple[int, int]]):
@@ -164,6 +151,8 @@ class TripletDataModule(pl.LightningDataModule):
     "teacher_scores": [B,1+n] (only when the examples carry scores)}; docs rows b*(1+n) .. b*(1+n)+n are
     query b's positive then its n negatives.
     val: [queries_loader, docs_loader], batches {"ids": list[str], "input_ids", "attention_mask"}.
+    setup() refuses a dev set that shares a question with the training examples, or a relevant passage with their
+    positives (vtlab.data.overlap: what is refused, what is warned).
     """
 
     def __init__(
@@ -188,6 +177,7 @@ class TripletDataModule(pl.LightningDataModule):
                                 ("doc_max_length", doc_max_length, 3), ("num_workers", num_workers, 0)):
             _check_int(f"data.{key}", value, low)
         self._train_src, self._dev_src = train, dev
+        self._dev_path = str(dev_path) if dev_path else None
         if dev_path:  # the scalar way to give your own dev set; it replaces any `dev` node of the data config
             self._dev_src = _beir_dev(str(dev_path), str(dev_split))
         self.tokenizer = tokenizer
@@ -197,6 +187,7 @@ class TripletDataModule(pl.LightningDataModule):
         self.num_workers, self.seed = int(num_workers), int(seed)
         self.preprocess = preprocess
         self.train_examples: list[TripletExample] | None = None
+        self._train_source: dict[str, Any] = {}  # the settings the examples were built from (Triplets.source)
         self.dev_collection: Collection | None = None
         self.has_teacher_scores = False
         self._epoch = 0
@@ -228,7 +219,8 @@ class TripletDataModule(pl.LightningDataModule):
                 raise DataError(f"{_source_name(self._dev_src)}: dev must be a Collection, got {type(dev).__name__}")
             if not dev.queries or not dev.corpus:
                 raise DataError(f"{dev.name}: dev collection has {len(dev.queries)} queries and {len(dev.corpus)} docs")
-            _check_disjoint(dev, self.train_examples)
+            # before any training step: a dev set that overlaps training would choose checkpoints on memorisation
+            check_disjoint(dev, self.train_examples, *split_labels(dev.source, self._train_source, self._dev_path))
             self.dev_collection = dev
             log.info("dev set %s: %d queries over %d documents (checkpoint selection)", dev.name, len(dev.queries),
                      len(dev.corpus))
@@ -237,6 +229,7 @@ class TripletDataModule(pl.LightningDataModule):
         src = self._train_src
         name = _source_name(src)
         examples = src() if callable(src) else src
+        self._train_source = dict(getattr(examples, "source", None) or {})
         examples = list(examples) if examples is not None else []
         if not examples:
             raise DataError(f"{name}: the training set is empty")

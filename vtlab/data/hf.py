@@ -117,6 +117,13 @@ class CEPoolExample(TripletExample):
 
     other_positives: list[int] = field(default_factory=list)
 
+    def positive_texts(self) -> list[str]:
+        return [self.positive, *(self.negatives[j] for j in self.other_positives)]
+
+    def negative_texts(self) -> list[str]:
+        others = set(self.other_positives)
+        return [t for j, t in enumerate(self.negatives) if j not in others]
+
     def draw(self, num_negatives: int, rng: np.random.Generator) -> tuple[list[str], list[float] | None]:
         pool = [self.positive, *self.negatives]
         k = int(rng.integers(1 + len(self.other_positives)))

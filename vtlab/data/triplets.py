@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from vtlab.atomic import atomic_write_text
-from vtlab.data.examples import TripletExample
+from vtlab.data.examples import TripletExample, Triplets
 from vtlab.errors import DataError
 
 log = logging.getLogger("vtlab")
@@ -133,7 +133,7 @@ def _json_lines(path: str, what: str) -> list[tuple[str, Any]]:
     return out
 
 
-def read_jsonl_triplets(path: str, require_scores: bool = False, scores_path: str | None = None) -> list[TripletExample]:
+def read_jsonl_triplets(path: str, require_scores: bool = False, scores_path: str | None = None) -> Triplets:
     """Read and validate a triplet JSONL file (blank lines are skipped).
 
     scores_path: teacher scores in a file of their own, one JSON list per line ([positive] + negatives), aligned line
@@ -146,7 +146,7 @@ def read_jsonl_triplets(path: str, require_scores: bool = False, scores_path: st
     if scores_path is None:
         out = [parse_triplet(obj, where, require_scores=require_scores) for where, obj in lines]
         log.info("read %d training triplets from %s", len(out), path)
-        return out
+        return Triplets(out, source={"path": path})
     score_lines = _json_lines(scores_path, "teacher-score file")
     if len(score_lines) != len(lines):
         raise DataError(f"{scores_path}: {len(score_lines)} score lines for {len(lines)} triplets in {path} "
@@ -159,7 +159,7 @@ def read_jsonl_triplets(path: str, require_scores: bool = False, scores_path: st
         ex.scores = check_scores(scores, len(ex.negatives), f"{s_where} (scores of {where})", field=None)
         out.append(ex)
     log.info("read %d training triplets from %s, teacher scores from %s", len(out), path, scores_path)
-    return out
+    return Triplets(out, source={"path": path, "scores_path": scores_path})
 
 
 def triplet_to_dict(ex: TripletExample) -> dict[str, Any]:
