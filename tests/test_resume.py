@@ -454,3 +454,78 @@ def test_resume_refuses_a_changed_config_unless_asked(tmp_path: Path) -> None:
     asked = _cfg(tmp_path / "a", "model.optimizer.lr=1e-3", "data.batch_size=7", "resume_with_changes=true")
     assert resume_configs(asked, ckpt) == [run_config(first), run_config(asked)]  # both recorded from now on
     assert run_config(asked)["model"]["optimizer"]["lr"] == 1e-3
+
+
+# ---- a refused resume changes nothing in the interrupted run's directory ---------------------------------------
+_FIRST = ["backbone=splade-tiny", "vocab=native", "apc=off", "logger=none"]
+
+
+def _interrupted_run(run_dir: Path) -> dict[str, tuple[bytes, int]]:
+    """An interrupted run's directory: its checkpoint (recording the config of _FIRST), Hydra's record, status.json
+    and log; returns every file's bytes and mtime."""
+    from vtlab.callbacks.resume_state import run_config
+
+    (run_dir / "checkpoints").mkdir(parents=True)
+    _checkpoint_recording(run_dir / LAST_CKPT, [run_config(compose_cfg(_FIRST))])
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "config.yaml").write_text("seed: 0\nrecorded: by the interrupted run\n")
+    (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in _FIRST))
+    (run_dir / "status.json").write_text('{"status": "interrupted", "signal": "SIGKILL"}\n')
+    (run_dir / "__main__.log").write_text("the interrupted run's log\n")
+    return _files(run_dir)
+
+
+def _files(root: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_a_refused_resume_is_refused_before_on_start_writes_anything(tmp_path: Path) -> None:
+    from vtlab.errors import RunDirError
+    from vtlab.pipeline import run
+
+    before = _interrupted_run(tmp_path)
+    started = []
+    with pytest.raises(RunDirError, match="cannot resume: the config differs from the interrupted run's"):
+        run(_cfg(tmp_path, *_FIRST, "model.optimizer.lr=0.001"), on_start=lambda: started.append(True))
+    assert started == [] and _files(tmp_path) == before  # status.json is written by on_start: never reached
+
+
+def test_a_refused_resume_through_the_cli_leaves_the_record_and_status_byte_identical(tmp_path: Path) -> None:
+    """RunDirGuard checks the resume before Hydra rewrites `.hydra/` (what export and reuse read back) and before
+    status.json: a refused `python -m vtlab` changes no byte (and no mtime) of the interrupted run."""
+    before = _interrupted_run(tmp_path)
+    first_lr = compose_cfg(_FIRST).model.optimizer.lr
+    res = subprocess.run([sys.executable, "-m", "vtlab", *_FIRST, "model.optimizer.lr=0.001",
+                          f"hydra.run.dir={tmp_path}"], cwd=ROOT, env=_ENV, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert res.stderr.strip().splitlines() == [
+        f"vtlab: error: {tmp_path / LAST_CKPT}: cannot resume: the config differs from the interrupted run's "
+        f"(model.optimizer.lr: {first_lr!r} -> 0.001); rerun with its settings, pass resume_with_changes=true to "
+        "continue with these (both are recorded in the checkpoint), or overwrite=true to start over"]
+    assert _files(tmp_path) == before
+
+
+def test_a_resume_refused_for_changed_inputs_through_the_cli_changes_nothing(tmp_path: Path) -> None:
+    """The same config, but the training file changed since the interrupted run recorded it (.hydra/inputs.json):
+    refused by RunDirGuard's second resume check (vtlab.runs.inputs) before Hydra rewrites anything there."""
+    from vtlab.callbacks.resume_state import run_config
+    from vtlab.runs.inputs import fingerprints, record
+
+    train = tmp_path / "train.jsonl"
+    train.write_text(json.dumps({"query": "q", "positive": "p", "negatives": ["n"]}) + "\n")
+    first = [*_FIRST, "data=jsonl", f"data.train.path={train}"]
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    _checkpoint_recording(run_dir / LAST_CKPT, [run_config(compose_cfg(first))])
+    record(run_dir, fingerprints(compose_cfg(first)))  # writes .hydra/inputs.json
+    (run_dir / ".hydra" / "config.yaml").write_text("recorded: by the interrupted run\n")
+    (run_dir / "status.json").write_text('{"status": "interrupted"}\n')
+    before = _files(run_dir)
+    train.write_text(json.dumps({"query": "q2", "positive": "p2", "negatives": ["n2"]}) + "\n")
+    res = subprocess.run([sys.executable, "-m", "vtlab", *first, f"hydra.run.dir={run_dir}"], cwd=ROOT, env=_ENV,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 2, res.stderr[-3000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"vtlab: error: {train} (data.train.path) changed"), lines
+    assert _files(run_dir) == before

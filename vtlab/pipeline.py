@@ -15,9 +15,10 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from vtlab.callbacks.resume_state import resume_configs
 from vtlab.errors import config_key, one_line, user_error
 from vtlab.runs.checks import check_config
-from vtlab.runs.directory import prepare_run_dir, run_dir_lock
+from vtlab.runs.directory import check_run_dir, held_from_start, prepare_run_dir, run_dir_lock, trains
 from vtlab.runs.preflight import preflight
 from vtlab.runs.reuse import reuse
 from vtlab.runs.status import exit_code
@@ -44,8 +45,11 @@ def run(cfg: DictConfig, on_start: Callable[[], None] | None = None) -> dict[str
 def _run_stages(cfg: DictConfig, on_start: Callable[[], None] | None) -> dict[str, Any]:
     state: dict[str, Any] = {}
     check_config(cfg)  # values of the wrong kind or range, named by key, before any directory or model is touched
+    run_dir = Path(str(cfg.paths.run_dir))
+    _refuse_a_changed_resume(cfg, run_dir)  # before anything reads or records the run's inputs
     preflight(cfg)  # the eval data, the input files and a resume's inputs, checked before the model loads or trains
-    with run_dir_lock(Path(str(cfg.paths.run_dir))):
+    # RunDirGuard took the lock before Hydra wrote there (single runs); a sweep's job or an in-process run takes it here
+    with run_dir_lock(run_dir):
         resume_from = prepare_run_dir(cfg)
         if resume_from is not None:
             state["resume_from"] = str(resume_from)
@@ -56,6 +60,18 @@ def _run_stages(cfg: DictConfig, on_start: Callable[[], None] | None) -> dict[st
         for step in instantiate(cfg.stage.steps):
             state = step(cfg, state)
         return state
+
+
+def _refuse_a_changed_resume(cfg: DictConfig, run_dir: Path) -> None:
+    """RunDirError if the run would resume an interrupted run whose recorded config differs (fine-tuning checks it
+    again): here, so a refused resume writes nothing (status.json, inputs) into that run. RunDirGuard has checked it
+    already for a single run, before Hydra wrote `.hydra/`; a sweep's job or an in-process run is checked here."""
+    if not trains(cfg) or held_from_start(run_dir):
+        return
+    with run_dir_lock(run_dir):
+        resume_from, _ = check_run_dir(run_dir, cfg.get("resume", "auto"), cfg.get("overwrite", False))
+        if resume_from is not None:
+            resume_configs(cfg, str(resume_from))
 
 
 def run_or_exit(cfg: DictConfig, on_start: Callable[[], None] | None = None) -> dict[str, Any]:

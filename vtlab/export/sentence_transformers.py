@@ -33,11 +33,13 @@ from vtlab.atomic import replace_dir, scratch_dir
 from vtlab.errors import VtlabError
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.models.inference_free import InferenceFreeEncoder
+from vtlab.runs.paths import EXPORT_MANIFEST, check_export_target
 from vtlab.vocab import targets
 
 log = logging.getLogger("vtlab")
 
-MANIFEST = "vtlab_export.json"  # written beside the modules: what was exported, for people (ST ignores it)
+MANIFEST = EXPORT_MANIFEST  # written beside the modules: what was exported, for people (ST ignores it); it also
+# marks the directory as an export, the only kind export.overwrite=true replaces (vtlab.runs.paths)
 
 
 def _sentence_transformers() -> Any:
@@ -166,14 +168,10 @@ def describe(encoder: SpladeEncoder) -> dict[str, Any]:
 
 
 def check_target(out: Path, overwrite: bool, key: str) -> bool:
-    """Whether `out` holds something to replace; an error if that is not allowed."""
-    if out.exists() and not out.is_dir():
-        raise VtlabError(f"{key}={out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise VtlabError(f"{key}={out}: exists and is not empty (set export.overwrite=true to replace it)")
-        return True
-    return False
+    """Whether `out` holds something to replace; an error if that is not allowed: a file, a non-empty directory
+    without overwrite, or with overwrite anything but an earlier export (its MANIFEST) or an empty directory, so that
+    overwrite=true never deletes a folder of runs or data (vtlab.runs.paths.check_export_target)."""
+    return check_export_target(out, overwrite, key)
 
 
 def export_sentence_transformers(encoder: SpladeEncoder, out: str | Path, overwrite: bool = False,

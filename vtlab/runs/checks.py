@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError
 
 from vtlab.errors import ConfigError
+from vtlab.runs.paths import check_paths
 
 # pytorch_lightning.Trainer(precision=...): lightning_fabric's _PRECISION_INPUT (tests/test_bad_inputs_2.py keeps them
 # equal), the usual ones first.
@@ -190,9 +191,11 @@ def values(cfg: DictConfig, key: str) -> Iterator[tuple[str, Any]]:
 
 
 def check_config(cfg: DictConfig, checks: dict[str, Rule] = CHECKS) -> None:
-    """ConfigError for the first value in `cfg` that its rule in `checks` refuses."""
+    """ConfigError for the first value in `cfg` that its rule in `checks` refuses, then for a name or an output path
+    that would leave its root or replace an input (vtlab.runs.paths)."""
     for key, rule in checks.items():
         for full, value in values(cfg, key):
             if not rule.accepts(value):
                 shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
                 raise ConfigError(f"{full}={shown!r}: expected {rule.expected}", key=full)
+    check_paths(cfg)

@@ -1,5 +1,12 @@
 """The run directory: an earlier run's results are never overwritten, an interrupted run (its `checkpoints/last.ckpt`
-but no results) is resumed from its last checkpoint, and two processes never share one directory (an flock)."""
+but no results) is resumed from its last checkpoint, and two processes never share one directory (an flock).
+
+A single run (`python -m vtlab ...`) takes the lock in RunDirGuard.on_run_start, before Hydra creates the directory's
+`.hydra/` and job log, and holds it until the process ends; every check that can refuse the run (paths, in use,
+finished, a resume whose config changed) runs there too, so a refused run changes nothing in the directory.
+Limit: a sweep's job directories are made and written by Hydra (`.hydra/`, job log) before any callback sees the job
+(on_job_start comes after), so a reused job directory is locked and checked by the pipeline only: its earlier
+results and status.json are kept, Hydra's record of the earlier job is not."""
 from __future__ import annotations
 
 import contextlib
@@ -8,14 +15,15 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, read_write
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from vtlab.errors import ConfigError, RunDirError, VtlabError, one_line
+from vtlab.runs.paths import check_paths
 
 log = logging.getLogger("vtlab")
 
@@ -26,6 +34,10 @@ LAST_CKPT = Path("checkpoints") / "last.ckpt"
 FINISHED = ("eval/*/metrics.json",)
 OUTPUTS = (*FINISHED, "checkpoints/*.ckpt", "model/config.json", "apc/config.json", "transfer")
 RESUME_VALUES = ("auto", True, False)
+TRAINING_STEP = "vtlab.stages.finetune.run"  # the stage that resumes from last.ckpt (named, not imported: layering)
+ResumeCheck = Callable[[DictConfig, str], Any]  # (config, checkpoint to resume) → RunDirError to refuse the resume
+# (st_dev, st_ino) of each run directory whose lock RunDirGuard took → its descriptor, open until the process ends
+_HELD: dict[tuple[int, int], int] = {}
 
 
 def earlier_outputs(run_dir: Path) -> list[str]:
@@ -72,12 +84,57 @@ def _in_use(run_dir: Path) -> RunDirError:
                        "wait for it to end, or choose another hydra.run.dir")
 
 
+def check_dir_path(run_dir: Path, key: str) -> None:
+    """RunDirError if `run_dir` or a directory above it exists as something else than a directory (a file): making
+    it would fail with a traceback."""
+    for path in (run_dir, *run_dir.parents):
+        if os.path.lexists(path) and not path.is_dir():  # a file, or a link to nothing
+            what = "exists and is not a directory" if path == run_dir else f"{path} is a file, not a directory"
+            raise RunDirError(f"{key}={run_dir}: {what}; a run directory is a new directory or an earlier run's: "
+                              f"choose another {key}")
+
+
+def held_from_start(run_dir: Path) -> bool:
+    """Whether RunDirGuard took `run_dir`'s lock in this process (and so ran its checks before Hydra wrote there)."""
+    return _held(run_dir)
+
+
+def _held(run_dir: Path) -> bool:
+    try:
+        st = os.stat(run_dir)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) in _HELD
+
+
+def hold_run_dir_lock(run_dir: Path) -> None:
+    """Make `run_dir` and take its lock until the process ends (RunDirGuard: before Hydra writes into it, so the
+    lock covers `.hydra/` too). A directory this process holds already is kept as it is."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if _held(run_dir):
+        return
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise _in_use(run_dir) from None
+    st = os.fstat(fd)
+    _HELD[(st.st_dev, st.st_ino)] = fd  # never closed: the kernel releases the lock when the process ends
+
+
 @contextlib.contextmanager
-def run_dir_lock(run_dir: Path) -> Iterator[None]:
+def run_dir_lock(run_dir: Path, key: str = "paths.run_dir") -> Iterator[None]:
     """An exclusive flock on the run directory itself (no lock file to leave behind) for the whole run: a second
     process with the same run directory is refused instead of mixing its checkpoints, config and status with the
-    first's. The kernel releases it when the process ends, however it ends."""
+    first's. The kernel releases it when the process ends, however it ends. A directory whose lock RunDirGuard took
+    in this process is used under that lock (flock belongs to an open file description: a second open and flock here
+    would be refused by our own lock)."""
+    check_dir_path(run_dir, key)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if _held(run_dir):
+        yield
+        return
     fd = os.open(run_dir, os.O_RDONLY)
     try:
         try:
@@ -89,11 +146,10 @@ def run_dir_lock(run_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def check_not_in_use(run_dir: Path) -> None:
-    """RunDirError if another process holds run_dir's lock (RunDirGuard: before Hydra writes into the directory)."""
-    if run_dir.is_dir():
-        with run_dir_lock(run_dir):
-            pass
+def trains(cfg: DictConfig) -> bool:
+    """Whether the run's stages include fine-tuning, the one stage that resumes from a checkpoint."""
+    steps = OmegaConf.select(cfg, "stage.steps", default=None)
+    return any(isinstance(step, DictConfig) and step.get("_target_") == TRAINING_STEP for step in steps or [])
 
 
 def prepare_run_dir(cfg: DictConfig) -> Path | None:
@@ -110,40 +166,63 @@ def prepare_run_dir(cfg: DictConfig) -> Path | None:
 
 
 class RunDirGuard(Callback):
-    """Hydra callback (conf/config.yaml `hydra.callbacks`): the same check before Hydra writes `.hydra/` and its job
-    log into the run directory, so a refused `python -m vtlab ... hydra.run.dir=<finished run>` leaves that run's
-    recorded config (which export reads back) and status.json as they were. Single runs only: a sweep's jobs are
-    checked by the pipeline, after Hydra has written their `.hydra/`."""
+    """Hydra callback (conf/config.yaml `hydra.callbacks`): before Hydra makes the run directory or writes `.hydra/`
+    and its job log there, check the paths the config names (vtlab.runs.paths), take the directory's lock (held until
+    the process ends) and refuse the run if the directory is in use, finished, or holds an interrupted run this
+    config may not resume (`resume_check`: conf/ names vtlab.callbacks.resume_state.resume_configs, which the library
+    layer holds). A refused `python -m vtlab ... hydra.run.dir=<run>` exits 2 with one line and leaves that run's
+    recorded config (which export and resume read back) and status.json as they were. Single runs only: a sweep's
+    jobs are checked by the pipeline, after Hydra has written their `.hydra/` (the module docstring says why)."""
+
+    def __init__(self, resume_check: ResumeCheck | Iterable[ResumeCheck] | None = None) -> None:
+        # one check or several (conf/ lists them), each `(config, checkpoint)` raising RunDirError to refuse
+        self.resume_checks = [] if resume_check is None else [resume_check] if callable(resume_check) else list(
+            resume_check)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        paths = config.get("paths")
-        run_dir_node = paths._get_node("run_dir") if isinstance(paths, DictConfig) else None  # noqa: SLF001
-        if run_dir_node is None or run_dir_node._value() != "${hydra:runtime.output_dir}":  # noqa: SLF001
-            return  # the run writes elsewhere than Hydra's directory: the pipeline checks that one
         try:
-            run_dir = Path(str(config.hydra.run.dir))
-            check_not_in_use(run_dir)
-            check_run_dir(run_dir, config.get("resume", "auto"), config.get("overwrite", False))
+            self.check(config)
         except VtlabError as err:
             print(one_line(err), file=sys.stderr)
             sys.exit(2)
 
+    def check(self, config: DictConfig) -> None:
+        hydra_dir = Path(str(config.hydra.run.dir))
+        check_dir_path(hydra_dir, "hydra.run.dir")  # Hydra makes it whatever paths.run_dir says
+        paths = config.get("paths")
+        run_dir_node = paths._get_node("run_dir") if isinstance(paths, DictConfig) else None  # noqa: SLF001
+        guarded = run_dir_node is not None and run_dir_node._value() == "${hydra:runtime.output_dir}"  # noqa: SLF001
+        check_paths(config, hydra_dir if guarded else None)  # names, export outputs: before any directory is made
+        if not guarded:
+            return  # the run writes elsewhere than Hydra's directory: the pipeline locks and checks that one
+        resume, overwrite = config.get("resume", "auto"), config.get("overwrite", False)
+        check_run_dir(hydra_dir, resume, overwrite)  # a refusal before the directory is made leaves no trace
+        hold_run_dir_lock(hydra_dir)
+        # again under the lock: another process may have written there in between
+        resume_from, _ = check_run_dir(hydra_dir, resume, overwrite)
+        if resume_from is not None and trains(config):
+            for check in self.resume_checks:  # a changed config is refused before Hydra rewrites .hydra/
+                check(config, str(resume_from))
+
 
 class RunDirInside(RunDirGuard):
-    """Hydra callback (conf/stage/export.yaml): a command that works on an earlier run (`source`: stage=export
-    run_dir=R) records itself — `.hydra/`, its job log, status.json — in <source>/<subdir>, beside what it writes into
-    that run, instead of in a new run directory that would hold nothing else. Without a source Hydra's run dir stays
-    as configured. Then RunDirGuard's check, on the directory used."""
+    """Hydra callback (conf/stage/export.yaml, in place of RunDirGuard): a command that works on an earlier run
+    (`source`: stage=export run_dir=R) records itself — `.hydra/`, its job log, status.json — in <source>/<subdir>,
+    beside what it writes into that run, instead of in a new run directory that would hold nothing else. Without a
+    source Hydra's run dir stays as configured. Then RunDirGuard's checks and lock, on the directory used."""
 
-    def __init__(self, source: str | None, subdir: str) -> None:
+    def __init__(self, source: str | None = None, subdir: str = "exports",
+                 resume_check: ResumeCheck | Iterable[ResumeCheck] | None = None) -> None:
+        super().__init__(resume_check)
         self.source, self.subdir = source, subdir
 
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not self.source:
-            return
-        with read_write(config.hydra.run):
-            config.hydra.run.dir = str(Path(self.source) / self.subdir)
-        super().on_run_start(config, **kwargs)
+    def check(self, config: DictConfig) -> None:
+        if self.source:
+            if not Path(self.source).is_dir():  # before <source>/<subdir> is made: a mistyped run_dir stays absent
+                raise VtlabError(f"run_dir={self.source}: no such directory")
+            with read_write(config.hydra.run):
+                config.hydra.run.dir = str(Path(self.source) / self.subdir)
+        super().check(config)
 
 
 def _refusal(run_dir: Path, found: list[str], finished: list[str], has_last: bool) -> str:
