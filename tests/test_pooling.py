@@ -92,3 +92,40 @@ def test_tiles_with_empty_and_long_rows(chunk_bytes, columns, shape, monkeypatch
     expected = torch.autograd.grad((ref * upstream).sum(), (hidden, weight, bias))
     for a, b in zip(fused, expected):
         assert torch.allclose(a, b, atol=1e-10)
+
+
+class _ExactHead:
+    """A TileLogits that is the float matmul itself: tiled_max_logits must then equal the fused fp32 pooling."""
+
+    def __init__(self, weight, bias):
+        self.weight, self.bias = weight.detach(), bias.detach()
+        self.prepared = []  # (rows, real rows) per prepare() call
+
+    @property
+    def vocab_size(self):
+        return self.weight.shape[0]
+
+    def prepare(self, x, real=None):
+        self.prepared.append((x.shape[0], x.shape[0] if real is None else int(real.sum())))
+        return x
+
+    def logits(self, x, v0, v1, cols):
+        assert v0 % cols == 0 and v1 - v0 <= cols  # blocks start at multiples of the tile width (int8 packs them so)
+        return x @ self.weight[v0:v1].t()
+
+
+@pytest.mark.parametrize("chunk_bytes,columns", [(8 * 4 * 3, 4), (8 * 4 * 18, 4), (10**9, 2048)])
+def test_tiled_max_with_another_head_equals_literal(chunk_bytes, columns, monkeypatch):
+    """The tile loop an int8 decoder runs through: same tiles, prepare() once per tile of positions with the tile's
+    real (non-pad) rows marked, the bias after the max; empty rows stay -inf (weight 0)."""
+    monkeypatch.setattr(pooling, "TILE_COLUMNS", columns)
+    hidden, weight, bias, mask = _inputs(B=4, L=9, H=6, V=11, seed=4)
+    mask[0, :] = 0
+    mask[3, 1:] = 0
+    head = _ExactHead(weight, bias)
+    with torch.no_grad():
+        z = pooling.tiled_max_logits(hidden.detach(), head, mask, chunk_bytes)
+        assert torch.isneginf(z[0]).all()
+        assert torch.allclose(torch.log1p(torch.relu(z)), literal(hidden, weight, bias, mask), atol=1e-12)
+        assert torch.equal(z, max_logits(hidden.detach(), weight.detach(), bias.detach(), mask, chunk_bytes))
+    assert sum(real for _, real in head.prepared) == int(mask.sum())  # every real token in exactly one tile

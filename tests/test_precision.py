@@ -1,5 +1,6 @@
-"""precision=auto: bf16 autocast only on CPUs that run bf16 natively (avx512_bf16 / amx_bf16 in /proc/cpuinfo), fp32
-elsewhere; the encoder applies the choice (bf16 vectors differ from fp32 ones, fp32 vectors equal autocast-off)."""
+"""precision=auto without a model: bf16 autocast only on CPUs that run bf16 natively (avx512_bf16 / amx_bf16 in
+/proc/cpuinfo), fp32 elsewhere; the encoder applies the choice (bf16 vectors differ from fp32 ones, fp32 vectors equal
+autocast-off). int8, and auto's check that may pick it: tests/test_precision_int8.py."""
 import numpy as np
 import pytest
 import torch
@@ -38,7 +39,7 @@ def test_explicit_choices_and_devices():
     assert prec.resolve_precision("bf16", "cpu", flags=flags) == "bf16"  # asked for: honoured
     assert prec.resolve_precision("fp32", "cpu", flags=prec.parse_cpu_flags(SAPPHIRE)) == "fp32"
     assert prec.resolve_precision("auto", "cuda", flags=prec.parse_cpu_flags(SAPPHIRE)) == "fp32"
-    with pytest.raises(VtlabError, match=r"model.encoder.precision='fp16': expected one of auto, fp32, bf16"):
+    with pytest.raises(VtlabError, match=r"model.encoder.precision='fp16': expected one of auto, fp32, bf16, int8"):
         prec.resolve_precision("fp16")
 
 
@@ -50,7 +51,7 @@ def test_this_machine_follows_its_cpuinfo(monkeypatch):
     assert prec.resolve_precision("auto") == ("bf16" if native else "fp32")
 
 
-@pytest.mark.parametrize("forced", ["fp32", "bf16"])
+@pytest.mark.parametrize("forced", ["fp32", "bf16", "int8"])
 def test_env_forces_what_auto_means(monkeypatch, forced):
     """$VTLAB_AUTO_PRECISION decides auto on this machine (the suite runs once each way); asked-for precisions and
     questions about another CPU's flags are not affected."""
@@ -60,7 +61,7 @@ def test_env_forces_what_auto_means(monkeypatch, forced):
     assert prec.resolve_precision(other) == other
     assert prec.resolve_precision("auto", flags=prec.parse_cpu_flags(SAPPHIRE)) == "bf16"
     monkeypatch.setenv(prec.AUTO_ENV, "fp16")
-    with pytest.raises(VtlabError, match=r"VTLAB_AUTO_PRECISION='fp16': expected fp32 or bf16"):
+    with pytest.raises(VtlabError, match=r"VTLAB_AUTO_PRECISION='fp16': expected fp32, bf16 or int8"):
         prec.resolve_precision("auto")
 
 
@@ -82,9 +83,9 @@ def test_encoder_applies_the_resolved_precision(splade_tiny, monkeypatch):
     bf16 = enc.encode(texts, show_progress=False).toarray()
     np.testing.assert_array_equal(bf16, reference)
     assert np.abs(bf16 - fp32).max() > 0  # bf16 really ran (else the auto checks below could not tell)
-    # auto follows the (faked) CPU: native bf16 → the bf16 vectors, AVX2-only → the fp32 ones
+    # auto follows the (faked) CPU: native bf16 (no VNNI: no int8 check) → the bf16 vectors, AVX2-only → the fp32 ones
     enc.precision = "auto"
-    monkeypatch.setattr(prec, "cpu_flags", lambda: prec.parse_cpu_flags(SAPPHIRE))
+    monkeypatch.setattr(prec, "cpu_flags", lambda: prec.parse_cpu_flags(ZEN4))
     np.testing.assert_array_equal(enc.encode(texts, show_progress=False).toarray(), bf16)
     monkeypatch.setattr(prec, "cpu_flags", lambda: prec.parse_cpu_flags(AVX2_ONLY))
     np.testing.assert_array_equal(enc.encode(texts, show_progress=False).toarray(), fp32)

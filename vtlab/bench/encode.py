@@ -1,9 +1,10 @@
 """Encoding benchmark worker: one tool, one model, BoolQ-val passages then questions, in this (fresh) process.
 
-    python -m vtlab.bench.encode --tool vtlab|vtlab-bf16|st|onnx|floor --model splade-tiny|minilm --out FILE
-                                 [--vectors DIR]
+    python -m vtlab.bench.encode --tool vtlab|vtlab-bf16|vtlab-int8|st|onnx|floor --model splade-tiny|minilm
+                                 --out FILE [--vectors DIR]
 
-- `vtlab`: SpladeEncoder.encode (precision=fp32); `vtlab-bf16`: the same with precision=bf16 (bf16 autocast).
+- `vtlab`: SpladeEncoder.encode (precision=fp32); `vtlab-bf16`: the same with precision=bf16 (bf16 autocast);
+  `vtlab-int8`: precision=int8 (vtlab.models.quantize; the int8 copy of the network is built in the warm-up, untimed).
 - `onnx`: ONNX Runtime on the graphs `export.onnx=true` writes (SPLADE pooling inside), through
   vtlab.export.onnx_runtime.OnnxSparseEncoder: no torch in the process, tokenizers + onnxruntime only.
 - `st`: sentence-transformers SparseEncoder = MLMTransformer (fill-mask) + SpladePooling(max, relu), its own encode().
@@ -36,6 +37,7 @@ from vtlab.export.onnx_runtime import GRAPH_VERSION, OnnxSparseEncoder
 
 DOC_LEN, QUERY_LEN = 256, 64
 SIDES = (("doc", DOC_LEN), ("query", QUERY_LEN))
+VTLAB_TOOLS = {"vtlab": "fp32", "vtlab-bf16": "bf16", "vtlab-int8": "int8"}  # tool → model.encoder.precision
 
 
 def model_dir(name: str) -> Path:
@@ -201,7 +203,7 @@ def run_floor(path: Path, docs: list[str], queries: list[str], batch: int) -> di
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tool", required=True, choices=["vtlab", "vtlab-bf16", "st", "onnx", "floor"])
+    ap.add_argument("--tool", required=True, choices=[*VTLAB_TOOLS, "st", "onnx", "floor"])
     ap.add_argument("--model", default="splade-tiny", choices=["splade-tiny", "minilm"])
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
@@ -220,7 +222,7 @@ def main() -> None:
     elif args.tool == "onnx":
         result = run_onnx(onnx_dir(args.model), docs, queries, args.batch, args.threads)
     else:
-        result = run_vtlab(path, docs, queries, args.batch, "bf16" if args.tool == "vtlab-bf16" else "fp32")
+        result = run_vtlab(path, docs, queries, args.batch, VTLAB_TOOLS[args.tool])
     vectors = result.pop("_vectors", {})
     if args.vectors and vectors:
         d = Path(args.vectors)

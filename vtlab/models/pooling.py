@@ -14,12 +14,18 @@ back; a ~4 MiB tile stays in cache for the max. On the 2-core AMD EPYC dev machi
 1 thread) GEMM + max took 1.62 s with 256 MiB slabs and 0.97 s with 300-row × 2,048-column tiles — less than the
 slab GEMM alone (1.53 s).
 
+A decoder other than a float weight matrix (the int8 one of vtlab.models.quantize) runs through the same tiles
+(`tiled_max_logits`): it prepares each tile's hidden states once (quantizes them) for all of the tile's column blocks.
+
 The backward pass only needs the argmax position of each (b, v): d max / d logit is one-hot there. The incoming
 gradient is non-zero only where the term is active (relu'(z) = 0 elsewhere), typically a few hundred terms per text,
 so backward recomputes the logits of just those terms over the positions to find the argmax, and the gradient w.r.t.
 the hidden states and the decoder weight is a sparse scatter instead of a dense B×L×V product.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -40,43 +46,69 @@ def tile_shape(length: int, vocab: int, element_size: int, chunk_bytes: int) -> 
     return (max(1, rows // length), length, cols) if length <= rows else (1, rows, cols)
 
 
+class TileLogits(Protocol):
+    """A decoder the tiled max can run other than as an fp32/bf16 matmul (vtlab.models.quantize.Int8Decoder): the
+    logits of one tile, from hidden states prepared once per tile (e.g. quantized) for all its column blocks."""
+
+    bias: Tensor | None
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def prepare(self, x: Tensor, real: Tensor | None = None) -> Any: ...
+
+    def logits(self, prepared: Any, v0: int, v1: int, cols: int) -> Tensor: ...
+
+
+def _tiled_max(hidden: Tensor, mask: Tensor, vocab: int, chunk_bytes: int,
+               prepare: Callable[[Tensor, Tensor | None], Any],
+               logits: Callable[[Any, int, int, int, Tensor], Tensor]) -> Tensor:
+    """best[b, v] = max over positions with mask of logits(...)[row, v - v0], one cache-sized tile at a time (see the
+    module). prepare(x [rows, H], real-row mask or None) runs once per tile of positions; logits(prepared, v0, v1,
+    cols, out) returns the tile's [rows, v1 - v0] logits (in `out`, or a tensor of its own)."""
+    B, L, H = hidden.shape
+    V = vocab
+    mask = mask.bool()
+    group, step, cols = tile_shape(L, V, hidden.element_size(), chunk_bytes)
+    buf = hidden.new_empty(min(group * step, B * L) * cols)
+    best = hidden.new_full((B, V), float("-inf"))
+    for b0 in range(0, B, group):
+        b1 = min(b0 + group, B)
+        real = mask[b0:b1].any(dim=0).nonzero()
+        if real.numel() == 0:
+            continue  # only padding: these rows stay -inf
+        lo_col, hi_col = int(real[0]), int(real[-1]) + 1  # drop the group's all-pad columns (sorted batches)
+        for p0 in range(lo_col, hi_col, step):
+            p1 = min(p0 + step, hi_col)
+            m = mask[b0:b1, p0:p1]
+            if not bool(m.any()):
+                continue
+            x = hidden[b0:b1, p0:p1].reshape(-1, H)
+            pad = None if bool(m.all()) else (~m).reshape(-1).nonzero().squeeze(1)
+            prepared = prepare(x, None if pad is None else m.reshape(-1))
+            for v0 in range(0, V, cols):
+                v1 = min(v0 + cols, V)
+                out = logits(prepared, v0, v1, cols, buf[: x.shape[0] * (v1 - v0)].view(x.shape[0], v1 - v0))
+                if pad is not None:  # only the pad rows (a masked_fill would rewrite the whole tile)
+                    out.index_fill_(0, pad, float("-inf"))
+                tile_max = out.view(b1 - b0, p1 - p0, v1 - v0).amax(dim=1)
+                target = best[b0:b1, v0:v1]
+                if p0 == lo_col:
+                    target.copy_(tile_max)
+                else:
+                    torch.maximum(target, tile_max, out=target)
+    return best
+
+
 class MaskedMaxLogits(torch.autograd.Function):
     """z[b, v] = max over positions i with mask[b, i] of (hidden[b, i] · weight[v]) + bias[v]."""
 
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, mask: Tensor, chunk_bytes: int) -> Tensor:
-        B, L, H = hidden.shape
-        V = weight.shape[0]
         w = weight.to(hidden.dtype)
         mask = mask.bool()
-        group, step, cols = tile_shape(L, V, hidden.element_size(), chunk_bytes)
-        buf = hidden.new_empty(min(group * step, B * L) * cols)
-        best = hidden.new_full((B, V), float("-inf"))
-        for b0 in range(0, B, group):
-            b1 = min(b0 + group, B)
-            real = mask[b0:b1].any(dim=0).nonzero()
-            if real.numel() == 0:
-                continue  # only padding: these rows stay -inf
-            lo_col, hi_col = int(real[0]), int(real[-1]) + 1  # drop the group's all-pad columns (sorted batches)
-            for p0 in range(lo_col, hi_col, step):
-                p1 = min(p0 + step, hi_col)
-                m = mask[b0:b1, p0:p1]
-                if not bool(m.any()):
-                    continue
-                x = hidden[b0:b1, p0:p1].reshape(-1, H)
-                pad = None if bool(m.all()) else (~m).reshape(-1).nonzero().squeeze(1)
-                for v0 in range(0, V, cols):
-                    v1 = min(v0 + cols, V)
-                    out = buf[: x.shape[0] * (v1 - v0)].view(x.shape[0], v1 - v0)
-                    torch.mm(x, w[v0:v1].t(), out=out)
-                    if pad is not None:  # only the pad rows (a masked_fill would rewrite the whole tile)
-                        out.index_fill_(0, pad, float("-inf"))
-                    tile_max = out.view(b1 - b0, p1 - p0, v1 - v0).amax(dim=1)
-                    target = best[b0:b1, v0:v1]
-                    if p0 == lo_col:
-                        target.copy_(tile_max)
-                    else:
-                        torch.maximum(target, tile_max, out=target)
+        best = _tiled_max(hidden, mask, w.shape[0], chunk_bytes, lambda x, real: x,
+                          lambda x, v0, v1, cols, out: torch.mm(x, w[v0:v1].t(), out=out))
         # the running max may be bf16/fp16 (mixed precision); the bias and everything after it are fp32
         best = best.to(torch.promote_types(hidden.dtype, torch.float32))
         if bias is not None:
@@ -140,6 +172,14 @@ def max_logits(
         with torch.autocast(device, enabled=False):
             return MaskedMaxLogits.apply(hidden.to(dtype), weight, bias, mask, chunk_bytes)
     return MaskedMaxLogits.apply(hidden, weight, bias, mask, chunk_bytes)
+
+
+def tiled_max_logits(hidden: Tensor, head: TileLogits, mask: Tensor, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tensor:
+    """max_logits for a decoder that is no fp32 weight matrix (int8: vtlab.models.quantize), inference only: the
+    same tiles, the max on `head`'s logits of each tile, the bias added after the max."""
+    best = _tiled_max(hidden, mask, head.vocab_size, chunk_bytes, head.prepare,
+                      lambda prepared, v0, v1, cols, out: head.logits(prepared, v0, v1, cols))
+    return best if head.bias is None else best + head.bias
 
 
 def splade_activation(z: Tensor, double_log: bool = False) -> Tensor:
