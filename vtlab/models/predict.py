@@ -57,7 +57,8 @@ class EncodeModule(pl.LightningModule):
         self.encoder.eval()
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> Any:
-        w = self.encoder(batch["input_ids"], batch["attention_mask"], side=self.side)
+        with self.encoder.computing(self.device):  # the encoder's resolved precision, as encode() runs it
+            w = self.encoder(batch["input_ids"], batch["attention_mask"], side=self.side)
         return batch["positions"].cpu().numpy(), dense_to_csr(w)
 
 

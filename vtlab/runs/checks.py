@@ -28,7 +28,7 @@ from vtlab.runs.paths import check_paths
 LIGHTNING_PRECISIONS: tuple[str | int, ...] = (
     "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "transformer-engine",
     "transformer-engine-float16", "32", "16", "64", "bf16", 32, 16, 64)
-ENCODER_PRECISIONS = ("auto", "fp32", "bf16")  # vtlab.models.precision.PRECISIONS
+ENCODER_PRECISIONS = ("auto", "fp32", "bf16", "int8")  # vtlab.models.precision.PRECISIONS
 INDEXES = ("exact", "scipy", "seismic")  # vtlab.index.INDEXES
 
 

@@ -58,6 +58,10 @@ def tell_callbacks(callbacks: list[pl.Callback], cfg: DictConfig, state: dict[st
 
 
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
+    resume_from = state.get("resume_from")
+    # first, while cfg is as composed: instantiating the model resolves nested interpolations in place (e.g. the loss's
+    # `${oc.select:...}`), and the record must equal what the run-dir guard compares before Hydra writes (unresolved)
+    configs = resume_configs(cfg, resume_from)  # a changed config is refused before any training
     materialize_inputs(cfg, state)
     pl.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.paths.run_dir)
@@ -67,8 +71,6 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     datamodule = instantiate(cfg.data, tokenizer=encoder.tokenizer, preprocess=encoder.preprocess)
     datamodule.setup("fit")  # read and check the data before any model work (Lightning's own setup is then a no-op)
     _check_teacher_scores(module, datamodule, cfg)
-    resume_from = state.get("resume_from")
-    configs = resume_configs(cfg, resume_from)  # a changed config is refused before any training
     callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None]
     tell_callbacks(callbacks, cfg, state)
     # ResumeState last: its setup check runs after the callbacks that reshape the model (vocabulary transfer)
