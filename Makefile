@@ -37,7 +37,7 @@ clean-cache:
 bench: install
 	HF_HUB_OFFLINE=1 $(PY) -m vtlab.bench $(BENCH_ARGS)
 
-# The paper's main table + ablations as Hydra sweeps, then the tables (vtlab/reproduce.py, vtlab/report.py).
+# The paper's main table + ablations as Hydra sweeps, then the tables (vtlab/reproduce.py, vtlab/report/).
 # SCALE=testbed (default) runs offline from real pretrained weights, with seeds, paired tests and sanity gates;
 # SCALE=cpu the old from-scratch replicas; SCALE=paper submits the authors' recipe through hydra/launcher=slurm.
 # SEEDS=N overrides every table's own number of seeds.

@@ -16,8 +16,8 @@ from helpers import ROOT
 # Layer of each module: the first layer (top to bottom) with a matching pattern (fnmatch on dotted module names).
 # An import may point down (to a later layer) or stay within its layer; upward imports are refused.
 LAYERS: dict[str, list[str]] = {
-    "entry": ["vtlab.__main__", "vtlab.reproduce", "vtlab.report", "vtlab.pipeline", "vtlab.bench", "vtlab.bench.*",
-              "vtlab.gates", "vtlab.paper_plan", "*.__main__"],
+    "entry": ["vtlab.__main__", "vtlab.reproduce", "vtlab.report", "vtlab.report.*", "vtlab.pipeline", "vtlab.bench",
+              "vtlab.bench.*", "vtlab.gates", "vtlab.paper_plan", "*.__main__"],
     "stages": ["vtlab.stages", "vtlab.stages.*"],
     "foundations": ["vtlab.errors", "vtlab.atomic", "vtlab.assets", "vtlab.integrity", "vtlab.logs", "vtlab.runs",
                     "vtlab.runs.*"],
