@@ -432,7 +432,7 @@ def test_eval_config_budgets_reach_evaluate_and_the_suite(tmp_path):
     assert {"nDCG@10@q3-d5", "flops@q3-d5"} <= set(m)
     suite_cfg = OmegaConf.load(CONF_EVAL / "beir13.yaml")
     assert suite_cfg.budgets == []
-    from vtlab.eval_suite import EvaluationSuite
+    from vtlab.evaluation import EvaluationSuite
 
     suite = EvaluationSuite({"a": RetrievalEvaluation(random_collection()), "b": RetrievalEvaluation(TOY)},
                             budgets=[{"query": 1, "doc": 2}])

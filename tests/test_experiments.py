@@ -28,7 +28,7 @@ def test_paper_rows_follow_the_authors_recipe(row):
     assert cfg.data.query_max_length == cfg.data.doc_max_length == 256
     assert cfg.model.optimizer.lr == 2e-5 and cfg.model.scheduler.num_warmup_steps == 6000
     assert cfg.model.weight_decay == 0.01
-    assert cfg.eval._target_ == "vtlab.eval_suite.EvaluationSuite" and len(cfg.eval.evaluations) == 13
+    assert cfg.eval._target_ == "vtlab.evaluation.suite.EvaluationSuite" and len(cfg.eval.evaluations) == 13
     assert cfg.regularizer.doc.threshold == 150 and cfg.regularizer.doc.normalize == "per_group"  # trainer.py
     # the global batch is explicit: per-device batch × devices, with the loss and FLOPS over gathered reps
     assert cfg.trainer.strategy == "ddp" and cfg.trainer.devices == cfg.paper.gpus == 8

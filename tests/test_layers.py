@@ -21,7 +21,7 @@ LAYERS: dict[str, list[str]] = {
     "stages": ["vtlab.stages", "vtlab.stages.*"],
     "foundations": ["vtlab.errors", "vtlab.atomic", "vtlab.assets", "vtlab.integrity", "vtlab.logs", "vtlab.runs",
                     "vtlab.runs.*"],
-    "library": ["*"],  # everything not listed above
+    "library": ["vtlab.evaluation", "vtlab.evaluation.*", "*"],  # evaluation named; "*": everything not listed above
 }
 RANK = {"entry": 3, "stages": 2, "library": 1, "foundations": 0}  # higher may import lower
 # The one stage module every stage may import (shared builders); any other stage → stage import is refused.

@@ -2,6 +2,7 @@
 (or rebuilt) with one line, and the tests check with real crafted files that nothing of them ran."""
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
@@ -601,3 +602,27 @@ def test_only_the_export_reads_a_config_from_disk_and_instantiates_it() -> None:
                if re.search(r"OmegaConf\.load\(|yaml\.(safe_)?load\(", p.read_text())}
     instantiating = {p for p in readers if re.search(r"\binstantiate\(", (ROOT / p).read_text())}
     assert instantiating == {"vtlab/export/run_config.py"}, instantiating
+
+
+def test_targets_renamed_since_a_run_was_recorded_map_to_allowed_names_and_keep_the_baseline_key() -> None:
+    """A run recorded before vtlab/evaluation/ became a package names vtlab.eval_suite.EvaluationSuite and
+    vtlab.evaluation.RetrievalEvaluation: rename_targets maps each to an allowed current name (nothing else changes),
+    and the baseline cache key still hashes the old names, so cached baselines stay valid."""
+    from omegaconf import OmegaConf
+
+    from vtlab.export.safe_config import ALLOWED_TARGETS, RENAMED_TARGETS, check_targets, rename_targets
+    from vtlab.stages.evaluate import _keyed_targets
+
+    for old, new in RENAMED_TARGETS.items():
+        assert new in ALLOWED_TARGETS and old not in ALLOWED_TARGETS
+    recorded = {"_target_": "vtlab.eval_suite.EvaluationSuite", "evaluations": {"a": {
+        "_target_": "vtlab.evaluation.RetrievalEvaluation",
+        "collection": {"_target_": "vtlab.data.collections.load_beir", "_partial_": True}}}, "x": ["${y}"]}
+    for node in (OmegaConf.create(recorded), copy.deepcopy(recorded)):
+        assert rename_targets(node) == 2 and rename_targets(node) == 0
+        check_targets(node, "run")
+        plain = OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
+        assert plain["_target_"] == "vtlab.evaluation.suite.EvaluationSuite"
+        assert plain["evaluations"]["a"]["collection"]["_target_"] == "vtlab.data.collections.load_beir"
+        assert plain["x"] == ["${y}"]
+        assert _keyed_targets(plain) == {**recorded, "_target_": "vtlab.eval_suite.EvaluationSuite"}

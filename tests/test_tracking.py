@@ -7,7 +7,7 @@ from pytorch_lightning.loggers import CSVLogger
 from test_evaluation import TOY, VOCAB, BagOfWords  # tests/ is on sys.path (rootdir conftest)
 from vtlab.data.collections import Collection
 from vtlab.errors import VtlabError
-from vtlab.eval_suite import EvaluationSuite, average
+from vtlab.evaluation import EvaluationSuite, average
 from vtlab.evaluation import RetrievalEvaluation
 from vtlab.runs.status import RunStatus, describe, read_status
 from vtlab.tracking import log_results

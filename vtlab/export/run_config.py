@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from vtlab.data.collections import Collection
 from vtlab.errors import VtlabError
-from vtlab.export.safe_config import check_targets
+from vtlab.export.safe_config import check_targets, rename_targets
 
 log = logging.getLogger("vtlab")
 
@@ -84,6 +84,11 @@ class RunConfig:
             for k in dropped:
                 _set(merged, k, _ABSENT)
         node = OmegaConf.select(merged, key)
+        if node is not None and rename_targets(copy.deepcopy(node)):  # a run recorded before a target was renamed
+            if merged is self.recorded:
+                merged = copy.deepcopy(self.recorded)  # the node's interpolations still resolve in the run's config
+            node = OmegaConf.select(merged, key)
+            rename_targets(node)
         where = f"{self.path} ({key}" + (f", with {', '.join(applied)} from the command line" if applied else "")
         if node is not None:
             check_targets(node, f"{where})")

@@ -20,7 +20,7 @@ from importlib import import_module
 from types import MethodType, ModuleType
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vtlab.errors import VtlabError
 
@@ -35,8 +35,8 @@ ALLOWED_TARGETS: frozenset[str] = frozenset({
     "vtlab.models.bm25.BM25Encoder",
     "vtlab.vocab.targets.Normalizer",
     # evaluations and their collection loaders
-    "vtlab.evaluation.RetrievalEvaluation",
-    "vtlab.eval_suite.EvaluationSuite",
+    "vtlab.evaluation.retrieval.RetrievalEvaluation",
+    "vtlab.evaluation.suite.EvaluationSuite",
     "vtlab.data.collections.load_beir",
     "vtlab.data.collections.load_hf_beir",
     "vtlab.data.collections.load_mteb",
@@ -47,6 +47,16 @@ ALLOWED_TARGETS: frozenset[str] = frozenset({
     "vtlab.data.olmo_eval.sciriff_collection",
     "vtlab.data.olmo_eval.qasper_collection",
 })
+
+# Targets renamed since runs were recorded: the canonical name a recorded config may hold -> the current one. A run
+# directory keeps the config it ran with, so a run from before vtlab/evaluation.py and vtlab/eval_suite.py became the
+# vtlab/evaluation/ package (issue 29) names the old paths (`vtlab.eval_suite` no longer exists). RunConfig replaces
+# each old name by its new one (`rename_targets`) before check_targets: an old name is accepted exactly when its new
+# one is, and nothing else is. Never drop an entry while such runs may be exported.
+RENAMED_TARGETS: dict[str, str] = {
+    "vtlab.evaluation.RetrievalEvaluation": "vtlab.evaluation.retrieval.RetrievalEvaluation",
+    "vtlab.eval_suite.EvaluationSuite": "vtlab.evaluation.suite.EvaluationSuite",
+}
 
 # Keys whose true value makes a Backbone import a model directory's own Python: never from a file on disk.
 REMOTE_CODE_KEYS: tuple[str, ...] = ("allow_remote_code", "trust_remote_code")
@@ -149,3 +159,34 @@ def check_targets(node: Any, where: str) -> None:
             problem = target_problem(d["_target_"])
             if problem is not None:
                 raise VtlabError(f"{where}: {prefix}_target_={d['_target_']!r} {problem}")
+
+
+def _renamed(node: Any, key: Any) -> str | None:
+    """The current name of node[key] when that is a plain (not interpolated) old target name, else None."""
+    if isinstance(node, DictConfig):
+        if OmegaConf.is_interpolation(node, key):
+            return None
+        value = node._get_node(key)._value()  # the raw value, without resolving anything
+    else:
+        value = node[key]
+    return RENAMED_TARGETS.get(value) if isinstance(value, str) else None
+
+
+def rename_targets(node: Any) -> int:
+    """Replace, in place, every `_target_` under `node` (OmegaConf or plain containers) that RENAMED_TARGETS lists by
+    its current name; the number replaced."""
+    count = 0
+    if isinstance(node, (dict, DictConfig)):
+        for k in list(node.keys()):
+            new = _renamed(node, k) if k == "_target_" else None
+            if new is not None:
+                node[k] = new
+                count += 1
+            elif isinstance(node, dict) or not OmegaConf.is_interpolation(node, k):
+                child = node._get_node(k) if isinstance(node, DictConfig) else node[k]
+                count += rename_targets(child)
+    elif isinstance(node, (list, ListConfig)):
+        for i in range(len(node)):
+            child = node._get_node(i) if isinstance(node, ListConfig) else node[i]
+            count += rename_targets(child)
+    return count

@@ -13,19 +13,36 @@ from rich.console import Console
 from vtlab.assets import cache_dir
 from vtlab.atomic import json_hash, write_json
 from vtlab.data.collections import judged_queries
-from vtlab.eval_suite import EvaluationSuite, average
-from vtlab.evaluation import results_table
+from vtlab.evaluation import EvaluationSuite, average, results_table
+from vtlab.export.safe_config import RENAMED_TARGETS
 from vtlab.stages.build import build_encoder
 from vtlab.tracking import log_results, run_loggers
 
 log = logging.getLogger("vtlab")
 
 
+# The baseline cache key hashes the eval config, its `_target_`s included. It hashes them under the names they had
+# when the cache entries were written (RENAMED_TARGETS reversed: vtlab.evaluation.retrieval.RetrievalEvaluation is
+# keyed as vtlab.evaluation.RetrievalEvaluation), so moving a class to another module does not invalidate every
+# cached baseline; anything that changes what the eval config selects still changes the key.
+_KEYED_AS: dict[str, str] = {new: old for old, new in RENAMED_TARGETS.items()}
+
+
+def _keyed_targets(tree: Any) -> Any:
+    """A plain config tree with each `_target_` under its cache-key name (_KEYED_AS)."""
+    if isinstance(tree, dict):
+        return {k: _KEYED_AS.get(v, v) if k == "_target_" and isinstance(v, str) else _keyed_targets(v)
+                for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_keyed_targets(v) for v in tree]
+    return tree
+
+
 def baseline_metrics(cfg: DictConfig, evaluation, dataset: str) -> dict[str, float]:
     """The plain backbone (native vocabulary, no APC, no training) on the same collection, cached per configuration."""
     key = json_hash({
         "backbone": instantiate(cfg.backbone).cache_key(),
-        "eval": OmegaConf.to_container(cfg.eval, resolve=True),
+        "eval": _keyed_targets(OmegaConf.to_container(cfg.eval, resolve=True)),
         "dataset": dataset,
         "encoder": {k: v for k, v in OmegaConf.to_container(cfg.model.encoder, resolve=True).items()
                     if k != "backbone"},  # the model type (siamese / inference-free), lengths, activation

@@ -1,7 +1,8 @@
 """Several retrieval evaluations as one (e.g. BEIR-13): each dataset into its own folder, plus their averages.
 
 The paper reports nDCG@10 per BEIR dataset and the average; `vtlab.report` builds its tables from the per-dataset
-`eval/<name>/metrics.json` files this writes, so the layout is the same whether a run evaluates one set or thirteen.
+`eval/<name>/metrics.json` files this writes, so the layout is
+the same whether a run evaluates one set or thirteen.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vtlab.errors import VtlabError
-from vtlab.evaluation import parse_budgets
+from vtlab.evaluation.budgets import parse_budgets
 
 log = logging.getLogger("vtlab")
 
