@@ -22,7 +22,7 @@ from vtlab.data.examples import TripletExample
 from vtlab.data.overlap import check_disjoint, normalize
 from vtlab.errors import DataError, RunDirError, one_line, user_error
 from vtlab.runs.inputs import INPUTS_JSON, difference, fingerprint
-from vtlab.runs.preflight import preflight
+from vtlab.data.preflight import preflight
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 

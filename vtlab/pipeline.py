@@ -19,7 +19,7 @@ from vtlab.callbacks.resume_state import resume_configs
 from vtlab.errors import config_key, one_line, user_error
 from vtlab.runs.checks import check_config
 from vtlab.runs.directory import check_run_dir, held_from_start, prepare_run_dir, run_dir_lock, trains
-from vtlab.runs.preflight import preflight
+from vtlab.data.preflight import preflight
 from vtlab.runs.reuse import reuse
 from vtlab.runs.status import exit_code
 from vtlab.tracking import finish_runs

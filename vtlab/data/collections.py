@@ -253,7 +253,7 @@ def load_mteb(name: str, split: str = "test") -> Collection:
 
 
 # The loaders that read the Hugging Face hub: what they load may be gigabytes to download, so a preflight does not
-# load them ahead of the run (vtlab.runs.preflight); their errors come when the collection is used.
+# load them ahead of the run (vtlab.data.preflight); their errors come when the collection is used.
 HUB_LOADERS: frozenset[Callable[..., Collection]] = frozenset({load_hf_beir, load_mteb})
 
 

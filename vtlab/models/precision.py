@@ -32,6 +32,7 @@ import torch
 
 from vtlab.assets import cache_dir
 from vtlab.atomic import write_json
+from vtlab.data.boolq import train_pairs
 from vtlab.errors import VtlabError
 
 log = logging.getLogger("vtlab")
@@ -141,8 +142,6 @@ def auto_override() -> str | None:
 def probe_texts() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(questions, distinct passages) of the first PROBE_PAIRS BoolQ train pairs: the int8 check's probe (offline
     asset; train, so that no evaluation text decides anything)."""
-    from vtlab.data.boolq import train_pairs
-
     pairs = train_pairs()[:PROBE_PAIRS]
     return tuple(q for q, _ in pairs), tuple(dict.fromkeys(p for _, p in pairs))
 
