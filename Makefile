@@ -24,9 +24,11 @@ TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test: install
+	$(PY) -m ruff check vtlab tests
 	$(PYTEST)
 
 test-fast: install
+	$(PY) -m ruff check vtlab tests
 	$(PYTEST) -m "not slow"
 
 clean-cache:

@@ -136,7 +136,8 @@ def teacher_score_file_line_does_not_align_with_its_triplet(tmp, mp):
 def teacher_scores_both_inline_and_in_a_file(tmp, mp):
     from vtlab.data.triplets import read_jsonl_triplets
 
-    return read_jsonl_triplets(_jsonl(tmp, [{**GOOD, "scores": [3, 1, 0]}]), scores_path=_jsonl(tmp, [[3, 1, 0]], "s.jsonl"))
+    return read_jsonl_triplets(_jsonl(tmp, [{**GOOD, "scores": [3, 1, 0]}]),
+                               scores_path=_jsonl(tmp, [[3, 1, 0]], "s.jsonl"))
 
 
 @case(DataError, r"nope\.jsonl: cannot read triplet file \(No such file or directory\)")
@@ -302,7 +303,8 @@ def checkpoint_cadence_zero(tmp, mp):
     return LastCheckpoint(str(tmp), every_n_train_steps=0)
 
 
-@case(ConfigError, r"loss=MarginMSE needs teacher scores, and the training data \(vtlab\.data\.triplets\.read_jsonl_triplets\) "
+@case(ConfigError, r"loss=MarginMSE needs teacher scores, and the training data "
+      r"\(vtlab\.data\.triplets\.read_jsonl_triplets\) "
                    r"has none: add 'scores'")
 def distillation_loss_without_teacher_scores(tmp, mp):
     from types import SimpleNamespace
@@ -417,7 +419,8 @@ def missing_offline_asset_package(tmp, mp):
 def offline_asset_file_missing_from_its_package(tmp, mp):
     from vtlab.assets import ASSETS, Asset, asset_path
 
-    mp.setitem(ASSETS, "ghost", Asset("ghost", "pytest", pytest.__version__, "no/such/file.bin", "file", None, None, "t"))
+    mp.setitem(ASSETS, "ghost",
+               Asset("ghost", "pytest", pytest.__version__, "no/such/file.bin", "file", None, None, "t"))
     return asset_path("ghost")
 
 
@@ -520,7 +523,8 @@ def _model_dir_with_code(tmp: Path) -> Path:
 
 
 @case(AssetError, r"backbone\.name_or_path='.*' contains its own Python code \(configuration_x\.XConfig\), which vtlab "
-                  r"does not import: use a model that needs none, or set trust_remote_code: true in its backbone config "
+                  r"does not import: use a model that needs none, "
+                  r"or set trust_remote_code: true in its backbone config "
                   r"and pass backbone\.allow_remote_code=true after reading that code$")
 def model_directory_with_its_own_code(tmp, mp):
     from vtlab.backbones import Backbone
@@ -531,7 +535,8 @@ def model_directory_with_its_own_code(tmp, mp):
         assert not (tmp / "ran").exists()
 
 
-@case(AssetError, r"backbone\.name_or_path='.*' needs its own Python code \(the backbone config sets trust_remote_code: "
+@case(AssetError, r"backbone\.name_or_path='.*' needs its own Python code "
+      r"\(the backbone config sets trust_remote_code: "
                   r"true\), which vtlab does not import unless this run opts in: pass backbone\.allow_remote_code=true")
 def remote_code_without_the_opt_in(tmp, mp):
     from vtlab.backbones import Backbone
@@ -572,7 +577,8 @@ def truncated_model_weights(tmp, mp):
     return Backbone(str(tmp)).load_model()
 
 
-@case(AssetError, r"/tokenizer\.json: cannot read it \(JSONDecodeError: .*\); the file is truncated or damaged \(config "
+@case(AssetError, r"/tokenizer\.json: cannot read it \(JSONDecodeError: .*\); "
+      r"the file is truncated or damaged \(config "
                   r"key: backbone\.name_or_path\): rebuild or re-download it$")
 def truncated_tokenizer_of_a_run_dir(tmp, mp):
     from vtlab.backbones import Backbone
@@ -582,7 +588,8 @@ def truncated_tokenizer_of_a_run_dir(tmp, mp):
     model.mkdir()
     for f in src.iterdir():
         if f.is_file():
-            (model / f.name).write_bytes(f.read_bytes()[: f.stat().st_size // 2 if f.name == "tokenizer.json" else None])
+            cut = f.stat().st_size // 2 if f.name == "tokenizer.json" else None
+            (model / f.name).write_bytes(f.read_bytes()[:cut])
     return Backbone(str(model)).load_tokenizer()
 
 
@@ -665,7 +672,8 @@ def cli_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, P
                 (run_dir / rel).write_text(text)
         before[name] = _snapshot(run_dir) if run_dir.exists() else {}
         procs[name] = (subprocess.Popen([sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={run_dir}"],
-                                        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+                                        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                        text=True),
                        run_dir)
     out = {}
     for name, (proc, run_dir) in procs.items():

@@ -1,4 +1,5 @@
-"""BM25Encoder: the sparse dot product is bm25s's own score; the README's BoolQ BM25 row through evaluate and the CLI."""
+"""BM25Encoder: the sparse dot product is bm25s's own score; the README's BoolQ BM25 row through evaluate and the
+CLI."""
 from __future__ import annotations
 
 import math

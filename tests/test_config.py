@@ -95,7 +95,8 @@ def test_experiment_composes(experiment, tmp_path):
     if "name" in own:
         assert cfg.name == own["name"] == "-".join(dict.fromkeys([parts[0], parts[-1]]))
     else:
-        assert experiment in INCLUDED, f"{experiment} sets no name (it would run as {cfg.name!r}) and nothing includes it"
+        assert experiment in INCLUDED, (f"{experiment} sets no name (it would run as {cfg.name!r}) "
+                                        "and nothing includes it")
     # a table's rows share its wandb group (elsewhere `group` may stay null: one group per sweep)
     if len(parts) > 1 and experiment not in INCLUDED:
         assert isinstance(cfg.group, str) and cfg.group

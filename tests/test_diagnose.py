@@ -312,7 +312,8 @@ def test_stage_report_with_activity(tmp_path):
 
 
 def _diagnose_sweep(tmp: Path, texts: list[str], *overrides: str) -> tuple[Path, subprocess.CompletedProcess]:
-    """`python -m vtlab -m stage=diagnose backbone=splade-tiny,tiny-modernbert vocab=native` on `texts`, in tmp/sweep."""
+    """`python -m vtlab -m stage=diagnose backbone=splade-tiny,tiny-modernbert vocab=native` on `texts`, in
+    tmp/sweep."""
     corpus = tmp / "corpus.txt"
     corpus.write_text("\n".join(texts) + "\n")
     sweep = tmp / "sweep"

@@ -177,7 +177,8 @@ def test_a_model_save_on_a_full_disk_removes_the_temp_dir(tmp_path: Path, monkey
             (tmp / "config.json").write_text("new")
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as save_pretrained meets it
     assert str(ei.value) == _one_line(tmp_path / "model", *FULL)
-    assert [p.name for p in tmp_path.iterdir()] == ["model"] and (tmp_path / "model" / "config.json").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+    assert (tmp_path / "model" / "config.json").read_text() == "old"
 
 
 def test_other_write_errors_are_not_called_a_full_disk(tmp_path: Path) -> None:

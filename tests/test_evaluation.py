@@ -286,7 +286,8 @@ def write_beir(root: Path) -> None:
     (root / "qrels").mkdir(parents=True)
     (root / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n"
                                                for k, v in TOY.corpus.items()))
-    (root / "queries.jsonl").write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in TOY.queries.items()))
+    (root / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in TOY.queries.items()))
     (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
         f"{q}\t{d}\t{r}\n" for q, rels in TOY.qrels.items() for d, r in rels.items()))
 

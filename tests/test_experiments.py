@@ -79,7 +79,8 @@ def test_ablations_sweep_their_values(scale, ablation, key, values):
     assert params == {key: expected}
     if (scale, ablation) == ("paper", "mlm"):  # run_ft.sh: P60 without --include_zeros at every sweep point
         assert (cfg.apc.percentile, cfg.apc.include_zeros) == (60, False)
-    assert cfg.group == f"{scale}-ablation-{ablation}" and cfg.backbone.name == f"{'cpu-' if scale == 'cpu' else ''}modernbert"
+    assert cfg.group == f"{scale}-ablation-{ablation}"
+    assert cfg.backbone.name == f"{'cpu-' if scale == 'cpu' else ''}modernbert"
 
 
 def test_cpu_replicas_share_one_pretraining_budget():

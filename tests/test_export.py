@@ -119,7 +119,8 @@ def test_inference_free_run_dir_exports_idf_query_router(st, boolq, splade_tiny,
     assert max_diff(model, enc, queries + EXTRA_QUERIES, "query") < TOL
     assert max_diff(model, enc, docs, "doc") < TOL
     manifest = json.loads((run_dir / "sparse-encoder" / "vtlab_export.json").read_text())
-    assert manifest["encoder"]["kind"] == "inference-free" and manifest["source"] == {"run_dir": "..", "model_dir": "../model"}  # relative: no machine path
+    assert manifest["encoder"]["kind"] == "inference-free"
+    assert manifest["source"] == {"run_dir": "..", "model_dir": "../model"}  # relative: no machine path
 
 
 def test_two_tower_double_log_and_input_normalizer_on_a_cased_bpe(st, tmp_path):

@@ -25,7 +25,8 @@ def fit(run_dir: Path, shift: float = 0.0, batch_size: int = 4, patience: int = 
     overrides = [
         "backbone=splade-tiny", "vocab=native", "apc=off", "logger=csv", f"paths.run_dir={run_dir}", "stage=finetune",
         f"trainer.max_steps={MAX_STEPS}", "trainer.limit_val_batches=0", "trainer.log_every_n_steps=1",
-        f"data.batch_size={batch_size}", "data.query_max_length=16", "data.doc_max_length=32", "data.dev.dev_size=20", "data.dev.max_docs=100",
+        f"data.batch_size={batch_size}", "data.query_max_length=16", "data.doc_max_length=32", "data.dev.dev_size=20",
+        "data.dev.max_docs=100",
         "+data.train.max_examples=200", "~callbacks.progress_bar", f"callbacks.collapse_detector.patience={patience}",
         *extra,
     ]

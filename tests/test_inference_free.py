@@ -187,7 +187,8 @@ def test_pipeline_transferred_tiny_modernbert_inference_free(tmp_path):
     table is computed under the new tokenizer from the training documents, trained, and saved beside the model."""
     cfg = compose_cfg([
         "backbone=tiny-modernbert", "vocab=bert-uncased", "init=semantic", "apc=p60", "model=inference-free",
-        "model.trainable_idf=true", "model.scheduler.num_warmup_steps=0", "baseline=false", "logger=none", f"paths.run_dir={tmp_path}", "trainer.max_steps=2",
+        "model.trainable_idf=true", "model.scheduler.num_warmup_steps=0", "baseline=false", "logger=none",
+        f"paths.run_dir={tmp_path}", "trainer.max_steps=2",
         "trainer.val_check_interval=2", "data.batch_size=4", "data.doc_max_length=64", "apc.num_docs=64",
         "apc.max_length=64", "data.dev.dev_size=20", "data.dev.max_docs=100", "data.eval_batch_size=32",
         "+eval.collection.max_queries=40", "+eval.collection.max_docs=150",

@@ -144,7 +144,8 @@ def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
     again = stage.run(cfg, {})
     assert Path(again["backbone"].name_or_path) == out and (out / "vtlab_mlm.json").stat().st_mtime == mtime
 
-    off = compose_cfg(["backbone=tiny-modernbert", "vocab=native", "mlm.steps=0", "logger=none", f"paths.run_dir={run_dir}"])
+    off = compose_cfg(["backbone=tiny-modernbert", "vocab=native", "mlm.steps=0", "logger=none",
+                       f"paths.run_dir={run_dir}"])
     state0 = {"x": object()}
     assert stage.run(off, state0) is state0
 

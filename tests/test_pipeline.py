@@ -18,7 +18,8 @@ SMALL_EVAL = ["+eval.collection.max_queries=40", "+eval.collection.max_docs=150"
 def test_fast_dev_run_tiny_modernbert(tmp_path):
     """One training and one validation batch of a random ModernBERT with the real OLMo tokenizer, then evaluation."""
     cfg = compose_cfg([
-        "backbone=tiny-modernbert", "vocab=native", "apc=off", "baseline=false", "logger=none", f"paths.run_dir={tmp_path}", "+trainer.fast_dev_run=true",
+        "backbone=tiny-modernbert", "vocab=native", "apc=off", "baseline=false", "logger=none",
+        f"paths.run_dir={tmp_path}", "+trainer.fast_dev_run=true",
         "data.batch_size=4", "data.doc_max_length=64", *SMALL_DEV, *SMALL_EVAL,
     ])
     state = run(cfg)
@@ -31,8 +32,9 @@ def test_fast_dev_run_tiny_modernbert(tmp_path):
 
 def test_short_training_keeps_best_checkpoint_and_evaluates_it(tmp_path):
     cfg = compose_cfg([
-        "backbone=splade-tiny", "vocab=native", "apc=off", "logger=csv", f"paths.run_dir={tmp_path}", "trainer.max_steps=6",
-        "trainer.val_check_interval=3", "trainer.log_every_n_steps=1", "data.batch_size=4", "data.doc_max_length=128", *SMALL_DEV, *SMALL_EVAL,
+        "backbone=splade-tiny", "vocab=native", "apc=off", "logger=csv", f"paths.run_dir={tmp_path}",
+        "trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1", "data.batch_size=4",
+        "data.doc_max_length=128", *SMALL_DEV, *SMALL_EVAL,
     ])
     state = run(cfg)
     ckpts = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
@@ -56,7 +58,8 @@ def test_cli_evaluate_splade_tiny_on_boolq_beats_bm25(tmp_path):
     """`python -m vtlab stage=evaluate backbone=splade-tiny vocab=native eval=boolq` — the real model vs BM25."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     res = subprocess.run(
-        [sys.executable, "-m", "vtlab", "stage=evaluate", "backbone=splade-tiny", "vocab=native", "eval=boolq", "logger=none",
+        [sys.executable, "-m", "vtlab", "stage=evaluate", "backbone=splade-tiny", "vocab=native", "eval=boolq",
+         "logger=none",
          f"hydra.run.dir={tmp_path}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )

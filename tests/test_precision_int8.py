@@ -185,8 +185,8 @@ def test_computing_applies_the_precision_outside_encode(tiny, passages):
 
 
 def test_int8_ranks_boolq_clean_like_fp32(tiny, shared_cache):
-    """200 BoolQ-clean questions over their 200 passages + 200 distractors, vtlab's evaluation: nDCG@10 of int8 ≥ 99.5% of
-    fp32's, and the two runs' top-10 lists mostly the same documents."""
+    """200 BoolQ-clean questions over their 200 passages + 200 distractors, vtlab's evaluation: nDCG@10 of int8
+    ≥ 99.5% of fp32's, and the two runs' top-10 lists mostly the same documents."""
     from vtlab.data.clean import boolq_clean_collection
     from vtlab.evaluation import compute_metrics
     from vtlab.index import InvertedIndex, to_run

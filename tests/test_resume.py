@@ -189,7 +189,8 @@ def test_csv_log_without_run_config_logger_takes_up_at_the_first_step_logged(tmp
     for step in (2, 3):
         logger.log_metrics({"loss": 1.0 / (step + 1), "extra": 7.0}, step=step)
         logger.save()
-    assert _csv_rows(tmp_path) == [{"extra": "", "loss": "0.5", "step": "0"}, {"extra": "", "loss": "0.25", "step": "1"},
+    assert _csv_rows(tmp_path) == [{"extra": "", "loss": "0.5", "step": "0"},
+                                   {"extra": "", "loss": "0.25", "step": "1"},
                                    {"extra": "7.0", "loss": str(1 / 3), "step": "2"},
                                    {"extra": "7.0", "loss": "0.25", "step": "3"}]
 

@@ -1,4 +1,5 @@
-"""vtlab.runs.reuse: an ablation row that repeats a main-table row reuses that finished run instead of recomputing it."""
+"""vtlab.runs.reuse: an ablation row that repeats a main-table row reuses that finished run instead of recomputing
+it."""
 import json
 from pathlib import Path
 

@@ -284,7 +284,8 @@ def test_the_opt_in_prints_what_it_imports_and_then_imports_it(tmp_path: Path) -
     d = _model_dir_with_code(tmp_path, marker)
     res = subprocess.run([sys.executable, "-c", "from vtlab.backbones import Backbone\n"
                           f"Backbone({str(d)!r}, trust_remote_code=True, allow_remote_code=True)._load("
-                          f"__import__('transformers').AutoConfig.from_pretrained, {str(d)!r}, 'backbone.name_or_path')"],
+                          "__import__('transformers').AutoConfig.from_pretrained, "
+                          f"{str(d)!r}, 'backbone.name_or_path')"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env={**_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")})
     assert res.returncode == 0, res.stderr

@@ -94,7 +94,8 @@ def test_boolq_splits_that_overlap_are_refused_naming_the_keys(overrides, expect
 def test_a_user_dev_set_sharing_a_question_is_refused(tmp_path):
     train = _triplets(tmp_path / "t.jsonl", TRAIN)
     dev = _beir(tmp_path / "mydev", {"q1": "Where do  CATS sleep", "q2": "how tall is a giraffe"},
-                {"d1": "Cats doze on sofas.", "d2": "Giraffes grow to five metres."}, {"q1": {"d1": 1}, "q2": {"d2": 1}},
+                {"d1": "Cats doze on sofas.", "d2": "Giraffes grow to five metres."},
+                {"q1": {"d1": 1}, "q2": {"d2": 1}},
                 split="dev")
     with pytest.raises(DataError) as ei:
         _setup(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"])
@@ -147,7 +148,8 @@ def _shipped_data() -> list[str]:
 
 
 def _experiments() -> list[str]:
-    return sorted(str(p.relative_to(CONF / "experiment").with_suffix("")) for p in (CONF / "experiment").rglob("*.yaml"))
+    return sorted(str(p.relative_to(CONF / "experiment").with_suffix(""))
+                  for p in (CONF / "experiment").rglob("*.yaml"))
 
 
 # a dev split → the training set drawn from the same questions, which must hold the same questions out
@@ -278,7 +280,8 @@ def test_a_resume_on_a_changed_triplet_file_is_refused_and_changes_nothing(tmp_p
     assert f"since the interrupted run in {run_dir} started" in line and "resume_with_changes=true" in line
     assert _snapshot(run_dir) == before
     preflight(_finetune_cfg(run_dir, train, "resume_with_changes=true"))  # asked for: continues, recorded anew
-    assert json.loads((run_dir / INPUTS_JSON).read_text())["files"][str(train.resolve())]["size"] == train.stat().st_size
+    files = json.loads((run_dir / INPUTS_JSON).read_text())["files"]
+    assert files[str(train.resolve())]["size"] == train.stat().st_size
 
 
 def test_a_large_file_counts_as_changed_when_its_mtime_moves(tmp_path):

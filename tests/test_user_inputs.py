@@ -80,8 +80,10 @@ def test_the_same_texts_give_the_same_vocabulary_wherever_they_live(tmp_path):
 
 @pytest.mark.parametrize("make,expected", [
     (lambda d: d / "missing.txt", r"vocab\.corpus\.path='.*missing\.txt' does not exist"),
-    (lambda d: (d / "x.csv").touch() or d / "x.csv", r"vocab\.corpus\.path='.*x\.csv': expected a \.txt or \.jsonl file"),
-    (lambda d: (d / "empty").mkdir() or d / "empty", r"vocab\.corpus\.path='.*empty': the directory has no corpus\.jsonl"),
+    (lambda d: (d / "x.csv").touch() or d / "x.csv",
+     r"vocab\.corpus\.path='.*x\.csv': expected a \.txt or \.jsonl file"),
+    (lambda d: (d / "empty").mkdir() or d / "empty",
+     r"vocab\.corpus\.path='.*empty': the directory has no corpus\.jsonl"),
 ])
 def test_a_bad_vocab_corpus_path_is_one_line_naming_the_key(tmp_path, make, expected):
     path = make(tmp_path)
@@ -122,7 +124,8 @@ def test_a_bad_dev_path_is_one_line_before_anything_loads(tmp_path):
         instantiate(compose_cfg(["data=jsonl", f"data.train.path={train}", f"data.dev_path={tmp_path / 'nope'}"]).data)
     dev = _beir(tmp_path / "d", {"q0": "x"}, split="test")  # no qrels/dev.tsv
     dm = instantiate(compose_cfg(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"]).data)
-    with pytest.raises(DataError, match=r"qrels/dev\.tsv: missing qrels for split 'dev' \(available splits: \['test'\]\)"):
+    with pytest.raises(DataError,
+                       match=r"qrels/dev\.tsv: missing qrels for split 'dev' \(available splits: \['test'\]\)"):
         dm.setup("fit")
 
 

@@ -59,8 +59,9 @@ def sentencepiece():
                                    pad_token="<pad>")
 
 
-# -- canonical forms ----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("token,form", [("##ing", "ing"), ("apple", "▁apple"), ("##", "▁##"), ("[unused0]", "▁[unused0]")])
+# -- canonical forms ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("token,form",
+                         [("##ing", "ing"), ("apple", "▁apple"), ("##", "▁##"), ("[unused0]", "▁[unused0]")])
 def test_wordpiece_forms(token, form):
     assert canonical_form(token, "wordpiece") == form
 
@@ -114,7 +115,7 @@ def test_canonical_vocab_skips_specials_and_keeps_added_text(olmo):
     assert forms[olmo.convert_tokens_to_ids("Ġthe")] == "▁the"
 
 
-# -- overlap ------------------------------------------------------------------------------------------------------------
+# -- overlap -----------------------------------------------------------------------------------------------------------
 def _pairs(overlap):
     return dict(zip(overlap.target_ids.tolist(), overlap.source_ids.tolist()))
 

@@ -8,7 +8,6 @@ from hydra.utils import instantiate
 
 from vtlab.data.corpora import boolq_passages
 from vtlab.errors import AssetError, VtlabError
-from vtlab.vocab import targets
 from vtlab.vocab.targets import (
     CorpusWordPiece,
     NativeVocab,
@@ -28,7 +27,7 @@ def _vocab_node(option: str):
     return compose_cfg(config_name=f"vocab/{option}").vocab
 
 
-# -- normalization baselines ---------------------------------------------------------------------------------------------
+# -- normalization baselines -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("option,fn,lowercase,blank", [
     ("lowercase", to_lower, True, False),
     ("blank-prefix", blank_prefix, False, True),
@@ -67,7 +66,7 @@ def test_model_preprocess_interpolation_instantiates():
         assert instantiate(cfg.encoder.preprocess) == expected
 
 
-# -- bert-uncased ---------------------------------------------------------------------------------------------------------
+# -- bert-uncased ------------------------------------------------------------------------------------------------------
 def test_bert_uncased_target():
     vocab = instantiate(_vocab_node("bert-uncased"))
     assert isinstance(vocab, PretrainedVocab) and vocab.transfers and vocab.preprocess is None
@@ -85,7 +84,7 @@ def test_pretrained_missing_dir_names_key(tmp_path):
         PretrainedVocab("x", tokenizer=str(tmp_path / "nope" / "dir")).load_tokenizer(None)
 
 
-# -- corpus WordPiece ------------------------------------------------------------------------------------------------------
+# -- corpus WordPiece --------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def wordpiece(fresh_cache):  # fresh: the WordPiece is trained here, not read from another module's cache
     try:
@@ -109,7 +108,8 @@ def test_wordpiece_layout(wordpiece):
     assert vocab.transfers and vocab.embedding_source() is None and "semantic init" in vocab.describe()
     assert len(tok) == 2000
     assert tok.convert_ids_to_tokens([0, 1, 2, 3, 4]) == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id) == (0, 1, 2, 3, 4)
+    ids = (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id)
+    assert ids == (0, 1, 2, 3, 4)
     assert sum(t.startswith("##") for t in tok.get_vocab()) > 200
     assert tok.backend_tokenizer.normalizer.normalize_str("Café NAÏVE") == "cafe naive"
     assert "".join(tok.tokenize("Café")).replace("##", "") == "cafe"

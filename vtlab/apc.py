@@ -59,7 +59,8 @@ class APC:
         per_term: bool = False,
     ) -> None:
         if percentile is not None and shift is not None:
-            raise VtlabError(f"apc.percentile={percentile} and apc.shift={shift} are mutually exclusive; set one to null")
+            raise VtlabError(f"apc.percentile={percentile} and apc.shift={shift} are mutually exclusive; "
+                             "set one to null")
         if percentile is not None and not 0.0 < float(percentile) < 100.0:
             raise VtlabError(f"apc.percentile={percentile} must be in (0, 100) (or null to disable APC)")
         for key, value in (("num_docs", num_docs), ("batch_size", batch_size), ("max_length", max_length),
@@ -283,7 +284,9 @@ def flat_metrics(report: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def save_histogram(samples_before: Tensor, cutoff: float, path: str | Path, samples_after: Tensor | None = None) -> Path:
+def save_histogram(
+    samples_before: Tensor, cutoff: float, path: str | Path, samples_after: Tensor | None = None
+) -> Path:
     """PNG of the sampled max-logit distribution before and after the shift (after = before - cutoff unless given:
     a per-term shift), log y."""
     import matplotlib

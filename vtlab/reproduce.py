@@ -27,7 +27,8 @@ from vtlab.report import State, collect_jobs
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "experiment"
 ROW_ORDER = ["bm25", "splade-tiny", "wp-native", "bpe-native", "bpe-lowercase", "bpe-vt", "wp-inference-free",
-             "bpe-inference-free", "bpe-lowercase-inference-free", "bpe-vt-inference-free", "bert-native", "modernbert-native", "modernbert-lowercase", "modernbert-vt", "roberta-large-native",
+             "bpe-inference-free", "bpe-lowercase-inference-free", "bpe-vt-inference-free", "bert-native",
+             "modernbert-native", "modernbert-lowercase", "modernbert-vt", "roberta-large-native",
              "roberta-large-vt", "bert-inference-free", "modernbert-inference-free", "modernbert-vt-inference-free"]
 ABLATIONS = ["ablation-init", "ablation-apc"]
 # Per scale: the tables in run order and each one's default number of seeds (--seeds overrides them all). The testbed's
@@ -81,7 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scale", choices=list(TABLES), default="testbed")
     p.add_argument("--seeds", type=int, default=None, help="seeds for every table (default: each table's own, "
                    "testbed: 3 main / 2 ablations / 1 references)")
-    p.add_argument("--tables", default=None, help="comma-separated, e.g. main,ablation-init (default: all of the scale)")
+    p.add_argument("--tables", default=None,
+                   help="comma-separated, e.g. main,ablation-init (default: all of the scale)")
     p.add_argument("--no-gates", action="store_true", help="testbed: skip the sanity gates (smoke runs only)")
     p.add_argument("--out", type=Path, default=None, help="default: outputs/reproduce/<scale>")
     p.add_argument("--launcher", default=None, help="hydra/launcher choice (default: basic for cpu, slurm for paper)")

@@ -46,7 +46,8 @@ def _damaged_weights(source: str, field: str, exc: Exception) -> str:
                 pass
         except (SafetensorError, OSError) as e:
             first = " ".join(str(e).split())[:200]
-            return (f"{path}: cannot read the weights ({first}); the file is truncated or damaged (config key: {field}):"
+            return (f"{path}: cannot read the weights ({first}); the file is truncated or damaged "
+                    f"(config key: {field}):"
                     " rebuild or re-download it")
     return f"{field}={source!r}: cannot read the weights ({first}); a *.safetensors file is truncated or damaged"
 
@@ -196,8 +197,9 @@ class Backbone:
         self.name_or_path = name_or_path
         self.tokenizer = tokenizer
         self.family = family  # informational ("bert", "roberta", "modernbert", …); "auto" → config.model_type
-        # trust_remote_code: the model needs its own Python code (conf/backbone/*.yaml says so); allow_remote_code: this
-        # run's opt-in (`backbone.allow_remote_code=true`) to import it. Both, or no code from a model dir/hub repo runs.
+        # trust_remote_code: the model needs its own Python code (conf/backbone/*.yaml says so); allow_remote_code:
+        # this run's opt-in (`backbone.allow_remote_code=true`) to import it. Both, or no code from a model dir/hub
+        # repo runs.
         self.trust_remote_code = bool(trust_remote_code)
         self.allow_remote_code = bool(allow_remote_code)
         self._announced: set[str] = set()

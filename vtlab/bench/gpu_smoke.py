@@ -6,7 +6,8 @@
 Offline and self-contained: a random-init ModernBERT-base-shaped model (22 layers, hidden 768, 12 heads, MLP 1152)
 with the real ModernBERT tokenizer (OLMo BPE asset, vtlab.backbones.TinyModernBert) goes through the VT pipeline —
 vocabulary transfer to bert-base-uncased's WordPiece (semantic PMI init, conf/vocab/bert-uncased.yaml's offline
-assets), APC p60 (probing 64 documents) — and is fine-tuned as the paper's per-device step: 16 queries × (positive + negative), max length
+assets), APC p60 (probing 64 documents) — and is fine-tuned as the paper's per-device step: 16 queries × (positive +
+negative), max length
 256, MarginMSE + FLOPS (per group, l0 mask 150), AdamW, bf16-mixed, through SpladeModule in a Lightning Trainer.
 Texts are BoolQ validation questions/passages (an offline asset) with synthetic teacher scores.
 
@@ -86,7 +87,9 @@ class StepMeter(pl.Callback):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         step = len(self.times)
         if step == self.profile_from:
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])

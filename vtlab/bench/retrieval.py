@@ -9,7 +9,8 @@
 - `seismic`: vtlab.index.seismic.SeismicIndex (approximate), on --threads threads.
 
 Memory: the index's own arrays where known, the RSS the built index holds (RSS after the build − before it), and how
-far the build raised this process's peak RSS (0 when loading the data peaked higher). The top-10 doc indices go to --top for the parent's recall and equality checks.
+far the build raised this process's peak RSS (0 when loading the data peaked higher). The top-10 doc indices go to
+--top for the parent's recall and equality checks.
 """
 from __future__ import annotations
 

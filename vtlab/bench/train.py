@@ -117,7 +117,8 @@ def run_st(questions: list[str], passages: list[str], args: argparse.Namespace) 
         targs = SparseEncoderTrainingArguments(
             output_dir=tmp, per_device_train_batch_size=args.batch, max_steps=args.warmup + args.steps,
             learning_rate=LR, batch_sampler=BatchSamplers.NO_DUPLICATES, logging_steps=10_000, save_strategy="no",
-            report_to=[], use_cpu=True, dataloader_num_workers=0, seed=0, disable_tqdm=True, lr_scheduler_type="constant")
+            report_to=[], use_cpu=True, dataloader_num_workers=0, seed=0, disable_tqdm=True,
+            lr_scheduler_type="constant")
         trainer = SparseEncoderTrainer(model=model, args=targs, loss=loss,
                                        train_dataset=Dataset.from_dict({"anchor": questions, "positive": passages}),
                                        callbacks=[StepTimer()])

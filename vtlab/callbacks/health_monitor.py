@@ -31,7 +31,8 @@ class HealthMonitor(pl.Callback):
             return
         active = (d != 0).any(0)
         if self._seen is None or self._seen.shape != (self.window, active.shape[0]):
-            self._seen, self._filled = torch.zeros(self.window, active.shape[0], dtype=torch.bool, device=active.device), 0
+            self._seen = torch.zeros(self.window, active.shape[0], dtype=torch.bool, device=active.device)
+            self._filled = 0
         self._seen = self._seen.to(active.device)  # restored from a checkpoint on the CPU
         self._seen[self._filled % self.window] = active  # the ring buffer is updated every step, logged less often
         self._filled += 1

@@ -91,7 +91,8 @@ class PreflightCheck(pl.Callback):
         self.report = report
 
         log.info(
-            "preflight: query active dims %.1f, doc active dims %.1f (share %.2f%%), weights %.3f±%.3f, doc cosine %.3f",
+            "preflight: query active dims %.1f, doc active dims %.1f (share %.2f%%), "
+            "weights %.3f±%.3f, doc cosine %.3f",
             report["query_active_dims"], report["doc_active_dims"], 100 * report["doc_active_share"],
             report["weight_mean"], report["weight_std"], report["doc_cosine"],
         )

@@ -61,7 +61,8 @@ def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
     """`key: old -> new` for each leaf that differs (dicts compared key by key, anything else as a whole)."""
     if isinstance(old, dict) and isinstance(new, dict):
         return [c for k in sorted(set(old) | set(new), key=str)
-                for c in config_changes(old.get(k, "<absent>"), new.get(k, "<absent>"), f"{key}.{k}" if key else str(k))]
+                for c in config_changes(old.get(k, "<absent>"), new.get(k, "<absent>"),
+                                        f"{key}.{k}" if key else str(k))]
     return [] if old == new else [f"{key}: {old!r} -> {new!r}"]
 
 

@@ -85,7 +85,8 @@ def train_pairs() -> tuple[tuple[str, str], ...]:
         try:
             idx, text = int(doc["idx"]), doc["query"]
         except (KeyError, TypeError, ValueError) as e:
-            raise DataError(f"{where}: expected JSON with 'doc.idx' and 'doc.query' ({type(e).__name__}: {e})") from None
+            raise DataError(f"{where}: expected JSON with 'doc.idx' and 'doc.query' "
+                            f"({type(e).__name__}: {e})") from None
         # Each question appears once per answer choice; keep the first.
         if idx not in by_idx:
             by_idx[idx] = _parse_train_query(text, where)
@@ -126,9 +127,11 @@ def _distinct(texts: list[str]) -> list[str]:
 
 
 def subsample_collection(
-    pairs: list[tuple[str, str, str]], distractors: list[str], max_queries: int | None, max_docs: int | None, seed: int, name: str
+    pairs: list[tuple[str, str, str]], distractors: list[str], max_queries: int | None, max_docs: int | None, seed: int,
+    name: str,
 ) -> Collection:
-    """pairs: (query_id, question, passage). Keep max_queries queries; corpus = their passages + distractors up to max_docs."""
+    """pairs: (query_id, question, passage). Keep max_queries queries; corpus = their passages + distractors up to
+    max_docs."""
     rng = random.Random(f"boolq-sample-{seed}")
     if max_queries is not None and max_queries < len(pairs):
         keep = sorted(rng.sample(range(len(pairs)), max_queries))
@@ -146,7 +149,9 @@ def subsample_collection(
     return Collection(name=name, corpus=corpus, queries=queries, qrels=qrels)
 
 
-def _build_collection(split: str, max_queries: int | None, max_docs: int | None, dev_size: int, seed: int) -> Collection:
+def _build_collection(
+    split: str, max_queries: int | None, max_docs: int | None, dev_size: int, seed: int
+) -> Collection:
     if split == "validation":
         val = validation_pairs()
         pairs = [(f"v{i}", q, p) for i, (q, p) in enumerate(val)]
@@ -219,7 +224,9 @@ def build_boolq_triplets(
     return mine_triplets([(f"t{i}", *train[i]) for i in train_idx], pool, num_negatives)
 
 
-def mine_triplets(pairs: Sequence[tuple[str, str, str]], pool: Sequence[str], num_negatives: int) -> list[TripletExample]:
+def mine_triplets(
+    pairs: Sequence[tuple[str, str, str]], pool: Sequence[str], num_negatives: int
+) -> list[TripletExample]:
     """TripletExamples for (query id, question, positive passage) `pairs` with `num_negatives` BM25 hard negatives
     each from the distinct passages of `pool` (which must hold every positive)."""
     passages = _distinct(list(pool))

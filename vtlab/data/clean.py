@@ -1,4 +1,5 @@
-"""The testbed's clean split: no evaluation passage ever reaches training, dev, negative pools, MLM or tokenizer corpora.
+"""The testbed's clean split: no evaluation passage ever reaches training, dev, negative pools, MLM or tokenizer
+corpora.
 
 BoolQ's splits share passages: 721 of the 2,938 validation passages are verbatim training passages, and 954 of the
 3,270 validation questions have a gold passage that is also a training passage. The testbed therefore evaluates on

@@ -122,7 +122,8 @@ def load_beir(path: str, split: str = "test") -> Collection:
     qrels_path = root / "qrels" / f"{split}.tsv"
     for p in (root / "corpus.jsonl", root / "queries.jsonl"):
         if not p.is_file():
-            raise DataError(f"{p}: missing BEIR file (expected corpus.jsonl, queries.jsonl and qrels/{split}.tsv under {root})")
+            raise DataError(f"{p}: missing BEIR file "
+                            f"(expected corpus.jsonl, queries.jsonl and qrels/{split}.tsv under {root})")
     if not qrels_path.is_file():
         have = sorted(p.stem for p in (root / "qrels").glob("*.tsv")) if (root / "qrels").is_dir() else []
         raise DataError(f"{qrels_path}: missing qrels for split '{split}' (available splits: {have or 'none'})")
@@ -176,7 +177,8 @@ def load_beir(path: str, split: str = "test") -> Collection:
         # BEIR keeps one queries.jsonl for all splits: queries judged only in another split are expected here
         log.info("%s: %d of %d queries have no judgments in %s and are left out", root.name,
                  len(all_queries) - len(queries), len(all_queries), qrels_path.name)
-    return Collection(name=root.name, corpus=corpus, queries=queries, qrels=qrels, source={"path": path, "split": split})
+    return Collection(name=root.name, corpus=corpus, queries=queries, qrels=qrels,
+                      source={"path": path, "split": split})
 
 
 def save_beir(collection: Collection, path: str | os.PathLike[str], split: str = "test") -> Path:
@@ -184,7 +186,8 @@ def save_beir(collection: Collection, path: str | os.PathLike[str], split: str =
     root = Path(path)
     atomic_write_text(
         root / "corpus.jsonl",
-        (json.dumps({"_id": d, "title": "", "text": t}, ensure_ascii=False) + "\n" for d, t in collection.corpus.items()),
+        (json.dumps({"_id": d, "title": "", "text": t}, ensure_ascii=False) + "\n"
+         for d, t in collection.corpus.items()),
     )
     atomic_write_text(
         root / "queries.jsonl",
@@ -215,8 +218,10 @@ def _hf_load(repo: str, config: str | None, split: str) -> Any:
     except Exception as e:  # noqa: BLE001 - datasets raises many types (ConnectionError, FileNotFoundError, ValueError)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
-        hint = " (HF offline mode is on and it is not cached)" if offline else " (needs network access to the Hugging Face hub or a cached copy)"
-        raise AssetError(f"cannot load HF dataset '{repo}' config={config!r} split={split!r}{hint}: {type(e).__name__}: {first[:200]}") from None
+        hint = (" (HF offline mode is on and it is not cached)" if offline
+                else " (needs network access to the Hugging Face hub or a cached copy)")
+        raise AssetError(f"cannot load HF dataset '{repo}' config={config!r} split={split!r}{hint}: "
+                         f"{type(e).__name__}: {first[:200]}") from None
 
 
 def _from_hf(name: str, corpus_ds: Any, queries_ds: Any, qrels_ds: Any) -> Collection:
@@ -271,7 +276,8 @@ def subsampled(load: Any, max_docs: int | None = None, max_queries: int | None =
     if max_queries is not None and max_queries < len(queries):
         queries = [queries[i] for i in sorted(rng.sample(range(len(queries)), max_queries))]
     qrels = {q: coll.qrels[q] for q in queries if q in coll.qrels}
-    judged = [d for d in dict.fromkeys(d for rel in qrels.values() for d, g in rel.items() if g > 0) if d in coll.corpus]
+    judged = [d for d in dict.fromkeys(d for rel in qrels.values() for d, g in rel.items() if g > 0)
+              if d in coll.corpus]
     judged_set = set(judged)
     others = [d for d in coll.corpus if d not in judged_set]
     if max_docs is not None and max(0, max_docs - len(judged)) < len(others):
@@ -293,7 +299,8 @@ def iter_oe_eval_docs(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 try:
                     doc = json.loads(line)["doc"]
                 except (json.JSONDecodeError, KeyError, TypeError) as e:
-                    raise DataError(f"{where}: expected a JSON object with a 'doc' object ({type(e).__name__}: {e})") from None
+                    raise DataError(f"{where}: expected a JSON object with a 'doc' object "
+                                    f"({type(e).__name__}: {e})") from None
                 if not isinstance(doc, dict):
                     raise DataError(f"{where}: field 'doc' must be an object, got {type(doc).__name__}")
                 yield where, doc

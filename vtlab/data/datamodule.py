@@ -245,7 +245,8 @@ class TripletDataModule(pl.LightningDataModule):
             with_scores += ex.scores is not None
         if 0 < with_scores < len(examples):
             first = next(i for i, ex in enumerate(examples) if ex.scores is None)
-            raise DataError(f"{name}: {with_scores}/{len(examples)} examples have teacher 'scores' (example {first} has none); give all or none")
+            raise DataError(f"{name}: {with_scores}/{len(examples)} examples have teacher 'scores' "
+                            f"(example {first} has none); give all or none")
         self.has_teacher_scores = with_scores == len(examples)
         log.info("training set: %d examples%s%s", len(examples), f" from {name}" if callable(src) else "",
                  " with teacher scores" if self.has_teacher_scores else "")

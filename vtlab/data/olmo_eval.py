@@ -51,7 +51,8 @@ def _structured(doc: dict[str, Any], key: str, kind: type, where: str) -> Any:
         try:
             v = ast.literal_eval(v)
         except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
-            raise DataError(f"{where}: field 'doc.{key}' is a string but not a Python literal ({type(e).__name__})") from None
+            raise DataError(f"{where}: field 'doc.{key}' is a string but not a Python literal "
+                            f"({type(e).__name__})") from None
     if not isinstance(v, kind):
         raise DataError(f"{where}: field 'doc.{key}' must be a {kind.__name__}, got {type(v).__name__}")
     return v
@@ -110,7 +111,8 @@ def _paragraphs(full_text: dict[str, Any], where: str) -> list[str]:
     sections = full_text.get("paragraphs")
     if not isinstance(sections, list) or not all(
             isinstance(s, list) and all(isinstance(p, str) for p in s) for s in sections):
-        raise DataError(f"{where}: field 'doc.full_text.paragraphs' must be a list of lists of strings (one per section)")
+        raise DataError(f"{where}: field 'doc.full_text.paragraphs' must be a list of lists of strings "
+                        "(one per section)")
     return [p.strip() for s in sections for p in s if p.strip()]
 
 

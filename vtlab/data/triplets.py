@@ -73,7 +73,8 @@ def check_scores(scores: Any, n_negatives: int, where: str, field: str | None = 
 def parse_triplet(obj: Any, where: str, require_scores: bool = False) -> TripletExample:
     """Validate one decoded JSON value; `where` ("path:lineno") prefixes every error."""
     if not isinstance(obj, dict):
-        raise DataError(f"{where}: expected a JSON object with 'query', 'positive', 'negatives', got {type(obj).__name__}")
+        raise DataError(f"{where}: expected a JSON object with 'query', 'positive', 'negatives', "
+                        f"got {type(obj).__name__}")
     query = _text(_field(obj, "query", where), "query", where)
     positive = _text(_field(obj, "positive", where), "positive", where)
     negs = _field(obj, "negatives", where)
@@ -90,7 +91,8 @@ def parse_triplet(obj: Any, where: str, require_scores: bool = False) -> Triplet
     scores = obj.get("scores")
     if scores is None:
         if require_scores:
-            raise DataError(f"{where}: missing field 'scores' (required: {1 + len(negatives)} teacher scores for [positive] + negatives)")
+            raise DataError(f"{where}: missing field 'scores' "
+                            f"(required: {1 + len(negatives)} teacher scores for [positive] + negatives)")
     else:
         scores = check_scores(scores, len(negatives), where)
 

@@ -20,6 +20,7 @@ def console_summary(result: Mapping[str, Any]) -> list[str]:
     for when in ("before", "after"):
         s = (activity or {}).get(when)
         if s:
-            lines.append(f"  activity {when}: {s['mean_active_per_doc']:,.1f} active/doc, dead {s['dead_fraction']:.1%}, "
+            lines.append(f"  activity {when}: {s['mean_active_per_doc']:,.1f} active/doc, "
+                         f"dead {s['dead_fraction']:.1%}, "
                          f"always-on {s['always_on_fraction']:.2%}, mean cosine {s['mean_pairwise_cosine']:.3f}")
     return lines + [f"  verdict: {line}" for line in suggest(result)["why"]]

@@ -110,7 +110,9 @@ def tokenize_corpus(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
             in_core.append(c)
             cores += doc_cores
             scripts += doc_scripts
-    cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))
+    def cat(xs: list, dt: Any) -> np.ndarray:
+        return np.concatenate(xs) if xs else np.zeros(0, dt)
+
     return TokenizedCorpus(cat(ids, np.int64), cat(words, np.int64), cat(in_core, bool), cores, scripts, len(texts))
 
 

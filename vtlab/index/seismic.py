@@ -73,7 +73,8 @@ class SeismicIndex:
 
     def search(self, queries: sp.csr_matrix, k: int, n_threads: int | None = None, **_: object
                ) -> tuple[np.ndarray, np.ndarray]:
-        """Approximate top-k by dot product: (scores float32 [Q, k'], doc indices int64 [Q, k']), k' = min(k, n_docs)."""
+        """Approximate top-k by dot product: (scores float32 [Q, k'], doc indices int64 [Q, k']),
+        k' = min(k, n_docs)."""
         queries = _as_csr(queries, "queries")
         if queries.shape[1] != self.vocab_size:
             raise ValueError(f"queries have {queries.shape[1]} dims, index has {self.vocab_size}")

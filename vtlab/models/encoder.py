@@ -195,7 +195,9 @@ class SpladeEncoder(nn.Module):
         fills) and its passages/s, timed on a second pass over the same batches."""
         run = self._encode_as
         # the networks as such, whatever a subclass does on the query side (inference-free: no network there)
-        fwd: Forward = lambda ids, mask, side: splade_activation(self.max_logits(ids, mask, side), self.double_log)
+        def fwd(ids: Tensor, mask: Tensor, side: Side) -> Tensor:
+            return splade_activation(self.max_logits(ids, mask, side), self.double_log)
+
         # Timed on one thread, in this thread's CPU seconds: other processes' load (a shared machine, a parallel test
         # run) would otherwise decide, through preemption and OpenMP threads spinning at barriers. On a 2-core machine
         # at load 13, 500 passages took fp32 28-34 CPU s and int8 20-38 CPU s on 2 threads (wall: 100-205 s and

@@ -101,7 +101,8 @@ class SpladeModule(pl.LightningModule):
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             gathered: list[Any] = [None] * dist.get_world_size()
             dist.all_gather_object(gathered, parts)
-            parts = {k: ([i for g in gathered for i in g[k][0]], [m for g in gathered for m in g[k][1]]) for k in (0, 1)}
+            parts = {k: ([i for g in gathered for i in g[k][0]], [m for g in gathered for m in g[k][1]])
+                     for k in (0, 1)}
         (q_ids, q_mats), (d_ids, d_mats) = parts[0], parts[1]
         if not q_ids or not d_ids:
             return
@@ -130,7 +131,8 @@ class SpladeModule(pl.LightningModule):
 def _non_finite_message(step: int, logs: dict[str, Any], last_finite: tuple[int, float] | None) -> str:
     """One line: the step, every loss part of that step (which one blew up), the last finite loss, what to try."""
     parts = ", ".join(f"{k}={float(v):.4g}" for k, v in logs.items())
-    before = f"last finite loss {last_finite[1]:.4g} at step {last_finite[0]}" if last_finite else "no finite step before it"
+    before = (f"last finite loss {last_finite[1]:.4g} at step {last_finite[0]}" if last_finite
+              else "no finite step before it")
     return (f"training stopped: non-finite loss at step {step} ({parts}); {before}. Lower model.optimizer.lr, set "
             "trainer.gradient_clip_val, or check the data and loss.temperature")
 

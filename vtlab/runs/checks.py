@@ -49,7 +49,8 @@ def _is_number(v: Any) -> bool:
 
 
 def integer(low: int, high: int | None = None, *, also: int | None = None, note: str = "") -> Rule:
-    """An int in [low, high] (no bool, no float); `also`: one more value allowed outside it (`note` says what it means)."""
+    """An int in [low, high] (no bool, no float); `also`: one more value allowed outside it (`note` says what it
+    means)."""
     words = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
     if also is not None:
         words += f" (or {also}{f' for {note}' if note else ''})"

@@ -234,4 +234,5 @@ def _refusal(run_dir: Path, found: list[str], finished: list[str], has_last: boo
     else:
         why = f"holds an earlier run's outputs but no {LAST_CKPT} to resume from"
     return (f"run directory {run_dir} {why} ({shown}); it is never overwritten: choose another hydra.run.dir, "
-            "or pass overwrite=true to replace it" + ("" if finished or not has_last else ", or resume=auto to continue it"))
+            "or pass overwrite=true to replace it"
+            + ("" if finished or not has_last else ", or resume=auto to continue it"))

@@ -2,7 +2,8 @@
 
 A table built from a sweep must show failed and unfinished rows as such, never drop them; this file is how the report
 tells a failed job from one that is still running or never started. Format:
-{"status": "running" | "done" | "failed" | "interrupted", "name": str, "overrides": [str], "started": iso, "finished": iso | null,
+{"status": "running" | "done" | "failed" | "interrupted", "name": str, "overrides": [str], "started": iso,
+ "finished": iso | null,
  "seconds": float | null, "error": str | null}
 While a run is running the file ends in RESERVE trailing spaces: room for the final record on a disk that fills up.
 """
@@ -103,7 +104,8 @@ class RunStatus:
         atomic_write(self.path, lambda f: f.write(self._text() + " " * RESERVE + "\n"))
 
     def done(self) -> None:
-        """DiskError when status.json cannot say so: the run's results are written, but a sweep would count it unfinished."""
+        """DiskError when status.json cannot say so: the run's results are written, but a sweep would count it
+        unfinished."""
         self._write(status="done", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1))
 
     def fail(self, exc: BaseException) -> None:

@@ -43,7 +43,8 @@ def run(cfg: Any, state: dict[str, Any]) -> dict[str, Any]:
     sp.save_npz(out / "docs.npz", docs, compressed=False)
     (out / "doc_ids.json").write_text(json.dumps(doc_ids))
     report = {"collection": collection.name, "n_docs": len(doc_ids), "seconds": round(seconds, 2),
-              "docs_per_s": round(len(doc_ids) / seconds, 1), "doc_active_dims": round(docs.nnz / max(len(doc_ids), 1), 1),
+              "docs_per_s": round(len(doc_ids) / seconds, 1),
+              "doc_active_dims": round(docs.nnz / max(len(doc_ids), 1), 1),
               "processes": trainer_kwargs.get("devices", 1), "strategy": str(trainer_kwargs.get("strategy", "auto"))}
     write_json(out / "encode.json", report)
     print(f"encoded {len(doc_ids)} docs in {seconds:.1f}s → {out / 'docs.npz'}")

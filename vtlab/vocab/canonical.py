@@ -140,7 +140,8 @@ def tokenizer_kind(tokenizer: PreTrainedTokenizerBase) -> TokenizerKind:
     if "ByteLevel" in around:
         return "bytelevel"
     # Metaspace: the usual SentencePiece conversion; Llama-style BPE instead replaces " " by "▁" in the normalizer.
-    if "Metaspace" in around or model.get("type") == "Unigram" or WORD_START in json.dumps(spec.get("normalizer"), ensure_ascii=False):
+    if ("Metaspace" in around or model.get("type") == "Unigram"
+            or WORD_START in json.dumps(spec.get("normalizer"), ensure_ascii=False)):
         return "sentencepiece"
     raise VtlabError(
         f"{type(tokenizer).__name__}: unrecognised vocabulary format (model {model.get('type')}, components "

@@ -69,7 +69,7 @@ def blank_prefix_lower(text: str) -> str:
     return " " + text.lower()
 
 
-# -- base ---------------------------------------------------------------------------------------------------------------
+# -- base --------------------------------------------------------------------------------------------------------------
 class TargetVocab:
     """A run's vocabulary. `transfers`: whether the backbone must be moved onto a different tokenizer."""
 
@@ -121,7 +121,7 @@ class NativeVocab(TargetVocab):
         return f"vocab={self.name}: the backbone's own tokenizer, {how}"
 
 
-# -- a pretrained tokenizer (e.g. bert-base-uncased) ----------------------------------------------------------------------
+# -- a pretrained tokenizer (e.g. bert-base-uncased) -------------------------------------------------------------------
 class PretrainedVocab(TargetVocab):
     """An existing tokenizer (hub id, local dir or asset:NAME), with an optional model whose embeddings use it."""
 
@@ -129,7 +129,8 @@ class PretrainedVocab(TargetVocab):
                  preprocess: Preprocess | None = None) -> None:
         super().__init__(name, preprocess)
         if not tokenizer:
-            raise VocabConfigError(f"vocab.tokenizer must name a tokenizer (hub id, directory or asset:NAME) for {name}")
+            raise VocabConfigError("vocab.tokenizer must name a tokenizer (hub id, directory or asset:NAME) "
+                                   f"for {name}")
         self.tokenizer = tokenizer
         self.embedding_model = embedding_model
 
@@ -154,7 +155,7 @@ class PretrainedVocab(TargetVocab):
         return f"vocab={self.name}: tokenizer {self.tokenizer}, target embeddings from {emb}"
 
 
-# -- a WordPiece trained on a corpus ------------------------------------------------------------------------------------
+# -- a WordPiece trained on a corpus -----------------------------------------------------------------------------------
 # The default corpus is TextCorpus() (vtlab/data/corpora.py): BoolQ's clean training passages.
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
 MIN_VOCAB, MAX_VOCAB = 1000, 200_000

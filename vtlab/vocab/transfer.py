@@ -4,7 +4,8 @@ Input embeddings come from an `Initializer` (vtlab/vocab/init.py); the MLM decod
 target size whose weight is tied to the new embeddings; its bias is the target model's MLM bias z-score-mapped into the
 source bias distribution (`bias=zmap`, the authors' --set_bias), zeros, or carried through the initializer like one
 more embedding column (`bias=init`: overlap tokens keep their source bias, new ones get the same combination of source
-biases as their embedding — the choice when the target vocabulary has no trained model); optionally all embeddings and the bias are rescaled by one scalar so
+biases as their embedding — the choice when the target vocabulary has no trained model); optionally all embeddings
+and the bias are rescaled by one scalar so
 overlap tokens have the target model's mean norm (`target_norm`). The encoder and the MLM head transform stay the
 source model's. Results are cached by (backbone, vocab, init, options).
 """
@@ -188,7 +189,8 @@ def _target_model_tensors(vocab: TargetVocab, options: TransferOptions) -> tuple
     model = (source if isinstance(source, Backbone) else Backbone(source)).load_model()
     emb = model.get_input_embeddings().weight.detach().float().clone()
     dec = model.get_output_embeddings()
-    bias = dec.bias.detach().float().clone() if (options.bias == "zmap" and dec is not None and dec.bias is not None) else None
+    bias = (dec.bias.detach().float().clone()
+            if (options.bias == "zmap" and dec is not None and dec.bias is not None) else None)
     return emb, bias
 
 
