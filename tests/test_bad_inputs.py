@@ -548,7 +548,8 @@ def remote_code_without_the_opt_in(tmp, mp):
 
 
 @case(VtlabError, r"\.hydra/config\.yaml \(model\.encoder\): _target_='builtins\.open' is not instantiated: a config "
-                  r"read from a run directory may only name vtlab\.\* or ")
+                  r"read from a run directory may only name an encoder, an evaluation or a collection loader "
+                  r"\(vtlab\.export\.safe_config\.ALLOWED_TARGETS\)")
 def export_from_a_run_config_naming_foreign_code(tmp, mp):
     from omegaconf import OmegaConf
 
