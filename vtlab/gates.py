@@ -1,10 +1,15 @@
 """The testbed's sanity gates: `make reproduce-table` fails loudly (one line, exit 3) when the testbed cannot test the
 paper, instead of printing tables that look like results.
 
-- **case gate** (before any row runs): the cased-BPE model M_bpe must really handle case unlike the uncased control
-  M_wp — M_wp's vocabulary has no case variants; M_bpe's must hold them, its case-variant output rows must have learned
-  to differ (mean cosine below `MAX_CASE_ROW_COSINE`; FVT starts them as copies, cosine 1), and document term mass must
-  spread over case variants (at least `MIN_CASE_MASS`), which is the redundancy VT is meant to remove.
+- **case gate** (before any row runs): the cased-BPE model M_bpe must really handle case unlike its uncased mirrors,
+  the control M_wp (bert-base-uncased WordPiece) and M_unc (M_bpe's OLMo BPE restricted to its lowercase tokens,
+  vtlab/vocab/lowercase_bpe.py) — their vocabularies have no case variants; M_bpe's must hold them, its case-variant
+  output rows must have learned to differ (mean cosine below `MAX_CASE_ROW_COSINE`; FVT starts them as copies,
+  cosine 1), and document term mass must spread over case variants (at least `MIN_CASE_MASS`), which is the
+  redundancy VT is meant to remove.
+- **control gate** (after the main table): M_wp native must not end below SPLADE-tiny as is (its own start) by more
+  than `CONTROL_TOLERANCE` on BoolQ-clean — a control that training made worse than its start says the fine-tuning
+  recipe damages models, and every arm inherits that.
 - **quality gate** (after the main table): M_wp native must beat BM25 on BoolQ-clean — a testbed whose best-placed
   arm loses to BM25 in-domain measures training noise, not vocabularies.
 """
@@ -24,6 +29,8 @@ from vtlab.errors import VtlabError
 CONF = Path(__file__).resolve().parents[1] / "conf"
 MAX_CASE_ROW_COSINE = 0.99
 MIN_CASE_MASS = 0.01
+CONTROL_TOLERANCE = 0.005  # BoolQ-clean nDCG@10 that M_wp native may lose against its start before the gate fails
+UNCASED = ("M_wp", "M_unc")  # the models whose vocabulary must have no case variants
 PROBE_DOCS = 100  # clean training passages (never evaluation ones) for the mass figure
 GATE_DATASET, GATE_MEASURE = "boolq-clean", "nDCG@10"
 
@@ -37,21 +44,24 @@ def _backbone(name: str) -> Any:
         return instantiate(compose("config", overrides=[f"backbone={name}"]).backbone)
 
 
-def case_report(wp: str = "testbed-wp", bpe: str = "testbed-bpe") -> dict[str, dict[str, Any]]:
-    """case_handling of both testbed models (built into the cache on first use) on clean training passages."""
+def case_report(wp: str = "testbed-wp", bpe: str = "testbed-bpe",
+                unc: str = "testbed-unc") -> dict[str, dict[str, Any]]:
+    """case_handling of the three testbed models (built into the cache on first use) on clean training passages."""
     texts = list(clean_train_passages()[:PROBE_DOCS])
     out = {}
-    for label, name in (("M_wp", wp), ("M_bpe", bpe)):
+    for label, name in (("M_wp", wp), ("M_bpe", bpe), ("M_unc", unc)):
         backbone = _backbone(name)
         out[label] = case_handling(backbone.load_model(), backbone.load_tokenizer(), texts)
     return out
 
 
 def check_case(report: dict[str, dict[str, Any]]) -> None:
-    wp, bpe = report["M_wp"], report["M_bpe"]
-    if wp["case_groups"] != 0:
-        raise GateError(f"case gate: M_wp's vocabulary has {wp['case_groups']} case-variant groups; expected an "
-                        "uncased vocabulary (none)")
+    """`report`: case_report's {"M_wp", "M_bpe", "M_unc"} (a missing model is a KeyError: the gate checks all three)."""
+    for label in UNCASED:
+        if (groups := report[label]["case_groups"]) != 0:
+            raise GateError(f"case gate: {label}'s vocabulary has {groups} case-variant groups; expected an uncased "
+                            "vocabulary (none)")
+    bpe = report["M_bpe"]
     if bpe["case_groups"] == 0 or bpe["row_cosine"] is None or bpe["row_cosine"] >= MAX_CASE_ROW_COSINE:
         raise GateError(f"case gate: M_bpe's case variants did not learn to differ (mean row cosine "
                         f"{bpe['row_cosine']} over {bpe['case_groups']} groups; expected < {MAX_CASE_ROW_COSINE}): "
@@ -67,6 +77,16 @@ def check_quality(wp_native: float, bm25: float, where: str | Path = "the main t
         raise GateError(f"quality gate: M_wp native scores {GATE_DATASET} {GATE_MEASURE} {wp_native:.4f}, not above "
                         f"BM25's {bm25:.4f}: the testbed's fine-tuning is broken (see {where})")
     return {"wp_native": wp_native, "bm25": bm25}
+
+
+def check_control(wp_native: float, as_is: float, where: str | Path = "the main table") -> dict[str, float]:
+    """`wp_native`: M_wp native's mean BoolQ-clean nDCG@10; `as_is`: SPLADE-tiny's, unchanged (vtlab.reproduce reads
+    both from the sweeps). M_wp starts from SPLADE-tiny, so ending below it means training did damage."""
+    if wp_native < as_is - CONTROL_TOLERANCE:
+        raise GateError(f"control gate: M_wp native scores {GATE_DATASET} {GATE_MEASURE} {wp_native:.4f}, "
+                        f"{as_is - wp_native:.4f} below SPLADE-tiny as is ({as_is:.4f}; tolerance "
+                        f"{CONTROL_TOLERANCE}): a control that training made worse than its start (see {where})")
+    return {"wp_native": wp_native, "as_is": as_is}
 
 
 def write(path: Path, report: dict[str, Any]) -> None:
