@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -203,9 +204,16 @@ def _cache_key(backbone: Backbone, vocab: TargetVocab, init: Initializer, option
     return stable_hash(blob, length=16)
 
 
+def _derived_key(backbone: Backbone, vocab: TargetVocab) -> str:
+    # init and transfer options do not touch a derived model; the vocabulary's key carries its recipe version
+    return stable_hash(json.dumps({"backbone": backbone.cache_key(), "vocab": vocab.cache_key()}, sort_keys=True),
+                       length=16)
+
+
 def check_compatible(vocab: TargetVocab, init: Initializer) -> None:
     """Fail before any work when the init needs target-model embeddings that the vocabulary does not have."""
-    if vocab.transfers and init.needs_target_embeddings and vocab.embedding_source() is None:
+    derived = getattr(vocab, "derive_model", None) is not None  # no init runs
+    if vocab.transfers and not derived and init.needs_target_embeddings and vocab.embedding_source() is None:
         raise VtlabError(
             f"init={init.name} needs a target model with input embeddings (vocab.embedding_model), and "
             f"vocab={vocab.name} has none; use init=subword or init=mean"
@@ -214,9 +222,27 @@ def check_compatible(vocab: TargetVocab, init: Initializer) -> None:
 
 def cached_transfer(backbone: Backbone, vocab: TargetVocab, init: Initializer,
                     options: TransferOptions = TransferOptions()) -> Path:
-    """HF model directory of `backbone` transferred to `vocab` with `init`, computed once per configuration."""
+    """HF model directory of `backbone` transferred to `vocab` with `init`, computed once per configuration. Hook: a
+    vocabulary with a `derive_model(model, tokenizer) -> report` method makes its model from the source one itself
+    (vtlab/vocab/masked_outputs.py), cached per (backbone, vocab) alone."""
     check_compatible(vocab, init)
+    derive = getattr(vocab, "derive_model", None)
+    if derive is not None:
+        out = cache_dir("transfers") / f"{vocab.name}-{_derived_key(backbone, vocab)}"
+        return _cached_model(out, backbone, vocab, lambda model, source_tok, target_tok: derive(model, source_tok))
+
+    def transfer(model: nn.Module, source_tok: Any, target_tok: Any) -> dict[str, Any]:
+        target_emb, target_bias = _target_model_tensors(vocab, options)
+        return apply_transfer(model, source_tok, target_tok, init, target_emb, target_bias, options)
+
     out = cache_dir("transfers") / f"{vocab.name}-{init.name}-{_cache_key(backbone, vocab, init, options)}"
+    return _cached_model(out, backbone, vocab, transfer)
+
+
+def _cached_model(out: Path, backbone: Backbone, vocab: TargetVocab,
+                  make: Callable[[nn.Module, Any, Any], dict[str, Any]]) -> Path:
+    """`out` when it is a usable cache entry; else `backbone`'s model changed in place by `make(model, source
+    tokenizer, vocab's tokenizer)` (its report), saved there with that tokenizer and transfer_report.json."""
     if out.exists():
         if (damage := integrity.problem(out)) is None:
             log.info("vocabulary transfer: cached %s", out)
@@ -225,8 +251,7 @@ def cached_transfer(backbone: Backbone, vocab: TargetVocab, init: Initializer,
     model = backbone.load_model()
     source_tok = backbone.load_tokenizer()
     target_tok = vocab.load_tokenizer(source_tok)
-    target_emb, target_bias = _target_model_tensors(vocab, options)
-    report = apply_transfer(model, source_tok, target_tok, init, target_emb, target_bias, options)
+    report = make(model, source_tok, target_tok)
     report.update(backbone=backbone.name_or_path, vocab=vocab.name)
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
@@ -234,8 +259,8 @@ def cached_transfer(backbone: Backbone, vocab: TargetVocab, init: Initializer,
         (tmp / "transfer_report.json").write_text(json.dumps(report, indent=2))
 
     integrity.build(out, write)
-    log.info("vocabulary transfer: %s → %s (%s) in %.1fs: %s", backbone.name_or_path, vocab.name, init.name,
-             report["seconds"], report["overlap"])
+    log.info("vocabulary transfer: %s → %s in %.1fs (%s): %s", backbone.name_or_path, vocab.name, report["seconds"],
+             out.name, report["overlap"])
     return out
 
 
