@@ -16,9 +16,24 @@ PAPER_ROWS = sorted(p.stem for p in (CONF / "experiment/paper/main").glob("*.yam
 
 
 def test_paper_rows_are_the_papers_table():
-    assert set(PAPER_ROWS) == {"bert-native", "modernbert-native", "modernbert-lowercase", "modernbert-vt",
-                               "roberta-large-native", "roberta-large-vt", "bert-inference-free",
-                               "modernbert-inference-free", "modernbert-vt-inference-free"}
+    assert set(PAPER_ROWS) == {"bert-native", "modernbert-native", "modernbert-native-mlm", "modernbert-lowercase",
+                               "modernbert-lowercase-masked", "modernbert-vt", "roberta-large-native",
+                               "roberta-large-vt", "bert-inference-free", "modernbert-inference-free",
+                               "modernbert-vt-inference-free"}
+
+
+def test_paper_corrections_evaluate_and_probe_at_512_and_control_vt():
+    vt, mlm = experiment("paper/main/modernbert-vt"), experiment("paper/main/modernbert-native-mlm")
+    for row in PAPER_ROWS:
+        cfg = experiment(f"paper/main/{row}")  # trains at 256 tokens (above), encodes for evaluation at 512
+        assert cfg.model.encoder.query_max_length == cfg.model.encoder.doc_max_length == 512
+    assert vt.apc.max_length == 512
+    # the control gets everything VT's row adds but the vocabulary: the same MLM stage and APC
+    assert OmegaConf.to_container(mlm.mlm) == OmegaConf.to_container(vt.mlm) and mlm.vocab.name == "native"
+    assert OmegaConf.to_container(mlm.apc) == OmegaConf.to_container(vt.apc)
+    lower = experiment("paper/main/modernbert-lowercase").vocab.preprocess
+    assert lower.lowercase and lower.blank_prefix
+    assert experiment("paper/main/modernbert-lowercase-masked").vocab.name == "lowercase-masked"
 
 
 @pytest.mark.parametrize("row", PAPER_ROWS)
@@ -58,9 +73,12 @@ def test_paper_rows_follow_the_authors_recipe(row):
             (20000, 0.3, 128, 3e-4, "cosine", 4000)
         assert m.batch_size * m.accumulate_grad_batches * cfg.trainer.devices == 2048 and m.weight_decay == 0.01
         assert cfg.apc.percentile == 60 and cfg.apc.include_zeros is True
+    elif row.endswith("native-mlm"):  # the compute control: VT's MLM stage and APC on the native vocabulary
+        assert cfg.mlm.steps == 20000 and cfg.apc.percentile == 60 and cfg.vocab.name == "native"
     else:
         assert cfg.mlm.steps == 0 and cfg.apc.name == "off"
-        assert cfg.vocab.name == ("lowercase" if row.endswith("lowercase") else "native")
+        lowercase = {"lowercase": "blank-prefix-lower", "lowercase-masked": "lowercase-masked"}
+        assert cfg.vocab.name == next((v for k, v in lowercase.items() if row.endswith(k)), "native")
 
 
 @pytest.mark.parametrize("scale", ["paper", "cpu"])

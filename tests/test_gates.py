@@ -10,20 +10,23 @@ def _case(groups, cosine, mass):
     return {"case_groups": groups, "row_cosine": cosine, "doc_mass_on_variants": mass}
 
 
+UNCASED = _case(0, None, 0.0)
+
+
 def test_case_gate_passes_a_cased_bpe_model_and_an_uncased_control():
-    assert gates.check_case({"M_wp": _case(0, None, 0.0), "M_bpe": _case(8000, 0.8, 0.05)}) is None
+    assert gates.check_case({"M_wp": UNCASED, "M_unc": UNCASED, "M_bpe": _case(8000, 0.8, 0.05)}) is None
     # at the documented bounds: cosine strictly below MAX_CASE_ROW_COSINE, mass at least MIN_CASE_MASS, one group
     edge = _case(1, gates.MAX_CASE_ROW_COSINE - 1e-9, gates.MIN_CASE_MASS)
-    assert gates.check_case({"M_wp": _case(0, None, 0.0), "M_bpe": edge}) is None
+    assert gates.check_case({"M_wp": UNCASED, "M_unc": UNCASED, "M_bpe": edge}) is None
     with pytest.raises(gates.GateError, match="did not learn to differ"):
-        gates.check_case({"M_wp": _case(0, None, 0.0), "M_bpe": _case(1, gates.MAX_CASE_ROW_COSINE, 0.05)})
+        gates.check_case({"M_wp": UNCASED, "M_unc": UNCASED, "M_bpe": _case(1, gates.MAX_CASE_ROW_COSINE, 0.05)})
 
 
 @pytest.mark.parametrize("report, words", [
-    ({"M_wp": _case(12, 0.5, 0.01), "M_bpe": _case(8000, 0.8, 0.05)}, "M_wp's vocabulary has 12"),
-    ({"M_wp": _case(0, None, 0.0), "M_bpe": _case(8000, 1.0, 0.05)}, "did not learn to differ"),  # FVT copies
-    ({"M_wp": _case(0, None, 0.0), "M_bpe": _case(0, None, 0.0)}, "did not learn to differ"),  # no case variants
-    ({"M_wp": _case(0, None, 0.0), "M_bpe": _case(8000, 0.8, 0.001)}, "0.0010 of its document term mass"),
+    ({"M_wp": _case(12, 0.5, 0.01), "M_unc": UNCASED, "M_bpe": _case(8000, 0.8, 0.05)}, "M_wp's vocabulary has 12"),
+    ({"M_wp": UNCASED, "M_unc": UNCASED, "M_bpe": _case(8000, 1.0, 0.05)}, "did not learn to differ"),  # FVT copies
+    ({"M_wp": UNCASED, "M_unc": UNCASED, "M_bpe": _case(0, None, 0.0)}, "did not learn to differ"),  # no case variants
+    ({"M_wp": UNCASED, "M_unc": UNCASED, "M_bpe": _case(8000, 0.8, 0.001)}, "0.0010 of its document term mass"),
 ])
 def test_case_gate_fails_loudly_on_a_broken_testbed(report, words):
     with pytest.raises(gates.GateError, match=words):
@@ -53,3 +56,17 @@ def test_subsampled_keeps_every_judged_document_of_the_kept_queries_and_is_seede
     assert whole.corpus == _coll().corpus and whole.qrels == _coll().qrels
     with pytest.raises(DataError, match="max_docs=0"):
         subsampled(_coll, max_docs=0)
+
+
+def test_subsampled_leaves_as_many_distractors_as_golds_when_asked():
+    # 20 queries × 2 judged documents = 40 golds; 30 documents with one distractor per gold leave room for 15 golds
+    c = subsampled(_coll, max_docs=30, seed=3, distractors_per_gold=1.0)
+    golds = {d for rel in c.qrels.values() for d, g in rel.items() if g > 0}
+    assert len(c.corpus) == 30 and len(c.corpus) - len(golds) >= len(golds)
+    assert len(c.queries) == 7 and all(d in c.corpus for d in golds)  # 7 queries × 2 = 14 ≤ 15 < 16
+    assert subsampled(_coll, max_docs=30, seed=3, distractors_per_gold=1.0).queries == c.queries
+    assert subsampled(_coll, max_docs=30, seed=4, distractors_per_gold=1.0).queries != c.queries
+    unasked = subsampled(_coll, max_docs=30, seed=3)  # the old behaviour: golds may crowd the distractors out
+    assert len(unasked.queries) == 20 and len(unasked.corpus) == 40
+    with pytest.raises(DataError, match="distractors_per_gold=-1"):
+        subsampled(_coll, max_docs=30, distractors_per_gold=-1)

@@ -166,3 +166,26 @@ def test_offline_hub_corpus_fails_fast_naming_dataset(fn, name, monkeypatch):
     with pytest.raises(AssetError, match=name):
         fn(max_docs=10)
     assert time.perf_counter() - began < 10
+
+
+def test_trainable_freezes_every_other_parameter_through_a_training_step(tokenizer, tmp_path):
+    """`mlm.trainable` (the testbed's build: the vocabulary rows and output bias only): a real optimizer step moves
+    exactly the matched parameters; a pattern that matches nothing is refused, naming the key."""
+    from vtlab.backbones import TinyBert
+    from vtlab.models.mlm import freeze_all_but
+
+    backbone = TinyBert()
+    model = backbone.load_model()
+    kept = freeze_all_but(model, ["word_embeddings", r"cls\.predictions\.bias"])
+    assert kept == ["bert.embeddings.word_embeddings.weight", "cls.predictions.bias"]
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    dm = TextDataModule(functools.partial(corpora.boolq_passages, max_docs=50), backbone.load_tokenizer(),
+                        batch_size=4, max_length=32, seed=0)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path))
+    trainer.fit(MLMModule(model, functools.partial(torch.optim.AdamW, lr=1e-2)), datamodule=dm)
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
+    assert moved == set(kept)
+    assert freeze_all_but(model, None) == [n for n, p in model.named_parameters() if p.requires_grad] != kept
+    with pytest.raises(VtlabError, match=r"mlm.trainable=\['nothing-here'\] matches no parameter"):
+        freeze_all_but(model, ["nothing-here"])

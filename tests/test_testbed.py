@@ -1,5 +1,6 @@
-"""The testbed's design, checked on its composed configs: arms at equal compute, one build recipe for both pretrained
-models, an independent VT target, no checkpoint selection, and tables whose contrasts name their own rows."""
+"""The testbed's design, checked on its composed configs: arms at equal compute and equal selection budget, one build
+recipe for the three pretrained models, VT against lowercasing at identical segmentation as the declared primary
+contrast, no checkpoint selection, and tables whose contrasts name their own rows."""
 import pytest
 from omegaconf import OmegaConf
 
@@ -8,7 +9,7 @@ from helpers import compose_cfg
 
 MAIN = main_rows("testbed")
 SAME = ["mlm", "apc", "trainer.max_steps", "trainer.limit_val_batches", "data.batch_size", "data.num_negatives",
-        "data.doc_max_length", "data.train", "regularizer.doc", "loss", "eval", "seed"]
+        "data.doc_max_length", "data.train", "regularizer.doc", "loss", "eval", "seed", "selection", "model.optimizer"]
 
 
 def _cfg(experiment: str, *overrides: str, hydra: bool = False):
@@ -22,8 +23,8 @@ def _at(cfg, key):
 
 def test_main_table_has_the_issue_arms_in_order():
     assert [r.rsplit("/", 1)[1] for r in MAIN] == [
-        "wp-native", "bpe-native", "bpe-lowercase", "bpe-vt",
-        "wp-inference-free", "bpe-inference-free", "bpe-lowercase-inference-free", "bpe-vt-inference-free"]
+        "wp-native", "unc-native", "bpe-native", "bpe-lowercase", "bpe-lowercase-masked", "bpe-vt-unc", "bpe-vt",
+        "bpe-lowercase-inference-free", "bpe-vt-unc-inference-free"]
 
 
 @pytest.mark.parametrize("key", SAME)
@@ -38,14 +39,39 @@ def test_every_arm_is_mlm_adapted_on_its_own_vocabulary_and_seeded_by_the_run():
     for row in MAIN:
         cfg = _cfg(row, "seed=2")
         assert cfg.mlm.steps > 0 and cfg.mlm.corpus._target_ == "vtlab.data.clean.clean_mlm_corpus"
-    assert _cfg(MAIN[2]).vocab.preprocess.lowercase  # the lowercase arm adapts on the text it will read
+    lowercase = _cfg("testbed/main/bpe-lowercase").vocab.preprocess
+    assert lowercase.lowercase and lowercase.blank_prefix  # adapts on the text it will read, first word as "Ġword"
 
 
-def test_both_pretrained_models_share_one_build_recipe_and_differ_only_in_vocabulary():
-    wp, bpe = _cfg("testbed/main/wp-native").backbone, _cfg("testbed/main/bpe-native").backbone
-    assert OmegaConf.to_container(wp.mlm) == OmegaConf.to_container(bpe.mlm) and wp.seed == bpe.seed
+def test_the_three_pretrained_models_share_one_build_recipe_and_differ_only_in_vocabulary():
+    wp, bpe, unc = (_cfg(f"testbed/main/{r}").backbone for r in ("wp-native", "bpe-native", "unc-native"))
+    assert OmegaConf.to_container(wp.mlm) == OmegaConf.to_container(bpe.mlm) == OmegaConf.to_container(unc.mlm)
+    assert wp.seed == bpe.seed == unc.seed
     assert wp.start.name_or_path == "asset:splade-tiny" == bpe.start.backbone.name_or_path
-    assert bpe.start.vocab.name == "modernbert-bpe" and bpe.start.init.name == "subword"
+    assert unc.start.backbone.name_or_path == "asset:splade-tiny"
+    assert bpe.start.vocab.name == "modernbert-bpe" and unc.start.vocab.name == "olmo-lowercase"
+    assert bpe.start.init.name == unc.start.init.name == "subword"
+    assert OmegaConf.to_container(bpe.start.options) == OmegaConf.to_container(unc.start.options)
+
+
+def test_the_primary_contrast_is_vt_against_lowercasing_at_one_segmentation():
+    cfg = _cfg(MAIN[0])
+    assert list(cfg.report.primary) == ["testbed-bpe-vt-unc", "testbed-bpe-lowercase"]
+    assert [list(p) for p in cfg.report.contrasts][:3] == [
+        ["testbed-bpe-vt-unc", "testbed-bpe-lowercase"], ["testbed-bpe-native", "testbed-unc-native"],
+        ["testbed-bpe-vt", "testbed-bpe-vt-unc"]]
+    vt_unc, lowercase = _cfg("testbed/main/bpe-vt-unc"), _cfg("testbed/main/bpe-lowercase")
+    assert OmegaConf.to_container(vt_unc.backbone) == OmegaConf.to_container(lowercase.backbone)  # both from M_bpe
+    assert vt_unc.vocab.name == "olmo-lowercase" and lowercase.vocab.name == "blank-prefix-lower"
+
+
+def test_every_arm_has_the_same_selection_grid_scored_on_dev_only():
+    spec = _cfg(MAIN[0]).selection
+    assert spec.eval == "testbed-dev" and list(spec.grid["model.optimizer.lr"]) == [5e-4, 1e-3]
+    dev = _cfg(MAIN[0], "eval=testbed-dev").eval.evaluations
+    assert list(dev) == ["boolq-clean-dev"] and dev["boolq-clean-dev"].collection.split == "dev"
+    for table in ("ablation-init", "ablation-apc", "ablation-target"):
+        assert _cfg(f"testbed/{table}").selection.arm == "testbed-bpe-vt"
 
 
 def test_vt_uses_an_independent_target_space_and_the_privileged_one_is_an_ablation():
@@ -82,3 +108,17 @@ def test_each_ablation_names_contrasts_of_its_own_rows_and_includes_the_main_val
 def test_main_contrasts_name_main_rows():
     names = {_cfg(r).name for r in MAIN}
     assert {a for pair in _cfg(MAIN[0]).report.contrasts for a in pair} <= names
+
+
+def test_the_default_run_selects_on_dev_before_the_main_table_and_runs_jobs_side_by_side(tmp_path, capsys):
+    from vtlab.reproduce import main
+
+    assert main(["--dry-run", "--out", str(tmp_path)]) == 0
+    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
+    assert [c.split("hydra.sweep.dir=")[1].split()[0].rsplit("/", 1)[1] for c in commands] == [
+        "references", "select", "main"]  # the ablations are outside the 60-minute default
+    select, main_table = commands[1], commands[2]
+    assert "model.optimizer.lr=0.0005,0.001" in select and "eval=testbed-dev" in select and " seed=0 " in select
+    assert "experiment=testbed/selected/wp-native," in main_table and "seed=0,1,2" in main_table
+    assert f"hydra.searchpath=[file://{tmp_path.resolve()}/selected]" in main_table
+    assert all("hydra/launcher=parallel" in c for c in commands)

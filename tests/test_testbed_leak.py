@@ -149,3 +149,14 @@ def test_no_evaluation_passage_in_training_dev_mlm_or_tokenizer(row, evaluation_
     vocab = instantiate(cfg.vocab)
     if isinstance(vocab, CorpusWordPiece):
         assert not {_norm(t) for t in vocab._texts()} & evaluation_passages, f"{row}: tokenizer corpus leaks"
+
+
+def test_the_default_mlm_corpus_reads_no_evaluation_or_dev_passage(evaluation_passages):
+    """`python -m vtlab mlm.steps=N` (the quickstart with an MLM stage): its corpus is the clean training passages
+    less the run's own dev golds, at any seed — it used to be every BoolQ passage, validation included."""
+    cfg = compose_cfg(["mlm.steps=100", "seed=3"])
+    texts = {_norm(t) for t in instantiate(cfg.mlm.corpus)()}
+    dev = instantiate(cfg.data.dev)
+    assert cfg.data.dev.seed == 3 and len(texts) > 5000
+    assert not texts & evaluation_passages
+    assert not texts & {_norm(dev.corpus[d]) for rel in dev.qrels.values() for d in rel}

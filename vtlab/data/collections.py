@@ -262,22 +262,29 @@ def load_mteb(name: str, split: str = "test") -> Collection:
 HUB_LOADERS: frozenset[Callable[..., Collection]] = frozenset({load_hf_beir, load_mteb})
 
 
-def subsampled(load: Any, max_docs: int | None = None, max_queries: int | None = None, seed: int = 0) -> Collection:
+def subsampled(load: Any, max_docs: int | None = None, max_queries: int | None = None, seed: int = 0,
+               distractors_per_gold: float = 0.0) -> Collection:
     """`load()`'s collection cut to a seeded sample of `max_queries` queries and `max_docs` documents (None: all):
     every judged document of a kept query stays, the other documents are a seeded random sample. Every system
     evaluated on it sees the same collection, so comparisons between them hold (absolute numbers rise with fewer
-    distractors)."""
+    distractors). `distractors_per_gold`: keep at least this many unjudged documents per judged one within `max_docs`
+    — queries are dropped (the last of the seeded sample first) until their judged documents leave that room, so a
+    sample is never mostly its own answers."""
     coll = load() if callable(load) else load
     for key, value in (("max_docs", max_docs), ("max_queries", max_queries)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise DataError(f"subsampled: {key}={value!r} must be a positive integer or null")
+    if isinstance(distractors_per_gold, bool) or not isinstance(distractors_per_gold, (int, float)) \
+            or not 0 <= distractors_per_gold < float("inf"):
+        raise DataError(f"subsampled: distractors_per_gold={distractors_per_gold!r} must be a number >= 0")
     rng = random.Random(f"subsample-{coll.name}-{seed}")
     queries = list(coll.queries)
     if max_queries is not None and max_queries < len(queries):
         queries = [queries[i] for i in sorted(rng.sample(range(len(queries)), max_queries))]
+    if max_docs is not None and distractors_per_gold > 0:
+        queries = _leave_room_for_distractors(coll, queries, max_docs / (1 + distractors_per_gold), rng)
     qrels = {q: coll.qrels[q] for q in queries if q in coll.qrels}
-    judged = [d for d in dict.fromkeys(d for rel in qrels.values() for d, g in rel.items() if g > 0)
-              if d in coll.corpus]
+    judged = _judged(coll, qrels)
     judged_set = set(judged)
     others = [d for d in coll.corpus if d not in judged_set]
     if max_docs is not None and max(0, max_docs - len(judged)) < len(others):
@@ -285,6 +292,28 @@ def subsampled(load: Any, max_docs: int | None = None, max_queries: int | None =
     keep = judged_set | set(others)
     corpus = {d: t for d, t in coll.corpus.items() if d in keep}
     return Collection(name=coll.name, corpus=corpus, queries={q: coll.queries[q] for q in queries}, qrels=qrels)
+
+
+def _judged(coll: Collection, qrels: dict[str, dict[str, int]]) -> list[str]:
+    """The relevant documents of `qrels` that the corpus holds, in first-seen order."""
+    return [d for d in dict.fromkeys(d for rel in qrels.values() for d, g in rel.items() if g > 0) if d in coll.corpus]
+
+
+def _leave_room_for_distractors(coll: Collection, queries: list[str], max_judged: float,
+                                rng: random.Random) -> list[str]:
+    """The longest prefix of a seeded order of `queries` whose judged documents number at most `max_judged`, in the
+    original order."""
+    order = list(queries)
+    rng.shuffle(order)
+    seen: set[str] = set()
+    kept: set[str] = set()
+    for q in order:
+        new = {d for d, g in coll.qrels.get(q, {}).items() if g > 0 and d in coll.corpus} - seen
+        if len(seen) + len(new) > max_judged:
+            break
+        seen |= new
+        kept.add(q)
+    return [q for q in queries if q in kept]
 
 
 def iter_oe_eval_docs(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:

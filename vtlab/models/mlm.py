@@ -4,10 +4,11 @@ $VTLAB_CACHE/mlm and loads the cached model afterwards."""
 from __future__ import annotations
 
 import functools
+import re
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,7 @@ def _train(m: Any, start: Backbone, preprocess: Any, out: Path, log_dir: Path, s
         except (ValueError, KeyError) as e:
             raise VtlabError(f"mlm.scheduler={m.scheduler!r}: {e}") from None
         scheduler = functools.partial(get_scheduler, str(m.scheduler), num_warmup_steps=int(m.warmup_steps))
+    freeze_all_but(model, m.get("trainable"))
     module = MLMModule(model, optimizer, scheduler, weight_decay=float(m.weight_decay))
     t = trainer_cfg
     trainer = pl.Trainer(
@@ -143,6 +145,21 @@ def _train(m: Any, start: Backbone, preprocess: Any, out: Path, log_dir: Path, s
         if type(lg).__name__ == "WandbLogger" and getattr(lg, "_experiment", None) is not None:
             lg.experiment.finish()
     return trainer
+
+
+def freeze_all_but(model: nn.Module, trainable: Sequence[str] | None) -> list[str]:
+    """`mlm.trainable`: None trains every parameter; a list of regular expressions trains only the parameters whose
+    name one of them matches (e.g. [embeddings, decoder.bias, \\.bias$]). Returns the names left trainable; an empty
+    match is an error naming the key, not a silent no-op training."""
+    patterns = None if trainable is None else [re.compile(str(t)) for t in trainable]
+    kept = []
+    for name, param in model.named_parameters():
+        param.requires_grad_(patterns is None or any(p.search(name) for p in patterns))
+        if param.requires_grad:
+            kept.append(name)
+    if not kept and trainable is not None:
+        raise VtlabError(f"mlm.trainable={list(trainable)!r} matches no parameter of {type(model).__name__}")
+    return kept
 
 
 def check_recipe(m: Any) -> None:

@@ -1,0 +1,62 @@
+"""Equal selection budget (vtlab/report/selection.py): each arm keeps its own best setting by its dev score, every
+setting tried is recorded, a hole in the grid is refused, and the written config composes to the arm plus its choice."""
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from test_report import write_job, write_multirun
+from vtlab.report.discovery import ReportError
+from vtlab.report.selection import choose, write_selected
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+DEV = {"wp": {"0.0005": 0.70, "0.001": 0.68}, "bpe": {"0.0005": 0.61, "0.001": 0.64}, "tie": {"0.0005": 0.5,
+                                                                                           "0.001": 0.5}}
+
+
+def _sweep(tmp_path: Path, drop: tuple[str, str] | None = None) -> Path:
+    sweep = tmp_path / "select"
+    arms = list(DEV)
+    write_multirun(sweep, ["model.optimizer.lr=0.0005,0.001", f"experiment={','.join(arms)}", "seed=0"])
+    num = 0
+    for lr in ("0.0005", "0.001"):
+        for arm in arms:
+            done = (arm, lr) != drop
+            write_job(sweep, num, [f"model.optimizer.lr={lr}", f"experiment={arm}", "seed=0"], f"testbed-{arm}",
+                      status="done" if done else "failed",
+                      metrics={"boolq-clean-dev": {"nDCG@10": DEV[arm][lr]}} if done else None)
+            num += 1
+    return sweep
+
+
+def test_each_arm_keeps_its_own_best_and_every_tried_setting(tmp_path):
+    chosen = choose(_sweep(tmp_path), ["model.optimizer.lr"], "boolq-clean-dev", "nDCG@10")
+    assert chosen["testbed-wp"].values == {"model.optimizer.lr": 0.0005} and chosen["testbed-wp"].score == 0.70
+    assert chosen["testbed-bpe"].values == {"model.optimizer.lr": 0.001} and chosen["testbed-bpe"].score == 0.64
+    assert chosen["testbed-tie"].values == {"model.optimizer.lr": 0.0005}  # a tie keeps the first tried
+    assert [s for _, s in chosen["testbed-bpe"].tried] == [0.61, 0.64]
+
+
+def test_an_arm_with_a_failed_setting_is_named_not_guessed(tmp_path):
+    with pytest.raises(ReportError, match="testbed-bpe .*without a boolq-clean-dev nDCG@10"):
+        choose(_sweep(tmp_path, drop=("bpe", "0.001")), ["model.optimizer.lr"], "boolq-clean-dev", "nDCG@10")
+
+
+def test_the_written_config_is_the_arm_with_its_choice(tmp_path):
+    chosen = choose(_sweep(tmp_path), ["model.optimizer.lr"], "boolq-clean-dev", "nDCG@10")
+    chosen = {"testbed-wp-native": chosen["testbed-bpe"]}  # the 1e-3 choice, on a real arm's config
+    root = tmp_path / "selected"
+    runs = write_selected(chosen, {"testbed-wp-native": "testbed/main/wp-native"}, root, "testbed/selected")
+    assert runs == {"testbed-wp-native": "testbed/selected/wp-native"}
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        base = compose("config", overrides=["experiment=testbed/main/wp-native"])
+        cfg = compose("config", overrides=["experiment=testbed/selected/wp-native",
+                                           f"hydra.searchpath=[file://{root}]"])
+    assert base.model.optimizer.lr == 5e-4 and cfg.model.optimizer.lr == 0.001
+    assert cfg.name == base.name == "testbed-wp-native"
+    assert [t["score"] for t in cfg.report.selection.tried] == [0.61, 0.64]
+    rest = {k: v for k, v in OmegaConf.to_container(cfg).items() if k not in ("model", "report")}
+    assert rest == {k: v for k, v in OmegaConf.to_container(base).items() if k not in ("model", "report")}
+    assert yaml.safe_load((root / "selection.json").read_text())["testbed-wp-native"]["score"] == 0.64
