@@ -189,3 +189,14 @@ def test_trainable_freezes_every_other_parameter_through_a_training_step(tokeniz
     assert freeze_all_but(model, None) == [n for n, p in model.named_parameters() if p.requires_grad] != kept
     with pytest.raises(VtlabError, match=r"mlm.trainable=\['nothing-here'\] matches no parameter"):
         freeze_all_but(model, ["nothing-here"])
+
+
+def test_a_launcher_worker_process_masks_the_same_batches_as_a_job_run_alone(tokenizer, monkeypatch):
+    """hydra/launcher=parallel runs a job in a joblib worker (a process not named "MainProcess"), where HF's collator
+    refused its seed; vtlab's collator seeds there as in the main process."""
+    import multiprocessing
+
+    _, alone = _first_batch(tokenizer, batch_size=8, max_length=64)
+    monkeypatch.setattr(multiprocessing.current_process(), "name", "LokyProcess-1")
+    _, in_worker = _first_batch(tokenizer, batch_size=8, max_length=64)
+    assert all(torch.equal(alone[k], in_worker[k]) for k in alone)

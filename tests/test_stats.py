@@ -139,6 +139,7 @@ def test_seed_level_enumerates_up_to_16_seeds_and_samples_beyond() -> None:
     p, exact = seed_sign_flip_test(m)
     assert not exact and 0.01 < full < 0.5 and p == pytest.approx(full, abs=0.02)
     assert seed_sign_flip_test(np.zeros(3)) == (1.0, True)
+    assert seed_sign_flip_test(np.array([0.03])) == (1.0, True)  # one seed: x and its mirror, both as extreme
 
 
 def test_seed_level_pairs_seeds_and_refuses_what_cannot_be_paired() -> None:

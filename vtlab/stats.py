@@ -160,8 +160,10 @@ def seed_sign_flip_test(per_seed: np.ndarray, n_permutations: int = N_PERMUTATIO
     per_seed = np.asarray(per_seed, dtype=np.float64)
     if per_seed.ndim != 1 or per_seed.size == 0:
         raise StatsError(f"seed-level test: expected a 1-d array of per-seed differences, got shape {per_seed.shape}")
-    if not np.any(per_seed):
-        return 1.0, True  # no difference on any seed: every pattern is as extreme (scipy would compare 0 with 0)
+    if per_seed.size == 1 or not np.any(per_seed):
+        # one seed (x and its mirror −x) or no difference on any seed: every pattern is as extreme as the observed one
+        # (scipy needs two observations and would compare 0 with 0)
+        return 1.0, True
     exact = per_seed.size <= MAX_EXACT_SEEDS
     result = scipy_stats.permutation_test(
         (per_seed,), np.mean, permutation_type="samples", vectorized=True, alternative="two-sided",

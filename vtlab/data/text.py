@@ -3,6 +3,7 @@ seeded RNGs (the MLM adaptation stage's and the pretraining replicas' data)."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -67,6 +68,20 @@ class SpanDataset(Dataset):
     def __getitem__(self, i: int) -> dict[str, list[int]]:
         ids = self.spans[i, : self.lengths[i]].astype(np.int64)
         return {"input_ids": ids.tolist(), "special_tokens_mask": np.isin(ids, self.special).astype(np.int64).tolist()}
+
+
+class SeededMLMCollator(DataCollatorForLanguageModeling):
+    """HF's MLM collator with its seed honoured in any process that is not a DataLoader worker. HF takes every process
+    not named "MainProcess" for a DataLoader worker and refuses to seed there; a sweep job started by a launcher
+    (hydra/launcher=parallel: a joblib worker) is such a process while its DataLoader (num_workers=0) collates in it,
+    so it seeds exactly as the main process would — the same batches as a job run alone."""
+
+    def create_rng(self, return_tensors: str | None = None) -> None:
+        if torch.utils.data.get_worker_info() is not None:
+            super().create_rng(return_tensors)  # a real DataLoader worker: HF's seed + worker id
+            return
+        self.generator = self.get_generator(self.seed, return_tensors)
+        self._generator_pid = os.getpid()
 
 
 class TextDataModule(pl.LightningDataModule):
@@ -141,8 +156,7 @@ class TextDataModule(pl.LightningDataModule):
             raise VtlabError(f"MLM corpus {self.corpus!r} gave no text")
         self.dataset = SpanDataset(spans, lengths, self.tokenizer.all_special_ids)
         # 80/10/10 masking; its own seeded generator (per worker: seed + worker id) makes batches reproducible
-        self._collator = DataCollatorForLanguageModeling(self.tokenizer, mlm_probability=self.mlm_probability,
-                                                         seed=self.seed)
+        self._collator = SeededMLMCollator(self.tokenizer, mlm_probability=self.mlm_probability, seed=self.seed)
         log.info("MLM corpus: %d documents, %d tokens, %d spans of <= %d", self.num_docs, self.num_tokens,
                  len(self.dataset), self.max_length)
 
