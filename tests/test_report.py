@@ -446,8 +446,8 @@ def test_contrast_lines_show_both_levels_side_by_side(contrast_sweep) -> None:
     contrasts = build_contrasts(build_table(sweep))
     md = contrasts_markdown(contrasts)
     header = next(ln for ln in md.splitlines() if ln.startswith("| A − B"))
-    for column in ("p query (sign-flip)", "p query (t)", "matched seeds", "Δ seeds", "p seed (sign-flip)",
-                   "p seed Holm", "reading"):
+    for column in ("p query (sign-flip)", "p query (t)", "matched seeds", "Δ seeds", "p seed (t)",
+                   "p seed (sign-flip)", "p seed Holm", "reading"):
         assert f"| {column} |" in header
     got = {(x.dataset, x.budget): x for x in contrasts.lines}
     pooled = got[("all (pooled)", "full")]
@@ -462,20 +462,22 @@ def test_contrast_lines_show_both_levels_side_by_side(contrast_sweep) -> None:
                                                           - seed_values(data, "bpe-native", s)["boolq"][q]
                                                           for q in QUERIES["boolq"]]) for s in (0, 1)]))
     # Holm and the reading only on the headline line (pooled, full); one contrast: Holm leaves p as it is
-    assert pooled.p_seed_holm == pytest.approx(pooled.seed.p) and pooled.reading.startswith("not confirmed")
+    assert pooled.seed.n == 2 and pooled.p_seed_holm == pytest.approx(pooled.seed.p_t)
     assert all(x.p_seed_holm is None and x.reading == "" for x in contrasts.lines if x is not pooled)
     rows = list(csv.DictReader(io.StringIO(contrasts_csv(contrasts))))
     assert float(rows[2]["p_seed"]) == pooled.seed.p and rows[2]["matched_seeds"] == "2"
 
 
-def seed_sweep(tmp_path: Path, n_seeds: int, report_yaml: str, levels: dict[str, float] | None = None) -> Path:
-    """Rows A, B, C on one set of 10 queries, `n_seeds` seeds each: A better than B and C on every seed by ≈ 0.1."""
+def seed_sweep(tmp_path: Path, n_seeds: int, report_yaml: str, levels: dict[str, float] | None = None,
+               seed_sd: float = 0.01) -> Path:
+    """Rows A, B, C on one set of 10 queries, `n_seeds` seeds each: A better than B and C on every seed by ≈ 0.1;
+    `seed_sd`: how much a whole seed shifts a row."""
     rng = np.random.default_rng(11)
     sweep = tmp_path / f"seeds{n_seeds}"
     num = 0
     for name, level in (levels or {"A": 0.6, "B": 0.5, "C": 0.5}).items():
         for seed in range(n_seeds):
-            shift = rng.normal(0, 0.01)
+            shift = rng.normal(0, seed_sd)
             per_query = {f"q{i}": float(np.clip(level + shift + rng.normal(0, 0.05), 0, 1)) for i in range(10)}
             write_job(sweep, num, [f"experiment={name}", f"seed={seed}"], name,
                       metrics={"boolq": m(float(np.mean(list(per_query.values()))), 1.0, 10, 100)},
@@ -488,20 +490,38 @@ def headlines(sweep: Path) -> dict[tuple[str, str], object]:
     return {(x.a, x.b): x for x in build_contrasts(build_table(sweep)).lines if x.reading}
 
 
-def test_confirmed_needs_the_holm_adjusted_seed_level_p(tmp_path: Path) -> None:
-    # 6 seeds, A ahead on every one: the seed-level p is 2/2^6 = 0.031, the query-level p at its floor (10 queries)
-    one = headlines(seed_sweep(tmp_path, 6, "report:\n  contrasts: [[A, B]]\n"))[("A", "B")]
-    assert one.seed.p == pytest.approx(2 / 64) and one.result.p_randomization < 0.01
-    assert one.p_seed_holm == pytest.approx(2 / 64) and one.reading == "confirmed: A > B"
-    # the same data with a second claimed contrast: Holm doubles the smaller p to 0.0625, nothing is confirmed
-    two = headlines(seed_sweep(tmp_path / "two", 6, "report:\n  contrasts: [[A, B], [C, A]]\n"))
-    assert two[("A", "B")].seed.p == pytest.approx(2 / 64) and two[("A", "B")].p_seed_holm == pytest.approx(0.0625)
-    assert two[("A", "B")].reading.startswith("not confirmed: query level only (p ")
-    assert two[("C", "A")].p_seed_holm == pytest.approx(0.0625)
-    # the tables' 3 seeds: the seed level cannot reach 0.05 whatever the data, and the reading says so
-    three = headlines(seed_sweep(tmp_path / "three", 3, "report:\n  contrasts: [[A, B]]\n"))[("A", "B")]
-    assert three.seed.p == 0.25 and three.result.p_randomization < 0.01
-    assert three.reading.startswith("not confirmed: 3 matched seeds cannot give p < 0.05 (smallest p 0.25)")
+def t_p_by_hand(per_seed: tuple[float, ...]) -> float:
+    """Two-sided p of the one-sample t over seeds, from the t distribution's density integrated numerically."""
+    x = np.asarray(per_seed)
+    n, t = len(x), abs(x.mean() / (x.std(ddof=1) / np.sqrt(len(x))))
+    grid = np.linspace(t, t + 2000, 2_000_001)
+    density = (1 + grid ** 2 / (n - 1)) ** (-n / 2)
+    norm = np.trapezoid((1 + np.linspace(-2000, 2000, 4_000_001) ** 2 / (n - 1)) ** (-n / 2),
+                        np.linspace(-2000, 2000, 4_000_001))
+    return 2 * float(np.trapezoid(density, grid)) / norm
+
+
+def test_confirmed_needs_the_holm_adjusted_seed_level_t(tmp_path: Path) -> None:
+    # 3 seeds (the tables'), A ahead by ≈ 0.1 on every one, seeds shifting rows by 0.01: the seed-level t confirms it,
+    # and the reading says what that rests on (the sign flip cannot go below 0.25 with 3 seeds)
+    one = headlines(seed_sweep(tmp_path, 3, "report:\n  contrasts: [[A, B]]\n"))[("A", "B")]
+    assert one.seed.p == 0.25 and one.seed.p_t == pytest.approx(t_p_by_hand(one.seed.per_seed), rel=1e-3)
+    assert one.p_seed_holm == pytest.approx(one.seed.p_t) and one.p_seed_holm < 0.05
+    assert one.reading.startswith("confirmed: A > B (seed-level t with 3 seeds assumes normal seed differences")
+    # a second claimed contrast: Holm multiplies the smaller p by 2 (and keeps the order)
+    two = headlines(seed_sweep(tmp_path / "two", 3, "report:\n  contrasts: [[A, B], [C, A]]\n"))
+    ps = sorted([two[("A", "B")].seed.p_t, two[("C", "A")].seed.p_t])
+    assert sorted([two[("A", "B")].p_seed_holm, two[("C", "A")].p_seed_holm]) == pytest.approx(
+        [min(1, 2 * ps[0]), max(min(1, 2 * ps[0]), ps[1])])
+    # seeds that move rows as much as the method does: the query level still "sees" a difference, the seed level not
+    noisy = headlines(seed_sweep(tmp_path / "noisy", 3, "report:\n  contrasts: [[A, B]]\n",
+                                 levels={"A": 0.55, "B": 0.5}, seed_sd=0.08))[("A", "B")]
+    assert noisy.result.p_randomization < 0.05 and noisy.p_seed_holm >= 0.05
+    assert noisy.reading.startswith("not confirmed: query level only (p ")
+    # one seed: no seed-level test at all, and the reading says why
+    single = headlines(seed_sweep(tmp_path / "one", 1, "report:\n  contrasts: [[A, B]]\n"))[("A", "B")]
+    assert single.seed.p == 1.0 and single.p_seed_holm is None
+    assert single.reading == "not testable at seed level (1 matched seed)"
 
 
 def test_primary_contrast_is_marked_and_must_be_a_contrast(tmp_path: Path, capsys) -> None:

@@ -17,6 +17,7 @@ from vtlab.stats import (
     paired_arrays,
     randomization_test,
     seed_sign_flip_test,
+    seed_t_test,
     t_test,
 )
 
@@ -126,6 +127,13 @@ def test_seed_level_p_is_the_exact_enumeration_of_whole_seed_sign_flips() -> Non
     pooled = np.mean([[SEED_A[s][k][q] - SEED_B[s][k][q] for k in "xy" for q in SEED_A[s][k]] for s in SEED_A])
     assert c.delta != pytest.approx(pooled)
     assert compare_seeds(SEED_B, SEED_A).p == c.p  # two-sided
+    # the seed-level t (the decision test): t = mean / (sd / √n), and for df = 2 the t distribution has the closed
+    # form P(|T| ≥ t) = 1 − t / √(2 + t²)
+    t = np.mean(m) / (np.std(m, ddof=1) / np.sqrt(3))
+    assert c.p_t == pytest.approx(1 - abs(t) / np.sqrt(2 + t * t), rel=1e-9)
+    assert compare_seeds(SEED_B, SEED_A).p_t == pytest.approx(c.p_t)
+    assert seed_t_test(np.zeros(3)) == 1.0 and np.isnan(seed_t_test(np.array([0.02])))
+    assert np.isnan(seed_t_test(np.array([0.02, 0.02, 0.02])))  # no seed variance: not a p of 0
 
 
 def test_seed_level_enumerates_up_to_16_seeds_and_samples_beyond() -> None:

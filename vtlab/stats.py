@@ -171,15 +171,30 @@ def seed_sign_flip_test(per_seed: np.ndarray, n_permutations: int = N_PERMUTATIO
     return float(result.pvalue), exact
 
 
+def seed_t_test(per_seed: np.ndarray) -> float:
+    """Two-sided one-sample t-test of the per-seed differences (df = n − 1): with the same queries on every seed this
+    is the test of the fixed effect in the mixed model difference = δ + seed effect + query effect + noise, the seed
+    the random unit. NaN where it cannot be computed (one seed; every seed the same nonzero difference); 1.0 where
+    no seed differs."""
+    per_seed = np.asarray(per_seed, dtype=np.float64)
+    if not np.any(per_seed):
+        return 1.0
+    if per_seed.size < 2 or np.ptp(per_seed) == 0:
+        return float("nan")
+    return float(scipy_stats.ttest_1samp(per_seed, 0.0).pvalue)
+
+
 @dataclass(frozen=True)
 class SeedComparison:
-    """Arm A against arm B over matched seeds; delta = mean over seeds of the per-seed avg-column difference."""
+    """Arm A against arm B over matched seeds; delta = mean over seeds of the per-seed avg-column difference. `p_t`
+    (seed-level t, the decision test) and `p` (whole-seed sign flips, distribution-free: never below 2^(1−n))."""
 
     seeds: tuple[str, ...]
     per_seed: tuple[float, ...]
     delta: float
     p: float
     exact: bool
+    p_t: float = float("nan")
 
     @property
     def n(self) -> int:
@@ -196,7 +211,8 @@ def compare_seeds(a: PerSeed, b: PerSeed, n_permutations: int = N_PERMUTATIONS, 
     """The seed-level test for per-seed, per-set, per-query values {seed: {set: {query id: value}}} of two arms."""
     seeds, per_seed = seed_differences(a, b, what)
     p, exact = seed_sign_flip_test(per_seed, n_permutations, seed)
-    return SeedComparison(tuple(seeds), tuple(float(x) for x in per_seed), float(per_seed.mean()), p, exact)
+    return SeedComparison(tuple(seeds), tuple(float(x) for x in per_seed), float(per_seed.mean()), p, exact,
+                          seed_t_test(per_seed))
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

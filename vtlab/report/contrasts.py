@@ -144,23 +144,25 @@ def _headline(lines: Sequence[ContrastLine], n_datasets: int) -> ContrastLine | 
 
 
 def _reading(line: ContrastLine) -> str:
-    """"confirmed" only where the Holm-adjusted seed-level p is below ALPHA; otherwise why not."""
+    """"confirmed" only where the Holm-adjusted seed-level t p is below ALPHA; otherwise why not. A confirmation the
+    distribution-free sign flip cannot back (few seeds) says so beside it."""
     if line.seed is None or line.p_seed_holm is None:
-        return "not testable at seed level"
-    if line.p_seed_holm < stats.ALPHA:
-        return f"confirmed: A {'>' if line.seed.delta > 0 else '<'} B"
-    reasons = []
+        return "not testable at seed level" + (f" ({line.seed.n} matched seed)" if line.seed is not None else "")
+    caveat = ""
     if line.seed.min_p >= stats.ALPHA:
-        reasons.append(f"{line.seed.n} matched seeds cannot give p < {stats.ALPHA} (smallest p "
-                       f"{line.seed.min_p:.3g})")
+        caveat = (f" (seed-level t with {line.seed.n} seeds assumes normal seed differences; the sign flip cannot go "
+                  f"below {line.seed.min_p:.3g})")
+    if line.p_seed_holm < stats.ALPHA:
+        return f"confirmed: A {'>' if line.seed.delta > 0 else '<'} B" + caveat
+    reasons = []
     if line.result is not None and line.result.p_randomization < stats.ALPHA:
         reasons.append(f"query level only (p {format_p(line.result.p_randomization)})")
     return "not confirmed" + (f": {'; '.join(reasons)}" if reasons else "")
 
 
 def _adjust(heads: Sequence[ContrastLine]) -> None:
-    """Holm over the table's contrasts (one headline line each), then each headline's reading."""
-    adjusted = stats.holm([x.seed.p if x.seed is not None else float("nan") for x in heads])
+    """Holm over the table's contrasts (one headline line each, the seed-level t p), then each headline's reading."""
+    adjusted = stats.holm([x.seed.p_t if x.seed is not None else float("nan") for x in heads])
     for line, p in zip(heads, adjusted):
         line.p_seed_holm = None if p != p else p
         line.reading = _reading(line)
@@ -196,10 +198,13 @@ def _contrast_footer(table: Table, n_heads: int, n_permutations: int, budgets: b
         f"extreme) / (1 + {n_permutations:,}); p query (t): two-sided paired t-test (scipy.stats.ttest_rel)",
         f"seed level — seed i of A matched with seed i of B (matched: how many); Δ seeds: per matched seed the mean "
         f"over collections of the per-collection mean difference (the avg column's difference), averaged over seeds; "
+        "p seed (t): two-sided one-sample t-test of the per-seed differences, df = seeds − 1 (the mixed model's test "
+        "of the fixed effect, seeds random), the decision test; "
         f"p seed (sign-flip): two-sided, the sign of each seed's whole difference flipped, every pattern enumerated up "
         f"to {stats.MAX_EXACT_SEEDS} seeds (n seeds cannot give p < 2/2^n: 3 seeds 0.25), sampled beyond "
-        f"({n_permutations:,} patterns)",
-        f"p seed Holm: Holm's adjustment over the table's {n_heads} contrasts, on each contrast's headline line "
+        f"({n_permutations:,} patterns), the distribution-free check",
+        f"p seed Holm: Holm's adjustment of p seed (t) over the table's {n_heads} contrasts, on each contrast's "
+        "headline line "
         f"({POOLED if len(table.datasets) > 1 else 'its collection'}, {FULL}); reading: \"confirmed\" only where it "
         f"is below {stats.ALPHA}",
     ]

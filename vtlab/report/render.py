@@ -93,12 +93,13 @@ def _signed(x: float) -> str:
 
 
 def _seed_texts(line: ContrastLine) -> list[str]:
-    """matched seeds, Δ seeds, p seed, p seed Holm, reading."""
+    """matched seeds, Δ seeds, p seed (t), p seed (sign-flip), p seed Holm, reading."""
     r = line.seed
     if r is None:
-        return ["", "", "", "", line.reading]
+        return ["", "", "", "", "", line.reading]
     holm = "" if line.p_seed_holm is None else format_p(line.p_seed_holm)
-    return [str(r.n), _signed(r.delta), format_p(r.p) + ("" if r.exact else " (sampled)"), holm, line.reading]
+    p_t = "–" if r.p_t != r.p_t else format_p(r.p_t)
+    return [str(r.n), _signed(r.delta), p_t, format_p(r.p) + ("" if r.exact else " (sampled)"), holm, line.reading]
 
 
 def _contrast_texts(line: ContrastLine) -> list[str]:
@@ -112,8 +113,8 @@ def _contrast_texts(line: ContrastLine) -> list[str]:
 
 
 CONTRAST_HEADERS = ("A − B", "set", "budget", "queries", "seeds A/B", "A {m}", "B {m}", "Δ", "95% CI",
-                    "p query (sign-flip)", "p query (t)", "matched seeds", "Δ seeds", "p seed (sign-flip)",
-                    "p seed Holm", "reading", "note")
+                    "p query (sign-flip)", "p query (t)", "matched seeds", "Δ seeds", "p seed (t)",
+                    "p seed (sign-flip)", "p seed Holm", "reading", "note")
 
 
 def contrasts_markdown(contrasts: Contrasts) -> str:
@@ -129,13 +130,13 @@ def contrasts_csv(contrasts: Contrasts) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     fields = ("n", "mean_a", "mean_b", "delta", "ci_low", "ci_high", "p_randomization", "p_t")
-    seed_fields = ("matched_seeds", "delta_seeds", "p_seed", "p_seed_exact")
+    seed_fields = ("matched_seeds", "delta_seeds", "p_seed_t", "p_seed", "p_seed_exact")
     writer.writerow(["a", "b", "set", "budget", "seeds_a", "seeds_b", "measure", *fields, *seed_fields,
                      "p_seed_holm", "primary", "reading", "note"])
     for x in contrasts.lines:
         numbers = ["" if x.result is None else repr(getattr(x.result, f)) for f in fields]
         s = x.seed
-        seeds = ["", "", "", ""] if s is None else [s.n, repr(s.delta), repr(s.p), s.exact]
+        seeds = ["", "", "", "", ""] if s is None else [s.n, repr(s.delta), repr(s.p_t), repr(s.p), s.exact]
         holm = "" if x.p_seed_holm is None else repr(x.p_seed_holm)
         writer.writerow([x.a, x.b, x.dataset, x.budget, x.seeds_a, x.seeds_b, contrasts.measure, *numbers, *seeds,
                          holm, x.primary, x.reading, x.note])
