@@ -372,7 +372,7 @@ def unknown_resume_value(tmp, mp):
 @case(RunDirError, r"last\.ckpt: cannot resume: w has shape \[30, 4\] in the checkpoint but \[20, 4\] in this run's "
                    r"model \(a different vocab/backbone\?\)")
 def resume_checkpoint_with_another_vocabulary_size(tmp, mp):
-    from vtlab.checkpoints import check_checkpoint_fits
+    from vtlab.callbacks.checkpoints import check_checkpoint_fits
 
     torch.save({"state_dict": {"w": torch.zeros(30, 4)}}, tmp / "last.ckpt")
     module = nn.Module()
@@ -383,7 +383,7 @@ def resume_checkpoint_with_another_vocabulary_size(tmp, mp):
 @case(RunDirError, r"last\.ckpt: cannot read the checkpoint \(\w+: .*\); delete it to resume from an earlier one, or "
                    r"pass overwrite=true to start over")
 def resume_checkpoint_truncated(tmp, mp):
-    from vtlab.checkpoints import check_checkpoint_fits
+    from vtlab.callbacks.checkpoints import check_checkpoint_fits
 
     torch.save({"state_dict": {"w": torch.zeros(300, 4)}}, tmp / "last.ckpt")
     data = (tmp / "last.ckpt").read_bytes()
@@ -488,7 +488,7 @@ class _RunsCode:
                    r"checkpoint never holds \(a crafted file can run code this way; nothing of it ran\); delete it, or "
                    r"pass overwrite=true to start over$")
 def crafted_checkpoint_that_runs_code(tmp, mp):
-    from vtlab.checkpoints import check_checkpoint_fits
+    from vtlab.callbacks.checkpoints import check_checkpoint_fits
 
     torch.save({"state_dict": {}, "x": _RunsCode(tmp / "ran")}, tmp / "last.ckpt")
     try:

@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 
 from vtlab.assets import cache_dir
 from vtlab.backbones import TinyBert
-from vtlab.pretrain import MLMPretrained
+from vtlab.models.mlm_pretrained import MLMPretrained
 from vtlab.models.mlm import train_cached
 
 

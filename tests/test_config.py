@@ -137,7 +137,8 @@ def test_default_is_offline_quickstart(tmp_path):
     # wandb is built offline unless logger.online=true; `online` itself is a setting, not a logger
     from pytorch_lightning.loggers import WandbLogger
 
-    from vtlab.tracking import ResumableCSVLogger, configured_loggers
+    from vtlab.tracking.loggers import configured_loggers
+    from vtlab.tracking.resumable_csv import ResumableCSVLogger
 
     for online in (False, True):
         cfg.logger.online = online

@@ -23,7 +23,7 @@ from test_resume import _RUN, _cfg  # tests/ is on sys.path (rootdir conftest)
 from vtlab import atomic
 from vtlab.atomic import atomic_dir, atomic_write, atomic_write_bytes
 from vtlab.errors import DiskError
-from vtlab.checkpoints import SameDirCheckpointIO, check_free_space
+from vtlab.callbacks.checkpoints import SameDirCheckpointIO, check_free_space
 
 Usage = namedtuple("Usage", "total used free")
 MiB = 2**20

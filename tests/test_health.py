@@ -11,7 +11,7 @@ from vtlab.errors import VtlabError
 from vtlab.callbacks.collapse_detector import CollapseDetector
 from vtlab.callbacks.health_monitor import HealthMonitor
 from vtlab.callbacks.preflight import PreflightCheck
-from vtlab.health import margin, mean_pairwise_cosine
+from vtlab.callbacks.health import margin, mean_pairwise_cosine
 from vtlab.stages import finetune
 from helpers import compose_cfg
 

@@ -1,6 +1,7 @@
 """The import layering of ../shared/ARCHITECTURE.md, enforced: entry → stages → library → foundations, no cycles,
 no function-level vtlab imports (they only hide cycles). Every module under vtlab/ is parsed with `ast`, never
-imported, so a broken or slow module cannot hide a violation. Adjust LAYERS / LAZY_IMPORTS below, nothing else."""
+imported, so a broken or slow module cannot hide a violation. Adjust LIBRARY_FOLDERS / LAYERS / LAZY_IMPORTS below,
+nothing else."""
 from __future__ import annotations
 
 import ast
@@ -14,14 +15,19 @@ import pytest
 from helpers import ROOT
 
 # Layer of each module: the first layer (top to bottom) with a matching pattern (fnmatch on dotted module names).
-# An import may point down (to a later layer) or stay within its layer; upward imports are refused.
+# An import may point down (to a later layer) or stay within its layer; upward imports are refused. The map names
+# folders and the few modules the vtlab/ root may hold (entry points, foundations, apc.py beside conf/apc/): a module
+# no pattern matches (a new loose module, a new folder) is refused until it is placed here, so the folder tree shows
+# the layers.
+LIBRARY_FOLDERS = ("vocab", "models", "losses", "regularizers", "data", "index", "evaluation", "callbacks",
+                   "diagnose", "export", "backbones", "tracking")
 LAYERS: dict[str, list[str]] = {
-    "entry": ["vtlab.__main__", "vtlab.reproduce", "vtlab.report", "vtlab.report.*", "vtlab.pipeline", "vtlab.bench",
-              "vtlab.bench.*", "vtlab.gates", "vtlab.paper_plan", "*.__main__"],
+    "entry": ["vtlab.__main__", "vtlab.reproduce", "vtlab.pipeline", "vtlab.gates", "vtlab.paper_plan", "vtlab.report",
+              "vtlab.report.*", "vtlab.bench", "vtlab.bench.*", "*.__main__"],
     "stages": ["vtlab.stages", "vtlab.stages.*"],
-    "foundations": ["vtlab.errors", "vtlab.atomic", "vtlab.assets", "vtlab.integrity", "vtlab.logs", "vtlab.runs",
-                    "vtlab.runs.*"],
-    "library": ["vtlab.evaluation", "vtlab.evaluation.*", "*"],  # evaluation named; "*": everything not listed above
+    "foundations": ["vtlab", "vtlab.errors", "vtlab.atomic", "vtlab.assets", "vtlab.integrity", "vtlab.logs",
+                    "vtlab.runs", "vtlab.runs.*"],
+    "library": ["vtlab.apc", *(f"vtlab.{folder}{tail}" for folder in LIBRARY_FOLDERS for tail in ("", ".*"))],
 }
 RANK = {"entry": 3, "stages": 2, "library": 1, "foundations": 0}  # higher may import lower
 # The one stage module every stage may import (shared builders); any other stage → stage import is refused.
@@ -118,8 +124,15 @@ def imports(package_dir: Path) -> list[Import]:
     return found
 
 
-def layer(module: str) -> str:
-    return next(name for name, patterns in LAYERS.items() if any(fnmatchcase(module, p) for p in patterns))
+def layer(module: str) -> str | None:
+    """The layer of `module`; None when no pattern of LAYERS matches it."""
+    return next((name for name, patterns in LAYERS.items() if any(fnmatchcase(module, p) for p in patterns)), None)
+
+
+def unplaced(package_dir: Path) -> list[str]:
+    """Every module of the package that is in no layer (a loose module in the package root, an unlisted folder)."""
+    return [f"{path.relative_to(package_dir.parent)}: {name} is in no layer; move it into the folder of its concept, "
+            "or place it in LAYERS" for name, path in modules(package_dir).items() if layer(name) is None]
 
 
 def layer_violations(edges: list[Import]) -> list[str]:
@@ -211,8 +224,10 @@ def cycles(edges: list[Import]) -> list[str]:
 
 def check(package_dir: Path, allowed: dict[tuple[str, str], str] = LAZY_IMPORTS) -> list[str]:
     edges = imports(package_dir)
-    return ([f"[cycle] {c}" for c in cycles(edges)]
-            + [f"[layer] {v}" for v in layer_violations(edges)]
+    placed = [e for e in edges if layer(e.src) is not None and layer(e.dst) is not None]
+    return ([f"[unplaced] {u}" for u in unplaced(package_dir)]
+            + [f"[cycle] {c}" for c in cycles(edges)]
+            + [f"[layer] {v}" for v in layer_violations(placed)]
             + [f"[function-level import] {v}" for v in function_level_violations(edges, allowed)])
 
 
@@ -260,6 +275,28 @@ def test_checker_passes_a_clean_package(tmp_path):
     assert ("vtlab.stages.train", "vtlab.errors", False) in edges    # from ..errors import X
     assert ("vtlab.stages.train", "vtlab.models", False) in edges    # import vtlab.models
     assert ("vtlab.index", "vtlab.index.seismic", True) in edges     # allowlisted lazy import
+
+
+def test_checker_refuses_a_module_in_no_layer(tmp_path):
+    problems = _check(tmp_path, {"helpers.py": "from vtlab.errors import VtlabError\n",
+                                 "training/__init__.py": "", "training/loop.py": "from vtlab import helpers\n"})
+    assert problems == [
+        "[unplaced] vtlab/helpers.py: vtlab.helpers is in no layer; move it into the folder of its concept, or place "
+        "it in LAYERS",
+        "[unplaced] vtlab/training/__init__.py: vtlab.training is in no layer; move it into the folder of its "
+        "concept, or place it in LAYERS",
+        "[unplaced] vtlab/training/loop.py: vtlab.training.loop is in no layer; move it into the folder of its "
+        "concept, or place it in LAYERS",
+    ]
+
+
+def test_the_package_root_holds_only_entry_points_foundations_and_apc():
+    """Library code lives in folders: the root's modules are the entry points, the foundations and apc.py."""
+    root = {p.stem for p in (ROOT / "vtlab").glob("*.py")}
+    allowed = {"__init__", "__main__", "apc"} | {
+        p.split(".")[1] for name in ("entry", "foundations") for p in LAYERS[name]
+        if p.count(".") == 1 and p.startswith("vtlab.") and "*" not in p}
+    assert root <= allowed, f"loose library modules in vtlab/: {sorted(root - allowed)}"
 
 
 def test_checker_reports_a_cycle_with_its_path(tmp_path):

@@ -27,9 +27,9 @@ from vtlab.atomic import atomic_dir
 from vtlab.callbacks.last_checkpoint import LastCheckpoint
 from vtlab.callbacks.resume_state import ResumeState
 from vtlab.callbacks.run_config import RunConfigLogger
-from vtlab.checkpoints import SameDirCheckpointIO
+from vtlab.callbacks.checkpoints import SameDirCheckpointIO
 from vtlab.runs.directory import LAST_CKPT, prepare_run_dir
-from vtlab.tracking import ResumableCSVLogger
+from vtlab.tracking.resumable_csv import ResumableCSVLogger
 from helpers import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ class _Toy(pl.LightningModule):
 
 
 class _Probe(pl.Callback):
-    """Logs a row at step 0 when training (re)starts, as vtlab.health's preflight probe does."""
+    """Logs a row at step 0 when training (re)starts, as the preflight probe (vtlab.callbacks.preflight) does."""
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         for lg in trainer.loggers:

@@ -20,7 +20,7 @@ from wandb.proto import wandb_internal_pb2
 from helpers import ROOT, compose_cfg
 from vtlab.errors import VtlabError
 from vtlab.pipeline import run
-from vtlab.tracking import configured_loggers
+from vtlab.tracking.loggers import configured_loggers
 
 
 def _env() -> dict[str, str]:

@@ -58,7 +58,7 @@ def test_the_crafted_checkpoint_runs_code_when_unpickled(tmp_path: Path) -> None
 
 
 def test_crafted_checkpoint_is_refused_and_nothing_runs(tmp_path: Path) -> None:
-    from vtlab.checkpoints import check_checkpoint_fits, load_checkpoint
+    from vtlab.callbacks.checkpoints import check_checkpoint_fits, load_checkpoint
 
     ckpt = _crafted_checkpoint(tmp_path / "last.ckpt", tmp_path / "ran")
     for load in (lambda: load_checkpoint(ckpt), lambda: check_checkpoint_fits(ckpt, nn.Linear(2, 1))):
@@ -75,7 +75,7 @@ def test_a_real_vtlab_checkpoint_needs_no_global_beyond_the_allow_list(tmp_path:
     optimizer and a scheduler) loads weights-only: nothing outside CHECKPOINT_GLOBALS; and Lightning resumes from it."""
     from vtlab.callbacks.last_checkpoint import LastCheckpoint
     from vtlab.callbacks.resume_state import ResumeState
-    from vtlab.checkpoints import CHECKPOINT_GLOBALS, SameDirCheckpointIO, load_checkpoint
+    from vtlab.callbacks.checkpoints import CHECKPOINT_GLOBALS, SameDirCheckpointIO, load_checkpoint
 
     class Toy(pl.LightningModule):
         def __init__(self) -> None:
@@ -323,10 +323,10 @@ class _Attack:
 
 
 def _torch_load_of_a_written_pickle(tmp: Path, marker: Path) -> dict:
-    """torch.load (reached as vtlab.checkpoints.torch.load) with weights_only false, of a protocol-0 pickle that a
-    nested vtlab.atomic.atomic_write_text writes first: a YAML file alone runs `touch marker`."""
+    """torch.load (reached as vtlab.callbacks.checkpoints.torch.load) with weights_only false, of a protocol-0 pickle
+    that a nested vtlab.atomic.atomic_write_text writes first: a YAML file alone runs `touch marker`."""
     pickle_text = pickle.dumps(_RunsCode(marker), protocol=0).decode("ascii")
-    return {"_target_": "vtlab.checkpoints.torch.load", "weights_only": False,
+    return {"_target_": "vtlab.callbacks.checkpoints.torch.load", "weights_only": False,
             "f": {"_target_": "vtlab.atomic.atomic_write_text", "path": str(tmp / "payload.pkl"),
                   "lines": [pickle_text]}}
 
@@ -352,7 +352,7 @@ _NOT_ALLOWED = ("a config read from a run directory may only name an encoder, an
                 "(vtlab.export.safe_config.ALLOWED_TARGETS)")
 ATTACKS = {
     "torch.load": _Attack("model.encoder", "preprocess", _torch_load_of_a_written_pickle,
-                          "_target_='vtlab.checkpoints.torch.load' is not instantiated: it is "
+                          "_target_='vtlab.callbacks.checkpoints.torch.load' is not instantiated: it is "
                           f"torch.serialization.load, and {_NOT_ALLOWED}"),
     "atomic_write_text": _Attack("eval", "collection", _write_text,
                                  f"_target_='vtlab.atomic.atomic_write_text' is not instantiated: {_NOT_ALLOWED}"),
@@ -538,8 +538,9 @@ def test_resolving_a_vtlab_name_imports_only_vtlab_modules(monkeypatch: pytest.M
     real = safe_config.import_module
     monkeypatch.setattr(safe_config, "import_module", lambda name: imported.append(name) or real(name))
     safe_config.allowed_objects.cache_clear()  # resolve the allow-list again, under the watch
-    names = ["vtlab.checkpoints.torch.utils.bottleneck", "vtlab.checkpoints.torch.load", "vtlab.data.hf.datasets.x",
-             "vtlab.runs.directory.shutil.copyfile", "vtlab.stages.nope", "vtlab.models.inference_free.SpladeEncoder"]
+    names = ["vtlab.callbacks.checkpoints.torch.utils.bottleneck", "vtlab.callbacks.checkpoints.torch.load",
+             "vtlab.data.hf.datasets.x", "vtlab.runs.directory.shutil.copyfile", "vtlab.stages.nope",
+             "vtlab.models.inference_free.SpladeEncoder"]
     assert all(safe_config.target_problem(n) is not None for n in names)
     assert safe_config.target_problem("vtlab.models.inference_free.SpladeEncoder.from_backbone") is None
     assert imported and all(n == "vtlab" or n.startswith("vtlab.") for n in imported), imported

@@ -1,6 +1,6 @@
-"""vtlab.stats: the paired tests against scipy, an exact enumeration of all sign flips, and a written-out t interval;
-the seed-level test against sign patterns listed by hand, a null simulation (why it replaces the query level as the
-reading), and Holm against a worked example."""
+"""vtlab.evaluation.stats: the paired tests against scipy, an exact enumeration of all sign flips, and a written-out t
+interval; the seed-level test against sign patterns listed by hand, a null simulation (why it replaces the query level
+as the reading), and Holm against a worked example."""
 import itertools
 import math
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from vtlab.stats import (
+from vtlab.evaluation.stats import (
     StatsError,
     compare,
     compare_seeds,

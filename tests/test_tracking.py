@@ -10,7 +10,7 @@ from vtlab.errors import VtlabError
 from vtlab.evaluation import EvaluationSuite, average
 from vtlab.evaluation import RetrievalEvaluation
 from vtlab.runs.status import RunStatus, describe, read_status
-from vtlab.tracking import log_results
+from vtlab.tracking.loggers import log_results
 
 
 def test_suite_writes_each_dataset_and_averages(tmp_path):

@@ -22,7 +22,7 @@ from vtlab.runs.directory import check_run_dir, held_from_start, prepare_run_dir
 from vtlab.data.preflight import preflight
 from vtlab.runs.reuse import reuse
 from vtlab.runs.status import exit_code
-from vtlab.tracking import finish_runs
+from vtlab.tracking.loggers import finish_runs
 
 log = logging.getLogger("vtlab")
 

@@ -1,4 +1,4 @@
-"""Entry `collapse_detector`: stops (or warns) when a dead or dense collapse persists (vtlab.health measures it)."""
+"""Entry `collapse_detector`: stops (or warns) when a dead or dense collapse persists (health.py measures it)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from vtlab.errors import VtlabError
-from vtlab.health import side_stats
+from vtlab.callbacks.health import side_stats
 
 log = logging.getLogger("vtlab")
 

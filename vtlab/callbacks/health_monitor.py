@@ -1,4 +1,4 @@
-"""Entry `health_monitor`: per-step sparsity health metrics (vtlab.health measures them)."""
+"""Entry `health_monitor`: per-step sparsity health metrics (health.py measures them)."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from vtlab.errors import VtlabError
-from vtlab.health import active_dims, flops, margin
+from vtlab.callbacks.health import active_dims, flops, margin
 
 
 class HealthMonitor(pl.Callback):

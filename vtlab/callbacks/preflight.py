@@ -1,4 +1,4 @@
-"""Entry `preflight`: a probe before step 0 that warns on a dead or saturated start (vtlab.health measures it)."""
+"""Entry `preflight`: a probe before step 0 that warns on a dead or saturated start (health.py measures it)."""
 from __future__ import annotations
 
 import logging
@@ -9,7 +9,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 
-from vtlab.health import DEAD_FIX, DENSE_FIX, side_stats
+from vtlab.callbacks.health import DEAD_FIX, DENSE_FIX, side_stats
 
 log = logging.getLogger("vtlab")
 

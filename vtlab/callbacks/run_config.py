@@ -5,7 +5,8 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from vtlab.tracking import ResumableCSVLogger, log_run_config
+from vtlab.tracking.loggers import log_run_config
+from vtlab.tracking.resumable_csv import ResumableCSVLogger
 
 
 class RunConfigLogger(pl.Callback):
@@ -14,7 +15,8 @@ class RunConfigLogger(pl.Callback):
     keeps the earlier rows of the steps before its checkpoint)."""
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
-        self.config = config  # filled by the fine-tune stage (vtlab.tracking.resolved_config); None: nothing logged
+        # filled by the fine-tune stage (vtlab.tracking.loggers.resolved_config); None: nothing logged
+        self.config = config
         self._started = True
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

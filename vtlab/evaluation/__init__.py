@@ -4,10 +4,13 @@
 - `metrics`: ir_measures per query and averaged, sparsity (active dims, FLOPS);
 - `budgets`: matched term budgets, re-searched after pruning;
 - `outputs`: run.trec, per_query.json, metrics.json and the results table;
-- `suite`: `EvaluationSuite`, several evaluations as one (BEIR-13), and `average`.
+- `suite`: `EvaluationSuite`, several evaluations as one (BEIR-13), and `average`;
+- `stats`: paired significance between two systems' runs (query level and seed level, Holm), which the report's
+  contrasts read.
 
 conf/ names the classes by their module (`vtlab.evaluation.retrieval.RetrievalEvaluation`,
-`vtlab.evaluation.suite.EvaluationSuite`); the names below are the public API.
+`vtlab.evaluation.suite.EvaluationSuite`); the names below are the public API (`stats` is used as a module:
+`vtlab.evaluation.stats`).
 """
 from vtlab.evaluation.budgets import (
     BUDGET_KEY,

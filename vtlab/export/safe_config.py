@@ -4,9 +4,9 @@ by exact name, and no model's own Python code.
 A run directory is data: `stage=export run_dir=R` instantiates nodes of R's recorded .hydra/config.yaml (its
 `model.encoder` and `eval`, vtlab/export/run_config.py), and whoever could write that file must not be able to run
 code through it. Hydra resolves a `_target_` by attribute walk, so a prefix rule (`vtlab.*`) is not enough:
-`vtlab.checkpoints.torch.load` is torch.load, `vtlab.runs.directory.shutil.copyfile` is shutil.copyfile. So a target
-passes only when it is one of ALLOWED_TARGETS, or a `vtlab.` name that resolves (importing vtlab modules only) to the
-very same object; and `allow_remote_code` / `trust_remote_code` must be false wherever they appear.
+`vtlab.callbacks.checkpoints.torch.load` is torch.load, `vtlab.runs.directory.shutil.copyfile` is shutil.copyfile. So
+a target passes only when it is one of ALLOWED_TARGETS, or a `vtlab.` name that resolves (importing vtlab modules only)
+to the very same object; and `allow_remote_code` / `trust_remote_code` must be false wherever they appear.
 
 Export is the only place vtlab instantiates a config it did not compose itself: the other readers of recorded configs
 (vtlab.runs.reuse, vtlab.callbacks.resume_state, vtlab.report, vtlab.export.model_card) compare or print values and
@@ -67,8 +67,8 @@ _ALLOWED_HINT = "a config read from a run directory may only name an encoder, an
 
 def locate(name: str) -> Any:
     """The object the dotted `name` names, walked as Hydra walks it (getattr first, then a submodule import), but
-    importing vtlab modules only: the walk leaves vtlab only through getattr (`vtlab.checkpoints.torch` is the torch
-    module already imported), and never imports anything from there. LookupError when it names nothing."""
+    importing vtlab modules only: the walk leaves vtlab only through getattr (`vtlab.callbacks.checkpoints.torch` is
+    the torch module already imported), and never imports anything from there. LookupError when it names nothing."""
     parts = name.split(".")
     if parts[0] != "vtlab" or not all(p.isidentifier() for p in parts):
         raise LookupError(name)

@@ -12,9 +12,9 @@ each matched term budget the runs evaluated (`eval.budgets`, keys `<measure>@q<K
 measure's mean with the 95% CI of the paired difference, the paired randomization p-value and the paired t-test
 p-value over queries (query level: per-query values from each run's per_query.json, averaged over a row's seeds),
 and beside them the seed-level randomization p-value (seed i of A matched with seed i of B, whole seeds' signs
-flipped; pooled: the avg column's difference), see vtlab.stats. Each contrast's headline line (pooled, full sparsity)
-also gets its seed-level p adjusted by Holm over the table's contrasts, and a reading that says "confirmed" only where
-that adjusted p is below 0.05; the contrast named by `report.primary` (declared before the runs) is marked.
+flipped; pooled: the avg column's difference), see vtlab.evaluation.stats. Each contrast's headline line (pooled, full
+sparsity) also gets its seed-level p adjusted by Holm over the table's contrasts, and a reading that says "confirmed"
+only where that adjusted p is below 0.05; the contrast named by `report.primary` (declared before the runs) is marked.
 Written to `contrasts.md` and `contrasts.csv` beside the table, and to stdout; `tradeoff.png` plots each row's
 average measure against its FLOPS, one point per seed. A recorded contrast that cannot be computed (a label that is
 not a row of the table) is named in contrasts.md and on stderr after everything is written, and the exit status is 2.

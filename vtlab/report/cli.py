@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from vtlab import stats
+from vtlab.evaluation import stats
 from vtlab.errors import VtlabError
 from vtlab.report.contrasts import add_cli_contrast, build_contrasts
 from vtlab.report.discovery import CONTRAST_KEY, ReportError

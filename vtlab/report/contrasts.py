@@ -1,13 +1,12 @@
 """Paired contrasts between rows of a table: per collection, pooled and at each term budget; query level (per-query
 values, sign-flip and t-test) beside seed level (matched seeds, sign-flip), Holm over the table's contrasts and the
-reading of each contrast's headline line (see vtlab.report, vtlab.stats)."""
+reading of each contrast's headline line (see vtlab.report, vtlab.evaluation.stats)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
-from vtlab import stats
-from vtlab.evaluation import split_budget_key
+from vtlab.evaluation import split_budget_key, stats
 from vtlab.report.discovery import ReportError, State
 from vtlab.report.tables import Row, Table, _seeds, add_contrast
 

@@ -16,7 +16,7 @@ from vtlab.data.collections import judged_queries
 from vtlab.evaluation import EvaluationSuite, average, results_table
 from vtlab.export.safe_config import RENAMED_TARGETS
 from vtlab.stages.build import build_encoder
-from vtlab.tracking import log_results, run_loggers
+from vtlab.tracking.loggers import log_results, run_loggers
 
 log = logging.getLogger("vtlab")
 

@@ -3,7 +3,7 @@
 Resuming (`state["resume_from"]`, set by vtlab.pipeline for an interrupted run dir) continues exactly: Lightning
 restores weights, optimizer, scheduler and loop counters; the training DataLoader restores its place in the epoch
 (vtlab.data.datamodule.ResumableDataLoader); ResumeState (vtlab.callbacks.resume_state) restores the global RNG
-streams (dropout). Checkpoint reading, writing and sizing: vtlab.checkpoints.
+streams (dropout). Checkpoint reading, writing and sizing: vtlab.callbacks.checkpoints.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from vtlab.atomic import atomic_dir
 from vtlab.callbacks.resume_state import ResumeState, resume_configs
 from vtlab.callbacks.run_config import RunConfigLogger
 from vtlab.callbacks.vocab_transfer import VocabTransferCallback
-from vtlab.checkpoints import SameDirCheckpointIO, check_free_space, load_checkpoint
+from vtlab.callbacks.checkpoints import SameDirCheckpointIO, check_free_space, load_checkpoint
 from vtlab.errors import ConfigError
-from vtlab.tracking import configured_loggers, resolved_config
+from vtlab.tracking.loggers import configured_loggers, resolved_config
 from vtlab.stages.build import transfer_parts
 from vtlab.vocab.transfer import transferred_backbone
 

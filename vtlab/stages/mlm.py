@@ -17,7 +17,7 @@ from pytorch_lightning.loggers import CSVLogger, Logger
 from vtlab.backbones import Backbone
 from vtlab.models.mlm import check_recipe, train_cached
 from vtlab.stages.build import run_backbone
-from vtlab.tracking import instantiate_logger
+from vtlab.tracking.loggers import instantiate_logger
 
 log = logging.getLogger("vtlab")
 

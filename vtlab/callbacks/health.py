@@ -1,12 +1,12 @@
-"""Training-health measurements for SPLADE's two failure modes (the callbacks that use them: vtlab.callbacks).
+"""Training-health measurements for SPLADE's two failure modes (the callbacks beside this module use them).
 
 * dead collapse: every term weight is 0 (relu of negative logits), so there is no gradient and training can never
   recover (the mmBERT-on-Korean case: active dims fall to 0 and retrieval with them);
 * dense collapse: every vocabulary entry is active, documents are near-identical (pairwise cosine ≈ 1) and nDCG is
   ~0 (sentence-transformers issue #3431; a saturated MLM head or a vocabulary gap after a backbone swap).
 
-vtlab.callbacks.preflight probes the model once before the first step, .health_monitor logs per-step health metrics,
-and .collapse_detector stops (or warns) when a collapse persists, leaving a checkpoint and a diagnosis behind.
+The preflight callback probes the model once before the first step, health_monitor logs per-step health metrics,
+and collapse_detector stops (or warns) when a collapse persists, leaving a checkpoint and a diagnosis behind.
 """
 from __future__ import annotations
 
