@@ -67,7 +67,7 @@ def test_the_primary_contrast_is_vt_against_lowercasing_at_one_segmentation():
 
 def test_every_arm_has_the_same_selection_grid_scored_on_dev_only():
     spec = _cfg(MAIN[0]).selection
-    assert spec.eval == "testbed-dev" and list(spec.grid["model.optimizer.lr"]) == [5e-4, 1e-3]
+    assert spec.eval == "testbed-dev" and list(spec.grid.model.optimizer.lr) == [5e-4, 1e-3]
     dev = _cfg(MAIN[0], "eval=testbed-dev").eval.evaluations
     assert list(dev) == ["boolq-clean-dev"] and dev["boolq-clean-dev"].collection.split == "dev"
     for table in ("ablation-init", "ablation-apc", "ablation-target"):

@@ -120,7 +120,7 @@ def select_settings(spec: dict[str, Any], scale: str, out: Path, run: Callable[[
     """Run every main arm on the selection grid at one seed, scored on dev (equal selection budget), and write each
     arm's config with its choice; returns the main table's `experiment=`/search-path overrides that run them, and
     the choices by arm name."""
-    grid = {k: list(v) for k, v in spec["grid"].items()}
+    grid = dict(_grid_keys(spec["grid"]))
     rows = main_rows(scale)
     sweep_dir = out / "select"
     # the grid first, so Hydra varies the arm fastest: jobs side by side are other arms, not waiting on one MLM cache
@@ -137,6 +137,15 @@ def select_settings(spec: dict[str, Any], scale: str, out: Path, run: Callable[[
         print(f"selected on {spec['dataset']} {spec['measure']}: {name} {choice.values} ({choice.score:.4f}; tried "
               + ", ".join(f"{v} {s:.4f}" for v, s in choice.tried) + ")", flush=True)
     return [f"experiment={','.join(experiments[_row_name(r)] for r in rows)}", search], chosen
+
+
+def _grid_keys(node: dict[str, Any], prefix: str = "") -> list[tuple[str, list[Any]]]:
+    """(dotted key, values) for each list in a nested `selection.grid` ({model: {optimizer: {lr: [a, b]}}})."""
+    out = []
+    for key, value in node.items():
+        dotted = f"{prefix}.{key}" if prefix else key
+        out += _grid_keys(value, dotted) if isinstance(value, dict) else [(dotted, list(value))]
+    return out
 
 
 def _composed(experiment: str) -> Any:
