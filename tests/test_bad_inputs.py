@@ -553,7 +553,7 @@ def remote_code_without_the_opt_in(tmp, mp):
 def export_from_a_run_config_naming_foreign_code(tmp, mp):
     from omegaconf import OmegaConf
 
-    from vtlab.stages.export import encoder_from_run
+    from vtlab.export.run_encoder import encoder_from_run
 
     (tmp / "model").mkdir()
     (tmp / "model" / "config.json").write_text("{}")

@@ -494,7 +494,7 @@ def test_export_refuses_foreign_targets_in_a_run_config(tmp_path: Path, key: str
     from omegaconf import OmegaConf
 
     from vtlab.errors import VtlabError
-    from vtlab.stages.export import encoder_from_run
+    from vtlab.export.run_encoder import encoder_from_run
 
     marker, run_dir = tmp_path / "ran", tmp_path / "colleague-run"
     (run_dir / "model").mkdir(parents=True)

@@ -35,6 +35,7 @@ from typing import Any, TextIO
 
 import numpy as np
 import scipy.sparse as sp
+from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from vtlab.atomic import atomic_write, write_json
@@ -255,6 +256,31 @@ FORMATS: dict[str, FormatSpec] = {
     "elasticsearch": FormatSpec(OpenSearchBulk, "elasticsearch/bulk.ndjson"),  # conf: field_type=sparse_vector
     "qdrant": FormatSpec(QdrantPoints, "qdrant/points.jsonl", "qdrant/queries.jsonl"),
 }
+
+
+def _plain(node: Any) -> dict[str, Any]:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+
+
+def vector_formats(cfg: DictConfig, out_dir: Path) -> tuple[list[VectorFormat], list[VectorFormat]]:
+    """(document writers, query writers) of export.vectors.formats; query writers only with export.vectors.queries."""
+    v = cfg.export.vectors
+    names = [str(n) for n in (v.formats or [])]
+    formats: list[VectorFormat] = []
+    queries: list[VectorFormat] = []
+    for name in dict.fromkeys(names):
+        spec = FORMATS.get(name)
+        if spec is None:
+            raise VtlabError(f"export.vectors.formats: unknown format {name!r} (choose from {', '.join(FORMATS)})")
+        fmt = spec.writer(out_dir / spec.docs, **_plain(v.get(name)))
+        formats.append(fmt)
+        if v.get("queries") and spec.queries is not None:
+            queries.append(fmt.queries(out_dir / spec.queries))
+    if not cfg.export.overwrite:
+        for fmt in formats + queries:
+            if fmt.path.exists():
+                raise VtlabError(f"export.vectors.dir: {fmt.path} exists (set export.overwrite=true to replace it)")
+    return formats, queries
 
 
 def _write_all(paths: Sequence[Path], body: Any) -> None:
