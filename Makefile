@@ -41,7 +41,7 @@ bench: install
 
 # The paper's main table + ablations as Hydra sweeps, then the tables (vtlab/reproduce.py, vtlab/report/).
 # SCALE=testbed (default) runs offline from real pretrained weights, with seeds, paired tests and sanity gates;
-# SCALE=cpu the old from-scratch replicas; SCALE=paper submits the authors' recipe through hydra/launcher=slurm.
+# SCALE=paper submits the authors' recipe through hydra/launcher=slurm.
 # SEEDS=N overrides every table's own number of seeds.
 SCALE ?= testbed
 SEEDS ?=

@@ -1,5 +1,5 @@
-"""The paper's tables as configs: paper-scale rows match the authors' recipe (vt-method.md §2.1–2.5), CPU-scale rows
-share one pretraining budget, ablations sweep the right values, the SLURM launcher composes, reproduce builds sweeps."""
+"""The paper's tables as configs: paper-scale rows match the authors' recipe (vt-method.md §2.1–2.5), ablations sweep
+the right values, the SLURM launcher composes, reproduce builds sweeps."""
 
 import pytest
 from omegaconf import OmegaConf
@@ -81,40 +81,20 @@ def test_paper_rows_follow_the_authors_recipe(row):
         assert cfg.vocab.name == next((v for k, v in lowercase.items() if row.endswith(k)), "native")
 
 
-@pytest.mark.parametrize("scale", ["paper", "cpu"])
 @pytest.mark.parametrize("ablation,key,values", [
     ("init", "init", "semantic-pmi,semantic,mean,subword,new-random,all-random"),
-    ("apc", "apc", None),
-    ("mlm", "mlm.steps", None),
+    ("apc", "apc", "off,p40,p60,p80"),
+    ("mlm", "mlm.steps", "0,500,1000,2000,3000,5000,10000,15000,20000"),
     ("wordpiece", "vocab.vocab_size", "10000,20000,30000,40000,50000"),
 ])
-def test_ablations_sweep_their_values(scale, ablation, key, values):
-    cfg = experiment(f"{scale}/ablation-{ablation}")
+def test_ablations_sweep_their_values(ablation, key, values):
+    cfg = experiment(f"paper/ablation-{ablation}")
     params = OmegaConf.to_container(cfg.hydra.sweeper.params)
-    defaults = {"mlm": {"paper": "0,500,1000,2000,3000,5000,10000,15000,20000", "cpu": "0,50,150,600"},
-                "apc": {"paper": "off,p40,p60,p80", "cpu": "off,p60,p60-term,p90-term,p99-term"}}
-    expected = values or defaults[ablation][scale]
-    assert params == {key: expected}
-    if (scale, ablation) == ("paper", "mlm"):  # run_ft.sh: P60 without --include_zeros at every sweep point
+    assert params == {key: values}
+    if ablation == "mlm":  # run_ft.sh: P60 without --include_zeros at every sweep point
         assert (cfg.apc.percentile, cfg.apc.include_zeros) == (60, False)
-    assert cfg.group == f"{scale}-ablation-{ablation}"
-    assert cfg.backbone.name == f"{'cpu-' if scale == 'cpu' else ''}modernbert"
-
-
-def test_cpu_replicas_share_one_pretraining_budget():
-    bert, mb = experiment("cpu/main/bert-native"), experiment("cpu/main/modernbert-native")
-    assert bert.backbone.mlm == mb.backbone.mlm and bert.backbone.mlm.steps == 600
-    assert bert.backbone.mlm.corpus.split == "train"  # the evaluation passages stay unseen
-    assert bert.backbone.start._target_.endswith("TinyBert") and mb.backbone.start._target_.endswith("TinyModernBert")
-    for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
-        assert bert.backbone.start[k] == mb.backbone.start[k]
-    vt = experiment("cpu/main/modernbert-vt")
-    assert vt.vocab.embedding_model.name == "cpu-bert" and vt.vocab.embedding_model.mlm == bert.backbone.mlm
-    assert vt.apc.include_zeros is True and vt.mlm.steps == 150
-    # every CPU row, native or VT, starts from the same per-term calibration (cpu/base.yaml)
-    for row in reproduce.main_rows("cpu"):
-        apc = experiment(row).apc
-        assert (apc.name, apc.percentile, apc.per_term, apc.include_zeros) == ("p99-term", 99, True, True), row
+    assert cfg.group == f"paper-ablation-{ablation}"
+    assert cfg.backbone.name == "modernbert"
 
 
 def test_blog_rows_follow_the_blog():
@@ -135,10 +115,10 @@ def test_slurm_launcher_composes():
 
 
 def test_reproduce_builds_one_sweep_per_table():
-    sweeps = reproduce.sweeps("cpu", 3, ["main", "ablation-init"])
+    sweeps = reproduce.sweeps("paper", 3, ["main", "ablation-init"])
     rows = sweeps["main"][0].removeprefix("experiment=").split(",")
-    assert rows[0] == "cpu/main/bert-native" and "cpu/main/modernbert-vt" in rows and len(rows) == 7
+    assert rows[0] == "paper/main/bert-native" and "paper/main/modernbert-vt" in rows and len(rows) == 11
     assert sweeps["main"][1] == sweeps["ablation-init"][1] == "seed=0,1,2"
-    assert sweeps["ablation-init"][0] == "experiment=cpu/ablation-init"
+    assert sweeps["ablation-init"][0] == "experiment=paper/ablation-init"
     for row in rows:  # every listed row composes
         experiment(row)

@@ -68,12 +68,12 @@ def test_paper_doc_flops_is_the_authors_per_group_value(row):
     assert old.item() != pytest.approx(expected.item(), rel=1e-3)
 
 
-def test_flops_normalize_option_and_cpu_default_unchanged():
+def test_flops_normalize_option_and_global_default_unchanged():
     d = sparse_reps(12, 50, 0)
     assert Flops(1.0, normalize="per_group").penalty(d, 3).item() == pytest.approx(authors_flops(d, 3).item())
-    # global: Σ_v (mean over all rows)², as before; quickstart and CPU rows keep it
+    # global: Σ_v (mean over all rows)², as before; quickstart and testbed rows keep it
     assert Flops(1.0).penalty(d, 3).item() == pytest.approx(((d.mean(0)) ** 2).sum().item())
-    for overrides in ([], ["experiment=cpu/main/bert-native"]):
+    for overrides in ([], ["experiment=testbed/main/wp-native"]):
         assert compose_cfg([RUN_DIR, *overrides]).regularizer.doc.normalize == "global"
     with pytest.raises(ConfigError, match="regularizer normalize"):
         Flops(1.0, normalize="per-query")

@@ -11,7 +11,7 @@ import yaml
 
 from vtlab.report import build_table, main, to_csv, to_latex, to_markdown
 
-EXPERIMENT = "+experiment=cpu/ablation-init"
+EXPERIMENT = "+experiment=testbed/ablation-init"
 
 
 def write_multirun(sweep: Path, task: list[str], params: dict | None = None, config_dir: Path | None = None) -> None:
@@ -63,7 +63,7 @@ def m(ndcg: float, flops: float, q: float, d: float, rr: float = 0.5) -> dict[st
 
 @pytest.fixture
 def ablation(tmp_path: Path) -> Path:
-    """`python -m vtlab -m +experiment=cpu/ablation-init seed=0,1`, whose config sweeps init over 3 values.
+    """`python -m vtlab -m +experiment=testbed/ablation-init seed=0,1`, whose config sweeps init over 3 values.
 
     BasicSweeper order: sweeper params first, then the command line → jobs 0..5 =
     (mean,0) (mean,1) (subword,0) (subword,1) (semantic,0) (semantic,1).

@@ -32,33 +32,35 @@ def finished_job(sweep: Path, num: int, cfg, status: str = "done", ndcg: float =
 @pytest.fixture
 def main_sweep(tmp_path: Path) -> Path:
     sweep = tmp_path / "main"
-    finished_job(sweep, 0, cfg_for("experiment=cpu/main/bert-native"), ndcg=0.55)
-    finished_job(sweep, 1, cfg_for("experiment=cpu/main/modernbert-vt"), ndcg=0.35)
+    finished_job(sweep, 0, cfg_for("experiment=testbed/main/wp-native"), ndcg=0.55)
+    finished_job(sweep, 1, cfg_for("experiment=testbed/main/bpe-vt"), ndcg=0.35)
     return sweep
 
 
 def test_the_ablations_default_value_is_the_main_row(main_sweep):
-    # cpu/ablation-init's config differs from cpu/main/modernbert-vt only in name and group for init=semantic-pmi
-    cfg = cfg_for("experiment=cpu/ablation-init", "init=semantic-pmi", f"reuse_runs=['{main_sweep}']")
+    # testbed/ablation-init's config differs from testbed/main/bpe-vt only in labels (name, group, report,
+    # selection.arm) for init=semantic-pmi
+    cfg = cfg_for("experiment=testbed/ablation-init", "init=semantic-pmi", f"reuse_runs=['{main_sweep}']")
     assert find_equal_run(cfg, [main_sweep]) == main_sweep / "1"
-    assert find_equal_run(cfg_for("experiment=cpu/ablation-apc", "apc=p99-term"), [main_sweep]) == main_sweep / "1"
+    apc = cfg_for("experiment=testbed/ablation-apc", "apc=p60-sparse")
+    assert find_equal_run(apc, [main_sweep]) == main_sweep / "1"
 
 
 @pytest.mark.parametrize("override", ["init=mean", "apc=p90-term", "seed=1", "trainer.max_steps=101"])
 def test_any_other_setting_is_not_reused(main_sweep, override):
-    assert find_equal_run(cfg_for("experiment=cpu/ablation-init", override), [main_sweep]) is None
+    assert find_equal_run(cfg_for("experiment=testbed/ablation-init", override), [main_sweep]) is None
 
 
 @pytest.mark.parametrize("status", ["failed", "running"])
 def test_only_finished_runs_are_reused(tmp_path, status):
     sweep = tmp_path / "main"
-    finished_job(sweep, 0, cfg_for("experiment=cpu/main/modernbert-vt"), status=status)
-    assert find_equal_run(cfg_for("experiment=cpu/ablation-init"), [sweep]) is None
+    finished_job(sweep, 0, cfg_for("experiment=testbed/main/bpe-vt"), status=status)
+    assert find_equal_run(cfg_for("experiment=testbed/ablation-init"), [sweep]) is None
 
 
 def test_pipeline_copies_the_results_and_runs_no_stage(main_sweep, tmp_path):
     run_dir = tmp_path / "ablation" / "0"
-    cfg = cfg_for("experiment=cpu/ablation-init", f"reuse_runs=['{main_sweep}']", f"paths.run_dir={run_dir}")
+    cfg = cfg_for("experiment=testbed/ablation-init", f"reuse_runs=['{main_sweep}']", f"paths.run_dir={run_dir}")
     state = pipeline.run(cfg)  # no model exists offline for this row without pretraining: any stage would take minutes
     assert state == {"reused_from": main_sweep / "1"}
     assert json.loads((run_dir / "eval" / "boolq" / "metrics.json").read_text())["metrics"]["nDCG@10"] == 0.35
@@ -71,10 +73,10 @@ def test_pipeline_copies_the_results_and_runs_no_stage(main_sweep, tmp_path):
 
 
 def test_reproduce_lets_the_ablations_reuse_the_main_table(tmp_path):
-    sweeps = reproduce.sweeps("cpu", 1, ["main", "ablation-init", "ablation-apc"], tmp_path)
+    sweeps = reproduce.sweeps("testbed", 1, ["main", "ablation-init", "ablation-apc"], tmp_path)
     assert not any(o.startswith("reuse_runs=") for o in sweeps["main"])
     for table in ("ablation-init", "ablation-apc"):
         assert sweeps[table][-1] == f"reuse_runs=['{(tmp_path / 'main').resolve()}']"
     # without the main table in this invocation there is nothing to reuse
-    alone = reproduce.sweeps("cpu", 1, ["ablation-init"], tmp_path)["ablation-init"]
+    alone = reproduce.sweeps("testbed", 1, ["ablation-init"], tmp_path)["ablation-init"]
     assert not any(o.startswith("reuse_runs=") for o in alone)

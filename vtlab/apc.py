@@ -7,10 +7,10 @@ With include_zeros and percentile 60, about 40% of (doc, term) max-logits are > 
 starts neither dead (ReLU(z) = 0 everywhere, no gradient) nor dense (everything active, collapse).
 
 `per_term=True` (our extension, not the authors'): one cutoff per vocabulary term, the percentile of that term's
-max-logits over the probe documents, `decoder.bias[v] -= cutoff[v]`. A weakly pretrained MLM (the CPU-scale
-replicas) puts a large document-independent offset on each frequent term, so every document activates the same terms
-(doc-doc cosine > 0.95) and no single constant shift separates them; the per-term shift removes that offset, leaving
-each term active in (100 - percentile)% of the probe documents.
+max-logits over the probe documents, `decoder.bias[v] -= cutoff[v]`. A weakly pretrained MLM (e.g. a small model
+pretrained from random init) puts a large document-independent offset on each frequent term, so every document
+activates the same terms (doc-doc cosine > 0.95) and no single constant shift separates them; the per-term shift
+removes that offset, leaving each term active in (100 - percentile)% of the probe documents.
 """
 from __future__ import annotations
 

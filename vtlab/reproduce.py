@@ -3,7 +3,6 @@
 
     python -m vtlab.reproduce                          # the testbed (offline, 2 cores): real pretrained weights,
                                                        # 3 seeds for the main table, 2 for ablations, sanity gates
-    python -m vtlab.reproduce --scale cpu              # the old from-scratch replicas (appendix; one seed)
     python -m vtlab.reproduce --scale paper            # the authors' recipe through hydra/launcher=slurm (GPUs, hub)
 
 Tables whose rows are files (conf/experiment/<scale>/main/, references/) run those files in the paper's row order;
@@ -33,8 +32,7 @@ from vtlab.report import State, collect_jobs, selection
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "experiment"
 ROW_ORDER = ["bm25", "splade-tiny", "wp-native", "unc-native", "bpe-native", "bpe-lowercase", "bpe-lowercase-masked",
-             "bpe-vt-unc", "bpe-vt", "wp-inference-free", "bpe-inference-free", "bpe-lowercase-inference-free",
-             "bpe-vt-unc-inference-free", "bpe-vt-inference-free", "bert-native",
+             "bpe-vt-unc", "bpe-vt", "bpe-lowercase-inference-free", "bpe-vt-unc-inference-free", "bert-native",
              "modernbert-native", "modernbert-native-mlm", "modernbert-lowercase", "modernbert-lowercase-masked",
              "modernbert-vt", "roberta-large-native",
              "roberta-large-vt", "bert-inference-free", "modernbert-inference-free", "modernbert-vt-inference-free"]
@@ -45,7 +43,6 @@ ABLATIONS = ["ablation-init", "ablation-apc"]
 OPTIONAL = {"testbed": {"ablation-init", "ablation-apc", "ablation-target"}}
 TABLES = {
     "testbed": {"references": 1, "main": 3, "ablation-init": 2, "ablation-apc": 2, "ablation-target": 2},
-    "cpu": {"main": 1, **dict.fromkeys(ABLATIONS, 1)},
     "paper": {"main": 1, **dict.fromkeys(ABLATIONS, 1)},
 }
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -96,7 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="comma-separated, e.g. main,ablation-init (default: all of the scale)")
     p.add_argument("--no-gates", action="store_true", help="testbed: skip the sanity gates (smoke runs only)")
     p.add_argument("--out", type=Path, default=None, help="default: outputs/reproduce/<scale>")
-    p.add_argument("--launcher", default=None, help="hydra/launcher choice (default: basic for cpu, slurm for paper)")
+    p.add_argument("--launcher", default=None, help="hydra/launcher choice (default: slurm for paper; testbed: "
+                   "parallel with --jobs > 1, else basic)")
     p.add_argument("--jobs", type=int, default=2, help="jobs side by side at one thread each (hydra/launcher=parallel; "
                    "1: one job at a time, all threads)")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")

@@ -180,8 +180,8 @@ class TinyRoberta(_GeneratedBackbone):
 
 
 class TinyBert(_GeneratedBackbone):
-    """Random-init BERT with the real bert-base-uncased WordPiece (the MiniLM asset's vocab.txt): the start of the
-    CPU-scale stand-in for bert-base-uncased (pretrained by vtlab's MLM stage, see vtlab/models/mlm_pretrained.py)."""
+    """Random-init BERT with the real bert-base-uncased WordPiece (the MiniLM asset's vocab.txt); vtlab's MLM stage
+    can pretrain it (vtlab/models/mlm_pretrained.py)."""
 
     recipe = "bert-v1"
     prefix = "tiny-bert"

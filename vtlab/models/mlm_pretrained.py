@@ -1,11 +1,8 @@
-"""CPU-scale stand-ins for the paper's encoders: a small model pretrained from random init by vtlab's own MLM stage.
+"""Backbones MLM-trained by vtlab's own MLM stage: a `start` backbone (pretrained, e.g. SPLADE-tiny, or random init)
+after masked-LM training with one recipe — the testbed's M_wp / M_unc / M_bpe (conf/backbone/testbed-*.yaml, recipe
+conf/mlm/testbed-build.yaml).
 
-No ModernBERT or bert-base-uncased weights exist offline, so the offline tables compare *miniature replicas* built the
-same way under the same budget: a tiny ModernBERT on the raw cased OLMo BPE and a tiny BERT on bert-base-uncased's
-WordPiece, each MLM-pretrained with one recipe (conf/mlm/cpu-pretrain.yaml). The tiny BERT then plays
-bert-base-uncased's role: the native baseline row, and the target embedding space for semantic initialization.
-
-Pretraining runs once per (start, recipe, seed) through `vtlab.models.mlm.train_cached` and is shared by every row
+Training runs once per (start, recipe, seed) through `vtlab.models.mlm.train_cached` and is shared by every row
 and every job of a sweep that names the same backbone.
 """
 from __future__ import annotations
@@ -24,7 +21,7 @@ from vtlab.models.mlm import train_cached
 
 
 class MLMPretrained(Backbone):
-    """`start` (e.g. TinyBert) after `mlm.steps` of masked-LM pretraining with recipe `mlm`."""
+    """`start` (e.g. SPLADE-tiny) after `mlm.steps` of masked-LM pretraining with recipe `mlm`."""
 
     def __init__(self, start: Backbone | Mapping[str, Any], mlm: Mapping[str, Any], name: str, seed: int = 0,
                  precision: str = "32-true") -> None:

@@ -1,5 +1,5 @@
 """Reuse a finished run whose config equals this one's: a sweep's ablation row that repeats a main-table row (e.g.
-`init=semantic-pmi` in cpu/ablation-init is cpu/main/modernbert-vt) is run once, not twice.
+`init=semantic-pmi` in testbed/ablation-init is testbed/main/bpe-vt) is run once, not twice.
 
 A run with `reuse_runs=[DIR, ...]` looks in each DIR (a run directory or a sweep directory of job directories) for a
 job whose status.json says done and whose recorded `.hydra/config.yaml` equals its own config apart from the keys in
@@ -21,8 +21,9 @@ from vtlab.runs.status import job_dirs, read_status
 
 log = logging.getLogger("vtlab")
 
-IGNORED = ("name", "group", "paths", "reuse_runs", "report")  # wandb labels, where the run writes, this option
-# itself, which contrasts a table reports
+IGNORED = ("name", "group", "paths", "reuse_runs", "report", "selection")  # wandb labels, where the run writes,
+# this option itself, which contrasts a table reports, how vtlab.reproduce picks settings on dev before any job (an
+# ablation's `selection.arm` names the main row whose choice it takes; no stage reads it)
 # What a reused run gets: its results and reports; not the logs, trackers or checkpoints of the original invocation.
 NOT_COPIED = (".hydra", "status.json", "*.log", "wandb", "checkpoints", "csv", "mlm", "reused_from.txt")
 MARKER = "reused_from.txt"

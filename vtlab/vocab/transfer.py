@@ -186,7 +186,7 @@ def _target_model_tensors(vocab: TargetVocab, options: TransferOptions) -> tuple
     source = vocab.embedding_source()
     if source is None:
         return None, None
-    # a Backbone object (e.g. a CPU-scale pretrained replica) or a hub id / directory / asset:NAME
+    # a Backbone object (e.g. an MLMPretrained testbed backbone) or a hub id / directory / asset:NAME
     model = (source if isinstance(source, Backbone) else Backbone(source)).load_model()
     emb = model.get_input_embeddings().weight.detach().float().clone()
     dec = model.get_output_embeddings()
