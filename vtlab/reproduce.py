@@ -134,7 +134,7 @@ def select_settings(spec: dict[str, Any], scale: str, out: Path, run: Callable[[
     for name, choice in chosen.items():
         print(f"selected on {spec['dataset']} {spec['measure']}: {name} {choice.values} ({choice.score:.4f}; tried "
               + ", ".join(f"{v} {s:.4f}" for v, s in choice.tried) + ")", flush=True)
-    return [f"experiment={','.join(experiments[_row_name(r)] for r in rows)}", search], chosen
+    return [f"experiment={','.join(experiments[name] for name in names)}", search], chosen
 
 
 def _grid_keys(node: dict[str, Any], prefix: str = "") -> list[tuple[str, list[Any]]]:

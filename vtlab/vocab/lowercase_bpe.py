@@ -32,13 +32,10 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from vtlab import integrity
-from vtlab.assets import cache_dir
-from vtlab.atomic import json_hash
 from vtlab.backbones import Backbone
-from vtlab.errors import AssetError, VtlabError
+from vtlab.errors import VtlabError
 from vtlab.vocab.canonical import bytelevel_bytes, tokenizer_kind
-from vtlab.vocab.targets import PretrainedVocab, Preprocess, TargetVocab
+from vtlab.vocab.targets import CachedTokenizerVocab, PretrainedVocab, Preprocess
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +88,7 @@ def _renumber_post_processor(node: Any, new_id: dict[str, int]) -> None:
             _renumber_post_processor(value, new_id)
 
 
-class LowercaseBPE(TargetVocab):
+class LowercaseBPE(CachedTokenizerVocab):
     """`source`'s byte-level BPE restricted to its lowercase tokens, lowercasing and blank-prefixing its input.
 
     `source`: a Backbone-like object with `load_tokenizer()` and `cache_key()` (e.g. vtlab.backbones.TinyModernBert,
@@ -117,12 +114,6 @@ class LowercaseBPE(TargetVocab):
 
         source = self.source.cache_key() if hasattr(self.source, "cache_key") else self.source
         return {"recipe": _RECIPE, "tokenizers": tokenizers.__version__, "source": source}
-
-    def cache_key(self) -> str:
-        return f"{self.name}-{json_hash(self._params(), length=12)}"
-
-    def cache_path(self) -> Path:
-        return cache_dir("vocab") / self.cache_key()
 
     def source_tokenizer(self) -> PreTrainedTokenizerBase:
         """The cased tokenizer U is cut from (loaded, with its one-line errors, as PretrainedVocab loads one)."""
@@ -168,36 +159,14 @@ class LowercaseBPE(TargetVocab):
                  "dropped_added": sorted(a["content"] for i, a in added.items() if i not in new_id)}
         return tokenizer, stats
 
-    def materialize(self) -> Path:
-        """Build into the cache unless already there (in a temp dir, then renamed: racing runs are safe)."""
-        final = self.cache_path()
-        damage = integrity.problem(final) if final.exists() else "absent"
-        if damage is not None:
-            if damage != "absent":
-                log.warning("vocab=%s: cached tokenizer %s is not usable (%s): rebuilding it", self.name, final, damage)
-
-            def write(tmp: Path) -> None:
-                tokenizer, stats = self._build()
-                tokenizer.save_pretrained(tmp)
-                (tmp / "vtlab_vocab.json").write_text(json.dumps({**self._params(), **stats}, indent=1,
-                                                                 sort_keys=True))
-
-            integrity.build(final, write)
-        return final
+    def _write(self, tmp: Path) -> None:
+        tokenizer, stats = self._build()
+        tokenizer.save_pretrained(tmp)
+        (tmp / "vtlab_vocab.json").write_text(json.dumps({**self._params(), **stats}, indent=1, sort_keys=True))
 
     def stats(self) -> dict[str, Any]:
         """The build record (vtlab_vocab.json): source size, tokens kept and dropped, merges kept, dropped added."""
         return json.loads((self.materialize() / "vtlab_vocab.json").read_text())
-
-    def load_tokenizer(self, source_tokenizer: PreTrainedTokenizerBase | None = None) -> PreTrainedTokenizerBase:
-        """U (the run's own source tokenizer is not used: U is cut from `source`)."""
-        from transformers import PreTrainedTokenizerFast
-
-        path = self.materialize()
-        try:
-            return PreTrainedTokenizerFast.from_pretrained(str(path))
-        except (OSError, ValueError) as e:
-            raise AssetError(f"vocab={self.name}: cached tokenizer {path} is unreadable ({e}); delete it to rebuild")
 
     def embedding_source(self) -> None:
         return None

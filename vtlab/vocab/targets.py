@@ -9,6 +9,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterable
+from typing import ClassVar
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
@@ -155,6 +156,49 @@ class PretrainedVocab(TargetVocab):
         return f"vocab={self.name}: tokenizer {self.tokenizer}, target embeddings from {emb}"
 
 
+# -- a vocabulary built once into the cache ----------------------------------------------------------------------------
+class CachedTokenizerVocab(TargetVocab):
+    """A tokenizer built from its `_params()` into $VTLAB_CACHE/vocab/<name>-<hash> (with a vtlab_vocab.json record),
+    reused while intact, rebuilt when damaged. Subclasses give `_params()` and `_write(tmp)`; `REBUILD` names the
+    rebuild in messages ("retrain" for a trained vocabulary)."""
+
+    REBUILD: ClassVar[str] = "rebuild"
+
+    def _params(self) -> dict[str, object]:
+        raise NotImplementedError
+
+    def _write(self, tmp: Path) -> None:
+        """Build the tokenizer into the temp dir `tmp` (renamed into place by integrity.build)."""
+        raise NotImplementedError
+
+    def cache_key(self) -> str:
+        return f"{self.name}-{json_hash(self._params(), length=12)}"
+
+    def cache_path(self) -> Path:
+        return cache_dir("vocab") / self.cache_key()
+
+    def materialize(self) -> Path:
+        """Build into the cache unless already there (in a temp dir, then renamed: racing runs are safe)."""
+        final = self.cache_path()
+        damage = integrity.problem(final) if final.exists() else "absent"
+        if damage is not None:
+            if damage != "absent":
+                log.warning("vocab=%s: cached tokenizer %s is not usable (%s): %sing it", self.name, final, damage,
+                            self.REBUILD)
+            integrity.build(final, self._write)  # racing builds are safe: the first valid entry wins
+        return final
+
+    def load_tokenizer(self, source_tokenizer: PreTrainedTokenizerBase | None = None) -> PreTrainedTokenizerBase:
+        from transformers import PreTrainedTokenizerFast
+
+        path = self.materialize()
+        try:
+            return PreTrainedTokenizerFast.from_pretrained(str(path))
+        except (OSError, ValueError) as e:
+            raise AssetError(f"vocab={self.name}: cached tokenizer {path} is unreadable ({e}); delete it to "
+                             f"{self.REBUILD}")
+
+
 # -- a WordPiece trained on a corpus -----------------------------------------------------------------------------------
 # The default corpus is TextCorpus() (vtlab/data/corpora.py): BoolQ's clean training passages.
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
@@ -178,13 +222,15 @@ def _corpus_id(corpus: Callable[[], Iterable[str]] | Iterable[str]) -> str:
     return f"texts:{stable_hash(chunks, length=40)}"  # the whole sha1
 
 
-class CorpusWordPiece(TargetVocab):
+class CorpusWordPiece(CachedTokenizerVocab):
     """A BERT-style WordPiece vocabulary trained on a corpus (default: TextCorpus(), BoolQ's clean training
     passages), cached once trained.
 
     No pretrained model has embeddings in such a vocabulary, so `embedding_source()` is None: initializations that
     need target-space similarities (semantic init) or a target MLM bias (set_bias) cannot be used with it.
     """
+
+    REBUILD = "retrain"
 
     def __init__(self, name: str, vocab_size: int = 20000,
                  corpus: Callable[[], Iterable[str]] | Iterable[str] | None = None, lowercase: bool = True,
@@ -208,12 +254,6 @@ class CorpusWordPiece(TargetVocab):
         return {"recipe": _RECIPE, "tokenizers": tokenizers.__version__, "vocab_size": self.vocab_size,
                 "corpus": _corpus_id(self.corpus), "lowercase": self.lowercase,
                 "strip_accents": self.strip_accents, "min_frequency": self.min_frequency}
-
-    def cache_key(self) -> str:
-        return f"{self.name}-{json_hash(self._params(), length=12)}"
-
-    def cache_path(self) -> Path:
-        return cache_dir("vocab") / self.cache_key()
 
     def _texts(self) -> Iterable[str]:
         texts = self.corpus() if callable(self.corpus) else self.corpus
@@ -262,30 +302,11 @@ class CorpusWordPiece(TargetVocab):
         return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
                                        sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
 
-    def materialize(self) -> Path:
-        """Train into the cache unless already there (built in a temp dir and renamed: racing runs are safe)."""
-        final = self.cache_path()
-        damage = integrity.problem(final) if final.exists() else "absent"
-        if damage is not None:
-            if damage != "absent":
-                log.warning("vocab=%s: cached tokenizer %s is not usable (%s): retraining it", self.name, final, damage)
-            log.info("vocab=%s: training a %d-token WordPiece on %s -> %s", self.name, self.vocab_size,
-                     self._corpus_name(), final)
-            def write(tmp: Path) -> None:
-                self._train().save_pretrained(tmp)
-                (tmp / "vtlab_vocab.json").write_text(json.dumps(self._params(), indent=1, sort_keys=True))
-
-            integrity.build(final, write)  # racing builds are safe: the first valid entry wins
-        return final
-
-    def load_tokenizer(self, source_tokenizer: PreTrainedTokenizerBase | None = None) -> PreTrainedTokenizerBase:
-        from transformers import PreTrainedTokenizerFast
-
-        path = self.materialize()
-        try:
-            return PreTrainedTokenizerFast.from_pretrained(str(path))
-        except (OSError, ValueError) as e:
-            raise AssetError(f"vocab={self.name}: cached tokenizer {path} is unreadable ({e}); delete it to retrain")
+    def _write(self, tmp: Path) -> None:
+        log.info("vocab=%s: training a %d-token WordPiece on %s -> %s", self.name, self.vocab_size,
+                 self._corpus_name(), self.cache_path())
+        self._train().save_pretrained(tmp)
+        (tmp / "vtlab_vocab.json").write_text(json.dumps(self._params(), indent=1, sort_keys=True))
 
     def _corpus_name(self) -> str:
         describe = getattr(self.corpus, "describe", None)
