@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from vtlab import pipeline, reproduce
-from vtlab.runs.reuse import MARKER, find_equal_run
+from vtlab.runs.reuse import MARKER, find_equal_run, reuse_training
 from helpers import compose_cfg
 
 
@@ -80,3 +80,39 @@ def test_reproduce_lets_the_ablations_reuse_the_main_table(tmp_path):
     # without the main table in this invocation there is nothing to reuse
     alone = reproduce.sweeps("testbed", 1, ["ablation-init"], tmp_path)["ablation-init"]
     assert not any(o.startswith("reuse_runs=") for o in alone)
+
+
+def test_a_run_that_differs_only_in_eval_takes_the_training_not_the_evaluation(tmp_path):
+    # the testbed's selection job (scored on dev) at the chosen setting is the table's seed 0 (scored on the test sets)
+    sweep = tmp_path / "select"
+    trained = cfg_for("experiment=testbed/main/unc-native", "eval=testbed-dev", "model.optimizer.lr=0.0005")
+    src = finished_job(sweep, 0, trained)
+    (src / "model").mkdir()
+    (src / "model" / "config.json").write_text("{}")
+    run_dir = tmp_path / "main" / "0"
+    run_dir.mkdir(parents=True)
+    cfg = cfg_for("experiment=testbed/main/unc-native", f"reuse_runs=['{sweep}']", f"paths.run_dir={run_dir}")
+    assert find_equal_run(cfg, [sweep]) is None  # not the same run: its evaluation differs
+    assert reuse_training(cfg) == src
+    assert (run_dir / "model" / "config.json").is_file() and (run_dir / "apc_report.json").is_file()
+    assert not (run_dir / "eval").exists() and not (run_dir / "checkpoints").exists()
+    assert (run_dir / MARKER).read_text().strip() == str(src.resolve())
+
+
+@pytest.mark.parametrize("override", ["model.optimizer.lr=0.001", "seed=1", "stage=evaluate"])
+def test_training_is_reused_only_when_everything_but_eval_is_equal(tmp_path, override):
+    sweep = tmp_path / "select"
+    src = finished_job(sweep, 0, cfg_for("experiment=testbed/main/unc-native", "eval=testbed-dev",
+                                         "model.optimizer.lr=0.0005"))
+    (src / "model").mkdir()
+    (src / "model" / "config.json").write_text("{}")
+    cfg = cfg_for("experiment=testbed/main/unc-native", "model.optimizer.lr=0.0005", override,
+                  f"reuse_runs=['{sweep}']", f"paths.run_dir={tmp_path / 'run'}")
+    assert reuse_training(cfg) is None
+
+
+def test_a_run_without_a_saved_model_is_not_taken_for_its_training(tmp_path):
+    sweep = tmp_path / "select"
+    finished_job(sweep, 0, cfg_for("experiment=testbed/main/unc-native", "eval=testbed-dev"))
+    cfg = cfg_for("experiment=testbed/main/unc-native", f"reuse_runs=['{sweep}']", f"paths.run_dir={tmp_path / 'r'}")
+    assert reuse_training(cfg) is None

@@ -1,5 +1,5 @@
 """The testbed's design, checked on its composed configs: arms at equal compute and equal selection budget, one build
-recipe for the three pretrained models, VT against lowercasing at identical segmentation as the declared primary
+recipe for the two relocated models, VT against lowercasing at identical segmentation as the declared primary
 contrast, no checkpoint selection, and tables whose contrasts name their own rows."""
 import pytest
 from omegaconf import OmegaConf
@@ -43,12 +43,12 @@ def test_every_arm_is_mlm_adapted_on_its_own_vocabulary_and_seeded_by_the_run():
     assert lowercase.lowercase and lowercase.blank_prefix  # adapts on the text it will read, first word as "Ġword"
 
 
-def test_the_three_pretrained_models_share_one_build_recipe_and_differ_only_in_vocabulary():
+def test_the_relocated_models_share_one_build_recipe_and_the_control_is_splade_tiny_itself():
     wp, bpe, unc = (_cfg(f"testbed/main/{r}").backbone for r in ("wp-native", "bpe-native", "unc-native"))
-    assert OmegaConf.to_container(wp.mlm) == OmegaConf.to_container(bpe.mlm) == OmegaConf.to_container(unc.mlm)
-    assert wp.seed == bpe.seed == unc.seed
-    assert wp.start.name_or_path == "asset:splade-tiny" == bpe.start.backbone.name_or_path
-    assert unc.start.backbone.name_or_path == "asset:splade-tiny"
+    assert OmegaConf.to_container(bpe.mlm) == OmegaConf.to_container(unc.mlm) and bpe.seed == unc.seed
+    assert wp.name_or_path == "asset:splade-tiny" and "mlm" not in wp  # the control's start is SPLADE-tiny as is
+    assert OmegaConf.to_container(wp) == OmegaConf.to_container(_cfg("testbed/references/splade-tiny").backbone)
+    assert bpe.start.backbone.name_or_path == "asset:splade-tiny" == unc.start.backbone.name_or_path
     assert bpe.start.vocab.name == "modernbert-bpe" and unc.start.vocab.name == "olmo-lowercase"
     assert bpe.start.init.name == unc.start.init.name == "subword"
     assert OmegaConf.to_container(bpe.start.options) == OmegaConf.to_container(unc.start.options)
@@ -67,7 +67,7 @@ def test_the_primary_contrast_is_vt_against_lowercasing_at_one_segmentation():
 
 def test_every_arm_has_the_same_selection_grid_scored_on_dev_only():
     spec = _cfg(MAIN[0]).selection
-    assert spec.eval == "testbed-dev" and list(spec.grid.model.optimizer.lr) == [5e-4, 1e-3]
+    assert spec.eval == "testbed-dev" and list(spec.grid.model.optimizer.lr) == [2.5e-4, 5e-4, 1e-3]
     dev = _cfg(MAIN[0], "eval=testbed-dev").eval.evaluations
     assert list(dev) == ["boolq-clean-dev"] and dev["boolq-clean-dev"].collection.split == "dev"
     for table in ("ablation-init", "ablation-apc", "ablation-target"):
@@ -118,7 +118,9 @@ def test_the_default_run_selects_on_dev_before_the_main_table_and_runs_jobs_side
     assert [c.split("hydra.sweep.dir=")[1].split()[0].rsplit("/", 1)[1] for c in commands] == [
         "references", "select", "main"]  # the ablations are outside the 60-minute default
     select, main_table = commands[1], commands[2]
-    assert "model.optimizer.lr=0.0005,0.001" in select and "eval=testbed-dev" in select and " seed=0 " in select
+    assert "model.optimizer.lr=0.00025,0.0005,0.001" in select and "eval=testbed-dev" in select and " seed=0 " in select
     assert "experiment=testbed/selected/wp-native," in main_table and "seed=0,1,2" in main_table
+    # seed 0 reuses the selection's training at the chosen setting (vtlab.runs.reuse.reuse_training)
+    assert f"reuse_runs=['{tmp_path.resolve()}/select']" in main_table
     assert f"hydra.searchpath=[file://{tmp_path.resolve()}/selected]" in main_table
     assert all("hydra/launcher=parallel" in c for c in commands)

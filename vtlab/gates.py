@@ -2,14 +2,14 @@
 paper, instead of printing tables that look like results.
 
 - **case gate** (before any row runs): the cased-BPE model M_bpe must really handle case unlike its uncased mirrors,
-  the control M_wp (bert-base-uncased WordPiece) and M_unc (M_bpe's OLMo BPE restricted to its lowercase tokens,
-  vtlab/vocab/lowercase_bpe.py) — their vocabularies have no case variants; M_bpe's must hold them, its case-variant
+  M_wp (SPLADE-tiny itself, bert-base-uncased WordPiece) and M_unc (M_bpe's OLMo BPE restricted to its lowercase
+  tokens, vtlab/vocab/lowercase_bpe.py) — their vocabularies have no case variants; M_bpe's must hold them, its case-variant
   output rows must have learned to differ (mean cosine below `MAX_CASE_ROW_COSINE`; FVT starts them as copies,
   cosine 1), and document term mass must spread over case variants (at least `MIN_CASE_MASS`), which is the
   redundancy VT is meant to remove.
-- **control gate** (after the main table): M_wp native must not end below SPLADE-tiny as is (its own start) by more
-  than `CONTROL_TOLERANCE` on BoolQ-clean — a control that training made worse than its start says the fine-tuning
-  recipe damages models, and every arm inherits that.
+- **control gate** (after the main table): wp-native (SPLADE-tiny given every arm's adaptation, APC and fine-tuning)
+  must not end below SPLADE-tiny as is (its start) by more than `CONTROL_TOLERANCE` on BoolQ-clean — a control that
+  training made worse than its start says the fine-tuning recipe damages models, and every arm inherits that.
 - **quality gate** (after the main table): M_wp native must beat BM25 on BoolQ-clean — a testbed whose best-placed
   arm loses to BM25 in-domain measures training noise, not vocabularies.
 """
@@ -32,8 +32,9 @@ from vtlab.errors import VtlabError
 CONF = Path(__file__).resolve().parents[1] / "conf"
 MAX_CASE_ROW_COSINE = 0.99
 MIN_CASE_MASS = 0.01
-CONTROL_TOLERANCE = 0.005  # BoolQ-clean nDCG@10 that M_wp native may lose against its start before the gate fails
-MODELS = {"M_wp": "testbed-wp", "M_bpe": "testbed-bpe", "M_unc": "testbed-unc"}  # conf/backbone/<name>.yaml
+CONTROL_TOLERANCE = 0.005  # BoolQ-clean nDCG@10 that wp-native may lose against its start before the gate fails
+MODELS = {"M_wp": "splade-tiny", "M_bpe": "testbed-bpe", "M_unc": "testbed-unc"}  # conf/backbone/<name>.yaml
+BUILT = ("M_bpe", "M_unc")  # the models the build recipe makes (conf/mlm/testbed-build.yaml); M_wp is SPLADE-tiny
 UNCASED = ("M_wp", "M_unc")  # the models whose vocabulary must have no case variants
 PROBE_DOCS = 100  # clean training passages (never evaluation ones) for the mass figure
 GATE_DATASET, GATE_MEASURE = "boolq-clean", "nDCG@10"
@@ -55,9 +56,10 @@ def _build(name: str, threads: int) -> str:
 
 
 def build_all(jobs: int = 2) -> None:
-    """Build the testbed's three models into the cache before anything reads them, `jobs` side by side at one thread
-    each (small models use a second core better as a second build than as a second thread). Built ones are reused."""
-    names = list(MODELS.values())
+    """Build the testbed's relocated models (BUILT) into the cache before anything reads them, `jobs` side by side at
+    one thread each (small models use a second core better as a second build than as a second thread). Built ones are
+    reused."""
+    names = [MODELS[label] for label in BUILT]
     if jobs <= 1:
         for name in names:
             _build(name, torch.get_num_threads())
@@ -96,16 +98,16 @@ def check_case(report: dict[str, dict[str, Any]]) -> None:
 def check_quality(wp_native: float, bm25: float, where: str | Path = "the main table") -> dict[str, float]:
     """`wp_native` and `bm25`: their mean BoolQ-clean nDCG@10 (vtlab.reproduce reads them from the sweeps)."""
     if wp_native <= bm25:
-        raise GateError(f"quality gate: M_wp native scores {GATE_DATASET} {GATE_MEASURE} {wp_native:.4f}, not above "
+        raise GateError(f"quality gate: wp-native scores {GATE_DATASET} {GATE_MEASURE} {wp_native:.4f}, not above "
                         f"BM25's {bm25:.4f}: the testbed's fine-tuning is broken (see {where})")
     return {"wp_native": wp_native, "bm25": bm25}
 
 
 def check_control(wp_native: float, as_is: float, where: str | Path = "the main table") -> dict[str, float]:
-    """`wp_native`: M_wp native's mean BoolQ-clean nDCG@10; `as_is`: SPLADE-tiny's, unchanged (vtlab.reproduce reads
-    both from the sweeps). M_wp starts from SPLADE-tiny, so ending below it means training did damage."""
+    """`wp_native`: wp-native's mean BoolQ-clean nDCG@10; `as_is`: SPLADE-tiny's, unchanged (vtlab.reproduce reads
+    both from the sweeps). wp-native starts from SPLADE-tiny, so ending below it means training did damage."""
     if wp_native < as_is - CONTROL_TOLERANCE:
-        raise GateError(f"control gate: M_wp native scores {GATE_DATASET} {GATE_MEASURE} {wp_native:.4f}, "
+        raise GateError(f"control gate: wp-native scores {GATE_DATASET} {GATE_MEASURE} {wp_native:.4f}, "
                         f"{as_is - wp_native:.4f} below SPLADE-tiny as is ({as_is:.4f}; tolerance "
                         f"{CONTROL_TOLERANCE}): a control that training made worse than its start (see {where})")
     return {"wp_native": wp_native, "as_is": as_is}

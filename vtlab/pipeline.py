@@ -19,8 +19,9 @@ from vtlab.callbacks.resume_state import resume_configs
 from vtlab.errors import config_key, one_line, user_error
 from vtlab.runs.checks import check_config
 from vtlab.runs.directory import check_run_dir, held_from_start, prepare_run_dir, run_dir_lock, trains
-from vtlab.data.preflight import preflight
-from vtlab.runs.reuse import reuse
+from vtlab.data.preflight import EVALUATE_STEP, preflight
+from vtlab.export.run_encoder import encoder_from_run
+from vtlab.runs.reuse import reuse, reuse_training
 from vtlab.runs.status import exit_code
 from vtlab.tracking.loggers import finish_runs
 
@@ -57,9 +58,21 @@ def _run_stages(cfg: DictConfig, on_start: Callable[[], None] | None) -> dict[st
             on_start()
         if (src := reuse(cfg)) is not None:  # an equal finished run (reuse_runs): its results, no stage runs
             return {"reused_from": src}
+        if (src := reuse_training(cfg)) is not None:  # the same training, another eval: evaluate its copied model
+            return _evaluate_reused(cfg, src)
         for step in instantiate(cfg.stage.steps):
             state = step(cfg, state)
         return state
+
+
+def _evaluate_reused(cfg: DictConfig, src: Path) -> dict[str, Any]:
+    """Run the evaluation steps of the run's stages on the model reuse_training copied into the run directory."""
+    encoder, _ = encoder_from_run(Path(str(cfg.paths.run_dir)), cfg)
+    state: dict[str, Any] = {"reused_training_from": src, "encoder": encoder}
+    for step in cfg.stage.steps:
+        if step.get("_target_") == EVALUATE_STEP:
+            state = instantiate(step)(cfg, state)
+    return state
 
 
 def _refuse_a_changed_resume(cfg: DictConfig, run_dir: Path) -> None:

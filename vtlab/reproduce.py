@@ -222,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         for table, overrides in planned.items():
             if table == "main" and spec is not None:
                 rows, chosen = select_settings(spec, args.scale, out, run, args.dry_run)
-                overrides = rows + [o for o in overrides if not o.startswith("experiment=")]
+                # seed 0 at the chosen setting was trained by the selection: evaluated on the test sets, not retrained
+                overrides = rows + [o for o in overrides if not o.startswith("experiment=")] + [
+                    f"reuse_runs=['{(out / 'select').resolve()}']"]
             elif table not in ROW_TABLES:
                 overrides = overrides + _chosen_for(table, args.scale, chosen)
             dirs.append(out / table)

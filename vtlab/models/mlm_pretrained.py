@@ -1,5 +1,5 @@
 """Backbones MLM-trained by vtlab's own MLM stage: a `start` backbone (pretrained, e.g. SPLADE-tiny, or random init)
-after masked-LM training with one recipe — the testbed's M_wp / M_unc / M_bpe (conf/backbone/testbed-*.yaml, recipe
+after masked-LM training with one recipe — the testbed's M_unc / M_bpe (conf/backbone/testbed-*.yaml, recipe
 conf/mlm/testbed-build.yaml).
 
 Training runs once per (start, recipe, seed) through `vtlab.models.mlm.train_cached` and is shared by every row
