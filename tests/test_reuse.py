@@ -116,3 +116,27 @@ def test_a_run_without_a_saved_model_is_not_taken_for_its_training(tmp_path):
     finished_job(sweep, 0, cfg_for("experiment=testbed/main/unc-native", "eval=testbed-dev"))
     cfg = cfg_for("experiment=testbed/main/unc-native", f"reuse_runs=['{sweep}']", f"paths.run_dir={tmp_path / 'r'}")
     assert reuse_training(cfg) is None
+
+
+@pytest.mark.usefixtures("shared_cache")
+def test_the_reused_training_is_evaluated_as_the_run_that_trained_it(tmp_path):
+    """Real training (2 steps of SPLADE-tiny), then a run that differs only in eval: it trains nothing and its
+    evaluation of the copied model equals the first run's own evaluation of the same set."""
+    from test_export_run import write_beir
+
+    beir = write_beir(tmp_path / "facts", "f")
+    common = ["backbone=splade-tiny", "vocab=native", "apc=off", "mlm.steps=0", "trainer.max_steps=2",
+              "trainer.val_check_interval=2", "trainer.limit_val_batches=0", "data.batch_size=2", "logger=none",
+              "baseline=false", "eval=beir", f"eval.path={beir}"]
+    first = tmp_path / "select" / "0"
+    pipeline.run(cfg_for(*common, f"paths.run_dir={first}"))
+    (first / "status.json").write_text(json.dumps({"status": "done"}))  # as vtlab.__main__ leaves a finished job
+    OmegaConf.save(cfg_for(*common, f"paths.run_dir={first}"), first / ".hydra" / "config.yaml")
+    second = tmp_path / "main" / "0"
+    state = pipeline.run(cfg_for(*common, "eval.name=facts-again", f"reuse_runs=['{tmp_path / 'select'}']",
+                                 f"paths.run_dir={second}"))
+    assert state["reused_training_from"] == first and "trainer" not in state
+    assert not (second / "checkpoints").exists() and (second / MARKER).is_file()
+    ours = json.loads((second / "eval" / "facts-again" / "metrics.json").read_text())["metrics"]
+    theirs = json.loads((first / "eval" / "facts" / "metrics.json").read_text())["metrics"]
+    assert ours["nDCG@10"] == theirs["nDCG@10"] and ours["doc_active_dims"] == theirs["doc_active_dims"]
