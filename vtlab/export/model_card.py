@@ -22,7 +22,6 @@ import yaml
 from vtlab.evaluation import SPARSITY_KEYS, TIMING_KEYS, split_budget_key
 from vtlab.export.hub import hub_datasets, hub_model_id
 from vtlab.export.run_config import RunConfig
-from vtlab.export.vectors import FORMATS
 
 log = logging.getLogger("vtlab")
 
@@ -226,9 +225,10 @@ def _table(header: tuple[str, str], metrics: Mapping[str, Mapping[str, float]], 
 def model_card(info: CardInfo, encoder: dict[str, Any], *, train_overrides: Sequence[str] | None,
                export_overrides: Sequence[str] | None, metrics: dict[str, dict[str, float]],
                vector_files: Mapping[str, Path], vectors_of: str | None, onnx_dir: str | None, card_dir: Path,
-               run_dir: Path | None) -> str:
+               run_dir: Path | None, formats: Sequence[str] = ()) -> str:
     """The README.md text. `encoder`: vtlab.export.sentence_transformers.describe(); `vector_files`: format → path
-    written by the same export (of the collection `vectors_of`); `onnx_dir`: the ONNX subdirectory, if exported;
+    written by the same export (of the collection `vectors_of`); `formats`: every export.vectors.formats choice
+    (vtlab.export.vectors.format_names); `onnx_dir`: the ONNX subdirectory, if exported;
     `card_dir`: where the card is written; `run_dir`: the trained run's directory (paths are shown relative to it)."""
     kind = encoder.get("kind", "siamese")
     lengths = encoder.get("max_length", {})
@@ -295,8 +295,9 @@ def model_card(info: CardInfo, encoder: dict[str, Any], *, train_overrides: Sequ
         "- OpenSearch / Elasticsearch: `export.vectors.formats=[opensearch]` writes `_bulk` NDJSON for a "
         "`rank_features` field (mapping.json beside it; \".\" in token names escaped as %2E); query with the same "
         "token names and weights.",
-        f"- Every engine format vtlab writes (`export.vectors.formats`): {', '.join(FORMATS)}.",
     ]
+    if formats:
+        lines.append(f"- Every engine format vtlab writes (`export.vectors.formats`): {', '.join(formats)}.")
     if onnx_dir:
         lines += ["", "## ONNX", "",
                   f"`{onnx_dir}/` holds ONNX graphs (see its onnx.json) with the SPLADE pooling inside: inputs "

@@ -13,6 +13,7 @@ from vtlab.export.model_card import card_info, model_card, run_metrics, run_over
 from vtlab.export.onnx import export_onnx
 from vtlab.export.run_config import RunConfig
 from vtlab.export.sentence_transformers import describe
+from vtlab.export.vectors import format_names
 
 
 def this_run_overrides(cfg: DictConfig) -> list[str] | None:
@@ -37,6 +38,7 @@ def model_extras(cfg: DictConfig, encoder: Any, run: RunConfig, base: Path, out:
         card = model_card(
             info, describe(encoder), train_overrides=run_overrides(run_dir), export_overrides=this_run_overrides(cfg),
             metrics=run_metrics(base), vector_files=vector_files, vectors_of=vectors_of,
-            onnx_dir="onnx" if ex.get("onnx") else None, card_dir=out, run_dir=base)
+            onnx_dir="onnx" if ex.get("onnx") else None, card_dir=out, run_dir=base,
+            formats=format_names(ex.vectors))
         extras.append(lambda model_dir: (model_dir / "README.md").write_text(card))
     return extras

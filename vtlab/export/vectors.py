@@ -29,13 +29,13 @@ import json
 import math
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 import scipy.sparse as sp
-from omegaconf import DictConfig, OmegaConf
+from hydra.utils import instantiate
+from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from vtlab.atomic import atomic_write, write_json
@@ -63,7 +63,14 @@ def token_strings(tokenizer: Any, vocab_size: int) -> list[str]:
 
 
 class VectorFormat:
-    """One output file: `lines(...)` gives the text written for one document."""
+    """One output file: `lines(...)` gives the text written for one document.
+
+    FILE, QUERIES_FILE: the file names of the documents and (with `queries`) the queries, in export.vectors.dir/<the
+    format's name>/.
+    """
+
+    FILE: str = ""
+    QUERIES_FILE: str | None = None
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -95,6 +102,8 @@ def quantize(weights: np.ndarray, scale: float) -> np.ndarray:
 
 class AnseriniJsonVectors(VectorFormat):
     """Anserini JsonVectorCollection: {"id", "contents", "vector": {token: int}} per line."""
+
+    FILE, QUERIES_FILE = "docs.jsonl", "queries.tsv"
 
     def __init__(self, path: str | Path, scale: float = 100.0, contents: bool = True) -> None:
         super().__init__(path)
@@ -138,6 +147,7 @@ class AnseriniQueries(VectorFormat):
 class OpenSearchBulk(VectorFormat):
     """OpenSearch `_bulk` body for a `rank_features` field, plus `mapping.json` for the index."""
 
+    FILE = "bulk.ndjson"
     FIELD_TYPES = ("rank_features", "sparse_vector")
 
     def __init__(self, path: str | Path, index: str | None = None, field: str = "sparse_embedding",
@@ -206,6 +216,8 @@ def _sparse(ids: np.ndarray, weights: np.ndarray) -> dict[str, list[Any]]:
 class QdrantPoints(VectorFormat):
     """Qdrant points with one named sparse vector (vocabulary ids, float weights), plus `collection.json`."""
 
+    FILE, QUERIES_FILE = "points.jsonl", "queries.jsonl"
+
     def __init__(self, path: str | Path, vector: str = "sparse", text_field: str | None = "text") -> None:
         super().__init__(path)
         if not vector:
@@ -240,42 +252,31 @@ class QdrantQueries(VectorFormat):
                           ensure_ascii=False) + "\n"
 
 
-@dataclass(frozen=True)
-class FormatSpec:
-    """A format name's writer class and files (relative to export.vectors.dir)."""
-
-    writer: type[VectorFormat]
-    docs: str
-    queries: str | None = None
-
-
-# export.vectors.formats names; each name's options are export.vectors.<name>
-FORMATS: dict[str, FormatSpec] = {
-    "anserini": FormatSpec(AnseriniJsonVectors, "anserini/docs.jsonl", "anserini/queries.tsv"),
-    "opensearch": FormatSpec(OpenSearchBulk, "opensearch/bulk.ndjson"),
-    "elasticsearch": FormatSpec(OpenSearchBulk, "elasticsearch/bulk.ndjson"),  # conf: field_type=sparse_vector
-    "qdrant": FormatSpec(QdrantPoints, "qdrant/points.jsonl", "qdrant/queries.jsonl"),
-}
-
-
-def _plain(node: Any) -> dict[str, Any]:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+def format_names(vectors: DictConfig) -> list[str]:
+    """The export.vectors.formats choices: the nodes of export.vectors with a `_target_` (a VectorFormat class, its
+    options beside it: conf/stage/export.yaml)."""
+    return [str(k) for k, node in vectors.items() if isinstance(node, DictConfig) and "_target_" in node]
 
 
 def vector_formats(cfg: DictConfig, out_dir: Path) -> tuple[list[VectorFormat], list[VectorFormat]]:
-    """(document writers, query writers) of export.vectors.formats; query writers only with export.vectors.queries."""
+    """(document writers, query writers) of export.vectors.formats; query writers only with export.vectors.queries.
+    Format `name` is export.vectors.<name> instantiated, writing into out_dir/<name>/."""
     v = cfg.export.vectors
     names = [str(n) for n in (v.formats or [])]
+    choices = format_names(v)
     formats: list[VectorFormat] = []
     queries: list[VectorFormat] = []
     for name in dict.fromkeys(names):
-        spec = FORMATS.get(name)
-        if spec is None:
-            raise VtlabError(f"export.vectors.formats: unknown format {name!r} (choose from {', '.join(FORMATS)})")
-        fmt = spec.writer(out_dir / spec.docs, **_plain(v.get(name)))
+        if name not in choices:
+            raise VtlabError(f"export.vectors.formats: unknown format {name!r} (choose from {', '.join(choices)})")
+        writer = instantiate(v[name], _partial_=True)  # functools.partial(<VectorFormat class>, **options)
+        if not (isinstance(writer.func, type) and issubclass(writer.func, VectorFormat)):
+            raise VtlabError(f"export.vectors.{name}._target_={v[name]._target_!r}: not a vtlab.export.vectors "
+                             "VectorFormat")
+        fmt = writer(out_dir / name / writer.func.FILE)
         formats.append(fmt)
-        if v.get("queries") and spec.queries is not None:
-            queries.append(fmt.queries(out_dir / spec.queries))
+        if v.get("queries") and writer.func.QUERIES_FILE is not None:
+            queries.append(fmt.queries(out_dir / name / writer.func.QUERIES_FILE))
     if not cfg.export.overwrite:
         for fmt in formats + queries:
             if fmt.path.exists():

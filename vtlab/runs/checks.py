@@ -29,7 +29,7 @@ LIGHTNING_PRECISIONS: tuple[str | int, ...] = (
     "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "transformer-engine",
     "transformer-engine-float16", "32", "16", "64", "bf16", 32, 16, 64)
 ENCODER_PRECISIONS = ("auto", "fp32", "bf16", "int8")  # vtlab.models.precision.PRECISIONS
-INDEXES = ("exact", "scipy", "seismic")  # vtlab.index.INDEXES
+INDEXES = ("exact", "scipy", "seismic")  # vtlab.index.index_names(): the nodes of vtlab/index/indexes.yaml
 
 
 @dataclass(frozen=True)
