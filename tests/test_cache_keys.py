@@ -23,3 +23,25 @@ def test_a_text_corpus_id_is_the_sha1_of_its_nul_terminated_texts():
     expected = hashlib.sha1(b"".join(t.encode("utf-8") + b"\0" for t in TEXTS)).hexdigest()
     assert _corpus_id(TEXTS) == _corpus_id(iter(TEXTS)) == f"texts:{expected}"
     assert _corpus_id(TEXTS[:-1]) != _corpus_id(TEXTS)
+
+
+def test_vocabulary_cache_keys_are_pinned(monkeypatch):
+    """Each vocabulary's cache key names its class by a fixed CACHE_ID (the default corpus too, TextCorpus.CACHE_ID),
+    never by a module path: moving the default corpus's function keeps every key, and the keys equal the ones the
+    caches were built under (tokenizers' version, part of a trained WordPiece's key, pinned to the one they used)."""
+    import tokenizers
+
+    from vtlab.data import clean
+    from vtlab.data.corpora import TextCorpus
+    from vtlab.vocab.masked_outputs import CasedOutputsMasked
+    from vtlab.vocab.targets import CorpusWordPiece, NativeVocab, PretrainedVocab
+
+    monkeypatch.setattr(tokenizers, "__version__", "0.23.3")
+    monkeypatch.setattr(clean.clean_train_passages, "__module__", "vtlab.data.elsewhere")  # as if it moved
+    assert _corpus_id(TextCorpus()) == TextCorpus.CACHE_ID == "vtlab.data.clean.clean_train_passages"
+    assert CorpusWordPiece("corpus-wordpiece").cache_key() == "corpus-wordpiece-e7014089e94f"
+    assert NativeVocab("native").cache_key() == "native:native"
+    assert (PretrainedVocab("bert-uncased", "bert-base-uncased", "bert-base-uncased").cache_key()
+            == "pretrained:bert-uncased:tokenizer=bert-base-uncased:embeddings=bert-base-uncased")
+    masked = CasedOutputsMasked("lowercase-masked")
+    assert masked.cache_key() == "cased-outputs-masked:lowercase-masked:recipe=v1:bias=-10000"

@@ -12,7 +12,7 @@ import itertools
 import os
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 from vtlab.assets import hub_reachable, truthy
 from vtlab.data.boolq import train_pairs, validation_pairs
@@ -60,6 +60,9 @@ class TextCorpus:
     config key in errors and logs."""
 
     DEFAULT = staticmethod(clean_train_passages)
+    # DEFAULT's name in vocabulary cache keys (vtlab.vocab.targets): a fixed string, not DEFAULT's module path, so
+    # moving or renaming the function keeps the vocabularies trained on it; change it only to retrain them on purpose.
+    CACHE_ID: ClassVar[str] = "vtlab.data.clean.clean_train_passages"
 
     def __init__(self, path: str | None = None, field: str = "text", max_docs: int | None = None,
                  key: str = "vocab.corpus") -> None:

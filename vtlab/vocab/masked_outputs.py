@@ -49,6 +49,8 @@ class CasedOutputsMasked(TargetVocab):
     transfer).
     """
 
+    CACHE_ID = "cased-outputs-masked"
+
     def __init__(self, name: str, preprocess: Preprocess | None = LOWERCASE_INPUT) -> None:
         # the masked tokens must be the ones the input can never hold: otherwise their rows would be live inputs
         if preprocess is None or any(c.isupper() for c in preprocess(_PROBE)):
@@ -65,7 +67,7 @@ class CasedOutputsMasked(TargetVocab):
 
     def cache_key(self) -> str:
         # the preprocess is not in it: it does not change the derived model (the MLM cache keys it on its own)
-        return f"cased-outputs-masked:{self.name}:recipe={RECIPE}:bias={MASKED_BIAS:g}"
+        return f"{self.CACHE_ID}:{self.name}:recipe={RECIPE}:bias={MASKED_BIAS:g}"
 
     def derive_model(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
         """Mask `model`'s cased output rows in place (the hook of cached_transfer); returns the report."""

@@ -74,6 +74,10 @@ def blank_prefix_lower(text: str) -> str:
 class TargetVocab:
     """A run's vocabulary. `transfers`: whether the backbone must be moved onto a different tokenizer."""
 
+    # The class's name in cache keys (`cache_key`): a fixed string, not the class's module path, so moving or renaming
+    # the class keeps its caches; change it only to rebuild them on purpose. (CachedTokenizerVocab's keys hash its
+    # `_params()` instead, whose "recipe" plays this part.)
+    CACHE_ID: ClassVar[str]
     name: str
     preprocess: Preprocess | None
 
@@ -107,6 +111,8 @@ class TargetVocab:
 class NativeVocab(TargetVocab):
     """The backbone's own tokenizer; `preprocess` turns it into the lowercase / blank-prefix baselines."""
 
+    CACHE_ID = "native"
+
     @property
     def transfers(self) -> bool:
         return False
@@ -115,7 +121,7 @@ class NativeVocab(TargetVocab):
         return source_tokenizer
 
     def cache_key(self) -> str:
-        return f"native:{self.name}"
+        return f"{self.CACHE_ID}:{self.name}"
 
     def describe(self) -> str:
         how = f"input preprocessed by {self.preprocess!r}" if self.preprocess is not None else "no preprocessing"
@@ -125,6 +131,8 @@ class NativeVocab(TargetVocab):
 # -- a pretrained tokenizer (e.g. bert-base-uncased) -------------------------------------------------------------------
 class PretrainedVocab(TargetVocab):
     """An existing tokenizer (hub id, local dir or asset:NAME), with an optional model whose embeddings use it."""
+
+    CACHE_ID = "pretrained"
 
     def __init__(self, name: str, tokenizer: "str | Backbone", embedding_model: "str | Backbone | None" = None,
                  preprocess: Preprocess | None = None) -> None:
@@ -149,7 +157,7 @@ class PretrainedVocab(TargetVocab):
     def cache_key(self) -> str:
         tok = self.tokenizer.cache_key() if hasattr(self.tokenizer, "cache_key") else self.tokenizer
         emb = self.embedding_model.cache_key() if hasattr(self.embedding_model, "cache_key") else self.embedding_model
-        return f"pretrained:{self.name}:tokenizer={tok}:embeddings={emb}"
+        return f"{self.CACHE_ID}:{self.name}:tokenizer={tok}:embeddings={emb}"
 
     def describe(self) -> str:
         emb = self.embedding_model or "none (semantic init and set_bias unavailable)"
@@ -207,11 +215,12 @@ _RECIPE = "wordpiece-v2"  # bump when the training recipe changes, so old caches
 
 
 def _corpus_id(corpus: Callable[[], Iterable[str]] | Iterable[str]) -> str:
-    """Stable identity of a corpus: a function by its qualified name (+ partial args), texts by their hash (a user's
-    files too: the same texts give the same vocabulary wherever they live, and an edited file a new one)."""
+    """Stable identity of a corpus: TextCorpus's default by its CACHE_ID, a function (a config's `_target_`) by its
+    qualified name (+ partial args), texts by their hash (a user's files too: the same texts give the same vocabulary
+    wherever they live, and an edited file a new one)."""
     if isinstance(corpus, TextCorpus):
         if corpus.path is None and corpus.max_docs is None:
-            return _corpus_id(corpus.DEFAULT)
+            return corpus.CACHE_ID
         return _corpus_id(list(corpus()))
     if callable(corpus):
         if isinstance(corpus, functools.partial):  # Hydra's `_partial_: true`; a bare one equals its function
