@@ -126,6 +126,34 @@ def test_cache_key_names_the_recipe_is_stable_and_ignores_init():
     assert first.name.startswith("lowercase-masked-")
 
 
+def test_derivation_is_declared_on_the_class_not_found_by_attribute(monkeypatch):
+    """cached_transfer derives a model exactly for a vocabulary whose class declares DERIVES_MODEL (its derive_model
+    overriding TargetVocab's), keyed by _derived_key; a derive_model method alone does not make a vocabulary derive."""
+    from vtlab.vocab import transfer
+    from vtlab.vocab.targets import TargetVocab
+
+    class Recording(CasedOutputsMasked):
+        def derive_model(self, model, tokenizer):
+            return {"derived": (model, tokenizer)}
+
+    class Undeclared(Recording):  # has the method, does not declare it
+        DERIVES_MODEL = False
+
+    assert TargetVocab.DERIVES_MODEL is False and CasedOutputsMasked.DERIVES_MODEL is True
+    assert NativeVocab.DERIVES_MODEL is False and not NativeVocab("native").transfers
+    with pytest.raises(NotImplementedError, match="derives no model"):
+        NativeVocab("native").derive_model(None, None)
+    seen = []
+    monkeypatch.setattr(transfer, "_cached_model", lambda out, backbone, vocab, make: seen.append((out, make)) or out)
+    source = tiny_modernbert()
+    cached_transfer(source, Recording("lowercase-masked"), Auto(), TransferOptions())
+    out, make = seen[0]
+    assert out.name == f"lowercase-masked-{transfer._derived_key(source, vocab())}"
+    assert make("model", "source tokenizer", "target tokenizer") == {"derived": ("model", "source tokenizer")}
+    cached_transfer(source, Undeclared("lowercase-masked"), Subword(), TransferOptions())
+    assert seen[1][0].name.startswith(f"lowercase-masked-{Subword().name}-")  # the transfer path
+
+
 def test_preprocess_must_lowercase():
     for bad in (None, Normalizer(lowercase=False, blank_prefix=True)):
         with pytest.raises(VocabConfigError, match="vocab.preprocess"):

@@ -4,7 +4,7 @@ input, with the output rows of its cased tokens switched off, i.e. the output sp
 `CasedOutputsMasked` keeps the backbone's tokenizer, lowercases the input (a `Normalizer`, by default with the leading
 blank of the BPE baseline) and derives the run's model from the source one: every token whose text holds an uppercase
 letter (special tokens never) gets decoder row 0 and decoder bias MASKED_BIAS. vtlab.vocab.transfer.cached_transfer
-builds and caches that model like a transfer (`derive_model` is its hook), so every stage (MLM adaptation, APC,
+builds and caches that model like a transfer (`DERIVES_MODEL`, `derive_model`), so every stage (MLM adaptation, APC,
 fine-tuning, encoding, export) loads the same one.
 
 Why the bias and not the row alone: a logit of 0 stays dead under SPLADE's relu, but the MLM adaptation's softmax
@@ -50,6 +50,7 @@ class CasedOutputsMasked(TargetVocab):
     """
 
     CACHE_ID = "cased-outputs-masked"
+    DERIVES_MODEL = True
 
     def __init__(self, name: str, preprocess: Preprocess | None = LOWERCASE_INPUT) -> None:
         # the masked tokens must be the ones the input can never hold: otherwise their rows would be live inputs
@@ -70,7 +71,7 @@ class CasedOutputsMasked(TargetVocab):
         return f"{self.CACHE_ID}:{self.name}:recipe={RECIPE}:bias={MASKED_BIAS:g}"
 
     def derive_model(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
-        """Mask `model`'s cased output rows in place (the hook of cached_transfer); returns the report."""
+        """Mask `model`'s cased output rows in place; returns the report."""
         start = time.perf_counter()
         decoder = model.get_output_embeddings()
         if decoder is None or decoder.bias is None:  # Backbone.load_model gives every decoder a bias

@@ -9,10 +9,10 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import ClassVar
+from typing import Any, ClassVar
 from pathlib import Path
 
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from vtlab import integrity
 from vtlab.assets import cache_dir, resolve
@@ -78,6 +78,9 @@ class TargetVocab:
     # the class keeps its caches; change it only to rebuild them on purpose. (CachedTokenizerVocab's keys hash its
     # `_params()` instead, whose "recipe" plays this part.)
     CACHE_ID: ClassVar[str]
+    # True: the run's model is the source model changed by `derive_model` (cached per backbone and vocabulary; no init,
+    # no transfer options), not a transfer onto `load_tokenizer`'s vocabulary
+    DERIVES_MODEL: ClassVar[bool] = False
     name: str
     preprocess: Preprocess | None
 
@@ -96,6 +99,11 @@ class TargetVocab:
     def embedding_source(self) -> str | None:
         """name_or_path of a masked LM whose input embeddings (and MLM bias) live in this vocabulary, or None."""
         return None
+
+    def derive_model(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
+        """Change the source `model` (on its `tokenizer`) in place into the run's model and return the report
+        (vtlab.vocab.transfer.cached_transfer calls it when DERIVES_MODEL is true)."""
+        raise NotImplementedError(f"{type(self).__name__} derives no model (DERIVES_MODEL is false)")
 
     def cache_key(self) -> str:
         """Stable string naming this vocabulary for caches of transferred models."""

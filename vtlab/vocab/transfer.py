@@ -212,7 +212,7 @@ def _derived_key(backbone: Backbone, vocab: TargetVocab) -> str:
 
 def check_compatible(vocab: TargetVocab, init: Initializer) -> None:
     """Fail before any work when the init needs target-model embeddings that the vocabulary does not have."""
-    derived = getattr(vocab, "derive_model", None) is not None  # no init runs
+    derived = vocab.DERIVES_MODEL  # no init runs
     if vocab.transfers and not derived and init.needs_target_embeddings and vocab.embedding_source() is None:
         raise VtlabError(
             f"init={init.name} needs a target model with input embeddings (vocab.embedding_model), and "
@@ -222,14 +222,14 @@ def check_compatible(vocab: TargetVocab, init: Initializer) -> None:
 
 def cached_transfer(backbone: Backbone, vocab: TargetVocab, init: Initializer,
                     options: TransferOptions = TransferOptions()) -> Path:
-    """HF model directory of `backbone` transferred to `vocab` with `init`, computed once per configuration. Hook: a
-    vocabulary with a `derive_model(model, tokenizer) -> report` method makes its model from the source one itself
-    (vtlab/vocab/masked_outputs.py), cached per (backbone, vocab) alone."""
+    """HF model directory of `backbone` transferred to `vocab` with `init`, computed once per configuration. A
+    vocabulary with DERIVES_MODEL makes its model from the source one itself (`TargetVocab.derive_model`, e.g.
+    vtlab/vocab/masked_outputs.py), cached per (backbone, vocab) alone: `init` and `options` are not used."""
     check_compatible(vocab, init)
-    derive = getattr(vocab, "derive_model", None)
-    if derive is not None:
+    if vocab.DERIVES_MODEL:
         out = cache_dir("transfers") / f"{vocab.name}-{_derived_key(backbone, vocab)}"
-        return _cached_model(out, backbone, vocab, lambda model, source_tok, target_tok: derive(model, source_tok))
+        return _cached_model(out, backbone, vocab,
+                             lambda model, source_tok, target_tok: vocab.derive_model(model, source_tok))
 
     def transfer(model: nn.Module, source_tok: Any, target_tok: Any) -> dict[str, Any]:
         target_emb, target_bias = _target_model_tensors(vocab, options)
