@@ -705,3 +705,81 @@ def test_cli_exits_2_with_one_line_and_leaves_earlier_outputs(cli_runs, name: st
     assert {k: v for k, v in after.items() if k not in records} == before
     if before:
         assert not records
+
+
+# ---- docs/reliability.md: its table of bad inputs shows the messages the cases above really give ------------------
+
+RELIABILITY = ROOT / "docs" / "reliability.md"
+# In a row's message, what varies: an elision, `<what>`, or the doc's path names; paths are compared by their last part
+_VARIES = re.compile(r"…|\.\.\.|<[^<>]+>|\b(?:DIR|FILE|CACHE|PATH)\b")
+_DIRECTORIES = re.compile(r"[^\s'\"(=\[]*/")
+# Cases without a row keyed by them: variants of a documented row's message (another field, value or config key), and
+# the direct calls of rows keyed by their CLI case (the CLI adds the config key the direct call has no part in)
+UNDOCUMENTED = {"missing_positive", "apc_percentile_0", "apc_percentile_150", "apc_percentile_-5", "unknown_similarity",
+                "unknown_collapse_action", "unknown_resume_value", "malformed_jsonl_line", "negative_lambda",
+                "backbone_directory_missing"}
+
+
+def reliability_rows() -> dict[str, str]:
+    """case id (`name` or `cli:name`) → the message its row shows (the row's first `vtlab: error: …`)."""
+    text = RELIABILITY.read_text(encoding="utf-8")
+    table = text.split("| case | what you see | checked by |\n|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    rows: dict[str, str] = {}
+    for line in table.splitlines():
+        cells = line.strip().removeprefix("|").removesuffix("|").split(" | ")
+        keys = re.findall(r"`([^`]+)`", cells[-1])
+        shown = re.search(r"`(vtlab: error: [^`]*)`", " | ".join(cells[1:-1]))
+        assert not keys or shown, f"docs/reliability.md: the row {cells[0]!r} names cases but shows no message"
+        for key in keys:
+            assert key not in rows, f"docs/reliability.md: case {key} keys two rows"
+            rows[key] = shown.group(1)
+    return rows
+
+
+def shows(row: str, message: str) -> bool:
+    """Whether `message` holds the row's literal parts in order (what varies between them, paths by last part)."""
+    parts = [p.strip() for p in _VARIES.split(_DIRECTORIES.sub("", row)) if p.strip()]
+    message, at = _DIRECTORIES.sub("", message), 0
+    for part in parts:
+        at = message.find(part, at)
+        if at < 0:
+            return False
+        at += len(part)
+    return True
+
+
+def test_shows_compares_literal_parts_in_order() -> None:
+    row = "vtlab: error: DIR/checkpoints/last.ckpt: cannot resume: <param> has shape <shape> in the checkpoint; …"
+    assert shows(row, "vtlab: error: /tmp/x/last.ckpt: cannot resume: w has shape [3] in the checkpoint; resume with")
+    assert not shows(row, "vtlab: error: /tmp/x/last.ckpt: cannot resume: w has shape [3] in this run's model")
+    assert not shows("vtlab: error: b then a", "vtlab: error: a then b")
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_reliability_table_shows_each_keyed_cases_real_message(tmp_path: Path) -> None:
+    rows = reliability_rows()
+    cases = {name: (make, error) for name, make, error, _ in CASES}
+    assert sorted(k for k in rows if k.removeprefix("cli:") not in (cases if ":" not in k else CLI_NAMES)) == []
+    assert sorted(set(cases) - set(rows)) == sorted(UNDOCUMENTED), "a case needs a row in docs/reliability.md"
+    assert len(rows) >= 55
+    wrong = {}
+    for name, row in rows.items():
+        if name.startswith("cli:"):
+            continue  # test_the_reliability_table_shows_each_cli_cases_real_line
+        make, error = cases[name]
+        (tmp_path / name).mkdir()
+        with pytest.MonkeyPatch.context() as mp, pytest.raises(error) as ei:
+            make(tmp_path / name, mp)
+        if not shows(row, one_line(ei.value)):
+            wrong[name] = (row, one_line(ei.value))
+    assert wrong == {}
+
+
+@pytest.mark.parametrize("name", CLI_NAMES)
+def test_the_reliability_table_shows_each_cli_cases_real_line(cli_runs, name: str) -> None:
+    row = reliability_rows().get(f"cli:{name}")
+    if row is None:
+        pytest.skip(f"no row of docs/reliability.md is keyed by cli:{name}")
+    res = cli_runs[name][0]
+    (line,) = [line for line in res.stderr.splitlines() if line.startswith("vtlab: error: ")]
+    assert shows(row, line), (row, line)
