@@ -23,7 +23,7 @@ from transformers import (
     RobertaForMaskedLM,
 )
 
-from vtlab import assets
+from vtlab import hub
 from vtlab.assets import HUB, asset_path
 from vtlab.backbones import Backbone, TinyModernBert, TinyRoberta, decoder_site
 from vtlab.errors import AssetError
@@ -67,8 +67,8 @@ def test_offline_hub_error_is_fast_and_one_line() -> None:
 
 
 def test_unreachable_hub_without_offline_flag_is_fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    assets.hub_reachable.cache_clear()
-    if assets.hub_reachable():
+    hub.reachable.cache_clear()
+    if hub.reachable():
         pytest.skip("the Hugging Face hub is reachable from this machine")
     from huggingface_hub import constants
 

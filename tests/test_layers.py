@@ -25,8 +25,8 @@ LAYERS: dict[str, list[str]] = {
     "entry": ["vtlab.__main__", "vtlab.reproduce", "vtlab.pipeline", "vtlab.gates", "vtlab.paper_plan", "vtlab.report",
               "vtlab.report.*", "vtlab.bench", "vtlab.bench.*", "*.__main__"],
     "stages": ["vtlab.stages", "vtlab.stages.*"],
-    "foundations": ["vtlab", "vtlab.errors", "vtlab.atomic", "vtlab.assets", "vtlab.integrity", "vtlab.logs",
-                    "vtlab.runs", "vtlab.runs.*"],
+    "foundations": ["vtlab", "vtlab.errors", "vtlab.atomic", "vtlab.assets", "vtlab.hub", "vtlab.integrity",
+                    "vtlab.logs", "vtlab.runs", "vtlab.runs.*"],
     "library": ["vtlab.apc", *(f"vtlab.{folder}{tail}" for folder in LIBRARY_FOLDERS for tail in ("", ".*"))],
 }
 RANK = {"entry": 3, "stages": 2, "library": 1, "foundations": 0}  # higher may import lower

@@ -157,11 +157,11 @@ def test_push_to_hub_offline_is_refused_before_any_work(tmp_path, capsys, monkey
 
     # no offline flag, but no connection either
     import huggingface_hub.constants
-    import vtlab.export.hub
+    import vtlab.hub
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(vtlab.export.hub, "hub_reachable", lambda: False)
+    monkeypatch.setattr(vtlab.hub, "reachable", lambda: False)
     with pytest.raises(VtlabError, match=r"^export\.push_to_hub=user/repo: the Hugging Face Hub is not reachable "
                                          r"\(no connection to https?://"):
         run(compose_cfg(export))

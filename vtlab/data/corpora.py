@@ -7,14 +7,12 @@ once, unless a cached copy exists.
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
-import os
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from vtlab.assets import hub_reachable, truthy
+from vtlab import hub
 from vtlab.data.boolq import train_pairs, validation_pairs
 from vtlab.data.clean import clean_train_passages
 from vtlab.data.text_files import iter_texts, text_files
@@ -100,40 +98,15 @@ class TextCorpus:
         return f"TextCorpus(path={self.path!r}, field={self.field!r}, max_docs={self.max_docs!r})"
 
 
-def _offline_flag() -> bool:
-    return any(truthy(os.environ.get(k)) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
-@contextlib.contextmanager
-def _forced_offline() -> Iterator[None]:
-    """Make `datasets` use only its local cache. It reads the offline flag at import time, so an unreachable hub
-    without the env flag would otherwise cost ~25 s of retries per file before failing."""
-    import datasets.config
-    import huggingface_hub.constants as hub_constants
-
-    saved = datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE
-    datasets.config.HF_HUB_OFFLINE = hub_constants.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE = saved
-
-
 def hub_dataset(repo: str, config: str | None = None, split: str = "train", streaming: bool = False) -> Any:
-    """`datasets.load_dataset(repo, config, split=...)`, or AssetError naming the dataset when it cannot be had."""
-    import datasets
-
-    offline = _offline_flag() or not hub_reachable()  # one bounded TCP probe, shared with the model loader
-    ctx = _forced_offline() if offline else contextlib.nullcontext()
+    """The hub dataset `repo` (config, split) through vtlab.hub.load_dataset, or AssetError naming the dataset when it
+    cannot be had."""
     try:
-        with ctx:
-            return datasets.load_dataset(repo, config, split=split, streaming=streaming)
-    except Exception as e:  # noqa: BLE001 - datasets raises many types; all mean "not available here"
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        why = "the Hugging Face hub is unreachable (offline) and it is not cached" if offline else "loading failed"
+        return hub.load_dataset(repo, config, split=split, streaming=streaming)
+    except hub.HubUnavailable as e:
+        why = "the Hugging Face hub is unreachable (offline) and it is not cached" if e.offline else "loading failed"
         raise AssetError(f"MLM corpus: cannot load dataset '{repo}' (config={config!r}, split={split!r}): {why}: "
-                         f"{type(e).__name__}: {first}. Use mlm=default (offline BoolQ passages) or run with network."
-                         ) from None
+                         f"{e.reason}. Use mlm=default (offline BoolQ passages) or run with network.") from None
 
 
 def _texts(rows: Iterable[dict[str, Any]], field: str = "text") -> Iterator[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import pickle
 import random
 from collections.abc import Hashable, Mapping, Sequence
@@ -13,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from vtlab import hub
 from vtlab.data.examples import TripletExample
 from vtlab.errors import AssetError, DataError
 
@@ -23,32 +23,23 @@ MSMARCO = "mteb/msmarco"
 OPENSEARCH_REPO = "opensearch-project/msmarco-hard-negatives"
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
-
-
-def _fail(repo: str, what: str, e: BaseException) -> AssetError:
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-    hint = "HF offline mode is on and it is not cached" if _offline() else "needs the Hugging Face hub or a cached copy"
-    return AssetError(f"cannot load '{repo}' {what} ({hint}): {type(e).__name__}: {first}")
+def _fail(what: str, e: hub.HubUnavailable) -> AssetError:
+    hint = "HF offline mode is on and it is not cached" if e.flagged else "needs the Hugging Face hub or a cached copy"
+    return AssetError(f"cannot load '{e.repo}' {what} ({hint}): {e.reason}")
 
 
 def _hub_file(repo: str, filename: str) -> str:
-    from huggingface_hub import hf_hub_download
-
     try:
-        return hf_hub_download(repo_id=repo, filename=filename, repo_type="dataset")
-    except Exception as e:  # noqa: BLE001 - hub raises many types; all mean "not available here"
-        raise _fail(repo, f"file {filename}", e) from None
+        return hub.dataset_file(repo, filename)
+    except hub.HubUnavailable as e:
+        raise _fail(f"file {filename}", e) from None
 
 
 def _hf_dataset(repo: str, config: str | None, split: str) -> Any:
-    import datasets
-
     try:
-        return datasets.load_dataset(repo, config, split=split)
-    except Exception as e:  # noqa: BLE001
-        raise _fail(repo, f"config={config!r} split={split!r}", e) from None
+        return hub.load_dataset(repo, config, split=split)
+    except hub.HubUnavailable as e:
+        raise _fail(f"config={config!r} split={split!r}", e) from None
 
 
 def st_msmarco_hard_negatives(

@@ -8,7 +8,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vtlab.assets import hub_offline_flag, hub_reachable, looks_like_path
+from vtlab import hub
+from vtlab.assets import looks_like_path
 from vtlab.data.hf import MSMARCO, OPENSEARCH_REPO, ST_REPO
 from vtlab.errors import VtlabError
 
@@ -54,10 +55,10 @@ def hub_datasets(node: Any, name: str | None = None) -> dict[str, tuple[str, ...
 
 def _offline_reason() -> str | None:
     """Why the Hub is not reachable from here, or None when it is."""
-    if hub_offline_flag():
+    if hub.offline():
         var = next((v for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if os.environ.get(v)), "HF_HUB_OFFLINE")
         return f"{var}={os.environ.get(var, '1')}"
-    if not hub_reachable():
+    if not hub.reachable():
         from huggingface_hub import constants
 
         return f"no connection to {constants.ENDPOINT}"

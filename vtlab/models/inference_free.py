@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vtlab.assets import hub_offline_flag, hub_reachable, is_connection_error, looks_like_path
+from vtlab import hub
+from vtlab.assets import looks_like_path
 from vtlab.backbones import Backbone
 from vtlab.errors import VtlabError
 from vtlab.models.encoder import Side, SpladeEncoder
@@ -85,7 +86,7 @@ class InferenceFreeEncoder(SpladeEncoder):
                 if isinstance(cached, str):
                     kwargs["idf_path"] = cached
                 elif cached is not _CACHED_NO_EXIST:  # unknown: ask the hub (a known-absent file needs no ask)
-                    if hub_offline_flag() or not hub_reachable():
+                    if hub.offline() or not hub.reachable():
                         raise VtlabError(f"{field}={source!r}: cannot check the hub for its {IDF_FILE} (offline)"
                                          + offline_hint)
                     try:
@@ -96,7 +97,7 @@ class InferenceFreeEncoder(SpladeEncoder):
                     except EntryNotFoundError:
                         pass  # the repo has no table: one is computed from the training / evaluation corpus
                     except OSError as exc:
-                        why = ("hub unreachable" + offline_hint if is_connection_error(exc)
+                        why = ("hub unreachable" + offline_hint if hub.is_connection_error(exc)
                                else (str(exc).strip().splitlines() or [type(exc).__name__])[0])
                         raise VtlabError(f"{field}={source!r}: could not download {IDF_FILE}: {why}") from exc
         return cls(model, tokenizer, **kwargs)
