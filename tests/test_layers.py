@@ -26,7 +26,7 @@ LAYERS: dict[str, list[str]] = {
               "vtlab.report.*", "vtlab.bench", "vtlab.bench.*", "*.__main__"],
     "stages": ["vtlab.stages", "vtlab.stages.*"],
     "foundations": ["vtlab", "vtlab.errors", "vtlab.atomic", "vtlab.assets", "vtlab.hub", "vtlab.integrity",
-                    "vtlab.logs", "vtlab.runs", "vtlab.runs.*"],
+                    "vtlab.logs", "vtlab.paths", "vtlab.runs", "vtlab.runs.*"],
     "library": ["vtlab.apc", *(f"vtlab.{folder}{tail}" for folder in LIBRARY_FOLDERS for tail in ("", ".*"))],
 }
 RANK = {"entry": 3, "stages": 2, "library": 1, "foundations": 0}  # higher may import lower

@@ -13,13 +13,14 @@ from omegaconf import DictConfig
 
 from vtlab.errors import DiskError, note_write_roots, one_line
 from vtlab.logs import guard_log_files, quiet_third_party
+from vtlab.paths import CONF_DIR
 from vtlab.pipeline import run_or_exit
 from vtlab.runs.status import RunStatus, describe, interrupted_line, interrupting_signal, raise_terminated
 
 log = logging.getLogger("vtlab")
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     quiet_third_party()  # here, not at import: a launcher (submitit) runs the job in another process
     guard_log_files()  # a full disk under the job log: one warning, not a traceback per log record

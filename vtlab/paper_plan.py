@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from vtlab.errors import ConfigError
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
+from vtlab.paths import CONF_DIR
 
 # Assumed sustained bf16 throughput per GPU (A100/H100-class; SPLADE's vocabulary-wide max-pooling is memory-bound).
 ASSUMED_TFLOPS = 100.0
@@ -88,7 +86,7 @@ def _points(cfg: DictConfig) -> list[list[str]]:
 def plan(sweeps: dict[str, list[str]], tflops: float = ASSUMED_TFLOPS) -> list[Job]:
     """Jobs of `sweeps` (vtlab.reproduce.sweeps: table → ["experiment=a,b", "seed=0,1", …]), each composed."""
     jobs = []
-    with initialize_config_dir(str(CONF), version_base="1.3"):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         for table, overrides in sweeps.items():
             args = dict(o.split("=", 1) for o in overrides if not o.startswith("reuse_runs="))
             seeds = len(args.get("seed", "0").split(","))

@@ -37,8 +37,8 @@ from vtlab.bench.common import machine, peak_rss_mb, write_result
 from vtlab.data.boolq import validation_pairs
 from vtlab.data.datamodule import TripletDataModule
 from vtlab.data.examples import TripletExample
+from vtlab.paths import CONF_DIR
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 HEAD = "MaskedMaxLogits"  # the autograd Function of the vocabulary projection + max-pool (profiler event names)
 GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not cuda and not args.tiny:
         raise SystemExit("vtlab: error: gpu-smoke needs a CUDA GPU (or --tiny for the CPU shape)")
     pl.seed_everything(0, verbose=False)
-    with initialize_config_dir(str(CONF), version_base="1.3"):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=config_overrides(args.shape, args.batch_size, args.max_length, args.init,
                                                            args.apc_docs))
     began = time.perf_counter()
