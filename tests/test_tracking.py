@@ -9,7 +9,7 @@ from vtlab.data.collections import Collection
 from vtlab.errors import VtlabError
 from vtlab.evaluation import EvaluationSuite, average
 from vtlab.evaluation import RetrievalEvaluation
-from vtlab.runs.status import RunStatus, describe, read_status
+from vtlab.runs.status import RunStatus, error_line, read_status
 from vtlab.tracking.loggers import log_results
 
 
@@ -45,7 +45,7 @@ def test_run_status_lifecycle_and_user_error_description(tmp_path):
     record = read_status(tmp_path)
     assert record["status"] == "failed" and record["overrides"] == ["seed=1"]
     assert record["error"] == "data.train.path='x.jsonl' does not exist"
-    assert describe(RuntimeError("boom\nsecond line")) == "RuntimeError: boom second line"
+    assert error_line(RuntimeError("boom\nsecond line")) == "RuntimeError: boom second line"
     RunStatus(tmp_path / "ok", name="row").done()
     assert read_status(tmp_path / "ok")["status"] == "done"
 

@@ -15,7 +15,7 @@ from vtlab.errors import DiskError, note_write_roots, one_line
 from vtlab.logs import guard_log_files, quiet_third_party
 from vtlab.paths import CONF_DIR
 from vtlab.pipeline import run_or_exit
-from vtlab.runs.status import RunStatus, describe, interrupted_line, interrupting_signal, raise_terminated
+from vtlab.runs.status import RunStatus, error_line, interrupted_line, interrupting_signal, raise_terminated
 
 log = logging.getLogger("vtlab")
 
@@ -54,7 +54,7 @@ def main(cfg: DictConfig) -> None:
         if hc.mode == RunMode.MULTIRUN:
             # one failed job must not end the sweep: the table shows it as failed (vtlab.report), and the sweep exits
             # 1 at its end (vtlab.runs.status.SweepExitCode)
-            log.error("job %s failed: %s", hc.job.num, describe(exc))
+            log.error("job %s failed: %s", hc.job.num, error_line(exc))
             return
         raise
     try:

@@ -56,7 +56,7 @@ def load_corpus(corpus: DictConfig | dict[str, Any], data_cfg: DictConfig | None
     return sample(texts, None if max_docs is None else int(max_docs), int(corpus.get("seed", 0)))
 
 
-def describe(corpus: DictConfig | dict[str, Any]) -> str:
+def corpus_name(corpus: DictConfig | dict[str, Any]) -> str:
     """One line naming the corpus, for the report."""
     if corpus.get("path"):
         return str(corpus["path"])

@@ -226,8 +226,8 @@ def model_card(info: CardInfo, encoder: dict[str, Any], *, train_overrides: Sequ
                export_overrides: Sequence[str] | None, metrics: dict[str, dict[str, float]],
                vector_files: Mapping[str, Path], vectors_of: str | None, onnx_dir: str | None, card_dir: Path,
                run_dir: Path | None, formats: Sequence[str] = ()) -> str:
-    """The README.md text. `encoder`: vtlab.export.sentence_transformers.describe(); `vector_files`: format → path
-    written by the same export (of the collection `vectors_of`); `formats`: every export.vectors.formats choice
+    """The README.md text. `encoder`: vtlab.export.sentence_transformers.encoder_settings(); `vector_files`: format →
+    path written by the same export (of the collection `vectors_of`); `formats`: every export.vectors.formats choice
     (vtlab.export.vectors.format_names); `onnx_dir`: the ONNX subdirectory, if exported;
     `card_dir`: where the card is written; `run_dir`: the trained run's directory (paths are shown relative to it)."""
     kind = encoder.get("kind", "siamese")

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from vtlab.export.model_card import card_info, model_card, run_metrics, run_overrides
 from vtlab.export.onnx import export_onnx
 from vtlab.export.run_config import RunConfig
-from vtlab.export.sentence_transformers import describe
+from vtlab.export.sentence_transformers import encoder_settings
 from vtlab.export.vectors import format_names
 
 
@@ -36,7 +36,8 @@ def model_extras(cfg: DictConfig, encoder: Any, run: RunConfig, base: Path, out:
         info = card_info(run, name=ex.get("name"), run_dir=run_dir or base, trained=trained,
                          license=ex.get("license"), repo_id=ex.get("push_to_hub"))
         card = model_card(
-            info, describe(encoder), train_overrides=run_overrides(run_dir), export_overrides=this_run_overrides(cfg),
+            info, encoder_settings(encoder), train_overrides=run_overrides(run_dir),
+            export_overrides=this_run_overrides(cfg),
             metrics=run_metrics(base), vector_files=vector_files, vectors_of=vectors_of,
             onnx_dir="onnx" if ex.get("onnx") else None, card_dir=out, run_dir=base,
             formats=format_names(ex.vectors))

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from vtlab.backbones.heads import decoder_bypassed
 from vtlab.errors import VtlabError
 from vtlab.export.onnx_runtime import GRAPH_VERSION, INPUTS, MANIFEST, OUTPUT
-from vtlab.export.sentence_transformers import _add_lowercase, describe, preprocess_parts
+from vtlab.export.sentence_transformers import _add_lowercase, encoder_settings, preprocess_parts
 from vtlab.models.inference_free import InferenceFreeEncoder
 from vtlab.models.pooling import splade_activation
 
@@ -105,7 +105,7 @@ def export_onnx(encoder: Any, out_dir: str | Path) -> Path:
         sides["query"] = "query.onnx"
     else:
         sides["query"] = "doc.onnx"
-    manifest = {"encoder": describe(encoder), "sides": sides, "inputs": list(INPUTS), "output": OUTPUT,
+    manifest = {"encoder": encoder_settings(encoder), "sides": sides, "inputs": list(INPUTS), "output": OUTPUT,
                 "opset": OPSET, "graph_version": GRAPH_VERSION, "prompt": " " if blank else "",
                 "pad_id": int(pad_id), "pad_token": str(pad_token),
                 "pooling": "log1p(relu(max over positions with attention_mask=1 of the MLM logits))"

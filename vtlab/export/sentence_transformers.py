@@ -157,7 +157,8 @@ def build_sparse_encoder(encoder: SpladeEncoder, work: Path) -> Any:
                             default_prompt_name="document" if blank else None, similarity_fn_name="dot")
 
 
-def describe(encoder: SpladeEncoder) -> dict[str, Any]:
+def encoder_settings(encoder: SpladeEncoder) -> dict[str, Any]:
+    """The encoder's kind and settings, as the export records them (MANIFEST's "encoder", the model card)."""
     kind = ("inference-free" if isinstance(encoder, InferenceFreeEncoder)
             else "two-tower" if encoder.query_model is not None else "siamese")
     out: dict[str, Any] = {"kind": kind, "vocab_size": encoder.vocab_size, "max_length": dict(encoder.max_length),
@@ -187,7 +188,7 @@ def export_sentence_transformers(encoder: SpladeEncoder, out: str | Path, overwr
         model = build_sparse_encoder(encoder, tmp / "hf")
         model.save(str(tmp / "model"))
         (tmp / "model" / MANIFEST).write_text(json.dumps(
-            {"encoder": describe(encoder), "source": source or {}}, indent=2, default=str) + "\n")
+            {"encoder": encoder_settings(encoder), "source": source or {}}, indent=2, default=str) + "\n")
         for write in extras:
             write(tmp / "model")
         check_target(out, overwrite, "export.out")  # again: something may have been written there meanwhile

@@ -110,7 +110,7 @@ class RunStatus:
 
     def fail(self, exc: BaseException) -> None:
         self._finish(status="failed", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1),
-                     error=describe(exc))
+                     error=error_line(exc))
 
     def interrupted(self, signum: int) -> None:
         self._finish(status="interrupted", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1),
@@ -183,7 +183,7 @@ class SweepExitCode(Callback):
             sys.exit(1)
 
 
-def describe(exc: BaseException) -> str:
+def error_line(exc: BaseException) -> str:
     """One line: the user-facing error behind `exc` (run_or_exit exits from inside its except block, so a SystemExit's
     context is the original error), else the exception's type and message."""
     for candidate in (exc, exc.__context__):

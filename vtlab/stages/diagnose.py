@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from vtlab.apc import APC, save_histogram
 from vtlab.diagnose.activity import output_activity
-from vtlab.diagnose.corpus import describe, load_corpus
+from vtlab.diagnose.corpus import corpus_name, load_corpus
 from vtlab.diagnose.redundancy import redundancy
 from vtlab.diagnose.report import RESULT_FILE, collect, render
 from vtlab.diagnose.summary import console_summary
@@ -75,7 +75,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     else:
         tokenizer = vocab.load_tokenizer(backbone.load_tokenizer())
     label = f"{_choice(cfg, 'backbone')} · {_choice(cfg, 'vocab')}"
-    print(f"diagnose {label}: {len(texts):,} documents from {describe(settings.corpus)}")
+    print(f"diagnose {label}: {len(texts):,} documents from {corpus_name(settings.corpus)}")
 
     corpus = tokenize_corpus(tokenizer, texts, vocab.preprocess)
     fit = tokenizer_fit(tokenizer, corpus, int(settings.fit.top_words), float(settings.fit.min_script_share))
@@ -91,7 +91,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
                       "random_init": backbone.random_init and "backbone" not in state,
                       "transfers": vocab.transfers, "backbone_name": backbone.name, "vocab_size": len(tokenizer),
                       "tokenizer_kind": tokenizer_kind(tokenizer), "preprocess": repr(vocab.preprocess)},
-        "corpus": {"name": describe(settings.corpus), "docs": len(texts)},
+        "corpus": {"name": corpus_name(settings.corpus), "docs": len(texts)},
         "fit": fit,
         "redundancy": red,
         "activity": activity,
