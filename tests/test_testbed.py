@@ -67,7 +67,7 @@ def test_the_primary_contrast_is_vt_against_lowercasing_at_one_segmentation():
 
 def test_every_arm_has_the_same_selection_grid_scored_on_dev_only():
     spec = _cfg(MAIN[0]).selection
-    assert spec.eval == "testbed-dev" and list(spec.grid.model.optimizer.lr) == [2.5e-4, 5e-4, 1e-3]
+    assert spec.eval == "testbed-dev" and list(spec.grid.model.optimizer.lr) == [2.5e-4, 1e-3]
     dev = _cfg(MAIN[0], "eval=testbed-dev").eval.evaluations
     assert list(dev) == ["boolq-clean-dev"] and dev["boolq-clean-dev"].collection.split == "dev"
     for table in ("ablation-init", "ablation-apc", "ablation-target"):
@@ -118,7 +118,7 @@ def test_the_default_run_selects_on_dev_before_the_main_table_and_runs_jobs_side
     assert [c.split("hydra.sweep.dir=")[1].split()[0].rsplit("/", 1)[1] for c in commands] == [
         "references", "select", "main"]  # the ablations are outside the 60-minute default
     select, main_table = commands[1], commands[2]
-    assert "model.optimizer.lr=0.00025,0.0005,0.001" in select and "eval=testbed-dev" in select and " seed=0 " in select
+    assert "model.optimizer.lr=0.00025,0.001" in select and "eval=testbed-dev" in select and " seed=0 " in select
     assert "experiment=testbed/selected/wp-native," in main_table and "seed=0,1,2" in main_table
     # seed 0 reuses the selection's training at the chosen setting (vtlab.runs.reuse.reuse_training)
     assert f"reuse_runs=['{tmp_path.resolve()}/select']" in main_table
