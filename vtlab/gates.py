@@ -28,8 +28,8 @@ from hydra.utils import instantiate
 from vtlab.data.clean import clean_train_passages
 from vtlab.diagnose.case import case_handling
 from vtlab.errors import VtlabError
+from vtlab.paths import CONF_DIR
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 MAX_CASE_ROW_COSINE = 0.99
 MIN_CASE_MASS = 0.01
 CONTROL_TOLERANCE = 0.005  # BoolQ-clean nDCG@10 that wp-native may lose against its start before the gate fails
@@ -45,7 +45,7 @@ class GateError(VtlabError):
 
 
 def _backbone(name: str) -> Any:
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return instantiate(compose("config", overrides=[f"backbone={name}"]).backbone)
 
 

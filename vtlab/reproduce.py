@@ -28,9 +28,10 @@ from omegaconf import OmegaConf
 
 from vtlab import gates, paper_plan
 from vtlab.errors import VtlabError
+from vtlab.paths import CONF_DIR
 from vtlab.report import State, collect_jobs, selection
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "experiment"
+CONF = CONF_DIR / "experiment"
 ROW_ORDER = ["bm25", "splade-tiny", "wp-native", "unc-native", "bpe-native", "bpe-lowercase", "bpe-lowercase-masked",
              "bpe-vt-unc", "bpe-vt", "bpe-lowercase-inference-free", "bpe-vt-unc-inference-free", "bert-native",
              "modernbert-native", "modernbert-native-mlm", "modernbert-lowercase", "modernbert-lowercase-masked",
@@ -107,7 +108,7 @@ def _selection_spec(scale: str) -> dict[str, Any] | None:
     rows = main_rows(scale)
     if not rows:
         return None
-    with initialize_config_dir(config_dir=str(CONF.parent), version_base=None):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=[f"experiment={rows[0]}"])
     spec = cfg.get("selection")
     return None if spec is None else OmegaConf.to_container(spec, resolve=True)
@@ -147,7 +148,7 @@ def _grid_keys(node: dict[str, Any], prefix: str = "") -> list[tuple[str, list[A
 
 
 def _composed(experiment: str) -> Any:
-    with initialize_config_dir(config_dir=str(CONF.parent), version_base=None):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose("config", overrides=[f"experiment={experiment}"])
 
 
