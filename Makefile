@@ -25,10 +25,12 @@ PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test: install
 	$(PY) -m ruff check vtlab tests
+	$(PY) -m ruff format --check vtlab tests
 	$(PYTEST)
 
 test-fast: install
 	$(PY) -m ruff check vtlab tests
+	$(PY) -m ruff format --check vtlab tests
 	$(PYTEST) -m "not slow"
 
 clean-cache:

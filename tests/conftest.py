@@ -1,6 +1,7 @@
 """Tests never touch the network: hub and wandb stay offline. The VTLAB_CACHE fixtures keep tests out of the user's
 cache; pick by what the test needs: `shared_cache` (fast, built once), `fresh_cache` / `empty_cache` (builds from
 nothing)."""
+
 import contextlib
 import os
 from pathlib import Path

@@ -1,5 +1,6 @@
 """One `stage=export` of vector files from the real SPLADE-tiny on a BoolQ subset, shared by the engine tests
 (test_anserini.py, test_qdrant.py): the run's directory plus vtlab's own float encodings of the same texts."""
+
 from pathlib import Path
 
 import scipy.sparse as sp
@@ -13,10 +14,19 @@ def export_vectors(tmp: Path, n_queries: int, n_docs: int, *overrides: str):
     """(vectors dir, encoder, collection, query matrix, doc matrix) after `stage=export ... queries=true` with
     `overrides` (the formats); the matrices are vtlab's own encodings (encoded once: the CPU is the cost).
     The caller sets VTLAB_CACHE (the `shared_cache` fixture)."""
-    cfg = compose_cfg([
-        "stage=export", "backbone=splade-tiny", "vocab=native", "export.sentence_transformers=false",
-        f"paths.run_dir={tmp / 'run'}", "export.vectors.queries=true", f"+eval.collection.max_queries={n_queries}",
-        f"+eval.collection.max_docs={n_docs}", *overrides])
+    cfg = compose_cfg(
+        [
+            "stage=export",
+            "backbone=splade-tiny",
+            "vocab=native",
+            "export.sentence_transformers=false",
+            f"paths.run_dir={tmp / 'run'}",
+            "export.vectors.queries=true",
+            f"+eval.collection.max_queries={n_queries}",
+            f"+eval.collection.max_docs={n_docs}",
+            *overrides,
+        ]
+    )
     state = run(cfg)
     coll = instantiate(cfg.eval).collection
     encoder = state["encoder"]

@@ -1,4 +1,5 @@
 """Plain helpers shared by the test modules (importable at collection time, unlike fixtures)."""
+
 from pathlib import Path
 from typing import Iterable
 
@@ -9,8 +10,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
 
-def compose_cfg(overrides: Iterable[str] = (), *, config_name: str = "config", config_dir: Path = CONF,
-                hydra: bool = False) -> DictConfig:
+def compose_cfg(
+    overrides: Iterable[str] = (), *, config_name: str = "config", config_dir: Path = CONF, hydra: bool = False
+) -> DictConfig:
     """Hydra's compose of conf/ (as `python -m vtlab` would) with `overrides`; `hydra=True` keeps the `hydra` node
     (launcher, sweeper, run dir)."""
     with initialize_config_dir(str(config_dir), version_base="1.3"):

@@ -2,6 +2,7 @@
 stops at on_job_start — after Hydra has written `.hydra/` into its run directory, before the pipeline runs — until a
 file appears. It widens, on demand, the moment a second process could slip into the directory, so the run-directory
 lock is tested against the worst timing every time instead of by luck."""
+
 from __future__ import annotations
 
 import time

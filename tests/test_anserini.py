@@ -8,6 +8,7 @@ SPLADE-tiny; Anserini builds the impact index and searches it; ir-measures score
   this subset and on 1,000 passages at scale 100; BOUND tolerates one near-tie flip among 100 queries).
 - A wrong document scale (1 instead of 100: most weights round to 0 or 1) is caught by the same checks.
 """
+
 import re
 import shutil
 from pathlib import Path
@@ -27,16 +28,25 @@ N_QUERIES, N_DOCS, SCALE = 100, 300, 100  # 100 questions, their passages + dist
 # |nDCG@10(Anserini) − nDCG@10(vtlab float index)|; 1 query in 100 whose relevant passage drops rank 1 → 2: 0.0037
 BOUND = 0.005
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("java") is None,
-                                reason="no java on PATH: .ci/run installs openjdk-17-jre-headless (apt) first")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("java") is None, reason="no java on PATH: .ci/run installs openjdk-17-jre-headless (apt) first"
+    ),
+]
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, shared_cache):
     """(vectors dir, encoder, collection, float query matrix, float doc matrix) after `stage=export ...
     formats=[anserini] queries=true`; the matrices are vtlab's own encodings (encoded once: the CPU is the cost)."""
-    return export_vectors(tmp_path_factory.mktemp("anserini"), N_QUERIES, N_DOCS, "export.vectors.formats=[anserini]",
-                          f"export.vectors.anserini.scale={SCALE}")
+    return export_vectors(
+        tmp_path_factory.mktemp("anserini"),
+        N_QUERIES,
+        N_DOCS,
+        "export.vectors.formats=[anserini]",
+        f"export.vectors.anserini.scale={SCALE}",
+    )
 
 
 def read_trec(path: Path) -> dict[str, dict[str, float]]:
@@ -49,25 +59,30 @@ def read_trec(path: Path) -> dict[str, dict[str, float]]:
 
 def quantized_reference(q: sp.csr_matrix, d: sp.csr_matrix, scale: float) -> np.ndarray:
     """[queries × docs] Σ q_int · d_int with scipy: what an impact index over the exported integers must score."""
+
     def ints(m: sp.csr_matrix) -> sp.csr_matrix:
         m = sp.csr_matrix(m, dtype=np.float64, copy=True)
         m.data = np.floor(m.data * scale + 0.5)  # the documented rounding, written out (half up)
         m.eliminate_zeros()
         return m
+
     return (ints(q) @ ints(d).T).toarray()
 
 
 def vtlab_ndcg(q: sp.csr_matrix, d: sp.csr_matrix, coll) -> float:
     """nDCG@10 of vtlab's in-process exact index over the float vectors (what stage=evaluate reports)."""
     scores, indices = InvertedIndex(d, list(coll.corpus)).search(q, k=100)
-    return compute_metrics(to_run(scores, indices, list(coll.queries), list(coll.corpus)), coll.qrels,
-                           ["nDCG@10"])["nDCG@10"]
+    return compute_metrics(to_run(scores, indices, list(coll.queries), list(coll.corpus)), coll.qrels, ["nDCG@10"])[
+        "nDCG@10"
+    ]
 
 
 def reference_run(scores: np.ndarray, coll, k: int = 100) -> dict[str, dict[str, float]]:
     doc_ids = list(coll.corpus)
-    return {qid: {doc_ids[j]: float(row[j]) for j in np.argsort(-row, kind="stable")[:k] if row[j] > 0}
-            for qid, row in zip(coll.queries, scores)}
+    return {
+        qid: {doc_ids[j]: float(row[j]) for j in np.argsort(-row, kind="stable")[:k] if row[j] > 0}
+        for qid, row in zip(coll.queries, scores)
+    }
 
 
 def check_against_reference(run_: dict, ref: np.ndarray, coll) -> None:
@@ -99,8 +114,10 @@ def test_anserini_impact_search_equals_vtlab_index(exported, tmp_path):
     assert ndcg_ans == pytest.approx(ndcg_quant, abs=1e-12)
 
     ours = vtlab_ndcg(q, d, coll)
-    print(f"\nnDCG@10 on {len(coll.queries)} BoolQ questions / {len(coll.corpus)} passages: Anserini {ndcg_ans:.6f}, "
-          f"vtlab float index {ours:.6f}, |Δ| = {abs(ndcg_ans - ours):.2e}")
+    print(
+        f"\nnDCG@10 on {len(coll.queries)} BoolQ questions / {len(coll.corpus)} passages: Anserini {ndcg_ans:.6f}, "
+        f"vtlab float index {ours:.6f}, |Δ| = {abs(ndcg_ans - ours):.2e}"
+    )
     assert 0.3 < ours and abs(ndcg_ans - ours) <= BOUND
 
 
@@ -112,9 +129,12 @@ def test_wrong_document_scale_breaks_equality(exported, tmp_path):
     wrong = AnseriniJsonVectors(docs, scale=1)  # the exporter itself, fed vtlab's cached document vectors
     wrong.prepare(token_strings(encoder.tokenizer, encoder.vocab_size))
     d.sort_indices()
-    docs.write_text("".join(wrong.lines(doc_id, text, d.indices[d.indptr[j]:d.indptr[j + 1]],
-                                        d.data[d.indptr[j]:d.indptr[j + 1]])
-                            for j, (doc_id, text) in enumerate(coll.corpus.items())))
+    docs.write_text(
+        "".join(
+            wrong.lines(doc_id, text, d.indices[d.indptr[j] : d.indptr[j + 1]], d.data[d.indptr[j] : d.indptr[j + 1]])
+            for j, (doc_id, text) in enumerate(coll.corpus.items())
+        )
+    )
     idx = anserini.index(docs, tmp_path / "index")
     ans = read_trec(anserini.search(idx, vectors / "anserini" / "queries.tsv", tmp_path / "run.trec"))
     ref = quantized_reference(q, d, SCALE)
@@ -122,8 +142,10 @@ def test_wrong_document_scale_breaks_equality(exported, tmp_path):
         check_against_reference(ans, ref, coll)
     ndcg_ans = compute_metrics(ans, coll.qrels, ["nDCG@10"])["nDCG@10"]
     ndcg_quant = compute_metrics(reference_run(ref, coll), coll.qrels, ["nDCG@10"])["nDCG@10"]
-    print(f"\nscale 1: Anserini nDCG@10 {ndcg_ans:.6f}, quantized reference {ndcg_quant:.6f}, "
-          f"vtlab float index {vtlab_ndcg(q, d, coll):.6f}")
+    print(
+        f"\nscale 1: Anserini nDCG@10 {ndcg_ans:.6f}, quantized reference {ndcg_quant:.6f}, "
+        f"vtlab float index {vtlab_ndcg(q, d, coll):.6f}"
+    )
     assert abs(ndcg_ans - ndcg_quant) > 1e-3
 
 

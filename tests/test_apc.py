@@ -1,5 +1,6 @@
 """Activation Potential Calibration on SPLADE-tiny: the ~40%-positive criterion, positives-only cutoff, fixed shifts,
 the Lightning callback inside a real fit, config validation."""
+
 import json
 from types import SimpleNamespace
 
@@ -63,8 +64,9 @@ def test_positives_only_cutoff_is_the_percentile_of_positive_values():
     expected = np.percentile(z[z > 0].astype(np.float64), 60)
     # Caps above the number of positives: APC takes every positive once instead of resampling with replacement
     # (resampling a pool smaller than its quota only adds noise), so the cutoff is exact, not approximate.
-    apc = APC(percentile=60, include_zeros=False, num_docs=16, max_length=64, per_batch_samples=10**8,
-              max_samples=10**9)
+    apc = APC(
+        percentile=60, include_zeros=False, num_docs=16, max_length=64, per_batch_samples=10**8, max_samples=10**9
+    )
     report = apc.calibrate(encoder, texts)
     assert report["n_samples"] == int((z > 0).sum())
     assert report["cutoff"] > 0  # the 60th percentile of positives is positive: fewer terms survive
@@ -113,8 +115,9 @@ def test_per_term_needs_a_percentile_over_every_value():
 def test_shift_recipes_make_dead_or_dense_starts(recipe, tmp_path):
     texts = list(boolq_passages()[200:208])
     # the dead start uses separate query/doc networks: both biases must move (by the same constant)
-    encoder = SpladeEncoder.from_backbone(Backbone("asset:splade-tiny"), shared=recipe != "dead",
-                                          doc_max_length=DOC_LEN)
+    encoder = SpladeEncoder.from_backbone(
+        Backbone("asset:splade-tiny"), shared=recipe != "dead", doc_max_length=DOC_LEN
+    )
     query_bias = encoder.output_bias("query").detach().clone()
     cfg = OmegaConf.load(CONF / "start" / f"{recipe}.yaml")
     apc: APC = instantiate(cfg, num_docs=8, max_length=DOC_LEN)
@@ -145,11 +148,23 @@ class _BiasSnapshot(pl.Callback):
 
 
 def test_callback_calibrates_inside_a_fast_dev_run_fit(tmp_path):
-    cfg = compose_cfg([
-        "backbone=splade-tiny", "logger=none", f"paths.run_dir={tmp_path}", "+trainer.fast_dev_run=true",
-        "data.batch_size=4", "data.doc_max_length=64", "data.dev.dev_size=10", "data.dev.max_docs=50",
-        "data.eval_batch_size=32", "apc=p60", "apc.percentile=55", "apc.num_docs=48", "apc.max_length=64",
-    ])
+    cfg = compose_cfg(
+        [
+            "backbone=splade-tiny",
+            "logger=none",
+            f"paths.run_dir={tmp_path}",
+            "+trainer.fast_dev_run=true",
+            "data.batch_size=4",
+            "data.doc_max_length=64",
+            "data.dev.dev_size=10",
+            "data.dev.max_docs=50",
+            "data.eval_batch_size=32",
+            "apc=p60",
+            "apc.percentile=55",
+            "apc.num_docs=48",
+            "apc.max_length=64",
+        ]
+    )
     module = instantiate(cfg.model)
     datamodule = instantiate(cfg.data, tokenizer=module.encoder.tokenizer, preprocess=None)
     apc = instantiate(cfg.apc)

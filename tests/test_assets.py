@@ -1,4 +1,5 @@
 """vtlab.assets: registry entries, locating and verifying real installed assets, error messages, cache dir, resolve."""
+
 from __future__ import annotations
 
 import hashlib
@@ -95,8 +96,11 @@ def test_md5_mismatch_only_when_verifying(monkeypatch: pytest.MonkeyPatch) -> No
         asset_path("fake", verify=True)
     # For a directory, the md5 is of its check_file.
     minilm = ASSETS["minilm"]
-    monkeypatch.setitem(ASSETS, "fakedir", Asset("fakedir", minilm.package, minilm.version, minilm.path, "dir",
-                                                  BERT_VOCAB_MD5, "vocab.txt", "t"))
+    monkeypatch.setitem(
+        ASSETS,
+        "fakedir",
+        Asset("fakedir", minilm.package, minilm.version, minilm.path, "dir", BERT_VOCAB_MD5, "vocab.txt", "t"),
+    )
     assert asset_path("fakedir", verify=True).is_dir()
 
 

@@ -1,4 +1,5 @@
 """vtlab.backbones: offline errors, decoder site / bias invariants per family, offline backbones, Hydra configs."""
+
 from __future__ import annotations
 
 import os
@@ -98,9 +99,11 @@ def _tiny(family: str, **extra) -> PreTrainedModel:
 
 
 def _expected_site(model: nn.Module, family: str) -> tuple[nn.Module, str]:
-    return {"bert": (model.cls.predictions if family == "bert" else None, "decoder"),
-            "roberta": (getattr(model, "lm_head", None), "decoder"),
-            "modernbert": (model, "decoder")}[family]
+    return {
+        "bert": (model.cls.predictions if family == "bert" else None, "decoder"),
+        "roberta": (getattr(model, "lm_head", None), "decoder"),
+        "modernbert": (model, "decoder"),
+    }[family]
 
 
 def _batch() -> dict[str, torch.Tensor]:
@@ -112,10 +115,16 @@ def _batch() -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask}
 
 
-@pytest.mark.parametrize("family,extra", [
-    ("bert", {}), ("bert", {"tie_word_embeddings": False}), ("roberta", {}),
-    ("modernbert", {}), ("modernbert", {"sparse_prediction": True}),
-])
+@pytest.mark.parametrize(
+    "family,extra",
+    [
+        ("bert", {}),
+        ("bert", {"tie_word_embeddings": False}),
+        ("roberta", {}),
+        ("modernbert", {}),
+        ("modernbert", {"sparse_prediction": True}),
+    ],
+)
 def test_decoder_site_bypass_equals_logits(family: str, extra: dict, tmp_path: Path) -> None:
     torch.manual_seed(0)
     src = _tiny(family, **extra)
@@ -267,10 +276,18 @@ def test_tiny_roberta(fresh_cache: Path) -> None:
 
 # -- Hydra configs ---------------------------------------------------------------------------------------------------
 CONFIGS = {
-    "bert-uncased": HUB["bert-uncased"], "modernbert": HUB["modernbert"], "modernbert-large": HUB["modernbert-large"],
-    "roberta-large": HUB["roberta-large"], "mmbert": HUB["mmbert"], "gte-multilingual": HUB["gte-multilingual"],
-    "klue-roberta": HUB["klue-roberta"], "ax-encoder": HUB["ax-encoder"], "minilm": "asset:minilm",
-    "splade-tiny": "asset:splade-tiny", "tiny-modernbert": "tiny-modernbert", "tiny-roberta": "tiny-roberta",
+    "bert-uncased": HUB["bert-uncased"],
+    "modernbert": HUB["modernbert"],
+    "modernbert-large": HUB["modernbert-large"],
+    "roberta-large": HUB["roberta-large"],
+    "mmbert": HUB["mmbert"],
+    "gte-multilingual": HUB["gte-multilingual"],
+    "klue-roberta": HUB["klue-roberta"],
+    "ax-encoder": HUB["ax-encoder"],
+    "minilm": "asset:minilm",
+    "splade-tiny": "asset:splade-tiny",
+    "tiny-modernbert": "tiny-modernbert",
+    "tiny-roberta": "tiny-roberta",
 }
 
 

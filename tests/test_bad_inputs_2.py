@@ -6,6 +6,7 @@ training or encoding for data).
 
 The direct tests call the checking code; the `_cli_cases` run `python -m vtlab` (in parallel, once).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,13 @@ QUERIES = {f"q{i}": f"cats {i}" for i in range(4)}
 POSITIVE_QRELS = [(f"q{i}", f"d{i}", 1) for i in range(4)]
 
 
-def write_beir(root: Path, docs: dict[str, str] = DOCS, queries: dict[str, str] = QUERIES,
-               qrels: list[tuple[str, str, int]] = POSITIVE_QRELS, bom: tuple[str, ...] = ()) -> Path:
+def write_beir(
+    root: Path,
+    docs: dict[str, str] = DOCS,
+    queries: dict[str, str] = QUERIES,
+    qrels: list[tuple[str, str, int]] = POSITIVE_QRELS,
+    bom: tuple[str, ...] = (),
+) -> Path:
     """A BEIR directory; `bom`: the files (corpus.jsonl, queries.jsonl, qrels/test.tsv) written with a UTF-8 BOM."""
     texts = {
         "corpus.jsonl": "".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in docs.items()),
@@ -77,6 +83,7 @@ def _one_line(exc: BaseException) -> str:
 
 # ---- 1. qrels whose grades are all 0 -------------------------------------------------------------------------------
 
+
 def test_qrels_with_no_positive_grade_are_refused_at_load_naming_the_file(tmp_path):
     root = write_beir(tmp_path / "zeros", qrels=[(q, d, 0) for q, d, _ in POSITIVE_QRELS])
     with pytest.raises(DataError) as ei:
@@ -111,6 +118,7 @@ def test_queries_graded_only_0_are_left_out_of_the_means_and_not_counted_as_judg
 
 # ---- 2. a UTF-8 byte order mark ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv"])
 def test_a_byte_order_mark_is_not_part_of_the_data(tmp_path, name):
     plain = load_beir(str(write_beir(tmp_path / "plain")))
@@ -121,17 +129,22 @@ def test_a_byte_order_mark_is_not_part_of_the_data(tmp_path, name):
 
 # ---- 3. ids a TREC run cannot hold ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name,line", [("corpus.jsonl", 3), ("queries.jsonl", 2)])
 def test_an_id_with_whitespace_is_refused_at_load_naming_file_and_line(tmp_path, name, line):
     docs = {("d 2" if k == "d2" else k): v for k, v in DOCS.items()}
     queries = {("q\t1" if k == "q1" else k): v for k, v in QUERIES.items()}
-    root = write_beir(tmp_path / "ids", docs=docs if name == "corpus.jsonl" else DOCS,
-                      queries=queries if name == "queries.jsonl" else QUERIES)  # refused before its qrels are read
+    root = write_beir(
+        tmp_path / "ids",
+        docs=docs if name == "corpus.jsonl" else DOCS,
+        queries=queries if name == "queries.jsonl" else QUERIES,
+    )  # refused before its qrels are read
     bad = "'d 2'" if name == "corpus.jsonl" else "'q\\t1'"
     with pytest.raises(DataError) as ei:
         load_beir(str(root))
-    assert str(ei.value).startswith(f"{root / name}:{line}: field '_id'={bad} contains whitespace: expected an id "
-                                    "without spaces, tabs or newlines")
+    assert str(ei.value).startswith(
+        f"{root / name}:{line}: field '_id'={bad} contains whitespace: expected an id without spaces, tabs or newlines"
+    )
     _one_line(ei.value)
 
 
@@ -146,10 +159,17 @@ def test_an_id_with_whitespace_is_refused_before_encoding_when_a_run_is_written(
 
 # ---- 4. inputs longer than the model's positions -------------------------------------------------------------------
 
+
 def _tiny(family: str, positions: int) -> tuple[torch.nn.Module, Any]:
     tok = AutoTokenizer.from_pretrained(str(asset_path("minilm")))
-    sizes = dict(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-                 max_position_embeddings=positions)
+    sizes = dict(
+        vocab_size=len(tok),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=positions,
+    )
     torch.manual_seed(0)
     if family == "roberta":
         return RobertaForMaskedLM(RobertaConfig(**sizes, pad_token_id=1)).eval(), tok
@@ -184,29 +204,44 @@ def test_an_encoder_longer_than_the_model_is_refused_when_built():
 
 # ---- 5. typed config, validated before any model loads -------------------------------------------------------------
 
-@pytest.mark.parametrize("overrides,line", [
-    (["trainer.max_steps=abc"], "trainer.max_steps='abc': expected an integer >= 1 (or -1 for no limit)"),
-    (["trainer.max_steps=-5"], "trainer.max_steps=-5: expected an integer >= 1 (or -1 for no limit)"),
-    (["trainer.max_steps=1.5"], "trainer.max_steps=1.5: expected an integer >= 1 (or -1 for no limit)"),
-    (["trainer.val_check_interval=1.5"], "trainer.val_check_interval=1.5: expected an integer >= 1 (batches) or a "
-                                         "number in (0, 1] (a fraction of an epoch), or null"),
-    (["trainer.precision=bf17"], "trainer.precision='bf17': expected one of 32-true, bf16-mixed, 16-mixed,"),
-    (["data.batch_size=0"], "data.batch_size=0: expected an integer >= 1"),
-    (["data.doc_max_length=two"], "data.doc_max_length='two': expected an integer >= 3 (tokens, special ones "
-                                  "included)"),
-    (["data.num_negatives=-1"], "data.num_negatives=-1: expected an integer >= 0"),
-    (["model.encoder.precision=fp16"], "model.encoder.precision='fp16': expected one of auto, fp32, bf16"),
-    (["seed=-1"], "seed=-1: expected an integer in [0, 4294967295]"),
-    (["eval.top_k=0"], "eval.top_k=0: expected an integer >= 1"),
-    (["eval=testbed", "eval.evaluations.squad.top_k=0"], "eval.evaluations.squad.top_k=0: expected an integer >= 1"),
-    (["eval.index=faiss"], "eval.index='faiss': expected one of exact, scipy, seismic"),
-    (["apc=p60", "apc.percentile=150"], "apc.percentile=150: expected a number in (0, 100), or null for no APC"),
-    (["apc=p60", "apc.num_docs=0"], "apc.num_docs=0: expected an integer >= 1"),
-    (["mlm.steps=-1"], "mlm.steps=-1: expected an integer >= 0"),
-    (["regularizer.doc.weight=-0.1"], "regularizer.doc.weight=-0.1: expected a finite number >= 0"),
-    (["eval=beir", "eval.path=/no/such/beir"], "eval.path='/no/such/beir': expected an existing directory"),
-    (["data=jsonl", "data.train.path=/no/such.jsonl"], "data.train.path='/no/such.jsonl': expected an existing file"),
-])
+
+@pytest.mark.parametrize(
+    "overrides,line",
+    [
+        (["trainer.max_steps=abc"], "trainer.max_steps='abc': expected an integer >= 1 (or -1 for no limit)"),
+        (["trainer.max_steps=-5"], "trainer.max_steps=-5: expected an integer >= 1 (or -1 for no limit)"),
+        (["trainer.max_steps=1.5"], "trainer.max_steps=1.5: expected an integer >= 1 (or -1 for no limit)"),
+        (
+            ["trainer.val_check_interval=1.5"],
+            "trainer.val_check_interval=1.5: expected an integer >= 1 (batches) or a "
+            "number in (0, 1] (a fraction of an epoch), or null",
+        ),
+        (["trainer.precision=bf17"], "trainer.precision='bf17': expected one of 32-true, bf16-mixed, 16-mixed,"),
+        (["data.batch_size=0"], "data.batch_size=0: expected an integer >= 1"),
+        (
+            ["data.doc_max_length=two"],
+            "data.doc_max_length='two': expected an integer >= 3 (tokens, special ones included)",
+        ),
+        (["data.num_negatives=-1"], "data.num_negatives=-1: expected an integer >= 0"),
+        (["model.encoder.precision=fp16"], "model.encoder.precision='fp16': expected one of auto, fp32, bf16"),
+        (["seed=-1"], "seed=-1: expected an integer in [0, 4294967295]"),
+        (["eval.top_k=0"], "eval.top_k=0: expected an integer >= 1"),
+        (
+            ["eval=testbed", "eval.evaluations.squad.top_k=0"],
+            "eval.evaluations.squad.top_k=0: expected an integer >= 1",
+        ),
+        (["eval.index=faiss"], "eval.index='faiss': expected one of exact, scipy, seismic"),
+        (["apc=p60", "apc.percentile=150"], "apc.percentile=150: expected a number in (0, 100), or null for no APC"),
+        (["apc=p60", "apc.num_docs=0"], "apc.num_docs=0: expected an integer >= 1"),
+        (["mlm.steps=-1"], "mlm.steps=-1: expected an integer >= 0"),
+        (["regularizer.doc.weight=-0.1"], "regularizer.doc.weight=-0.1: expected a finite number >= 0"),
+        (["eval=beir", "eval.path=/no/such/beir"], "eval.path='/no/such/beir': expected an existing directory"),
+        (
+            ["data=jsonl", "data.train.path=/no/such.jsonl"],
+            "data.train.path='/no/such.jsonl': expected an existing file",
+        ),
+    ],
+)
 def test_config_values_are_checked_by_full_key_and_value(overrides, line):
     with pytest.raises(ConfigError) as ei:
         check_config(compose_cfg(overrides))
@@ -215,17 +250,29 @@ def test_config_values_are_checked_by_full_key_and_value(overrides, line):
     _one_line(ei.value)
 
 
-@pytest.mark.parametrize("overrides", [
-    [], ["trainer.max_steps=-1"], ["trainer.val_check_interval=0.25"], ["trainer.precision=bf16-mixed"],
-    ["trainer.precision=32"], ["regularizer=none"], ["eval=none"], ["eval=beir"], ["data=jsonl"], ["apc=off"],
-    ["trainer.gradient_clip_val=null"],
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["trainer.max_steps=-1"],
+        ["trainer.val_check_interval=0.25"],
+        ["trainer.precision=bf16-mixed"],
+        ["trainer.precision=32"],
+        ["regularizer=none"],
+        ["eval=none"],
+        ["eval=beir"],
+        ["data=jsonl"],
+        ["apc=off"],
+        ["trainer.gradient_clip_val=null"],
+    ],
+)
 def test_good_values_pass_and_unset_keys_are_left_to_their_readers(overrides):
     check_config(compose_cfg(overrides))  # eval=beir / data=jsonl: a `???` path is reported by whoever reads it
 
 
-EXPERIMENTS = sorted(str(p.relative_to(CONF / "experiment").with_suffix("")) for p in
-                     (CONF / "experiment").rglob("*.yaml"))
+EXPERIMENTS = sorted(
+    str(p.relative_to(CONF / "experiment").with_suffix("")) for p in (CONF / "experiment").rglob("*.yaml")
+)
 
 
 def test_every_experiment_config_passes_the_checks():
@@ -239,8 +286,12 @@ def test_every_experiment_config_passes_the_checks():
     assert failed == {}
 
 
-GROUP_OPTIONS = [f"{group.name}={p.stem}" for group in sorted(CONF.iterdir()) if group.is_dir()
-                 and group.name not in ("experiment", "hydra", "paths") for p in sorted(group.glob("*.yaml"))]
+GROUP_OPTIONS = [
+    f"{group.name}={p.stem}"
+    for group in sorted(CONF.iterdir())
+    if group.is_dir() and group.name not in ("experiment", "hydra", "paths")
+    for p in sorted(group.glob("*.yaml"))
+]
 
 
 def test_every_config_group_option_passes_the_checks():
@@ -256,10 +307,19 @@ def test_every_config_group_option_passes_the_checks():
 def test_every_checked_key_exists_in_some_config():
     """A key of the table that no config has would never be checked (a typo there passes silently)."""
     assert len(CHECKS) > 40
-    cfgs = [compose_cfg(o) for o in ([], ["eval=beir", "eval.path=x"], ["apc=p60"], ["model=inference-free"],
-                                     ["data=jsonl", "data.train.path=x", "data.dev_path=x"], ["trainer=ddp"],
-                                     ["experiment=paper/main/bert-native", "paths.run_dir=x"],
-                                     ["eval=testbed", "+eval.evaluations.squad.index=scipy"])]
+    cfgs = [
+        compose_cfg(o)
+        for o in (
+            [],
+            ["eval=beir", "eval.path=x"],
+            ["apc=p60"],
+            ["model=inference-free"],
+            ["data=jsonl", "data.train.path=x", "data.dev_path=x"],
+            ["trainer=ddp"],
+            ["experiment=paper/main/bert-native", "paths.run_dir=x"],
+            ["eval=testbed", "+eval.evaluations.squad.index=scipy"],
+        )
+    ]
     assert [key for key in CHECKS if not any(list(values(cfg, key)) for cfg in cfgs)] == []
 
 
@@ -275,6 +335,7 @@ def test_the_checks_choices_are_the_codes_own():
 
 
 # ---- 6. model directories: no weights, missing shards, absurd sizes ------------------------------------------------
+
 
 def _model_dir(tmp: Path, skip: tuple[str, ...] = (), **config: Any) -> Path:
     """A copy of the SPLADE-tiny directory without the files in `skip`, config.json updated with `config`."""
@@ -292,17 +353,23 @@ def test_a_model_directory_without_weights_is_named_before_loading(tmp_path):
     root = _model_dir(tmp_path / "m", skip=("model.safetensors",))
     with pytest.raises(AssetError) as ei:
         Backbone(str(root)).load_model()
-    assert str(ei.value) == (f"{root}: no model weights: expected model.safetensors or pytorch_model.bin (or a sharded "
-                             "*.index.json with its shards) beside config.json (config key: backbone.name_or_path)")
+    assert str(ei.value) == (
+        f"{root}: no model weights: expected model.safetensors or pytorch_model.bin (or a sharded "
+        "*.index.json with its shards) beside config.json (config key: backbone.name_or_path)"
+    )
 
 
 def test_a_sharded_model_with_a_missing_shard_names_it(tmp_path):
     root = _model_dir(tmp_path / "m", skip=("model.safetensors",))
-    (root / "model.safetensors.index.json").write_text(json.dumps(
-        {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    (root / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
+    )
     (root / "model-00001-of-00002.safetensors").write_bytes(b"")
-    with pytest.raises(AssetError, match=r"model\.safetensors\.index\.json: names model-00002-of-00002\.safetensors, "
-                                         r"which is missing from .*/m \(1 shard\(s\) missing"):
+    with pytest.raises(
+        AssetError,
+        match=r"model\.safetensors\.index\.json: names model-00002-of-00002\.safetensors, "
+        r"which is missing from .*/m \(1 shard\(s\) missing",
+    ):
         check_model_dir(str(root), "backbone.name_or_path")
 
 
@@ -313,13 +380,20 @@ def test_a_model_directory_without_config_json_is_named(tmp_path):
         Backbone(str(root)).load_model()
 
 
-@pytest.mark.parametrize("key,value,words", [
-    ("vocab_size", 1_000_000_000, "vocab_size=1000000000: its word-embedding table (1000000000 × hidden_size=128 × 4 "
-                                  "bytes = 476.84 GiB) is larger than this machine's 64.00 GiB of memory"),
-    ("max_position_embeddings", 10**9, "max_position_embeddings=1000000000: its position-embedding table"),
-    ("hidden_size", 0, "hidden_size=0: expected a positive integer"),
-    ("num_hidden_layers", "2", "num_hidden_layers='2': expected a positive integer"),
-])
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        (
+            "vocab_size",
+            1_000_000_000,
+            "vocab_size=1000000000: its word-embedding table (1000000000 × hidden_size=128 × 4 "
+            "bytes = 476.84 GiB) is larger than this machine's 64.00 GiB of memory",
+        ),
+        ("max_position_embeddings", 10**9, "max_position_embeddings=1000000000: its position-embedding table"),
+        ("hidden_size", 0, "hidden_size=0: expected a positive integer"),
+        ("num_hidden_layers", "2", "num_hidden_layers='2': expected a positive integer"),
+    ],
+)
 def test_absurd_sizes_in_config_json_are_named_by_file_and_key(tmp_path, key, value, words):
     root = _model_dir(tmp_path / "m", **{key: value})
     with pytest.raises(AssetError) as ei:
@@ -353,30 +427,53 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
     empty.write_text("")
     no_weights = _model_dir(tmp / "data" / "no-weights", skip=("model.safetensors",))
     huge = _model_dir(tmp / "data" / "huge", vocab_size=10**12)  # absurd on any machine
+
     def finetune(triplets: Path) -> list[str]:
-        return [*_BASE, "stage=finetune", "data=jsonl", f"data.train.path={triplets}", "data.batch_size=4",
-                "trainer.max_steps=2", "trainer.limit_val_batches=0", "eval=none"]
+        return [
+            *_BASE,
+            "stage=finetune",
+            "data=jsonl",
+            f"data.train.path={triplets}",
+            "data.batch_size=4",
+            "trainer.max_steps=2",
+            "trainer.limit_val_batches=0",
+            "eval=none",
+        ]
 
     return {
-        "qrels_all_zero": ([*_EVAL, f"eval.path={zeros}"],
-                           [f"{zeros}/qrels/test.tsv: no query has a positive grade (all 4 judgments"]),
+        "qrels_all_zero": (
+            [*_EVAL, f"eval.path={zeros}"],
+            [f"{zeros}/qrels/test.tsv: no query has a positive grade (all 4 judgments"],
+        ),
         "bom_in_every_file": ([*_EVAL, f"eval.path={bom}"], []),
-        "doc_id_with_a_space": ([*_EVAL, f"eval.path={spaced}"],
-                                [f"{spaced}/corpus.jsonl:9: field '_id'='doc 9' contains whitespace"]),
-        "doc_max_length_past_the_model": ([*finetune(train), "data.doc_max_length=4096"],
-                                          ["model.encoder.doc_max_length=4096: expected at most 512 tokens",
-                                           "(max_position_embeddings=512) (config key: data.doc_max_length)"]),
-        "max_steps_not_a_number": ([*finetune(train), "trainer.max_steps=abc"],
-                                   ["trainer.max_steps='abc': expected an integer >= 1 (or -1 for no limit)"]),
-        "max_steps_negative": ([*finetune(train), "trainer.max_steps=-5"],
-                               ["trainer.max_steps=-5: expected an integer >= 1 (or -1 for no limit)"]),
-        "model_dir_without_weights": ([*_EVAL, f"eval.path={bom}", f"backbone.name_or_path={no_weights}"],
-                                      [f"{no_weights}: no model weights: expected model.safetensors or "
-                                       "pytorch_model.bin"]),
-        "absurd_vocab_size": ([*_EVAL, f"eval.path={bom}", f"backbone.name_or_path={huge}"],
-                              [f"{huge}/config.json: vocab_size=1000000000000: its word-embedding table"]),
-        "empty_triplet_file": (finetune(empty),
-                               [f"{empty}: the triplet file is empty"]),
+        "doc_id_with_a_space": (
+            [*_EVAL, f"eval.path={spaced}"],
+            [f"{spaced}/corpus.jsonl:9: field '_id'='doc 9' contains whitespace"],
+        ),
+        "doc_max_length_past_the_model": (
+            [*finetune(train), "data.doc_max_length=4096"],
+            [
+                "model.encoder.doc_max_length=4096: expected at most 512 tokens",
+                "(max_position_embeddings=512) (config key: data.doc_max_length)",
+            ],
+        ),
+        "max_steps_not_a_number": (
+            [*finetune(train), "trainer.max_steps=abc"],
+            ["trainer.max_steps='abc': expected an integer >= 1 (or -1 for no limit)"],
+        ),
+        "max_steps_negative": (
+            [*finetune(train), "trainer.max_steps=-5"],
+            ["trainer.max_steps=-5: expected an integer >= 1 (or -1 for no limit)"],
+        ),
+        "model_dir_without_weights": (
+            [*_EVAL, f"eval.path={bom}", f"backbone.name_or_path={no_weights}"],
+            [f"{no_weights}: no model weights: expected model.safetensors or pytorch_model.bin"],
+        ),
+        "absurd_vocab_size": (
+            [*_EVAL, f"eval.path={bom}", f"backbone.name_or_path={huge}"],
+            [f"{huge}/config.json: vocab_size=1000000000000: its word-embedding table"],
+        ),
+        "empty_triplet_file": (finetune(empty), [f"{empty}: the triplet file is empty"]),
     }
 
 
@@ -386,9 +483,20 @@ def cli_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, P
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
     cases = _cli_cases(tmp)
     assert sorted(cases) == sorted(CLI_NAMES)
-    procs = {name: (subprocess.Popen([sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={tmp / name}"],
-                                     cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-                    tmp / name) for name, (overrides, _) in cases.items()}
+    procs = {
+        name: (
+            subprocess.Popen(
+                [sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={tmp / name}"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+            tmp / name,
+        )
+        for name, (overrides, _) in cases.items()
+    }
     out = {}
     for name, (proc, run_dir) in procs.items():
         stdout, stderr = proc.communicate(timeout=600)
@@ -396,9 +504,17 @@ def cli_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, P
     return out
 
 
-CLI_NAMES = ["qrels_all_zero", "bom_in_every_file", "doc_id_with_a_space", "doc_max_length_past_the_model",
-             "max_steps_not_a_number", "max_steps_negative", "model_dir_without_weights", "absurd_vocab_size",
-             "empty_triplet_file"]
+CLI_NAMES = [
+    "qrels_all_zero",
+    "bom_in_every_file",
+    "doc_id_with_a_space",
+    "doc_max_length_past_the_model",
+    "max_steps_not_a_number",
+    "max_steps_negative",
+    "model_dir_without_weights",
+    "absurd_vocab_size",
+    "empty_triplet_file",
+]
 # config values: refused before the run starts (no status.json: no stage ran, no model was loaded)
 BEFORE_THE_RUN = {"max_steps_not_a_number", "max_steps_negative"}
 

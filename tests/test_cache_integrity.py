@@ -1,5 +1,6 @@
 """Cache entries are used only when complete and unchanged (a sha256 of every file, recorded when built): a truncated
 or edited entry is rebuilt with one warning naming its path; the trained vocabulary is the same bytes every build."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +29,11 @@ def _truncate(path: Path) -> None:
 
 
 def _digests(directory: Path) -> dict[str, str]:
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 # ---- the marker itself -----------------------------------------------------------------------------------------
@@ -43,12 +47,15 @@ def test_seal_and_problem(tmp_path: Path) -> None:
     assert integrity.problem(entry).startswith("no completion marker vtlab_complete.json")
     integrity.seal(entry)
     recorded = json.loads((entry / integrity.MARKER).read_text())["files"]
-    assert recorded == {"a.bin": hashlib.sha256(b"weights" * 100).hexdigest(),
-                        "sub/b.json": hashlib.sha256(b"{}").hexdigest()}
+    assert recorded == {
+        "a.bin": hashlib.sha256(b"weights" * 100).hexdigest(),
+        "sub/b.json": hashlib.sha256(b"{}").hexdigest(),
+    }
     assert integrity.problem(entry) is None
     _truncate(entry / "a.bin")
-    assert integrity.problem(entry) == ("a.bin differs from the sha256 recorded when it was built (truncated or "
-                                        "changed)")
+    assert integrity.problem(entry) == (
+        "a.bin differs from the sha256 recorded when it was built (truncated or changed)"
+    )
     (entry / "a.bin").unlink()
     assert integrity.problem(entry) == "a.bin is missing"
     (entry / integrity.MARKER).write_text("{not json")
@@ -67,11 +74,14 @@ def test_damaged_transfer_cache_is_rebuilt_with_one_warning(caplog) -> None:
         again = cached_transfer(Backbone("asset:splade-tiny"), vocab, Mean())
     assert again == out
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [f"vocabulary transfer cache {out} is not usable (model.safetensors differs from the sha256 "
-                        "recorded when it was built (truncated or changed)): rebuilding it"]
+    assert warnings == [
+        f"vocabulary transfer cache {out} is not usable (model.safetensors differs from the sha256 "
+        "recorded when it was built (truncated or changed)): rebuilding it"
+    ]
     timed = ("transfer_report.json", integrity.MARKER)  # the report holds the build's seconds
-    assert {k: v for k, v in _digests(out).items() if k not in timed} == {k: v for k, v in built.items()
-                                                                         if k not in timed}  # deterministic
+    assert {k: v for k, v in _digests(out).items() if k not in timed} == {
+        k: v for k, v in built.items() if k not in timed
+    }  # deterministic
     assert integrity.problem(out) is None
     assert Backbone(str(out)).load_model().get_input_embeddings().weight.shape[0] == 30522
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp dir left behind
@@ -83,17 +93,27 @@ def test_damaged_mlm_cache_is_retrained(caplog) -> None:
     from vtlab.backbones import TinyModernBert
     from vtlab.models.mlm import train_cached
 
-    recipe = OmegaConf.create({"steps": 2, "batch_size": 4, "max_length": 32, "mlm_probability": 0.3, "lr": 1e-4,
-                               "weight_decay": 0.0, "scheduler": None, "warmup_steps": 0,
-                               "corpus": {"_target_": "vtlab.data.corpora.boolq_passages", "_partial_": True,
-                                          "max_docs": 50}})
+    recipe = OmegaConf.create(
+        {
+            "steps": 2,
+            "batch_size": 4,
+            "max_length": 32,
+            "mlm_probability": 0.3,
+            "lr": 1e-4,
+            "weight_decay": 0.0,
+            "scheduler": None,
+            "warmup_steps": 0,
+            "corpus": {"_target_": "vtlab.data.corpora.boolq_passages", "_partial_": True, "max_docs": 50},
+        }
+    )
     out, _ = train_cached(TinyModernBert(), recipe, seed=0)
     (out / "tokenizer.json").unlink()
     with caplog.at_level(logging.WARNING, logger="vtlab"):
         again, report = train_cached(TinyModernBert(), recipe, seed=0)
     assert again == out and report["steps"] == 2 and integrity.problem(out) is None
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
-        f"mlm cache {out} is not usable (tokenizer.json is missing): retraining it"]
+        f"mlm cache {out} is not usable (tokenizer.json is missing): retraining it"
+    ]
 
 
 def test_damaged_vocabulary_cache_is_retrained(caplog) -> None:
@@ -107,7 +127,8 @@ def test_damaged_vocabulary_cache_is_retrained(caplog) -> None:
     assert tok.convert_ids_to_tokens([0, 1, 2, 3, 4]) == list(SPECIALS)
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         f"vocab=corpus-wordpiece: cached tokenizer {path} is not usable (tokenizer.json differs from the sha256 "
-        "recorded when it was built (truncated or changed)): retraining it"]
+        "recorded when it was built (truncated or changed)): retraining it"
+    ]
 
 
 def test_truncated_weights_in_a_model_directory_name_the_file(tmp_path: Path) -> None:
@@ -123,8 +144,9 @@ def test_truncated_weights_in_a_model_directory_name_the_file(tmp_path: Path) ->
     with pytest.raises(AssetError) as ei:
         Backbone(str(copy)).load_model()
     assert str(ei.value).startswith(f"{copy / 'model.safetensors'}: cannot read the weights (")
-    assert str(ei.value).endswith("); the file is truncated or damaged (config key: backbone.name_or_path): rebuild "
-                                  "or re-download it")
+    assert str(ei.value).endswith(
+        "); the file is truncated or damaged (config key: backbone.name_or_path): rebuild or re-download it"
+    )
 
 
 def _flip_last_data_byte(path: Path) -> None:

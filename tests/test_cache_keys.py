@@ -1,6 +1,7 @@
 """Cache keys stream: `stable_hash` of byte chunks is the sha1 of their concatenation (hashlib's own digest is the
 reference), so corpus-sized keys (IDF, a corpus WordPiece's text corpus) need no corpus-sized buffer and keep the
 values they had when they hashed one joined buffer."""
+
 import hashlib
 
 from vtlab.atomic import json_hash, stable_hash
@@ -41,7 +42,9 @@ def test_vocabulary_cache_keys_are_pinned(monkeypatch):
     assert _corpus_id(TextCorpus()) == TextCorpus.CACHE_ID == "vtlab.data.clean.clean_train_passages"
     assert CorpusWordPiece("corpus-wordpiece").cache_key() == "corpus-wordpiece-e7014089e94f"
     assert NativeVocab("native").cache_key() == "native:native"
-    assert (PretrainedVocab("bert-uncased", "bert-base-uncased", "bert-base-uncased").cache_key()
-            == "pretrained:bert-uncased:tokenizer=bert-base-uncased:embeddings=bert-base-uncased")
+    assert (
+        PretrainedVocab("bert-uncased", "bert-base-uncased", "bert-base-uncased").cache_key()
+        == "pretrained:bert-uncased:tokenizer=bert-base-uncased:embeddings=bert-base-uncased"
+    )
     masked = CasedOutputsMasked("lowercase-masked")
     assert masked.cache_key() == "cased-outputs-masked:lowercase-masked:recipe=v1:bias=-10000"

@@ -35,6 +35,7 @@ def test_row_cosine_is_one_for_copied_rows_and_mass_counts_the_lighter_variants(
     assert copied["row_cosine"] == pytest.approx(1.0, abs=1e-5)
     # hand check of the mass share: recompute from the document weights
     from vtlab.diagnose.case import document_terms
+
     w = document_terms(model, tok, texts)
     groups = [g for _, g in case_groups(tok)]
     spread = sum(float((w[:, g].sum(1) - w[:, g].max(1).values).sum()) for g in groups)

@@ -1,5 +1,6 @@
 """The conf/ directory is computed once, in vtlab/paths.py: it is the repository's conf/, the Hydra entry point reads
 it, and no other module computes it again."""
+
 from __future__ import annotations
 
 import re
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from helpers import CONF, ROOT
 from vtlab.paths import CONF_DIR
+
 
 def test_conf_dir_is_the_repositorys_conf() -> None:
     assert CONF_DIR == CONF.resolve() and (CONF_DIR / "config.yaml").is_file()
@@ -18,8 +20,11 @@ def test_the_entry_point_composes_conf_dir() -> None:
     import vtlab.__main__ as entry
 
     # @hydra.main keeps its config_path in the wrapped function's closure; Hydra turns it into the search path
-    config_path = next(c.cell_contents for c in entry.main.__closure__ or ()
-                       if isinstance(c.cell_contents, str) and c.cell_contents.endswith("conf"))
+    config_path = next(
+        c.cell_contents
+        for c in entry.main.__closure__ or ()
+        if isinstance(c.cell_contents, str) and c.cell_contents.endswith("conf")
+    )
     assert Path(compute_search_path_dir(entry.__file__, "vtlab.__main__", config_path)) == CONF_DIR
 
 

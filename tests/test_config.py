@@ -1,4 +1,5 @@
 """Every config group value composes and resolves; the CLI fails clearly on bad choices and missing keys."""
+
 import os
 import subprocess
 import sys
@@ -11,8 +12,12 @@ from helpers import CONF, ROOT, compose_cfg
 
 GROUPS = sorted(d.name for d in CONF.iterdir() if d.is_dir() and d.name != "hydra")  # hydra/: Hydra's own groups
 # keys a user must fill for some choices (`???` in the YAML); everything else must resolve as composed
-REQUIRED = {("eval", "beir"): {"eval.path"}, ("eval", "hf-beir"): {"eval.name"}, ("eval", "mteb"): {"eval.name"},
-            ("data", "jsonl"): {"data.train.path"}}
+REQUIRED = {
+    ("eval", "beir"): {"eval.path"},
+    ("eval", "hf-beir"): {"eval.name"},
+    ("eval", "mteb"): {"eval.name"},
+    ("data", "jsonl"): {"data.train.path"},
+}
 
 
 def options(group: str) -> list[str]:
@@ -38,7 +43,7 @@ def experiment_file(experiment: str) -> tuple[dict, list[str], dict[str, str]]:
         if isinstance(entry, str):
             includes.append(entry.removeprefix("/experiment/"))
         else:
-            (key, option), = entry.items()
+            ((key, option),) = entry.items()
             overrides[key.removeprefix("override ").lstrip("/")] = option
     raw.pop("hydra", None)
     return raw, includes, overrides
@@ -95,8 +100,9 @@ def test_experiment_composes(experiment, tmp_path):
     if "name" in own:
         assert cfg.name == own["name"] == "-".join(dict.fromkeys([parts[0], parts[-1]]))
     else:
-        assert experiment in INCLUDED, (f"{experiment} sets no name (it would run as {cfg.name!r}) "
-                                        "and nothing includes it")
+        assert experiment in INCLUDED, (
+            f"{experiment} sets no name (it would run as {cfg.name!r}) and nothing includes it"
+        )
     # a table's rows share its wandb group (elsewhere `group` may stay null: one group per sweep)
     if len(parts) > 1 and experiment not in INCLUDED:
         assert isinstance(cfg.group, str) and cfg.group
@@ -156,8 +162,9 @@ def test_default_is_offline_quickstart(tmp_path):
 
 def _cli(*overrides: str, timeout: int = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
-    return subprocess.run([sys.executable, "-m", "vtlab", *overrides], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "vtlab", *overrides], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_cli_unknown_group_value_lists_options(tmp_path):

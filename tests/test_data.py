@@ -1,4 +1,5 @@
 """Data layer: triplet JSONL validation, BEIR round trip, BM25 mining, the DataModule, offline hub errors."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -24,8 +25,10 @@ GOOD = {"query": "q one", "positive": "pos text", "negatives": ["neg a", "neg b"
 
 def _write(tmp_path: Path, lines: list, name: str = "t.jsonl") -> Path:
     p = tmp_path / name
-    p.write_bytes(b"\n".join(x if isinstance(x, bytes) else (x if isinstance(x, str) else json.dumps(x)).encode()
-                             for x in lines) + b"\n")
+    p.write_bytes(
+        b"\n".join(x if isinstance(x, bytes) else (x if isinstance(x, str) else json.dumps(x)).encode() for x in lines)
+        + b"\n"
+    )
     return p
 
 
@@ -84,8 +87,9 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_write_roundtrip_atomic(tmp_path: Path) -> None:
     exs = [
-        TripletExample("q\n1", "p \"x\" é", ["n1", "n2"], [1.0, 0.5, -2.0],
-                       query_id="1", positive_id="d1", negative_ids=["d2", "d3"]),
+        TripletExample(
+            "q\n1", 'p "x" é', ["n1", "n2"], [1.0, 0.5, -2.0], query_id="1", positive_id="d1", negative_ids=["d2", "d3"]
+        ),
         TripletExample("q2", "p2", ["n3"]),
     ]
     p = tmp_path / "sub" / "out.jsonl"
@@ -129,18 +133,30 @@ def test_beir_titles_and_unjudged_queries(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "fname,content,expected",
     [
-        ("corpus.jsonl", '{"_id": "d1", "text": "a"}\n{"_id": "d1", "text": "b"}\n',
-         "corpus.jsonl:2: duplicate doc id"),
+        (
+            "corpus.jsonl",
+            '{"_id": "d1", "text": "a"}\n{"_id": "d1", "text": "b"}\n',
+            "corpus.jsonl:2: duplicate doc id",
+        ),
         ("corpus.jsonl", '{"_id": "d1", "text": "a"}\n{"_id": "d2"}\n', "corpus.jsonl:2: missing field 'text'"),
         ("corpus.jsonl", '{"_id": "d1", "text": "a"}\n{bad\n', "corpus.jsonl:2: invalid JSON"),
         ("queries.jsonl", '{"_id": "q1", "text": 3}\n', "queries.jsonl:1: field 'text' must be a string"),
         ("queries.jsonl", '{"text": "x"}\n', "queries.jsonl:1: field '_id'"),
-        ("qrels/test.tsv", "query-id\tcorpus-id\tscore\nq1\td9\t1\n",
-         "test.tsv:2: 'corpus-id' 'd9' is not in corpus.jsonl"),
-        ("qrels/test.tsv", "query-id\tcorpus-id\tscore\nq7\td1\t1\n",
-         "test.tsv:2: 'query-id' 'q7' is not in queries.jsonl"),
-        ("qrels/test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\thigh\n",
-         "test.tsv:2: column 'score' must be an integer"),
+        (
+            "qrels/test.tsv",
+            "query-id\tcorpus-id\tscore\nq1\td9\t1\n",
+            "test.tsv:2: 'corpus-id' 'd9' is not in corpus.jsonl",
+        ),
+        (
+            "qrels/test.tsv",
+            "query-id\tcorpus-id\tscore\nq7\td1\t1\n",
+            "test.tsv:2: 'query-id' 'q7' is not in queries.jsonl",
+        ),
+        (
+            "qrels/test.tsv",
+            "query-id\tcorpus-id\tscore\nq1\td1\thigh\n",
+            "test.tsv:2: column 'score' must be an integer",
+        ),
         ("qrels/test.tsv", "query-id\tcorpus-id\tscore\nq1 d1 1\n", "test.tsv:2: expected 3 tab-separated columns"),
     ],
 )
@@ -326,8 +342,9 @@ def test_validation_errors(tokenizer) -> None:
     exs = _examples(3, negs=4)
     exs[1].negatives = ["only one"]
     exs[1].scores = [1.0, 0.0]
-    with pytest.raises(DataError,
-                       match=r"example 1 \(query 'query number 1'\) has 1 negatives, but data.num_negatives=2"):
+    with pytest.raises(
+        DataError, match=r"example 1 \(query 'query number 1'\) has 1 negatives, but data.num_negatives=2"
+    ):
         TripletDataModule(exs, tokenizer=tokenizer, num_negatives=2).setup("fit")
     mixed = _examples(3)
     mixed[2].scores = None

@@ -1,5 +1,6 @@
 """`vtlab diagnose`: tokenizer fit and vocabulary redundancy against hand-computed values on a 5-sentence corpus,
 output-space activity against a direct computation, the verdict, and the report of a real multirun."""
+
 import json
 import os
 import subprocess
@@ -35,21 +36,63 @@ CORPUS = ["The cat sat on the mat.", "The dogs ran.", "A cat, a dog.", "Unbeliev
 
 
 # -- hand-made tokenizers ----------------------------------------------------------------------------------------------
-WP_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "a", "dog", "ran",
-            "##s", "un", "##bel", "##iev", "##able", ".", ",", "s", "able"]
+WP_VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "mat",
+    "a",
+    "dog",
+    "ran",
+    "##s",
+    "un",
+    "##bel",
+    "##iev",
+    "##able",
+    ".",
+    ",",
+    "s",
+    "able",
+]
 
 
 def wordpiece_uncased() -> PreTrainedTokenizerFast:
     tk = Tokenizer(WordPiece({t: i for i, t in enumerate(WP_VOCAB)}, unk_token="[UNK]"))
     tk.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
     tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
 
 
 BYTE_CHAR = {b: c for c, b in _byte_alphabet().items()}  # byte → GPT-2's stand-in character
-BPE_WORDS = ["The", "the", "Ġthe", "ĠThe", "Ġcat", "ĠCat", "Ġsat", "Ġon", "Ġmat", "Ġdogs", "Ġran", "Ġa", "Ġdog",
-             "Ġcats"]
+BPE_WORDS = [
+    "The",
+    "the",
+    "Ġthe",
+    "ĠThe",
+    "Ġcat",
+    "ĠCat",
+    "Ġsat",
+    "Ġon",
+    "Ġmat",
+    "Ġdogs",
+    "Ġran",
+    "Ġa",
+    "Ġdog",
+    "Ġcats",
+]
 # single characters: what the corpus needs beyond BPE_WORDS ("Unbelievable" letters, punctuation, the space "Ġ")
 BPE_CHARS = ["A", "U", "n", "b", "e", "l", "i", "v", "a", ".", ",", "!", "Ġ"]
 CYRILLIC_BYTES = sorted({BYTE_CHAR[b] for b in "Привет мир".encode()} - {"Ġ"})  # 9 bytes: D0 D1 9F 80 B8 B2 B5 82 BC
@@ -196,10 +239,12 @@ def _direct_figures(z: torch.Tensor) -> dict[str, float]:
     cos = u @ u.T
     n = z.shape[0]
     freq = active.double().mean(0)
-    return {"mean_active_per_doc": float(active.sum(1).double().mean()),
-            "dead_fraction": float((freq == 0).double().mean()),
-            "always_on_fraction": float((freq >= 0.99).double().mean()),
-            "mean_pairwise_cosine": float((cos.sum() - cos.diagonal().sum()) / (n * (n - 1)))}
+    return {
+        "mean_active_per_doc": float(active.sum(1).double().mean()),
+        "dead_fraction": float((freq == 0).double().mean()),
+        "always_on_fraction": float((freq >= 0.99).double().mean()),
+        "mean_pairwise_cosine": float((cos.sum() - cos.diagonal().sum()) / (n * (n - 1))),
+    }
 
 
 PROBE_TEXTS = [
@@ -237,19 +282,37 @@ def test_activity_matches_direct_computation_before_and_after_apc():
     # apc=off: probed as is, no "after" state
     off = output_activity(encoder, texts, APC(percentile=None, num_docs=8, max_length=48, batch_size=3))
     assert "after" not in off and off["apc"]["cutoff"] == 0.0
-    assert off["before"]["mean_pairwise_cosine"] == pytest.approx(_direct_figures(z - cut)["mean_pairwise_cosine"],
-                                                                  abs=1e-4)
+    assert off["before"]["mean_pairwise_cosine"] == pytest.approx(
+        _direct_figures(z - cut)["mean_pairwise_cosine"], abs=1e-4
+    )
 
 
 # -- verdict -----------------------------------------------------------------------------------------------------------
 def _result(label, fertility, split3, frequent, bad, spread, vocab="native", apc="off"):
-    return {"candidate": {"label": label, "backbone": label, "vocab": vocab, "init": "auto", "apc": apc,
-                          "apc_enabled": apc != "off", "transfers": vocab != "native"},
-            "fit": {"fertility": fertility, "split3_share": split3, "frequent_single_token_share": frequent,
-                    "unk_or_byte_rate": bad},
-            "redundancy": {"corpus": {"spread_mass_share": spread, "split_examples": [
-                {"form": "the", "surfaces": [["Ġthe", 9], ["The", 3]]}]}},
-            "activity": None}
+    return {
+        "candidate": {
+            "label": label,
+            "backbone": label,
+            "vocab": vocab,
+            "init": "auto",
+            "apc": apc,
+            "apc_enabled": apc != "off",
+            "transfers": vocab != "native",
+        },
+        "fit": {
+            "fertility": fertility,
+            "split3_share": split3,
+            "frequent_single_token_share": frequent,
+            "unk_or_byte_rate": bad,
+        },
+        "redundancy": {
+            "corpus": {
+                "spread_mass_share": spread,
+                "split_examples": [{"form": "the", "surfaces": [["Ġthe", 9], ["The", 3]]}],
+            }
+        },
+        "activity": None,
+    }
 
 
 def test_verdict_ranks_by_mean_rank_and_suggests_transfer_for_redundant_vocabulary():
@@ -291,10 +354,19 @@ def test_stage_report_with_activity(tmp_path):
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in CORPUS))
-    cfg = compose_cfg([
-        "stage=diagnose", "backbone=splade-tiny", "vocab=native", "apc=p60", "logger=none",
-        f"paths.run_dir={tmp_path / 'run'}", f"diagnose.corpus.path={corpus}", "diagnose.activity.num_docs=5",
-        "diagnose.activity.max_length=32"])
+    cfg = compose_cfg(
+        [
+            "stage=diagnose",
+            "backbone=splade-tiny",
+            "vocab=native",
+            "apc=p60",
+            "logger=none",
+            f"paths.run_dir={tmp_path / 'run'}",
+            f"diagnose.corpus.path={corpus}",
+            "diagnose.activity.num_docs=5",
+            "diagnose.activity.max_length=32",
+        ]
+    )
     state = run(cfg)
     out = tmp_path / "run" / "diagnose"
     assert state["diagnose_dir"] == out
@@ -304,8 +376,15 @@ def test_stage_report_with_activity(tmp_path):
     # ##т м ##и ##р ." 10 → 30 tokens / 17 words
     assert result["fit"]["fertility"] == pytest.approx(30 / 17)
     assert result["activity"]["docs"] == 5 and len(result["activity"]["after"]["active_per_doc"]) == 5
-    for name in ("report.md", "report.json", "fit.png", "redundancy.png", "activity.png", "scripts.png",
-                 "max_logits.png"):
+    for name in (
+        "report.md",
+        "report.json",
+        "fit.png",
+        "redundancy.png",
+        "activity.png",
+        "scripts.png",
+        "max_logits.png",
+    ):
         assert (out / name).stat().st_size > 0, name
     md = (out / "report.md").read_text()
     assert "## 3. Output-space activity" in md and "p60 (bias" in md
@@ -319,9 +398,25 @@ def _diagnose_sweep(tmp: Path, texts: list[str], *overrides: str) -> tuple[Path,
     sweep = tmp / "sweep"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
     proc = subprocess.run(
-        [sys.executable, "-m", "vtlab", "-m", "stage=diagnose", "backbone=splade-tiny,tiny-modernbert",
-         "vocab=native", "logger=none", f"diagnose.corpus.path={corpus}", *overrides, f"hydra.sweep.dir={sweep}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "vtlab",
+            "-m",
+            "stage=diagnose",
+            "backbone=splade-tiny,tiny-modernbert",
+            "vocab=native",
+            "logger=none",
+            f"diagnose.corpus.path={corpus}",
+            *overrides,
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return sweep, proc
 
 
@@ -356,9 +451,13 @@ def test_multirun_writes_jobs_and_combined_report(tmp_path):
 # -- sparse starts, random-init backbones ------------------------------------------------------------------------------
 # Recent words bert-base-uncased's WordPiece cuts up and the OLMo BPE keeps whole, each written in one form only (no
 # sentence-initial repeats): on tokenizer fit alone the random-init tiny-modernbert beats the trained SPLADE-tiny.
-MODERN = ["new smartphone apps stream podcasts and livestreams", "many blockchain startups sell cryptocurrency tokens",
-          "most influencers post selfies with hashtags", "some platforms recommend binge watching",
-          "few emoji keyboards autocorrect texting slang"]
+MODERN = [
+    "new smartphone apps stream podcasts and livestreams",
+    "many blockchain startups sell cryptocurrency tokens",
+    "most influencers post selfies with hashtags",
+    "some platforms recommend binge watching",
+    "few emoji keyboards autocorrect texting slang",
+]
 
 
 @pytest.fixture(scope="module")
@@ -366,8 +465,9 @@ def apc_sweep(shared_cache, tmp_path_factory):
     """The reported command, `-m stage=diagnose backbone=splade-tiny,tiny-modernbert vocab=native apc=p60`, on MODERN
     with a 5-document probe: (sweep dir, stdout)."""
     tmp = tmp_path_factory.mktemp("apc-sweep")
-    sweep, proc = _diagnose_sweep(tmp, MODERN, "apc=p60", "diagnose.activity.num_docs=5",
-                                  "diagnose.activity.max_length=32")
+    sweep, proc = _diagnose_sweep(
+        tmp, MODERN, "apc=p60", "diagnose.activity.num_docs=5", "diagnose.activity.max_length=32"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return sweep, proc.stdout
 
@@ -385,22 +485,36 @@ def test_diagnose_keeps_apc_off_for_a_sparse_splade_it_would_densify(apc_sweep):
     report = json.loads((sweep / "diagnose" / "report.json").read_text())
     mine = next(s for s in report["suggestions"] if s["label"] == "splade-tiny · native")
     assert mine["args"]["apc"] == "off" and mine["command"].endswith("apc=off")
-    assert mine["sparsity"] == {"apc": "p60", "low": low, "high": high, "before": before["mean_active_per_doc"],
-                                "after": after["mean_active_per_doc"], "start": "sparse", "after_place": "dense",
-                                "apc_accepted": False}
-    densifies = (f"apc=p60 takes it to {after['mean_active_per_doc']:,.1f} (dense, "
-                 f"{after['mean_active_per_doc'] / before['mean_active_per_doc']:,.1f}× as many; "
-                 f"{after['positive_share']:.1%} of (document, term) max-logits > 0)")
-    assert any(w.startswith(f"apc=off: already sparse as is ({before['mean_active_per_doc']:,.1f} active dims")
-               and "keep apc=off" in w and densifies + ": not suggested" in w for w in mine["why"]), mine["why"]
+    assert mine["sparsity"] == {
+        "apc": "p60",
+        "low": low,
+        "high": high,
+        "before": before["mean_active_per_doc"],
+        "after": after["mean_active_per_doc"],
+        "start": "sparse",
+        "after_place": "dense",
+        "apc_accepted": False,
+    }
+    densifies = (
+        f"apc=p60 takes it to {after['mean_active_per_doc']:,.1f} (dense, "
+        f"{after['mean_active_per_doc'] / before['mean_active_per_doc']:,.1f}× as many; "
+        f"{after['positive_share']:.1%} of (document, term) max-logits > 0)"
+    )
+    assert any(
+        w.startswith(f"apc=off: already sparse as is ({before['mean_active_per_doc']:,.1f} active dims")
+        and "keep apc=off" in w
+        and densifies + ": not suggested" in w
+        for w in mine["why"]
+    ), mine["why"]
     for md in (sweep / "0" / "diagnose" / "report.md", sweep / "diagnose" / "report.md"):
         text = md.read_text()
         assert "```bash\npython -m vtlab backbone=splade-tiny vocab=native apc=off\n```" in text and densifies in text
     assert "keep apc=off" in stdout
     # the ranking's "start of fine-tuning" is the state the verdict keeps: as built, not after p60
     ranked = next(e for e in report["ranking"] if e["label"] == "splade-tiny · native")
-    assert f"mean cosine between documents (start of fine-tuning) ({before['mean_pairwise_cosine']:.3f})" in \
-        "; ".join(ranked["reasons"])
+    assert f"mean cosine between documents (start of fine-tuning) ({before['mean_pairwise_cosine']:.3f})" in "; ".join(
+        ranked["reasons"]
+    )
     # the random-init tiny-modernbert starts dense (nearly every logit > 0): there p60 moves it toward sparse
     other = next(s for s in report["suggestions"] if s["label"] == "tiny-modernbert · native")
     assert other["sparsity"]["start"] == "dense" and other["sparsity"]["apc_accepted"] is True

@@ -4,6 +4,7 @@ write that fails anyway is one line naming the path, with no temp file left behi
 Tests run as root, where a chmod 0500 directory still takes writes: a read-only or full disk is stood in for by
 os-level functions that fail as the kernel does (OSError with EROFS / ENOSPC), and the free space by shutil.disk_usage.
 """
+
 from __future__ import annotations
 
 import errno
@@ -64,7 +65,8 @@ def test_free_space_check_names_the_path_and_the_sizes(tmp_path: Path, monkeypat
     assert str(ei.value) == (
         f"{run_dir}: not enough free disk space to train: {gib(need - 1)} free, {gib(need)} needed (3 checkpoints of "
         f"{gib(ckpt)} = 1,001,000 parameters x 4 bytes x (1 + 2 optimizer states), model/ {gib(1_001_000 * 4)}, "
-        f"margin {gib(ckpt // 10 + 100 * MiB)}); free some space there or choose another hydra.run.dir")
+        f"margin {gib(ckpt // 10 + 100 * MiB)}); free some space there or choose another hydra.run.dir"
+    )
     _free(monkeypatch, need)
     check_free_space(run_dir, module)  # exactly enough
 
@@ -96,8 +98,9 @@ def test_a_full_run_dir_stops_training_before_its_first_step(tmp_path: Path, mon
     assert ei.value.code == 2
     assert steps == [] and not (tmp_path / "checkpoints").exists() and not (tmp_path / "model").exists()
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vtlab")]  # (+ progress bars)
-    assert len(err) == 1 and err[0].startswith(f"vtlab: error: {tmp_path}: not enough free disk space to train: "
-                                               "0.00 GiB free, ")
+    assert len(err) == 1 and err[0].startswith(
+        f"vtlab: error: {tmp_path}: not enough free disk space to train: 0.00 GiB free, "
+    )
 
 
 # ---- a write that fails: one line, nothing left behind ----------------------------------------------------------
@@ -127,8 +130,10 @@ def _read_only(monkeypatch) -> None:
 
 
 def _one_line(path: Path, what: str, code: str, fix: str) -> str:
-    return (f"{path}: cannot write: {what} ({code}); {fix} or choose another location (hydra.run.dir, VTLAB_CACHE); "
-            "nothing half-written was left behind")
+    return (
+        f"{path}: cannot write: {what} ({code}); {fix} or choose another location (hydra.run.dir, VTLAB_CACHE); "
+        "nothing half-written was left behind"
+    )
 
 
 FULL = ("no space left on the device", "ENOSPC", "free some space there")
@@ -203,7 +208,8 @@ def test_the_cli_prints_one_line_for_a_full_disk(tmp_path: Path, capsys, monkeyp
         run_or_exit(_cfg(tmp_path))
     assert ei.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "vtlab: error: " + _one_line(tmp_path / "eval" / "metrics.json", *FULL)]
+        "vtlab: error: " + _one_line(tmp_path / "eval" / "metrics.json", *FULL)
+    ]
 
 
 # ---- every way a run ends: status.json, the log, the run dir, errors that libraries wrap -------------------------
@@ -243,8 +249,11 @@ def test_a_status_that_cannot_be_written_at_all_is_said_on_stderr(tmp_path: Path
     monkeypatch.setattr(status_module.os, "pwrite", pwrite)
     status.fail(RuntimeError("boom"))  # the run's own error keeps its exit code: no exception from here
     assert capsys.readouterr().err.strip().splitlines() == [
-        (f"vtlab: error: {tmp_path / 'status.json'}: could not record the run as 'failed', it still says 'running': "
-         "no space left on the device (ENOSPC)")]
+        (
+            f"vtlab: error: {tmp_path / 'status.json'}: could not record the run as 'failed', it still says 'running': "
+            "no space left on the device (ENOSPC)"
+        )
+    ]
     with pytest.raises(DiskError, match="status.json: cannot write: no space left"):
         status.done()  # the entry point turns it into one line and exit 2: a finished run it cannot record
     monkeypatch.undo()
@@ -266,7 +275,8 @@ def test_disk_errors_anywhere_in_the_chain_are_one_line_naming_the_path(tmp_path
     assert isinstance(err, DiskError) and exit_code(err) == 2
     assert one_line(err, "data.train") == (  # the config key that was writing is no help: the disk is
         f"vtlab: error: {cache}: cannot write: the file system is read-only (EROFS); make it writable or choose "
-        "another location (hydra.run.dir, VTLAB_CACHE)")
+        "another location (hydra.run.dir, VTLAB_CACHE)"
+    )
 
     class SafetensorError(Exception):  # as safetensors reports a failed write: text, no errno, often no file
         pass
@@ -274,10 +284,14 @@ def test_disk_errors_anywhere_in_the_chain_are_one_line_naming_the_path(tmp_path
     note_write_roots(tmp_path / "run", cache)
     err = user_error(SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"))
     # both on one disk here: both named (on two disks, the one with the least free space)
-    assert str(err).startswith(f"a file under {tmp_path / 'run'} or a file under {cache}: cannot write: no space "
-                               "left on the device (ENOSPC)"), err
-    err = user_error(SafetensorError('Error while serializing: I/O error: Read-only file system (os error 30) at path '
-                                     f'"{cache}/.tmpAB"'))
+    assert str(err).startswith(
+        f"a file under {tmp_path / 'run'} or a file under {cache}: cannot write: no space left on the device (ENOSPC)"
+    ), err
+    err = user_error(
+        SafetensorError(
+            f'Error while serializing: I/O error: Read-only file system (os error 30) at path "{cache}/.tmpAB"'
+        )
+    )
     assert str(err).startswith(f"{cache}/.tmpAB: cannot write: the file system is read-only (EROFS)"), err
     assert user_error(RuntimeError("boom")) is None
     try:
@@ -287,8 +301,10 @@ def test_disk_errors_anywhere_in_the_chain_are_one_line_naming_the_path(tmp_path
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
     except RuntimeError as exc:
         err = atomic.disk_error(tmp_path / "last.ckpt", exc)
-    assert str(err).startswith(f"{tmp_path / 'last.ckpt'}: cannot write: the file-size limit is reached (EFBIG); "
-                               "raise it (ulimit -f) or choose another location"), err
+    assert str(err).startswith(
+        f"{tmp_path / 'last.ckpt'}: cannot write: the file-size limit is reached (EFBIG); "
+        "raise it (ulimit -f) or choose another location"
+    ), err
     quoted = DiskError(f"{cache}: cannot write: [Errno 28] No space left on device")  # ours: kept as it is
     assert user_error(quoted) is quoted
     note_write_roots()
@@ -305,8 +321,9 @@ def test_a_log_file_on_a_full_disk_is_one_warning_not_a_traceback_per_record(tmp
     try:
         guard_log_files()
         logging.getLogger("vtlab.test").warning("written")
-        handler.stream = io.TextIOWrapper(io.BufferedWriter(_FullDisk(os.open(tmp_path / "x", os.O_WRONLY | os.O_CREAT),
-                                                                      "w")))
+        handler.stream = io.TextIOWrapper(
+            io.BufferedWriter(_FullDisk(os.open(tmp_path / "x", os.O_WRONLY | os.O_CREAT), "w"))
+        )
         for _ in range(3):
             logging.getLogger("vtlab.test").warning("lost")
     finally:
@@ -314,20 +331,25 @@ def test_a_log_file_on_a_full_disk_is_one_warning_not_a_traceback_per_record(tmp
     err = capsys.readouterr().err
     assert "Traceback" not in err and "Logging error" not in err, err
     assert [line for line in err.splitlines() if line.startswith("vtlab")] == [
-        (f"vtlab: warning: {tmp_path / 'job.log'}: cannot write the log: no space left on the device (ENOSPC); it "
-         "stops here, the console keeps the rest")]
+        (
+            f"vtlab: warning: {tmp_path / 'job.log'}: cannot write the log: no space left on the device (ENOSPC); it "
+            "stops here, the console keeps the rest"
+        )
+    ]
     assert (tmp_path / "job.log").read_text().count("written") == 1
 
 
 def _hydra_cfg(run_dir: Path, callbacks: dict | None = None):
     from omegaconf import OmegaConf
 
-    return OmegaConf.create({"hydra": {"run": {"dir": str(run_dir)}, "sweep": {"dir": str(run_dir)},
-                                       "callbacks": callbacks or {}}})
+    return OmegaConf.create(
+        {"hydra": {"run": {"dir": str(run_dir)}, "sweep": {"dir": str(run_dir)}, "callbacks": callbacks or {}}}
+    )
 
 
-def test_a_run_dir_that_cannot_be_written_is_refused_before_hydra_writes_there(tmp_path: Path, monkeypatch,
-                                                                               capsys) -> None:
+def test_a_run_dir_that_cannot_be_written_is_refused_before_hydra_writes_there(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
     from vtlab.runs.writable import RunDirWritable
 
     run_dir = tmp_path / "runs" / "a"
@@ -340,8 +362,13 @@ def test_a_run_dir_that_cannot_be_written_is_refused_before_hydra_writes_there(t
         assert ei.value.code == 2
         assert capsys.readouterr().err.strip().splitlines() == ["vtlab: error: " + _one_line(run_dir, *READ_ONLY)]
     # stage=export run_dir=R: Hydra's directory moves into R (RunDirInside, a later callback); that one is checked
-    inside = {"run_dir_inside": {"_target_": "vtlab.runs.directory.RunDirInside", "source": str(tmp_path / "R"),
-                                 "subdir": "exports/t"}}
+    inside = {
+        "run_dir_inside": {
+            "_target_": "vtlab.runs.directory.RunDirInside",
+            "source": str(tmp_path / "R"),
+            "subdir": "exports/t",
+        }
+    }
     with pytest.raises(SystemExit):
         RunDirWritable().on_run_start(_hydra_cfg(run_dir, inside))
     assert capsys.readouterr().err.startswith(f"vtlab: error: {tmp_path / 'R' / 'exports' / 't'}: cannot write: ")

@@ -7,6 +7,7 @@ The disks are tmpfs mounts with a size limit (read-only by `mount -o remount,ro`
 these tests with the reason. The file-size limit is `ulimit -f`. `python -m vtlab` runs with tiny settings (splade-tiny,
 a few steps, a small eval): each test takes 10-25 s on 2 CPU cores.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,11 +27,31 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 # a checkpoint every step: the disk is filled after the first one, the second one meets it
-_TRAIN = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none", "stage=finetune",
-          "trainer.max_steps=3", "trainer.val_check_interval=3", "callbacks.last_checkpoint.every_n_train_steps=1",
-          "data.batch_size=2", "data.doc_max_length=32", "data.dev.dev_size=10", "data.dev.max_docs=50"]
-_EVAL = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none", "stage=evaluate",
-         "+eval.collection.max_queries=20", "+eval.collection.max_docs=50"]
+_TRAIN = [
+    "backbone=splade-tiny",
+    "vocab=native",
+    "apc=off",
+    "baseline=false",
+    "logger=none",
+    "stage=finetune",
+    "trainer.max_steps=3",
+    "trainer.val_check_interval=3",
+    "callbacks.last_checkpoint.every_n_train_steps=1",
+    "data.batch_size=2",
+    "data.doc_max_length=32",
+    "data.dev.dev_size=10",
+    "data.dev.max_docs=50",
+]
+_EVAL = [
+    "backbone=splade-tiny",
+    "vocab=native",
+    "apc=off",
+    "baseline=false",
+    "logger=none",
+    "stage=evaluate",
+    "+eval.collection.max_queries=20",
+    "+eval.collection.max_docs=50",
+]
 # what every scenario's shell ends with: the exit code, and the run dir's status.json copied out of the namespace
 # (the mount goes with it)
 _COLLECT = """
@@ -57,24 +78,40 @@ def namespace(tmp_path_factory: pytest.TempPathFactory) -> None:
     if shutil.which("unshare") is None:
         pytest.skip("unshare (util-linux) is not installed: no private mount namespace for a small tmpfs")
     probe = tmp_path_factory.mktemp("probe")
-    res = subprocess.run(["unshare", "-r", "-m", "sh", "-c",
-                          f"mount -t tmpfs -o size=1m none {probe} && mount -o remount,ro {probe}"],
-                         capture_output=True, text=True, timeout=60, check=False)
+    res = subprocess.run(
+        ["unshare", "-r", "-m", "sh", "-c", f"mount -t tmpfs -o size=1m none {probe} && mount -o remount,ro {probe}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if res.returncode != 0:
         pytest.skip(f"this machine does not permit `unshare -r -m` + mount tmpfs: {res.stderr.strip()[:300]}")
 
 
 def _env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
-            "TOKENIZERS_PARALLELISM": "false", "PY": sys.executable, **extra}
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PY": sys.executable,
+        **extra,
+    }
 
 
 def _ended(out: Path, res: subprocess.CompletedProcess) -> Ended:
     assert (out / "rc").is_file(), f"the scenario's shell failed: {res.stdout[-2000:]}{res.stderr[-2000:]}"
     status_file = out / "status.json"
     status = json.loads(status_file.read_text()) if status_file.is_file() else None
-    return Ended(int((out / "rc").read_text()), (out / "err").read_text(), status,
-                 status_file.stat().st_size if status_file.is_file() else 0, out)
+    return Ended(
+        int((out / "rc").read_text()),
+        (out / "err").read_text(),
+        status,
+        status_file.stat().st_size if status_file.is_file() else 0,
+        out,
+    )
 
 
 def _scenario(tmp_path: Path, script: str, overrides: list[str], *, namespace: bool = True, **env: str) -> Ended:
@@ -84,8 +121,15 @@ def _scenario(tmp_path: Path, script: str, overrides: list[str], *, namespace: b
     mnt.mkdir()
     out.mkdir()
     argv = ["unshare", "-r", "-m", "bash"] if namespace else ["bash"]
-    res = subprocess.run([*argv, "-uc", script + _COLLECT, "bash", *overrides], cwd=ROOT, capture_output=True,
-                         text=True, timeout=240, check=False, env=_env(MNT=str(mnt), OUT=str(out), **env))
+    res = subprocess.run(
+        [*argv, "-uc", script + _COLLECT, "bash", *overrides],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env=_env(MNT=str(mnt), OUT=str(out), **env),
+    )
     return _ended(out, res)
 
 

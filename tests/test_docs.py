@@ -1,5 +1,6 @@
 """The front door stays a front door: README.md is short, names the two commands, the main job and own-data use, and
 every relative link in README.md and docs/ resolves (a moved or renamed doc fails here, not in a reader's browser)."""
+
 from __future__ import annotations
 
 import re

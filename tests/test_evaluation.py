@@ -1,4 +1,5 @@
 """Evaluation: metrics against hand arithmetic and an independent brute-force ranking; files; configs."""
+
 import functools
 import json
 import math
@@ -94,8 +95,9 @@ def test_index_run_metrics_equal_brute_force_run_metrics():
     # a query graded only 0 can score nothing: it is not measured (ir_measures would average in its zeros)
     positive = {qid: rels for qid, rels in qrels.items() if max(rels.values()) > 0}
     assert 0 < len(positive) < len(qrels)
-    ref = ir_measures.calc_aggregate([ir_measures.parse_measure(m) for m in measures], positive,
-                                     brute_force_run(q, d, qids, dids, 100))
+    ref = ir_measures.calc_aggregate(
+        [ir_measures.parse_measure(m) for m in measures], positive, brute_force_run(q, d, qids, dids, 100)
+    )
     assert got["nDCG@10"] > 0.05  # not a trivially-zero comparison
     for m in measures:
         assert got[m] == pytest.approx(ref[ir_measures.parse_measure(m)], rel=1e-6), m
@@ -160,6 +162,7 @@ TOY = Collection(
 
 def reference_run(collection: Collection) -> dict[str, dict[str, float]]:
     """Score by plain-Python word-count dot products: no sparse matrices, no index."""
+
     def bow(t):
         return Counter(w for w in t.lower().split() if w in VOCAB)
 
@@ -181,14 +184,26 @@ def test_evaluate_end_to_end(tmp_path):
 
     m = evaluate(enc, TOY, out_dir=tmp_path / "eval", top_k=3, index=factory, show_progress=False)
     assert enc.calls == [("query", 3), ("doc", 4)] and built == [(4, len(VOCAB))]
-    assert set(m) == {"nDCG@10", "RR@10", "R@100", "query_active_dims", "doc_active_dims", "flops",
-                      "encode_query_s", "encode_query_ms_per_query", "encode_doc_s", "index_build_s",
-                      "search_ms_per_query", "total_s"}
+    assert set(m) == {
+        "nDCG@10",
+        "RR@10",
+        "R@100",
+        "query_active_dims",
+        "doc_active_dims",
+        "flops",
+        "encode_query_s",
+        "encode_query_ms_per_query",
+        "encode_doc_s",
+        "index_build_s",
+        "search_ms_per_query",
+        "total_s",
+    }
     ref_run = reference_run(TOY)
     # hand check of the reference: q2 "fish sea" only hits d3 (2*fish + 1*sea); q3 "dog sings" hits d2 and d4
     assert ref_run["q2"] == {"d3": 3.0} and ref_run["q3"] == {"d2": 1.0, "d4": 1.0}
-    ref = ir_measures.calc_aggregate([ir_measures.parse_measure(x) for x in ("nDCG@10", "RR@10", "R@100")],
-                                     TOY.qrels, ref_run)
+    ref = ir_measures.calc_aggregate(
+        [ir_measures.parse_measure(x) for x in ("nDCG@10", "RR@10", "R@100")], TOY.qrels, ref_run
+    )
     assert m["nDCG@10"] == pytest.approx(ref[ir_measures.parse_measure("nDCG@10")])
     assert m["RR@10"] == pytest.approx(ref[ir_measures.parse_measure("RR@10")])
     assert m["R@100"] == pytest.approx(ref[ir_measures.parse_measure("R@100")]) == pytest.approx((1 + 0.5 + 1) / 3)
@@ -284,12 +299,16 @@ def test_name_and_path_go_to_loaders_that_take_them():
 
 def write_beir(root: Path) -> None:
     (root / "qrels").mkdir(parents=True)
-    (root / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n"
-                                               for k, v in TOY.corpus.items()))
+    (root / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in TOY.corpus.items())
+    )
     (root / "queries.jsonl").write_text(
-        "".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in TOY.queries.items()))
-    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
-        f"{q}\t{d}\t{r}\n" for q, rels in TOY.qrels.items() for d, r in rels.items()))
+        "".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in TOY.queries.items())
+    )
+    (root / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n"
+        + "".join(f"{q}\t{d}\t{r}\n" for q, rels in TOY.qrels.items() for d, r in rels.items())
+    )
 
 
 def test_eval_configs_build(tmp_path):
@@ -352,8 +371,10 @@ def random_collection(n_queries: int = 25, n_docs: int = 80) -> Collection:
     corpus = {f"d{i}": f"doc {i}" for i in range(n_docs)}
     enc = RandomSparse()
     scores = (enc.encode(list(queries.values()), "query") @ enc.encode(list(corpus.values()), "doc").T).toarray()
-    qrels = {q: {f"d{j}": int(rng.integers(1, 3)) for j in [*rng.choice(n_docs, size=3), np.argsort(-row)[1]]}
-             for q, row in zip(queries, scores)}
+    qrels = {
+        q: {f"d{j}": int(rng.integers(1, 3)) for j in [*rng.choice(n_docs, size=3), np.argsort(-row)[1]]}
+        for q, row in zip(queries, scores)
+    }
     return Collection(name="synthetic", corpus=corpus, queries=queries, qrels=qrels)
 
 
@@ -435,8 +456,9 @@ def test_eval_config_budgets_reach_evaluate_and_the_suite(tmp_path):
     assert suite_cfg.budgets == []
     from vtlab.evaluation import EvaluationSuite
 
-    suite = EvaluationSuite({"a": RetrievalEvaluation(random_collection()), "b": RetrievalEvaluation(TOY)},
-                            budgets=[{"query": 1, "doc": 2}])
+    suite = EvaluationSuite(
+        {"a": RetrievalEvaluation(random_collection()), "b": RetrievalEvaluation(TOY)}, budgets=[{"query": 1, "doc": 2}]
+    )
     results = suite(RandomSparse(), out_dir=tmp_path, show_progress=False)
     assert all("nDCG@10@q1-d2" in r for r in results.values())
     assert "nDCG@10@q1-d2" in json.loads((tmp_path / "a" / "per_query.json").read_text())

@@ -1,5 +1,6 @@
 """Honest process state: a run stopped by a signal exits 128 + signal (130 for Ctrl-C, 143 for SIGTERM) with one line
 and status.json "interrupted"; a sweep with a failed job exits non-zero after running all its jobs."""
+
 from __future__ import annotations
 
 import json
@@ -16,18 +17,40 @@ from omegaconf import OmegaConf
 from vtlab.runs.status import SweepExitCode, interrupting_signal
 
 ROOT = Path(__file__).resolve().parents[1]
-_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
-        "TOKENIZERS_PARALLELISM": "false"}
-_TRAIN = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none", "stage=finetune",
-          "trainer.max_steps=400", "trainer.val_check_interval=400", "callbacks.last_checkpoint.every_n_train_steps=1",
-          "data.batch_size=2", "data.doc_max_length=32", "data.dev.dev_size=10", "data.dev.max_docs=50"]
+_ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+_TRAIN = [
+    "backbone=splade-tiny",
+    "vocab=native",
+    "apc=off",
+    "baseline=false",
+    "logger=none",
+    "stage=finetune",
+    "trainer.max_steps=400",
+    "trainer.val_check_interval=400",
+    "callbacks.last_checkpoint.every_n_train_steps=1",
+    "data.batch_size=2",
+    "data.doc_max_length=32",
+    "data.dev.dev_size=10",
+    "data.dev.max_docs=50",
+]
 _EVAL = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none", "stage=evaluate"]
 
 
 def _start(overrides: list[str], run_dir: Path, log: Path) -> subprocess.Popen:
     with open(log, "w") as f:  # a file, not a pipe nobody drains while we wait
-        return subprocess.Popen([sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                                env=_ENV, stdout=subprocess.DEVNULL, stderr=f)
+        return subprocess.Popen(
+            [sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={run_dir}"],
+            cwd=ROOT,
+            env=_ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+        )
 
 
 def _interrupt_while_running(proc: subprocess.Popen, run_dir: Path, sig: signal.Signals) -> None:
@@ -37,8 +60,9 @@ def _interrupt_while_running(proc: subprocess.Popen, run_dir: Path, sig: signal.
     proc.send_signal(signal.SIGSTOP)
     try:
         status = json.loads((run_dir / "status.json").read_text()) if (run_dir / "status.json").exists() else {}
-        assert proc.poll() is None and status.get("status", "running") == "running", \
+        assert proc.poll() is None and status.get("status", "running") == "running", (
             f"the run ended before it could be interrupted (status {status})"
+        )
         proc.send_signal(sig)
     finally:
         proc.send_signal(signal.SIGCONT)
@@ -49,10 +73,14 @@ def interrupted_runs(tmp_path_factory) -> dict[str, tuple[int, str, dict]]:
     """SIGTERM during training (after its first checkpoint), SIGINT during evaluation (once the run has started):
     both at once, each in its own run directory, each signalled as soon as its marker appears."""
     tmp = tmp_path_factory.mktemp("signals")
-    cases = {"sigterm_training": (_TRAIN, "checkpoints/last.ckpt", signal.SIGTERM),
-             "sigint_evaluation": (_EVAL, "status.json", signal.SIGINT)}
-    procs = {name: (_start(ov, tmp / name, tmp / f"{name}.log"), tmp / name, tmp / f"{name}.log", marker, sig)
-             for name, (ov, marker, sig) in cases.items()}
+    cases = {
+        "sigterm_training": (_TRAIN, "checkpoints/last.ckpt", signal.SIGTERM),
+        "sigint_evaluation": (_EVAL, "status.json", signal.SIGINT),
+    }
+    procs = {
+        name: (_start(ov, tmp / name, tmp / f"{name}.log"), tmp / name, tmp / f"{name}.log", marker, sig)
+        for name, (ov, marker, sig) in cases.items()
+    }
     waiting = dict(procs)
     deadline = time.monotonic() + 300
     while waiting:  # both at once: a run waited for second must not finish while the first one is handled
@@ -72,8 +100,9 @@ def interrupted_runs(tmp_path_factory) -> dict[str, tuple[int, str, dict]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,code,signame", [("sigterm_training", 143, "SIGTERM"),
-                                               ("sigint_evaluation", 130, "SIGINT")])
+@pytest.mark.parametrize(
+    "name,code,signame", [("sigterm_training", 143, "SIGTERM"), ("sigint_evaluation", 130, "SIGINT")]
+)
 def test_a_signal_gives_its_exit_code_one_line_and_status_interrupted(interrupted_runs, name, code, signame) -> None:
     rc, stderr, status = interrupted_runs[name]
     assert rc == code, stderr[-3000:]
@@ -116,16 +145,30 @@ def test_sweep_exit_code_counts_every_job_not_done(tmp_path: Path, capsys) -> No
         SweepExitCode().on_multirun_end(cfg)
     assert ei.value.code == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"vtlab: error: 2 of 4 jobs of the sweep {tmp_path} did not finish: 2 (failed), "
-                          "3 (no status.json);"), err
+    assert err.startswith(
+        f"vtlab: error: 2 of 4 jobs of the sweep {tmp_path} did not finish: 2 (failed), 3 (no status.json);"
+    ), err
 
 
 @pytest.mark.slow
 def test_multirun_with_failed_jobs_runs_them_all_and_exits_1(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    res = subprocess.run([sys.executable, "-m", "vtlab", "--multirun", *_EVAL,
-                          "backbone.name_or_path=./no/such/model,./no/such/other",
-                          f"hydra.sweep.dir={sweep}"], cwd=ROOT, env=_ENV, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vtlab",
+            "--multirun",
+            *_EVAL,
+            "backbone.name_or_path=./no/such/model,./no/such/other",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=ROOT,
+        env=_ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 1, res.stderr[-3000:]
     statuses = {p.parent.name: json.loads(p.read_text())["status"] for p in sweep.glob("*/status.json")}
     assert statuses == {"0": "failed", "1": "failed"}, res.stderr[-3000:]  # both jobs ran

@@ -16,10 +16,19 @@ PAPER_ROWS = sorted(p.stem for p in (CONF / "experiment/paper/main").glob("*.yam
 
 
 def test_paper_rows_are_the_papers_table():
-    assert set(PAPER_ROWS) == {"bert-native", "modernbert-native", "modernbert-native-mlm", "modernbert-lowercase",
-                               "modernbert-lowercase-masked", "modernbert-vt", "roberta-large-native",
-                               "roberta-large-vt", "bert-inference-free", "modernbert-inference-free",
-                               "modernbert-vt-inference-free"}
+    assert set(PAPER_ROWS) == {
+        "bert-native",
+        "modernbert-native",
+        "modernbert-native-mlm",
+        "modernbert-lowercase",
+        "modernbert-lowercase-masked",
+        "modernbert-vt",
+        "roberta-large-native",
+        "roberta-large-vt",
+        "bert-inference-free",
+        "modernbert-inference-free",
+        "modernbert-vt-inference-free",
+    }
 
 
 def test_paper_corrections_evaluate_and_probe_at_512_and_control_vt():
@@ -53,8 +62,11 @@ def test_paper_rows_follow_the_authors_recipe(row):
     assert cfg.data.train._target_ == "vtlab.data.hf.st_msmarco_ce_pool" and cfg.data.train.max_examples is None
     assert cfg.data.dev is None and cfg.trainer.limit_val_batches == 0
     family = "roberta-large" if row.startswith("roberta-large") else row.split("-")[0]
-    backbone = {"bert": "bert-base-uncased", "modernbert": "answerdotai/ModernBERT-base",
-                "roberta-large": "FacebookAI/roberta-large"}[family]
+    backbone = {
+        "bert": "bert-base-uncased",
+        "modernbert": "answerdotai/ModernBERT-base",
+        "roberta-large": "FacebookAI/roberta-large",
+    }[family]
     assert cfg.backbone.name_or_path == backbone
     if row.endswith("inference-free"):  # c_doc.yaml
         assert cfg.model._target_.endswith("InferenceFreeModule") and cfg.loss._target_.endswith("KLDivergence")
@@ -69,8 +81,14 @@ def test_paper_rows_follow_the_authors_recipe(row):
         assert cfg.vocab.name == "bert-uncased" and cfg.vocab.embedding_model == "bert-base-uncased"
         assert cfg.init.name == "semantic-pmi" and cfg.init.similarity == "pmi"
         m = cfg.mlm
-        assert (m.steps, m.mlm_probability, m.max_length, m.lr, m.scheduler, m.warmup_steps) == \
-            (20000, 0.3, 128, 3e-4, "cosine", 4000)
+        assert (m.steps, m.mlm_probability, m.max_length, m.lr, m.scheduler, m.warmup_steps) == (
+            20000,
+            0.3,
+            128,
+            3e-4,
+            "cosine",
+            4000,
+        )
         assert m.batch_size * m.accumulate_grad_batches * cfg.trainer.devices == 2048 and m.weight_decay == 0.01
         assert cfg.apc.percentile == 60 and cfg.apc.include_zeros is True
     elif row.endswith("native-mlm"):  # the compute control: VT's MLM stage and APC on the native vocabulary
@@ -81,12 +99,15 @@ def test_paper_rows_follow_the_authors_recipe(row):
         assert cfg.vocab.name == next((v for k, v in lowercase.items() if row.endswith(k)), "native")
 
 
-@pytest.mark.parametrize("ablation,key,values", [
-    ("init", "init", "semantic-pmi,semantic,mean,subword,new-random,all-random"),
-    ("apc", "apc", "off,p40,p60,p80"),
-    ("mlm", "mlm.steps", "0,500,1000,2000,3000,5000,10000,15000,20000"),
-    ("wordpiece", "vocab.vocab_size", "10000,20000,30000,40000,50000"),
-])
+@pytest.mark.parametrize(
+    "ablation,key,values",
+    [
+        ("init", "init", "semantic-pmi,semantic,mean,subword,new-random,all-random"),
+        ("apc", "apc", "off,p40,p60,p80"),
+        ("mlm", "mlm.steps", "0,500,1000,2000,3000,5000,10000,15000,20000"),
+        ("wordpiece", "vocab.vocab_size", "10000,20000,30000,40000,50000"),
+    ],
+)
 def test_ablations_sweep_their_values(ablation, key, values):
     cfg = experiment(f"paper/ablation-{ablation}")
     params = OmegaConf.to_container(cfg.hydra.sweeper.params)

@@ -2,6 +2,7 @@
 1e-5, on BoolQ), document vectors for Anserini / OpenSearch (hand-checked, streaming, atomic), evaluation of a saved
 inference-free directory with its idf.json, and idf.json from a hub repo (offline: cached, known-absent, one-line
 error)."""
+
 import copy
 import json
 from pathlib import Path
@@ -83,8 +84,13 @@ def test_siamese_splade_tiny_round_trips_through_sentence_transformers(st, boolq
     assert max_diff(model, enc, queries + EXTRA_QUERIES, "query") < TOL
     assert max_diff(model, enc, docs, "doc") < TOL
     # a plain encode() (no task) is the document side, truncated at doc_max_length like vtlab's
-    assert np.abs(dense(model.encode(docs[:4], convert_to_sparse_tensor=False))
-                  - enc.encode(docs[:4], side="doc", show_progress=False).toarray()).max() < TOL
+    assert (
+        np.abs(
+            dense(model.encode(docs[:4], convert_to_sparse_tensor=False))
+            - enc.encode(docs[:4], side="doc", show_progress=False).toarray()
+        ).max()
+        < TOL
+    )
     # exporting again into a non-empty directory needs overwrite
     with pytest.raises(VtlabError, match="export.overwrite=true"):
         export_sentence_transformers(enc, out)
@@ -127,8 +133,15 @@ def test_two_tower_double_log_and_input_normalizer_on_a_cased_bpe(st, tmp_path):
     """Separate query network (Router), double_log → log1p_relu, lowercase + blank prefix on a byte-level BPE
     (where both change the tokens). Python's str.lower and the Lowercase normalizer differ on Greek final sigma
     only, so no such text here."""
-    enc = SpladeEncoder.from_backbone(TinyRoberta(), shared=False, double_log=True, preprocess=Normalizer(True, True),
-                                      query_max_length=16, doc_max_length=32, precision=REF)
+    enc = SpladeEncoder.from_backbone(
+        TinyRoberta(),
+        shared=False,
+        double_log=True,
+        preprocess=Normalizer(True, True),
+        query_max_length=16,
+        doc_max_length=32,
+        precision=REF,
+    )
     with torch.no_grad():
         for p in enc.query_model.parameters():
             p.add_(0.01)
@@ -138,10 +151,15 @@ def test_two_tower_double_log_and_input_normalizer_on_a_cased_bpe(st, tmp_path):
     assert max_diff(model, enc, texts, "query") < TOL
     assert max_diff(model, enc, texts, "doc") < TOL
     # the normalizer matters here: without it the vectors differ
-    raw = SpladeEncoder(enc.model, enc.tokenizer, query_model=enc.query_model, query_max_length=16,
-                        doc_max_length=32, double_log=True)
-    assert np.abs(raw.encode(texts, show_progress=False).toarray()
-                  - enc.encode(texts, show_progress=False).toarray()).max() > 0.01
+    raw = SpladeEncoder(
+        enc.model, enc.tokenizer, query_model=enc.query_model, query_max_length=16, doc_max_length=32, double_log=True
+    )
+    assert (
+        np.abs(
+            raw.encode(texts, show_progress=False).toarray() - enc.encode(texts, show_progress=False).toarray()
+        ).max()
+        > 0.01
+    )
 
 
 def test_unexportable_settings_fail_with_one_line_naming_the_key(st, boolq, splade_tiny, tmp_path):
@@ -156,14 +174,17 @@ def test_unexportable_settings_fail_with_one_line_naming_the_key(st, boolq, spla
 
 
 def test_cli_bad_export_format_is_one_line(tmp_path, capsys):
-    cfg = compose_cfg(["stage=export", "vocab=native", f"paths.run_dir={tmp_path}",
-                       "export.vectors.formats=[anserini,parquet]"])
+    cfg = compose_cfg(
+        ["stage=export", "vocab=native", f"paths.run_dir={tmp_path}", "export.vectors.formats=[anserini,parquet]"]
+    )
     with pytest.raises(SystemExit) as exc:
         run_or_exit(cfg)
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["vtlab: error: export.vectors.formats: unknown format 'parquet' (choose from anserini, opensearch, "
-                   "elasticsearch, qdrant)"]
+    assert err == [
+        "vtlab: error: export.vectors.formats: unknown format 'parquet' (choose from anserini, opensearch, "
+        "elasticsearch, qdrant)"
+    ]
 
 
 def test_export_formats_are_target_nodes_of_the_config(tmp_path):
@@ -171,22 +192,35 @@ def test_export_formats_are_target_nodes_of_the_config(tmp_path):
     into <dir>/<name>/: no name → class table in the code, and a config may add a format by adding a node."""
     from vtlab.export.vectors import QdrantPoints, format_names, vector_formats
 
-    cfg = compose_cfg(["stage=export", "export.vectors.formats=[anserini,opensearch,elasticsearch,qdrant]",
-                       "export.vectors.queries=true", "export.vectors.anserini.scale=7",
-                       "+export.vectors.mine={_target_: vtlab.export.vectors.QdrantPoints, vector: v2}"])
+    cfg = compose_cfg(
+        [
+            "stage=export",
+            "export.vectors.formats=[anserini,opensearch,elasticsearch,qdrant]",
+            "export.vectors.queries=true",
+            "export.vectors.anserini.scale=7",
+            "+export.vectors.mine={_target_: vtlab.export.vectors.QdrantPoints, vector: v2}",
+        ]
+    )
     assert format_names(cfg.export.vectors) == ["anserini", "opensearch", "elasticsearch", "qdrant", "mine"]
     docs, queries = vector_formats(cfg, tmp_path)
     assert [(type(f).__name__, f.path.relative_to(tmp_path).as_posix()) for f in docs + queries] == [
-        ("AnseriniJsonVectors", "anserini/docs.jsonl"), ("OpenSearchBulk", "opensearch/bulk.ndjson"),
-        ("OpenSearchBulk", "elasticsearch/bulk.ndjson"), ("QdrantPoints", "qdrant/points.jsonl"),
-        ("AnseriniQueries", "anserini/queries.tsv"), ("QdrantQueries", "qdrant/queries.jsonl")]
+        ("AnseriniJsonVectors", "anserini/docs.jsonl"),
+        ("OpenSearchBulk", "opensearch/bulk.ndjson"),
+        ("OpenSearchBulk", "elasticsearch/bulk.ndjson"),
+        ("QdrantPoints", "qdrant/points.jsonl"),
+        ("AnseriniQueries", "anserini/queries.tsv"),
+        ("QdrantQueries", "qdrant/queries.jsonl"),
+    ]
     assert docs[0].scale == 7 and docs[1].field_type == "rank_features" and docs[2].field_type == "sparse_vector"
     cfg.export.vectors.formats = ["mine"]
     (mine,), _ = vector_formats(cfg, tmp_path)
     assert isinstance(mine, QdrantPoints) and mine.vector == "v2" and mine.path == tmp_path / "mine" / "points.jsonl"
     cfg.export.vectors.formats = ["dir"]  # a key of export.vectors, but no format
-    with pytest.raises(VtlabError, match=r"unknown format 'dir' \(choose from anserini, opensearch, elasticsearch, "
-                                         r"qdrant, mine\)"):
+    with pytest.raises(
+        VtlabError,
+        match=r"unknown format 'dir' \(choose from anserini, opensearch, elasticsearch, "
+        r"qdrant, mine\)",
+    ):
         vector_formats(cfg, tmp_path)
 
 
@@ -222,8 +256,13 @@ class _StubEncoder:
 
 
 TOKENS = ["[PAD]", "a", "u.s.", "50%", "b"]
-ROWS = {"first doc": {1: 1.234375, 2: 0.5, 3: 0.125, 4: 0.00390625},  # all exact in float32
-        "second": {4: 2.0}, "third": {}, "fourth": {2: 0.75}, "fifth": {1: 0.01}}
+ROWS = {
+    "first doc": {1: 1.234375, 2: 0.5, 3: 0.125, 4: 0.00390625},  # all exact in float32
+    "second": {4: 2.0},
+    "third": {},
+    "fourth": {2: 0.75},
+    "fifth": {1: 0.01},
+}
 
 
 def _docs(enc):
@@ -247,11 +286,14 @@ def test_anserini_and_opensearch_lines_hand_checked_streaming(tmp_path):
     os_lines = [json.loads(x) for x in osb.path.read_text().splitlines()]
     assert len(os_lines) == 10
     assert os_lines[0] == {"index": {"_index": "idx", "_id": "d0"}}
-    assert os_lines[1] == {"text": "first doc",
-                           "sparse_embedding": {"a": 1.23438, "u%2Es%2E": 0.5, "50%25": 0.125, "b": 0.00391}}
+    assert os_lines[1] == {
+        "text": "first doc",
+        "sparse_embedding": {"a": 1.23438, "u%2Es%2E": 0.5, "50%25": 0.125, "b": 0.00391},
+    }
     assert os_lines[5] == {"text": "third", "sparse_embedding": {}}
-    assert json.loads((tmp_path / "os" / "mapping.json").read_text()) == {"mappings": {"properties": {
-        "sparse_embedding": {"type": "rank_features"}, "text": {"type": "text"}}}}
+    assert json.loads((tmp_path / "os" / "mapping.json").read_text()) == {
+        "mappings": {"properties": {"sparse_embedding": {"type": "rank_features"}, "text": {"type": "text"}}}
+    }
     # integer weights for OpenSearch too, and no index name in the action line
     osq = OpenSearchBulk(tmp_path / "os2" / "bulk.ndjson", scale=100, text_field=None)
     write_vectors(_StubEncoder(TOKENS, ROWS), ((f"d{i}", t) for i, t in enumerate(ROWS)), [osq], show_progress=False)
@@ -279,8 +321,13 @@ def test_vector_files_are_all_or_nothing(tmp_path):
     path.write_text("old\n")
     enc = _StubEncoder(TOKENS, ROWS, fail_on_call=2)
     with pytest.raises(RuntimeError, match="boom"):
-        write_vectors(enc, _docs(enc), [AnseriniJsonVectors(path), OpenSearchBulk(tmp_path / "bulk.ndjson")],
-                      chunk_size=2, show_progress=False)
+        write_vectors(
+            enc,
+            _docs(enc),
+            [AnseriniJsonVectors(path), OpenSearchBulk(tmp_path / "bulk.ndjson")],
+            chunk_size=2,
+            show_progress=False,
+        )
     assert path.read_text() == "old\n"  # the previous file is untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.jsonl"]  # no temp files, no partial bulk file
 
@@ -298,11 +345,20 @@ def test_stage_export_from_backbone_writes_model_and_engine_files(st, tmp_path):
     """`stage=export backbone=splade-tiny vocab=native export.out=DIR` + both vector formats, on 20 BoolQ passages;
     the Anserini integers are the sentence-transformers model's own document weights × 100, rounded."""
     out = tmp_path / "st"
-    cfg = compose_cfg(["stage=export", "backbone=splade-tiny", "vocab=native", f"export.out={out}",
-                       f"paths.run_dir={tmp_path / 'run'}", "export.vectors.formats=[anserini,opensearch]",
-                       "export.vectors.chunk_size=8", "+eval.collection.max_docs=20",
-                       "+eval.collection.max_queries=5",
-                       "model.encoder.precision=fp32"])  # compared with ST's fp32 below, also on native-bf16 CPUs
+    cfg = compose_cfg(
+        [
+            "stage=export",
+            "backbone=splade-tiny",
+            "vocab=native",
+            f"export.out={out}",
+            f"paths.run_dir={tmp_path / 'run'}",
+            "export.vectors.formats=[anserini,opensearch]",
+            "export.vectors.chunk_size=8",
+            "+eval.collection.max_docs=20",
+            "+eval.collection.max_queries=5",
+            "model.encoder.precision=fp32",
+        ]
+    )  # compared with ST's fp32 below, also on native-bf16 CPUs
     state = run(cfg)
     corpus = instantiate(cfg.eval).collection.corpus
     assert len(corpus) == 20
@@ -333,9 +389,19 @@ def test_evaluate_saved_inference_free_directory_uses_its_idf_json(boolq, splade
     enc.set_idf(table)
     saved = enc.save_pretrained(tmp_path / "external")
     assert (saved / "idf.json").is_file()
-    cfg = compose_cfg(["model=inference-free", f"backbone.name_or_path={saved}", "stage=evaluate", "vocab=native",
-                       "logger=none", "baseline=false", f"paths.run_dir={tmp_path / 'run'}",
-                       "+eval.collection.max_queries=40", "+eval.collection.max_docs=150"])
+    cfg = compose_cfg(
+        [
+            "model=inference-free",
+            f"backbone.name_or_path={saved}",
+            "stage=evaluate",
+            "vocab=native",
+            "logger=none",
+            "baseline=false",
+            f"paths.run_dir={tmp_path / 'run'}",
+            "+eval.collection.max_queries=40",
+            "+eval.collection.max_docs=150",
+        ]
+    )
     metrics = run(cfg)["metrics"]
     queries = list(instantiate(cfg.eval).collection.queries.values())
     loaded = instantiate(cfg.model.encoder)  # the encoder this config builds
@@ -344,8 +410,9 @@ def test_evaluate_saved_inference_free_directory_uses_its_idf_json(boolq, splade
     assert metrics["query_active_dims"] == pytest.approx(q.getnnz(axis=1).mean())
     fitted = InferenceFreeEncoder(loaded.model, loaded.tokenizer)  # what evaluation does without a file
     fitted.fit_corpus(list(instantiate(cfg.eval).collection.corpus.values()))
-    assert fitted.encode(queries, side="query", show_progress=False).getnnz(axis=1).mean() > 1.5 * q.getnnz(
-        axis=1).mean()
+    assert (
+        fitted.encode(queries, side="query", show_progress=False).getnnz(axis=1).mean() > 1.5 * q.getnnz(axis=1).mean()
+    )
     assert 0.0 < metrics["nDCG@10"] <= 1.0
 
 
@@ -374,8 +441,11 @@ def _cache_entry(repo: Path, folder: str, content: str | None) -> Path:
 
 def test_hub_idf_json_offline_cached_absent_or_one_line_error(hub_cache):
     repo, tok = hub_cache
-    with pytest.raises(VtlabError, match=r"backbone.name_or_path='vtlab-test/splade-if': cannot check the hub for "
-                                         r"its idf.json \(offline\)"):
+    with pytest.raises(
+        VtlabError,
+        match=r"backbone.name_or_path='vtlab-test/splade-if': cannot check the hub for "
+        r"its idf.json \(offline\)",
+    ):
         InferenceFreeEncoder.from_backbone(Backbone("vtlab-test/splade-if"))
     # use_idf=false never asks
     assert not InferenceFreeEncoder.from_backbone(Backbone("vtlab-test/splade-if"), use_idf=False).needs_idf
@@ -408,8 +478,7 @@ def test_exported_model_carries_a_card_with_command_metrics_and_loading(st, spla
     (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in train))
     for coll, value in (("boolq", 0.61234), ("scifact", 0.25)):
         (run_dir / "eval" / coll).mkdir(parents=True)
-        (run_dir / "eval" / coll / "metrics.json").write_text(json.dumps({"metrics": {"nDCG@10": value,
-                                                                                      "R@100": 0.9}}))
+        (run_dir / "eval" / coll / "metrics.json").write_text(json.dumps({"metrics": {"nDCG@10": value, "R@100": 0.9}}))
     cfg = compose_cfg(["stage=export", f"run_dir={run_dir}", f"paths.run_dir={tmp_path / 'export-run'}"])
     run(cfg)
     card = (run_dir / "sparse-encoder" / "README.md").read_text()
@@ -425,8 +494,9 @@ def test_exported_model_carries_a_card_with_command_metrics_and_loading(st, spla
 
 def test_model_card_false_leaves_sentence_transformers_own_readme(st, splade_tiny, tmp_path):
     run_dir = _saved_run(tmp_path, SpladeEncoder(*splade_tiny), ["backbone=splade-tiny", "vocab=native"])
-    cfg = compose_cfg(["stage=export", f"run_dir={run_dir}", f"paths.run_dir={tmp_path / 'export-run'}",
-                       "export.model_card=false"])
+    cfg = compose_cfg(
+        ["stage=export", f"run_dir={run_dir}", f"paths.run_dir={tmp_path / 'export-run'}", "export.model_card=false"]
+    )
     run(cfg)
     readme = run_dir / "sparse-encoder" / "README.md"
     assert not readme.exists() or "## Search engines" not in readme.read_text()

@@ -2,6 +2,7 @@
 documents and queries (not the export command's default eval, a BoolQ set), says so in one line, and only an
 explicit command line (`eval=...`, `eval.KEY=...`, `export.vectors.corpus=...`) changes that. R's eval node is data:
 its targets are checked before anything in it is instantiated, and an evaluation suite needs a member picked."""
+
 import json
 import os
 import subprocess
@@ -29,28 +30,53 @@ def write_beir(root: Path, prefix: str, n_docs: int = 30, n_queries: int = 10) -
     with open(root / "corpus.jsonl", "w") as f:
         for i in range(n_docs):
             t = TOPICS[i % len(TOPICS)]
-            f.write(json.dumps({"_id": f"{prefix}-d{i}", "title": f"{t} note {i}",
-                                "text": f"The {t} of passage {i} is described here with other {t}s."}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "_id": f"{prefix}-d{i}",
+                        "title": f"{t} note {i}",
+                        "text": f"The {t} of passage {i} is described here with other {t}s.",
+                    }
+                )
+                + "\n"
+            )
     with open(root / "queries.jsonl", "w") as f:
         for j in range(n_queries):
             f.write(json.dumps({"_id": f"{prefix}-q{j}", "text": f"what is a {TOPICS[j % len(TOPICS)]}?"}) + "\n")
-    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n"
-                                             + "".join(f"{prefix}-q{j}\t{prefix}-d{j}\t1\n" for j in range(n_queries)))
+    (root / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{prefix}-q{j}\t{prefix}-d{j}\t1\n" for j in range(n_queries))
+    )
     return root
 
 
 def cli(*overrides: str) -> subprocess.CompletedProcess:
     """`python -m vtlab <overrides>` as a user runs it (offline; VTLAB_CACHE as the test module set it)."""
-    return subprocess.run([sys.executable, "-m", "vtlab", *overrides], cwd=ROOT, env={**os.environ, **_ENV},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "vtlab", *overrides],
+        cwd=ROOT,
+        env={**os.environ, **_ENV},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def evaluated_run(run_dir: Path, beir: Path, name: str) -> Path:
     """A real run directory on a BEIR set: `stage=evaluate ... eval=beir eval.path=<beir>` recorded by Hydra
     (.hydra/config.yaml, overrides.yaml, eval/<set>/metrics.json), plus the SPLADE-tiny it evaluated saved as its
     model/ (what a training run leaves; training itself is not what these tests are about)."""
-    res = cli("stage=evaluate", "backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none",
-              "eval=beir", f"eval.path={beir}", f"name={name}", f"hydra.run.dir={run_dir}")
+    res = cli(
+        "stage=evaluate",
+        "backbone=splade-tiny",
+        "vocab=native",
+        "apc=off",
+        "baseline=false",
+        "logger=none",
+        "eval=beir",
+        f"eval.path={beir}",
+        f"name={name}",
+        f"hydra.run.dir={run_dir}",
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     backbone = Backbone("asset:splade-tiny")
     backbone.load_model().save_pretrained(run_dir / "model")
@@ -76,9 +102,15 @@ def beir_run(tmp_path_factory) -> tuple[Path, Path]:
 def export_in_process(out: Path, run_dir: Path, *overrides: str) -> dict:
     """`stage=export run_dir=...` in this process, its command line recorded where Hydra records it
     (<paths.run_dir>/.hydra/overrides.yaml) so the export sees what was given explicitly."""
-    command = ["stage=export", f"run_dir={run_dir}", "export.sentence_transformers=false",
-               "export.vectors.formats=[anserini]", "export.vectors.queries=true",
-               f"export.vectors.dir={out / 'vectors'}", *overrides]
+    command = [
+        "stage=export",
+        f"run_dir={run_dir}",
+        "export.sentence_transformers=false",
+        "export.vectors.formats=[anserini]",
+        "export.vectors.queries=true",
+        f"export.vectors.dir={out / 'vectors'}",
+        *overrides,
+    ]
     (out / "export" / ".hydra").mkdir(parents=True)
     (out / "export" / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in command))
     return run(compose_cfg([*command, f"paths.run_dir={out / 'export'}"]))
@@ -89,8 +121,14 @@ def test_export_of_a_beir_run_encodes_that_collection_and_says_so(beir_run):
     on: the vectors are the BEIR directory's 30 documents and 10 queries, and one line names them and whose config
     said so."""
     run_dir, _ = beir_run
-    res = cli("stage=export", f"run_dir={run_dir}", "export.vectors.formats=[anserini]", "export.vectors.queries=true",
-              "logger=none", f"hydra.run.dir={run_dir.parent / 'export'}")
+    res = cli(
+        "stage=export",
+        f"run_dir={run_dir}",
+        "export.vectors.formats=[anserini]",
+        "export.vectors.queries=true",
+        "logger=none",
+        f"hydra.run.dir={run_dir.parent / 'export'}",
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     vectors = run_dir / "vectors"
     assert doc_ids(vectors) == [f"tf-d{i}" for i in range(30)]
@@ -110,11 +148,14 @@ def test_only_the_command_line_replaces_the_runs_collection(beir_run, tmp_path, 
     export_in_process(tmp_path / "path", run_dir, f"+eval.path={other}")
     assert doc_ids(tmp_path / "path" / "vectors") == [f"of-d{i}" for i in range(12)]
     assert query_ids(tmp_path / "path" / "vectors") == [f"of-q{j}" for j in range(4)]
-    assert (f"export: encoding otherfacts from {run_dir}/.hydra/config.yaml (eval, with eval.path from the command "
-            "line): 12 documents, 4 queries") in capsys.readouterr().out.splitlines()
+    assert (
+        f"export: encoding otherfacts from {run_dir}/.hydra/config.yaml (eval, with eval.path from the command "
+        "line): 12 documents, 4 queries"
+    ) in capsys.readouterr().out.splitlines()
 
-    export_in_process(tmp_path / "boolq", run_dir, "eval=boolq", "+eval.collection.max_docs=20",
-                      "+eval.collection.max_queries=5")
+    export_in_process(
+        tmp_path / "boolq", run_dir, "eval=boolq", "+eval.collection.max_docs=20", "+eval.collection.max_queries=5"
+    )
     ids = doc_ids(tmp_path / "boolq" / "vectors")
     assert len(ids) == 20 and not any(i.startswith("tf-") for i in ids)
     assert "export: encoding boolq from this command's eval: 20 documents, 5 queries" in capsys.readouterr().out
@@ -137,17 +178,31 @@ def _recorded_run(tmp_path: Path, eval_node: dict) -> Path:
 
 
 def _beir_eval(path: Path, name: str) -> dict:
-    return {"_target_": "vtlab.evaluation.RetrievalEvaluation", "name": name, "path": str(path),
-            "collection": {"_target_": "vtlab.data.collections.load_beir", "split": "test", "_partial_": True}}
+    return {
+        "_target_": "vtlab.evaluation.RetrievalEvaluation",
+        "name": name,
+        "path": str(path),
+        "collection": {"_target_": "vtlab.data.collections.load_beir", "split": "test", "_partial_": True},
+    }
 
 
 def test_an_eval_suite_in_the_run_is_refused_in_one_line_or_picked_by_name(tmp_path):
-    suite = {"_target_": "vtlab.eval_suite.EvaluationSuite", "name": "two",
-             "evaluations": {"alpha": _beir_eval(write_beir(tmp_path / "alpha", "a", 6, 2), "alpha"),
-                             "beta": _beir_eval(write_beir(tmp_path / "beta", "b", 8, 3), "beta")}}
+    suite = {
+        "_target_": "vtlab.eval_suite.EvaluationSuite",
+        "name": "two",
+        "evaluations": {
+            "alpha": _beir_eval(write_beir(tmp_path / "alpha", "a", 6, 2), "alpha"),
+            "beta": _beir_eval(write_beir(tmp_path / "beta", "b", 8, 3), "beta"),
+        },
+    }
     run_dir = _recorded_run(tmp_path, suite)
-    export = ["stage=export", f"run_dir={run_dir}", "export.vectors.formats=[anserini]", "export.vectors.queries=true",
-              f"paths.run_dir={tmp_path / 'export'}"]
+    export = [
+        "stage=export",
+        f"run_dir={run_dir}",
+        "export.vectors.formats=[anserini]",
+        "export.vectors.queries=true",
+        f"paths.run_dir={tmp_path / 'export'}",
+    ]
     with pytest.raises(VtlabError) as ei:
         run(compose_cfg(export))
     msg = str(ei.value)
@@ -175,14 +230,21 @@ def test_foreign_targets_in_the_runs_eval_are_never_instantiated(tmp_path, where
     if where == "interpolated":
         text = (run_dir / ".hydra" / "config.yaml").read_text() + OmegaConf.to_yaml({"oops": evil})
         (run_dir / ".hydra" / "config.yaml").write_text(text)
-    cfg = compose_cfg(["stage=export", f"run_dir={run_dir}", "export.vectors.formats=[anserini]",
-                       f"paths.run_dir={tmp_path / 'export'}"])
+    cfg = compose_cfg(
+        [
+            "stage=export",
+            f"run_dir={run_dir}",
+            "export.vectors.formats=[anserini]",
+            f"paths.run_dir={tmp_path / 'export'}",
+        ]
+    )
     with pytest.raises(VtlabError) as ei:
         run(cfg)
     resolved = "" if where == "eval" else ", resolved"
     key = "" if where == "eval" else "collection."
-    assert str(ei.value).startswith(f"{run_dir}/.hydra/config.yaml (eval{resolved}): {key}_target_='builtins.open' "
-                                    "is not instantiated"), str(ei.value)
+    assert str(ei.value).startswith(
+        f"{run_dir}/.hydra/config.yaml (eval{resolved}): {key}_target_='builtins.open' is not instantiated"
+    ), str(ei.value)
     assert not marker.exists()
 
 
@@ -198,7 +260,10 @@ def test_encoder_settings_are_the_runs_unless_the_command_line_sets_one(tmp_path
     command = compose_cfg(["stage=export", f"run_dir={run_dir}", "model.encoder.precision=fp32"])
     node, origin = RunConfig(command, run_dir).node("model.encoder")
     assert (node.precision, node.query_max_length, origin) == (
-        "auto", 17, f"{run_dir}/.hydra/config.yaml (model.encoder)")
+        "auto",
+        17,
+        f"{run_dir}/.hydra/config.yaml (model.encoder)",
+    )
     node, origin = RunConfig(command, run_dir, ["model.encoder.precision=fp32"]).node("model.encoder")
     assert (node.precision, node.query_max_length) == ("fp32", 17)
     assert origin == f"{run_dir}/.hydra/config.yaml (model.encoder, with model.encoder.precision from the command line)"

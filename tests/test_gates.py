@@ -1,4 +1,5 @@
 """The testbed's sanity gates (vtlab/gates.py) and the subsampled evaluation collections they run on."""
+
 import pytest
 
 from vtlab import gates
@@ -22,12 +23,18 @@ def test_case_gate_passes_a_cased_bpe_model_and_an_uncased_control():
         gates.check_case({"M_wp": UNCASED, "M_unc": UNCASED, "M_bpe": _case(1, gates.MAX_CASE_ROW_COSINE, 0.05)})
 
 
-@pytest.mark.parametrize("report, words", [
-    ({"M_wp": _case(12, 0.5, 0.01), "M_unc": UNCASED, "M_bpe": _case(8000, 0.8, 0.05)}, "M_wp's vocabulary has 12"),
-    ({"M_wp": UNCASED, "M_unc": UNCASED, "M_bpe": _case(8000, 1.0, 0.05)}, "did not learn to differ"),  # FVT copies
-    ({"M_wp": UNCASED, "M_unc": UNCASED, "M_bpe": _case(0, None, 0.0)}, "did not learn to differ"),  # no case variants
-    ({"M_wp": UNCASED, "M_unc": UNCASED, "M_bpe": _case(8000, 0.8, 0.001)}, "0.0010 of its document term mass"),
-])
+@pytest.mark.parametrize(
+    "report, words",
+    [
+        ({"M_wp": _case(12, 0.5, 0.01), "M_unc": UNCASED, "M_bpe": _case(8000, 0.8, 0.05)}, "M_wp's vocabulary has 12"),
+        ({"M_wp": UNCASED, "M_unc": UNCASED, "M_bpe": _case(8000, 1.0, 0.05)}, "did not learn to differ"),  # FVT copies
+        (
+            {"M_wp": UNCASED, "M_unc": UNCASED, "M_bpe": _case(0, None, 0.0)},
+            "did not learn to differ",
+        ),  # no case variants
+        ({"M_wp": UNCASED, "M_unc": UNCASED, "M_bpe": _case(8000, 0.8, 0.001)}, "0.0010 of its document term mass"),
+    ],
+)
 def test_case_gate_fails_loudly_on_a_broken_testbed(report, words):
     with pytest.raises(gates.GateError, match=words):
         gates.check_case(report)

@@ -1,5 +1,6 @@
 """Training-health callbacks on SPLADE-tiny: a dead start (decoder bias −30) and a dense start (+30) are caught by
 the preflight and stopped by the collapse detector; a healthy start is left alone and its health metrics are logged."""
+
 import json
 import warnings
 from pathlib import Path
@@ -23,11 +24,23 @@ PATIENCE = 4
 def fit(run_dir: Path, shift: float = 0.0, batch_size: int = 4, patience: int = PATIENCE, extra: tuple = ()):
     """A short SPLADE-tiny run with the default callbacks; `shift` is added to the decoder bias before fitting."""
     overrides = [
-        "backbone=splade-tiny", "vocab=native", "apc=off", "logger=csv", f"paths.run_dir={run_dir}", "stage=finetune",
-        f"trainer.max_steps={MAX_STEPS}", "trainer.limit_val_batches=0", "trainer.log_every_n_steps=1",
-        f"data.batch_size={batch_size}", "data.query_max_length=16", "data.doc_max_length=32", "data.dev.dev_size=20",
+        "backbone=splade-tiny",
+        "vocab=native",
+        "apc=off",
+        "logger=csv",
+        f"paths.run_dir={run_dir}",
+        "stage=finetune",
+        f"trainer.max_steps={MAX_STEPS}",
+        "trainer.limit_val_batches=0",
+        "trainer.log_every_n_steps=1",
+        f"data.batch_size={batch_size}",
+        "data.query_max_length=16",
+        "data.doc_max_length=32",
+        "data.dev.dev_size=20",
         "data.dev.max_docs=100",
-        "+data.train.max_examples=200", "~callbacks.progress_bar", f"callbacks.collapse_detector.patience={patience}",
+        "+data.train.max_examples=200",
+        "~callbacks.progress_bar",
+        f"callbacks.collapse_detector.patience={patience}",
         *extra,
     ]
     cfg = compose_cfg(overrides)
@@ -93,8 +106,15 @@ def test_healthy_start_trains_through_and_logs_health(tmp_path):
     assert trainer.global_step == MAX_STEPS and det.last_healthy_step == MAX_STEPS - 1
     lines = (tmp_path / "csv" / "metrics.csv").read_text().splitlines()
     header = lines[0].split(",")
-    for key in ("health/query_active_dims", "health/doc_active_dims", "health/flops", "health/never_active_share",
-                "health/margin", "health/preflight_doc_active_dims", "health/preflight_doc_cosine"):
+    for key in (
+        "health/query_active_dims",
+        "health/doc_active_dims",
+        "health/flops",
+        "health/never_active_share",
+        "health/margin",
+        "health/preflight_doc_active_dims",
+        "health/preflight_doc_cosine",
+    ):
         assert key in header, key
 
 
@@ -118,8 +138,9 @@ def test_health_monitor_never_active_window():
 def test_warn_action_warns_once_per_kind_and_keeps_training(tmp_path):
     from types import SimpleNamespace
 
-    trainer = SimpleNamespace(global_step=0, world_size=1, is_global_zero=True, default_root_dir=str(tmp_path),
-                              should_stop=False)
+    trainer = SimpleNamespace(
+        global_step=0, world_size=1, is_global_zero=True, default_root_dir=str(tmp_path), should_stop=False
+    )
     module = SimpleNamespace(last_batch={"q": torch.zeros(2, 8), "d": torch.zeros(4, 8), "group_size": 2})
     det = CollapseDetector(action="warn", patience=2)
     with pytest.warns(UserWarning, match="dead collapse") as record:
@@ -145,7 +166,10 @@ def test_dead_start_recipe_is_rescued_by_apc(tmp_path):
     assert start["cutoff"] == 30.0 and start["after"]["mean_active_per_doc"] == 0.0  # the start really was dead
     assert pre.report["status"] == "ok" and 0.2 < pre.report["doc_active_share"] < 0.5
     assert det.fired is None and trainer.global_step == MAX_STEPS
-    rows = [dict(zip(lines[0].split(","), r.split(","))) for lines in [(tmp_path / "csv" / "metrics.csv").read_text()
-                                                                         .splitlines()] for r in lines[1:]]
+    rows = [
+        dict(zip(lines[0].split(","), r.split(",")))
+        for lines in [(tmp_path / "csv" / "metrics.csv").read_text().splitlines()]
+        for r in lines[1:]
+    ]
     dims = [float(r["health/doc_active_dims"]) for r in rows if r.get("health/doc_active_dims")]
     assert dims and min(dims) > 100  # alive at every step

@@ -1,6 +1,7 @@
 """vtlab.hub is the one way to the Hugging Face hub: one offline check, read as huggingface_hub reads its flags, and
 one loader for hub datasets and dataset files. Every loader path answers offline under every spelling of the flags
 (using only the local cache: nothing may reach the network) and online when no flag is set."""
+
 from __future__ import annotations
 
 import re
@@ -19,23 +20,46 @@ from vtlab.errors import AssetError
 from vtlab.export import hub as export_hub
 
 FLAGS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
-OFFLINE_ENVS = [("HF_HUB_OFFLINE", "1"), ("HF_HUB_OFFLINE", "true"), ("HF_HUB_OFFLINE", "TRUE"),
-                ("HF_HUB_OFFLINE", "yes"), ("HF_DATASETS_OFFLINE", "1")]
+OFFLINE_ENVS = [
+    ("HF_HUB_OFFLINE", "1"),
+    ("HF_HUB_OFFLINE", "true"),
+    ("HF_HUB_OFFLINE", "TRUE"),
+    ("HF_HUB_OFFLINE", "yes"),
+    ("HF_DATASETS_OFFLINE", "1"),
+]
 
 # Each hub dataset path, with the words its error uses when offline and when online.
 DATASET_PATHS = {
-    "beir": (lambda: collections.load_hf_beir("scifact"), "HF offline mode is on and it is not cached",
-             "needs network access to the Hugging Face hub or a cached copy"),
-    "mteb": (lambda: collections.load_mteb("scifact"), "HF offline mode is on and it is not cached",
-             "needs network access to the Hugging Face hub or a cached copy"),
-    "st-file": (lambda: hf.st_msmarco_hard_negatives(), "HF offline mode is on and it is not cached",
-                "needs the Hugging Face hub or a cached copy"),
-    "opensearch": (lambda: hf.opensearch_msmarco_hard_negatives(), "HF offline mode is on and it is not cached",
-                   "needs the Hugging Face hub or a cached copy"),
-    "wikipedia": (lambda: corpora.wikipedia(max_docs=1), "the Hugging Face hub is unreachable (offline)",
-                  "loading failed"),
-    "bookcorpus": (lambda: corpora.bookcorpus(max_docs=1), "the Hugging Face hub is unreachable (offline)",
-                   "loading failed"),
+    "beir": (
+        lambda: collections.load_hf_beir("scifact"),
+        "HF offline mode is on and it is not cached",
+        "needs network access to the Hugging Face hub or a cached copy",
+    ),
+    "mteb": (
+        lambda: collections.load_mteb("scifact"),
+        "HF offline mode is on and it is not cached",
+        "needs network access to the Hugging Face hub or a cached copy",
+    ),
+    "st-file": (
+        lambda: hf.st_msmarco_hard_negatives(),
+        "HF offline mode is on and it is not cached",
+        "needs the Hugging Face hub or a cached copy",
+    ),
+    "opensearch": (
+        lambda: hf.opensearch_msmarco_hard_negatives(),
+        "HF offline mode is on and it is not cached",
+        "needs the Hugging Face hub or a cached copy",
+    ),
+    "wikipedia": (
+        lambda: corpora.wikipedia(max_docs=1),
+        "the Hugging Face hub is unreachable (offline)",
+        "loading failed",
+    ),
+    "bookcorpus": (
+        lambda: corpora.bookcorpus(max_docs=1),
+        "the Hugging Face hub is unreachable (offline)",
+        "loading failed",
+    ),
 }
 
 
@@ -124,8 +148,14 @@ def test_model_paths_share_the_offline_check(var, value, calls, monkeypatch):
 def test_no_module_but_vtlab_hub_loads_hub_datasets_or_reads_the_offline_flags() -> None:
     """The one loader and the one check stay one: datasets.load_dataset, a dataset hf_hub_download and a read of the
     offline flags appear in vtlab/hub.py only."""
-    pattern = re.compile(r"datasets\.load_dataset\(|from datasets import[^\n]*load_dataset|repo_type=\"dataset\""
-                         r"|environ(?:\.get)?[(\[]\s*[\"'](?:HF_HUB_OFFLINE|HF_DATASETS_OFFLINE|TRANSFORMERS_OFFLINE)")
-    found = [f"{p.relative_to(ROOT)}:{m.group(0)}" for p in sorted(Path(ROOT, "vtlab").rglob("*.py"))
-             if p != Path(ROOT, "vtlab", "hub.py") for m in pattern.finditer(p.read_text(encoding="utf-8"))]
+    pattern = re.compile(
+        r"datasets\.load_dataset\(|from datasets import[^\n]*load_dataset|repo_type=\"dataset\""
+        r"|environ(?:\.get)?[(\[]\s*[\"'](?:HF_HUB_OFFLINE|HF_DATASETS_OFFLINE|TRANSFORMERS_OFFLINE)"
+    )
+    found = [
+        f"{p.relative_to(ROOT)}:{m.group(0)}"
+        for p in sorted(Path(ROOT, "vtlab").rglob("*.py"))
+        if p != Path(ROOT, "vtlab", "hub.py")
+        for m in pattern.finditer(p.read_text(encoding="utf-8"))
+    ]
     assert found == []

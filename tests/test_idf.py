@@ -1,4 +1,5 @@
 """IDF tables: hand-computed values on a 4-document corpus, special tokens, lowercasing, json round trip, caching."""
+
 import json
 import math
 
@@ -29,11 +30,11 @@ def test_hand_built_corpus(bert_tok):
     table = IdfTable.from_corpus(bert_tok, CORPUS)
     w = {t: float(table.weights[vocab[t]]) for t in ("apple", "banana", "cherry", "grape", "zebra")}
     # N = 4; idf = ln(1 + (N - df + 0.5) / (df + 0.5)); "apple" occurs twice in doc 2 but counts once
-    assert w["apple"] == pytest.approx(math.log(1 + 2.5 / 2.5), rel=1e-6)   # df 2 → ln 2
-    assert w["banana"] == pytest.approx(math.log(2.0), rel=1e-6)            # df 2
+    assert w["apple"] == pytest.approx(math.log(1 + 2.5 / 2.5), rel=1e-6)  # df 2 → ln 2
+    assert w["banana"] == pytest.approx(math.log(2.0), rel=1e-6)  # df 2
     assert w["cherry"] == pytest.approx(math.log(1 + 3.5 / 1.5), rel=1e-6)  # df 1 → ln(10/3)
     assert w["grape"] == pytest.approx(math.log(10 / 3), rel=1e-6)
-    assert w["zebra"] == pytest.approx(math.log(10.0), rel=1e-6)            # df 0 → ln(1 + 4.5/0.5)
+    assert w["zebra"] == pytest.approx(math.log(10.0), rel=1e-6)  # df 0 → ln(1 + 4.5/0.5)
     assert table.df[vocab["apple"]] == 2 and table.n_docs == 4
     report = table.report()
     specials = len(set(bert_tok.all_special_ids))

@@ -1,4 +1,5 @@
 """InvertedIndex against an independent brute-force ranking (dense numpy Q @ Dᵀ, lexsort with the same tie rule)."""
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -62,7 +63,7 @@ def test_topk_float_weights_matches_brute_force_scores():
     ref_scores, _ = brute_force(q, d, 25)
     np.testing.assert_allclose(scores, ref_scores, rtol=1e-5, atol=1e-6)
     # every returned doc really has the score reported (float32 accumulation vs float64)
-    true = (q.toarray().astype(np.float64) @ d.toarray().astype(np.float64).T)
+    true = q.toarray().astype(np.float64) @ d.toarray().astype(np.float64).T
     np.testing.assert_allclose(np.take_along_axis(true, idx, axis=1), scores, rtol=1e-5, atol=1e-6)
     assert (np.diff(scores, axis=1) <= 0).all()
 
@@ -119,8 +120,10 @@ def test_to_run_keeps_order_and_drops_zero_scores():
 
 # ---- the compiled kernel (vtlab/index/taat.c) against scipy and the brute force --------------------------------------
 
-native_only = pytest.mark.skipif(InvertedIndex(sp.csr_matrix(np.eye(2, dtype=np.float32))).backend != "native",
-                                 reason="no C compiler: the exact index runs on scipy")
+native_only = pytest.mark.skipif(
+    InvertedIndex(sp.csr_matrix(np.eye(2, dtype=np.float32))).backend != "native",
+    reason="no C compiler: the exact index runs on scipy",
+)
 
 
 @native_only

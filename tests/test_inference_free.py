@@ -1,5 +1,6 @@
 """Inference-free SPLADE: bag-of-tokens × IDF queries (hand-checked), the query side never runs the network,
 IDF gradients only when trainable (own optimizer group), the table follows vocabulary transfer, config + pipeline."""
+
 import json
 import math
 
@@ -30,8 +31,14 @@ CORPUS = ["apple banana", "apple cherry apple", "banana", "grape"]
 def _tiny_bert_encoder(**kwargs) -> InferenceFreeEncoder:
     tok = AutoTokenizer.from_pretrained(str(asset_path("minilm")))
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)
+    cfg = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     return InferenceFreeEncoder(BertForMaskedLM(cfg).eval(), tok, query_max_length=16, doc_max_length=32, **kwargs)
 
 
@@ -85,8 +92,12 @@ def test_query_without_table_is_a_clear_error():
 def test_evaluation_never_runs_the_query_network():
     enc = _tiny_bert_encoder()
     calls = _NetworkCalls(enc)
-    col = Collection(name="toy", corpus={f"d{i}": t for i, t in enumerate(CORPUS)},
-                     queries={"q1": "apple", "q2": "grape"}, qrels={"q1": {"d0": 1}, "q2": {"d3": 1}})
+    col = Collection(
+        name="toy",
+        corpus={f"d{i}": t for i, t in enumerate(CORPUS)},
+        queries={"q1": "apple", "q2": "grape"},
+        qrels={"q1": {"d0": 1}, "q2": {"d3": 1}},
+    )
     metrics = evaluate(enc, col, batch_size=2, show_progress=False)
     assert calls.n == 2  # 4 documents in batches of 2; queries: none. The IDF came from the collection's corpus.
     assert enc.idf_table is not None and enc.idf_table.n_docs == 4
@@ -97,8 +108,13 @@ def test_evaluation_never_runs_the_query_network():
 
 def _module(enc, trainable: bool, idf_lr=1e-2):
     return InferenceFreeModule(
-        enc, loss=InfoNCE(), optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4),
-        doc_regularizer=Flops(weight=1e-3), trainable_idf=trainable, idf_lr=idf_lr)
+        enc,
+        loss=InfoNCE(),
+        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4),
+        doc_regularizer=Flops(weight=1e-3),
+        trainable_idf=trainable,
+        idf_lr=idf_lr,
+    )
 
 
 @pytest.mark.filterwarnings(r"ignore:You are trying to `self.log\(\)`")
@@ -134,8 +150,9 @@ def test_module_rejects_a_query_regularizer_and_untrainable_combinations():
     with pytest.raises(VtlabError, match="model.query_regularizer"):
         InferenceFreeModule(enc, loss=InfoNCE(), optimizer=torch.optim.AdamW, query_regularizer=Flops(weight=1e-3))
     with pytest.raises(VtlabError, match="use_idf"):
-        InferenceFreeModule(_tiny_bert_encoder(use_idf=False), loss=InfoNCE(), optimizer=torch.optim.AdamW,
-                            trainable_idf=True)
+        InferenceFreeModule(
+            _tiny_bert_encoder(use_idf=False), loss=InfoNCE(), optimizer=torch.optim.AdamW, trainable_idf=True
+        )
 
 
 def test_idf_table_follows_the_transferred_vocabulary(tmp_path):
@@ -143,8 +160,9 @@ def test_idf_table_follows_the_transferred_vocabulary(tmp_path):
     enc.fit_idf(CORPUS)
     olmo = TinyModernBert().load_tokenizer()
     model = enc.model
-    apply_transfer(model, enc.tokenizer, olmo, Semantic(), torch.randn(len(olmo), 16), None,
-                   TransferOptions(bias="zeros"))
+    apply_transfer(
+        model, enc.tokenizer, olmo, Semantic(), torch.randn(len(olmo), 16), None, TransferOptions(bias="zeros")
+    )
     enc.replace_networks(model, olmo)
     assert enc.needs_idf and enc.idf.shape[0] == enc.vocab_size  # the BERT table is gone, not reindexed
     table = enc.fit_idf(["Apple banana", "apple cherry", "banana"])
@@ -154,13 +172,15 @@ def test_idf_table_follows_the_transferred_vocabulary(tmp_path):
     assert set(saved) <= set(olmo.get_vocab()) and "Apple" in saved and "Ġbanana" in saved
     assert "[CLS]" not in saved and olmo.bos_token not in saved
     # a saved model reloads its table from beside the weights
-    reloaded = InferenceFreeEncoder.from_backbone(Backbone(str(tmp_path)), query_max_length=16,
-                                                  doc_max_length=32)  # within the model's 128 positions
+    reloaded = InferenceFreeEncoder.from_backbone(
+        Backbone(str(tmp_path)), query_max_length=16, doc_max_length=32
+    )  # within the model's 128 positions
     assert not reloaded.needs_idf
     torch.testing.assert_close(reloaded.idf.detach(), torch.relu(enc.idf.detach()))
 
 
 # ---- configuration and the pipeline --------------------------------------------------------------------------------
+
 
 def test_model_config_defaults_to_kl_divergence_and_doc_only_regularization(tmp_path):
     cfg = compose_cfg(["model=inference-free", f"paths.run_dir={tmp_path}"])
@@ -185,14 +205,31 @@ def test_paper_experiment_composes_with_the_authors_settings(tmp_path):
 def test_pipeline_transferred_tiny_modernbert_inference_free(tmp_path):
     """tiny-modernbert → bert-uncased (semantic) → APC → inference-free fine-tune (trainable IDF) → evaluate: the IDF
     table is computed under the new tokenizer from the training documents, trained, and saved beside the model."""
-    cfg = compose_cfg([
-        "backbone=tiny-modernbert", "vocab=bert-uncased", "init=semantic", "apc=p60", "model=inference-free",
-        "model.trainable_idf=true", "model.scheduler.num_warmup_steps=0", "baseline=false", "logger=none",
-        f"paths.run_dir={tmp_path}", "trainer.max_steps=2",
-        "trainer.val_check_interval=2", "data.batch_size=4", "data.doc_max_length=64", "apc.num_docs=64",
-        "apc.max_length=64", "data.dev.dev_size=20", "data.dev.max_docs=100", "data.eval_batch_size=32",
-        "+eval.collection.max_queries=40", "+eval.collection.max_docs=150",
-    ])
+    cfg = compose_cfg(
+        [
+            "backbone=tiny-modernbert",
+            "vocab=bert-uncased",
+            "init=semantic",
+            "apc=p60",
+            "model=inference-free",
+            "model.trainable_idf=true",
+            "model.scheduler.num_warmup_steps=0",
+            "baseline=false",
+            "logger=none",
+            f"paths.run_dir={tmp_path}",
+            "trainer.max_steps=2",
+            "trainer.val_check_interval=2",
+            "data.batch_size=4",
+            "data.doc_max_length=64",
+            "apc.num_docs=64",
+            "apc.max_length=64",
+            "data.dev.dev_size=20",
+            "data.dev.max_docs=100",
+            "data.eval_batch_size=32",
+            "+eval.collection.max_queries=40",
+            "+eval.collection.max_docs=150",
+        ]
+    )
     state = run(cfg)
     enc = state["encoder"]
     assert isinstance(enc, InferenceFreeEncoder) and enc.vocab_size == 30522

@@ -2,6 +2,7 @@
 no function-level vtlab imports (they only hide cycles). Every module under vtlab/ is parsed with `ast`, never
 imported, so a broken or slow module cannot hide a violation. Adjust LIBRARY_FOLDERS / LAYERS / LAZY_IMPORTS below,
 nothing else."""
+
 from __future__ import annotations
 
 import ast
@@ -19,14 +20,46 @@ from helpers import ROOT
 # folders and the few modules the vtlab/ root may hold (entry points, foundations, apc.py beside conf/apc/): a module
 # no pattern matches (a new loose module, a new folder) is refused until it is placed here, so the folder tree shows
 # the layers.
-LIBRARY_FOLDERS = ("vocab", "models", "losses", "regularizers", "data", "index", "evaluation", "callbacks",
-                   "diagnose", "export", "backbones", "tracking")
+LIBRARY_FOLDERS = (
+    "vocab",
+    "models",
+    "losses",
+    "regularizers",
+    "data",
+    "index",
+    "evaluation",
+    "callbacks",
+    "diagnose",
+    "export",
+    "backbones",
+    "tracking",
+)
 LAYERS: dict[str, list[str]] = {
-    "entry": ["vtlab.__main__", "vtlab.reproduce", "vtlab.pipeline", "vtlab.gates", "vtlab.paper_plan", "vtlab.report",
-              "vtlab.report.*", "vtlab.bench", "vtlab.bench.*", "*.__main__"],
+    "entry": [
+        "vtlab.__main__",
+        "vtlab.reproduce",
+        "vtlab.pipeline",
+        "vtlab.gates",
+        "vtlab.paper_plan",
+        "vtlab.report",
+        "vtlab.report.*",
+        "vtlab.bench",
+        "vtlab.bench.*",
+        "*.__main__",
+    ],
     "stages": ["vtlab.stages", "vtlab.stages.*"],
-    "foundations": ["vtlab", "vtlab.errors", "vtlab.atomic", "vtlab.assets", "vtlab.hub", "vtlab.integrity",
-                    "vtlab.logs", "vtlab.paths", "vtlab.runs", "vtlab.runs.*"],
+    "foundations": [
+        "vtlab",
+        "vtlab.errors",
+        "vtlab.atomic",
+        "vtlab.assets",
+        "vtlab.hub",
+        "vtlab.integrity",
+        "vtlab.logs",
+        "vtlab.paths",
+        "vtlab.runs",
+        "vtlab.runs.*",
+    ],
     "library": ["vtlab.apc", *(f"vtlab.{folder}{tail}" for folder in LIBRARY_FOLDERS for tail in ("", ".*"))],
 }
 RANK = {"entry": 3, "stages": 2, "library": 1, "foundations": 0}  # higher may import lower
@@ -36,7 +69,7 @@ STAGES_SHARED = {"vtlab.stages", "vtlab.stages.build"}
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
     # bench workers: each tool is measured in its own process, so a peer's process must not load vtlab's torch code
     ("vtlab.bench.common", "vtlab.models.precision"): "imports torch; the ONNX Runtime encode worker (which imports "
-                                                      "bench.common) must run without torch",
+    "bench.common) must run without torch",
     ("vtlab.bench.encode", "vtlab.backbones"): "loads torch/transformers + vtlab's model: not in the st/onnx workers",
     ("vtlab.bench.encode", "vtlab.models.encoder"): "vtlab's encoder (torch): not in the st/onnx encode workers",
     ("vtlab.bench.encode", "vtlab.models.pooling"): "torch: only the floor row uses it; not in the st/onnx workers",
@@ -47,19 +80,19 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("vtlab.bench.train", "vtlab.models.splade"): "vtlab's Lightning module: not in the st train worker (peak RSS)",
     ("vtlab.bench.train", "vtlab.regularizers"): "vtlab's regularizers: not in the st train worker (peak RSS)",
     ("vtlab.bench.retrieval", "vtlab.index"): "imported after the build's RSS baseline, so rss_after_build_mb keeps "
-                                              "its meaning (scipy peer included); see bench/retrieval.py",
+    "its meaning (scipy peer included); see bench/retrieval.py",
     ("vtlab.bench.retrieval", "vtlab.index.seismic"): "imported after the build's RSS baseline (it loads vtlab.index "
-                                                      "too); see bench/retrieval.py",
+    "too); see bench/retrieval.py",
     ("vtlab.bench.retrieval", "vtlab.assets"): "loads hydra/omegaconf (~7 MB): moving it before the RSS baseline "
-                                               "would shift the BoolQ rows' build RSS; see bench/retrieval.py",
+    "would shift the BoolQ rows' build RSS; see bench/retrieval.py",
 }
 
 
 @dataclass(frozen=True)
 class Import:
-    src: str        # importing module, dotted
-    dst: str        # imported vtlab module, dotted (an imported attribute is resolved to its module)
-    path: str       # file of `src`, relative to the package's parent
+    src: str  # importing module, dotted
+    dst: str  # imported vtlab module, dotted (an imported attribute is resolved to its module)
+    path: str  # file of `src`, relative to the package's parent
     line: int
     in_function: bool
 
@@ -131,8 +164,12 @@ def layer(module: str) -> str | None:
 
 def unplaced(package_dir: Path) -> list[str]:
     """Every module of the package that is in no layer (a loose module in the package root, an unlisted folder)."""
-    return [f"{path.relative_to(package_dir.parent)}: {name} is in no layer; move it into the folder of its concept, "
-            "or place it in LAYERS" for name, path in modules(package_dir).items() if layer(name) is None]
+    return [
+        f"{path.relative_to(package_dir.parent)}: {name} is in no layer; move it into the folder of its concept, "
+        "or place it in LAYERS"
+        for name, path in modules(package_dir).items()
+        if layer(name) is None
+    ]
 
 
 def layer_violations(edges: list[Import]) -> list[str]:
@@ -140,18 +177,25 @@ def layer_violations(edges: list[Import]) -> list[str]:
     for e in edges:
         a, b = layer(e.src), layer(e.dst)
         if RANK[b] > RANK[a]:
-            out.append(f"{e.where()}: {e.src} imports {e.dst}: upward import ({a} → {b}); {a} may import only "
-                       f"{', '.join(n for n in RANK if RANK[n] <= RANK[a])}")
+            out.append(
+                f"{e.where()}: {e.src} imports {e.dst}: upward import ({a} → {b}); {a} may import only "
+                f"{', '.join(n for n in RANK if RANK[n] <= RANK[a])}"
+            )
         elif a == b == "stages" and e.src not in STAGES_SHARED and e.dst not in STAGES_SHARED:
-            out.append(f"{e.where()}: {e.src} imports {e.dst}: stage → stage; stages share code only through "
-                       "vtlab.stages.build")
+            out.append(
+                f"{e.where()}: {e.src} imports {e.dst}: stage → stage; stages share code only through "
+                "vtlab.stages.build"
+            )
     return out
 
 
 def function_level_violations(edges: list[Import], allowed: dict[tuple[str, str], str]) -> list[str]:
-    return [f"{e.where()}: {e.src} imports {e.dst} inside a function; import it at module level (break the cycle it "
-            "hides), or add it to LAZY_IMPORTS with the reason"
-            for e in edges if e.in_function and (e.src, e.dst) not in allowed]
+    return [
+        f"{e.where()}: {e.src} imports {e.dst} inside a function; import it at module level (break the cycle it "
+        "hides), or add it to LAZY_IMPORTS with the reason"
+        for e in edges
+        if e.in_function and (e.src, e.dst) not in allowed
+    ]
 
 
 def cycles(edges: list[Import]) -> list[str]:
@@ -215,27 +259,34 @@ def cycles(edges: list[Import]) -> list[str]:
             path.append(prev[path[-1]])
         path.reverse()
         hops = [graph[a][b] for a, b in zip(path, path[1:] + [start])]
-        out.append(f"import cycle {' → '.join(path + [start])} ("
-                   + "; ".join(f"{h.where()}{' in a function' if h.in_function else ''}" for h in hops)
-                   + (f"; {len(comp)} modules in this tangle: {', '.join(sorted(comp))}" if len(comp) > len(path)
-                      else "") + ")")
+        out.append(
+            f"import cycle {' → '.join(path + [start])} ("
+            + "; ".join(f"{h.where()}{' in a function' if h.in_function else ''}" for h in hops)
+            + (f"; {len(comp)} modules in this tangle: {', '.join(sorted(comp))}" if len(comp) > len(path) else "")
+            + ")"
+        )
     return out
 
 
 def check(package_dir: Path, allowed: dict[tuple[str, str], str] = LAZY_IMPORTS) -> list[str]:
     edges = imports(package_dir)
     placed = [e for e in edges if layer(e.src) is not None and layer(e.dst) is not None]
-    return ([f"[unplaced] {u}" for u in unplaced(package_dir)]
-            + [f"[cycle] {c}" for c in cycles(edges)]
-            + [f"[layer] {v}" for v in layer_violations(placed)]
-            + [f"[function-level import] {v}" for v in function_level_violations(edges, allowed)])
+    return (
+        [f"[unplaced] {u}" for u in unplaced(package_dir)]
+        + [f"[cycle] {c}" for c in cycles(edges)]
+        + [f"[layer] {v}" for v in layer_violations(placed)]
+        + [f"[function-level import] {v}" for v in function_level_violations(edges, allowed)]
+    )
 
 
 def test_vtlab_import_layering():
     problems = check(ROOT / "vtlab")
     if problems:
-        pytest.fail(f"{len(problems)} import-layering violation(s) (rules: tests/test_layers.py, "
-                    "../shared/ARCHITECTURE.md):\n  " + "\n  ".join(problems), pytrace=False)
+        pytest.fail(
+            f"{len(problems)} import-layering violation(s) (rules: tests/test_layers.py, "
+            "../shared/ARCHITECTURE.md):\n  " + "\n  ".join(problems),
+            pytrace=False,
+        )
 
 
 def test_lazy_import_allowlist_is_still_needed():
@@ -270,16 +321,22 @@ def _check(tmp_path: Path, files: dict[str, str]) -> list[str]:
 def test_checker_passes_a_clean_package(tmp_path):
     assert _check(tmp_path, {}) == []
     edges = {(e.src, e.dst, e.in_function) for e in imports(tmp_path / "vtlab")}
-    assert ("vtlab.models", "vtlab.data", False) in edges            # from . import data (a submodule)
-    assert ("vtlab.data", "vtlab.errors", False) in edges            # from .errors import X (an attribute)
-    assert ("vtlab.stages.train", "vtlab.errors", False) in edges    # from ..errors import X
-    assert ("vtlab.stages.train", "vtlab.models", False) in edges    # import vtlab.models
-    assert ("vtlab.index", "vtlab.index.seismic", True) in edges     # allowlisted lazy import
+    assert ("vtlab.models", "vtlab.data", False) in edges  # from . import data (a submodule)
+    assert ("vtlab.data", "vtlab.errors", False) in edges  # from .errors import X (an attribute)
+    assert ("vtlab.stages.train", "vtlab.errors", False) in edges  # from ..errors import X
+    assert ("vtlab.stages.train", "vtlab.models", False) in edges  # import vtlab.models
+    assert ("vtlab.index", "vtlab.index.seismic", True) in edges  # allowlisted lazy import
 
 
 def test_checker_refuses_a_module_in_no_layer(tmp_path):
-    problems = _check(tmp_path, {"helpers.py": "from vtlab.errors import VtlabError\n",
-                                 "training/__init__.py": "", "training/loop.py": "from vtlab import helpers\n"})
+    problems = _check(
+        tmp_path,
+        {
+            "helpers.py": "from vtlab.errors import VtlabError\n",
+            "training/__init__.py": "",
+            "training/loop.py": "from vtlab import helpers\n",
+        },
+    )
     assert problems == [
         "[unplaced] vtlab/helpers.py: vtlab.helpers is in no layer; move it into the folder of its concept, or place "
         "it in LAYERS",
@@ -294,23 +351,30 @@ def test_the_package_root_holds_only_entry_points_foundations_and_apc():
     """Library code lives in folders: the root's modules are the entry points, the foundations and apc.py."""
     root = {p.stem for p in (ROOT / "vtlab").glob("*.py")}
     allowed = {"__init__", "__main__", "apc"} | {
-        p.split(".")[1] for name in ("entry", "foundations") for p in LAYERS[name]
-        if p.count(".") == 1 and p.startswith("vtlab.") and "*" not in p}
+        p.split(".")[1]
+        for name in ("entry", "foundations")
+        for p in LAYERS[name]
+        if p.count(".") == 1 and p.startswith("vtlab.") and "*" not in p
+    }
     assert root <= allowed, f"loose library modules in vtlab/: {sorted(root - allowed)}"
 
 
 def test_checker_reports_a_cycle_with_its_path(tmp_path):
     problems = _check(tmp_path, {"data.py": "from vtlab.errors import VtlabError\nimport vtlab.models\n"})
-    assert problems == ["[cycle] import cycle vtlab.data → vtlab.models → vtlab.data "
-                        "(vtlab/data.py:2; vtlab/models.py:2)"]
+    assert problems == [
+        "[cycle] import cycle vtlab.data → vtlab.models → vtlab.data (vtlab/data.py:2; vtlab/models.py:2)"
+    ]
 
 
 def test_checker_reports_upward_imports(tmp_path):
-    problems = _check(tmp_path, {
-        "errors.py": "from vtlab.models import data\n",                       # foundations → library
-        "data.py": "x = 1\n\n\nfrom vtlab.stages import build\n",               # library → stages
-        "index/seismic.py": "import vtlab.__main__\n",                          # library → entry
-    })
+    problems = _check(
+        tmp_path,
+        {
+            "errors.py": "from vtlab.models import data\n",  # foundations → library
+            "data.py": "x = 1\n\n\nfrom vtlab.stages import build\n",  # library → stages
+            "index/seismic.py": "import vtlab.__main__\n",  # library → entry
+        },
+    )
     assert [p for p in problems if not p.startswith("[cycle]")] == [
         "[layer] vtlab/data.py:4: vtlab.data imports vtlab.stages.build: upward import (library → stages); library "
         "may import only library, foundations",
@@ -322,14 +386,21 @@ def test_checker_reports_upward_imports(tmp_path):
 
 
 def test_checker_refuses_a_stage_importing_another_stage(tmp_path):
-    problems = _check(tmp_path, {"stages/evaluate.py": "from vtlab.stages.train import data\n"
-                                                       "from vtlab.stages.build import data as d\n"})
-    assert problems == ["[layer] vtlab/stages/evaluate.py:1: vtlab.stages.evaluate imports vtlab.stages.train: "
-                        "stage → stage; stages share code only through vtlab.stages.build"]
+    problems = _check(
+        tmp_path,
+        {"stages/evaluate.py": "from vtlab.stages.train import data\nfrom vtlab.stages.build import data as d\n"},
+    )
+    assert problems == [
+        "[layer] vtlab/stages/evaluate.py:1: vtlab.stages.evaluate imports vtlab.stages.train: "
+        "stage → stage; stages share code only through vtlab.stages.build"
+    ]
 
 
 def test_checker_reports_function_level_imports_outside_the_allowlist(tmp_path):
-    problems = _check(tmp_path, {"models.py": """\
+    problems = _check(
+        tmp_path,
+        {
+            "models.py": """\
         from vtlab.errors import VtlabError
 
 
@@ -338,7 +409,9 @@ def test_checker_reports_function_level_imports_outside_the_allowlist(tmp_path):
                 from . import data
                 import vtlab.errors as e
                 return data, e
-        """})
+        """
+        },
+    )
     assert problems == [
         "[function-level import] vtlab/models.py:6: vtlab.models imports vtlab.data inside a function; import it at "
         "module level (break the cycle it hides), or add it to LAZY_IMPORTS with the reason",

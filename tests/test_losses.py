@@ -1,4 +1,5 @@
 """Losses against hand-computed values on tiny examples."""
+
 import math
 
 import pytest
@@ -8,12 +9,14 @@ from vtlab.losses import InfoNCE, KLDivergence, MarginMSE, group_scores
 
 # 2 queries, each with [positive, negative]; vocabulary of 3 terms.
 Q = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, 0.0]])
-D = torch.tensor([
-    [1.0, 0.0, 1.0],  # q0 positive: score 1 + 2 = 3
-    [0.0, 1.0, 0.0],  # q0 negative: score 0
-    [0.0, 2.0, 0.0],  # q1 positive: score 2
-    [1.0, 1.0, 0.0],  # q1 negative: score 1
-])
+D = torch.tensor(
+    [
+        [1.0, 0.0, 1.0],  # q0 positive: score 1 + 2 = 3
+        [0.0, 1.0, 0.0],  # q0 negative: score 0
+        [0.0, 2.0, 0.0],  # q1 positive: score 2
+        [1.0, 1.0, 0.0],  # q1 negative: score 1
+    ]
+)
 
 
 def test_group_scores():

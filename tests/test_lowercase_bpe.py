@@ -1,6 +1,7 @@
 """U, the OLMo BPE restricted to its lowercase tokens (vtlab/vocab/lowercase_bpe.py): it segments like the
 blank-prefix-lower arm on the cased BPE, holds no case variant, and VT onto it copies rows; plus the gates that use it
 (M_unc in the case gate, the undamaged-control gate). Real tokenizers and models throughout."""
+
 import unicodedata
 
 import pytest
@@ -62,7 +63,11 @@ def test_u_keeps_only_lowercase_tokens_and_every_special(u, olmo, vocab):
     ids = u("Hello")["input_ids"]
     assert (ids[0], ids[-1]) == (u.cls_token_id, u.sep_token_id)
     assert u.convert_ids_to_tokens([ids[0], ids[-1], u.mask_token_id, u.pad_token_id]) == [
-        "[CLS]", "[SEP]", "[MASK]", "[PAD]"]
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "[PAD]",
+    ]
     # ids keep the source's order
     order = olmo.convert_tokens_to_ids(u.convert_ids_to_tokens(list(range(len(u)))))
     assert order == sorted(order)
@@ -75,7 +80,7 @@ def test_u_segments_exactly_like_blank_prefix_lower_on_the_cased_bpe(u, olmo):
     for text, a, b in zip(texts, ours, theirs):
         assert u.convert_ids_to_tokens(a) == olmo.convert_ids_to_tokens(b), text[:80]
         assert u.unk_token_id not in a
-    for text, a in zip(CRAFTED, ours[-len(CRAFTED):]):  # nothing lost: the tokens spell the normalized text
+    for text, a in zip(CRAFTED, ours[-len(CRAFTED) :]):  # nothing lost: the tokens spell the normalized text
         assert u.decode(a, clean_up_tokenization_spaces=False) == unicodedata.normalize("NFC", " " + text.lower())
 
 
@@ -96,8 +101,9 @@ def test_vt_onto_u_copies_each_row_from_the_same_token_and_u_has_no_case_variant
     with torch.no_grad():
         model.get_output_embeddings().bias.normal_(generator=torch.Generator().manual_seed(0))
     bias = model.get_output_embeddings().bias.detach().clone()
-    report = apply_transfer(model, olmo, u, Subword(), None, None,
-                            TransferOptions(bias="init", target_norm=False, fuzzy=False, seed=0))
+    report = apply_transfer(
+        model, olmo, u, Subword(), None, None, TransferOptions(bias="init", target_norm=False, fuzzy=False, seed=0)
+    )
     source = torch.tensor(olmo.convert_tokens_to_ids(u.convert_ids_to_tokens(list(range(len(u))))))
     # OLMo's role-less specials (<|padding|>, <|endoftext|>): match_vocabularies pairs specials by role only, so these
     # two get Subword's overlap mean instead of their own row; every other row is copied

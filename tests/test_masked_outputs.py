@@ -1,6 +1,7 @@
 """vocab=lowercase-masked (vtlab/vocab/masked_outputs.py): the masked set of the real OLMo BPE, the derived model built
 and cached through cached_transfer, and the claim behind the -1e4 bias: an MLM step and a SPLADE step leave the masked
 rows bit-identical and their activations 0, on tiny models of both families M_bpe can have (BERT, ModernBERT)."""
+
 import functools
 import json
 from pathlib import Path
@@ -24,8 +25,12 @@ from helpers import compose_cfg
 
 pytestmark = pytest.mark.usefixtures("fresh_cache")
 
-TEXTS = ["The Eiffel Tower is in PARIS, France.", "McDonald's opened in Moscow in 1990; Café Pushkin did not.",
-         "Is NASA's James Webb telescope in orbit?", "ÉCOLE Normale Supérieure and the iPhone"]
+TEXTS = [
+    "The Eiffel Tower is in PARIS, France.",
+    "McDonald's opened in Moscow in 1990; Café Pushkin did not.",
+    "Is NASA's James Webb telescope in orbit?",
+    "ÉCOLE Normale Supérieure and the iPhone",
+]
 
 
 def tiny_modernbert() -> Backbone:
@@ -46,8 +51,14 @@ def masked(tokenizer) -> list[int]:
 def bert_bpe(tmp_path_factory, tokenizer) -> Backbone:
     """M_bpe's family: a tiny BERT masked LM on the OLMo BPE (the testbed moves SPLADE-tiny, a BERT, onto it)."""
     out = tmp_path_factory.mktemp("bert-bpe")
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, pad_token_id=tokenizer.pad_token_id)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     torch.manual_seed(0)
     BertForMaskedLM(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -60,6 +71,7 @@ def vocab() -> CasedOutputsMasked:
 
 # ---- the masked set ---------------------------------------------------------------------------------------------
 
+
 def test_masked_set_is_the_tokens_with_an_uppercase_letter_minus_specials(tokenizer, masked):
     # recomputed independently of vtlab.vocab.canonical: the tokenizer's own byte-level decoder (invalid UTF-8 → U+FFFD)
     decode = tokenizer.backend_tokenizer.decoder.decode
@@ -71,8 +83,11 @@ def test_masked_set_is_the_tokens_with_an_uppercase_letter_minus_specials(tokeni
             return added[i]
         return decode([token])
 
-    expected = {i for token, i in tokenizer.get_vocab().items()
-                if i not in specials and any(c.isupper() for c in text(token, i))}
+    expected = {
+        i
+        for token, i in tokenizer.get_vocab().items()
+        if i not in specials and any(c.isupper() for c in text(token, i))
+    }
     assert set(masked) == expected and len(masked) == 13028  # of 50,368 ids
     known = tokenizer.get_vocab()  # (an unknown token would read as [UNK], a special: kept, vacuously)
     assert all(t in known for t in ("ĠThe", "ĠTHE", "The", "Ġthe", "the", "Ã", "âĢ", "|||IP_ADDRESS|||", "[unused0]"))
@@ -94,6 +109,7 @@ def test_lowercased_input_never_holds_a_masked_token(tokenizer, masked):
 
 
 # ---- the derived model, through the transfer cache ---------------------------------------------------------------
+
 
 def test_encoder_gives_no_weight_to_a_masked_id_and_keeps_every_other_weight(tokenizer, masked):
     source = tiny_modernbert()
@@ -163,6 +179,7 @@ def test_preprocess_must_lowercase():
 
 # ---- the -1e4 claim: no loss moves the masked rows ---------------------------------------------------------------
 
+
 @pytest.fixture(scope="module", params=["bert", "modernbert"])
 def arm_model(request, bert_bpe):
     source = bert_bpe if request.param == "bert" else tiny_modernbert()
@@ -211,8 +228,14 @@ def test_splade_step_leaves_masked_rows_bit_identical_and_inactive(arm_model, to
     model = arm_model
     weight, bias = masked_rows(model, masked)
     encoder = SpladeEncoder(model, tokenizer, preprocess=vocab().preprocess)
-    module = SpladeModule(encoder, InfoNCE(), functools.partial(torch.optim.AdamW, lr=1e-2),
-                          query_regularizer=Flops(1e-2), doc_regularizer=Flops(1e-2), weight_decay=0.01)
+    module = SpladeModule(
+        encoder,
+        InfoNCE(),
+        functools.partial(torch.optim.AdamW, lr=1e-2),
+        query_regularizer=Flops(1e-2),
+        doc_regularizer=Flops(1e-2),
+        weight_decay=0.01,
+    )
     module.train()
     queries, docs = TEXTS[:2], TEXTS  # each query: its positive and one negative
     batch = {"query": encoder.tokenize(queries, "query"), "docs": encoder.tokenize(docs, "doc")}
@@ -231,7 +254,7 @@ def test_a_masked_id_fed_as_mlm_noise_stays_dead(arm_model, tokenizer, masked):
     module = MLMModule(model, functools.partial(torch.optim.AdamW, lr=1e-2), weight_decay=0.01)
     module.train()
     batch = mlm_batch(tokenizer, TEXTS)
-    batch["input_ids"][:, 2] = torch.tensor(masked[:len(TEXTS)])  # unmasked positions: noise inputs
+    batch["input_ids"][:, 2] = torch.tensor(masked[: len(TEXTS)])  # unmasked positions: noise inputs
     for i in range(3):
         step(module, module.training_step(batch, i))
     assert torch.equal(masked_rows(model, masked)[1], bias)
@@ -239,17 +262,20 @@ def test_a_masked_id_fed_as_mlm_noise_stays_dead(arm_model, tokenizer, masked):
     encoder = SpladeEncoder(model, tokenizer, preprocess=vocab().preprocess, precision="fp32")  # no auto probe
     w = encoder.encode(TEXTS, "doc", show_progress=False)
     assert not w.toarray()[:, masked].any()
-    logits = torch.nn.functional.linear(torch.randn(8, model.config.hidden_size) * 10,
-                                        *(p.detach() for p in (model.get_output_embeddings().weight,
-                                                               model.get_output_embeddings().bias)))
+    logits = torch.nn.functional.linear(
+        torch.randn(8, model.config.hidden_size) * 10,
+        *(p.detach() for p in (model.get_output_embeddings().weight, model.get_output_embeddings().bias)),
+    )
     assert (logits[:, masked] < MASKED_BIAS / 2).all()
 
 
 # ---- config -----------------------------------------------------------------------------------------------------
 
+
 def test_config_composes_onto_the_testbed_bpe_row():
-    cfg = compose_cfg(["experiment=testbed/main/bpe-native", "vocab=lowercase-masked", "stage=finetune",
-                       "paths.run_dir=/tmp/x"])
+    cfg = compose_cfg(
+        ["experiment=testbed/main/bpe-native", "vocab=lowercase-masked", "stage=finetune", "paths.run_dir=/tmp/x"]
+    )
     arm = instantiate(cfg.vocab)
     assert isinstance(arm, CasedOutputsMasked) and arm.name == "lowercase-masked" and arm.transfers
     assert instantiate(cfg.model.encoder.preprocess) == Normalizer(lowercase=True, blank_prefix=True)

@@ -1,4 +1,5 @@
 """MLM adaptation: span packing + masking statistics, a real loss decrease, the cached Hydra stage, offline corpora."""
+
 import functools
 import time
 from pathlib import Path
@@ -37,8 +38,11 @@ def test_pack_spans_wraps_every_span_and_keeps_all_tokens():
     spans, lengths = pack_spans([[1, 2, 3], [], [4, 5, 6, 7]], start=100, end=101, max_length=5)
     # stream 1 2 3 SEP 4 5 6 7 → bodies of 3
     assert spans[:, 0].tolist() == [100] * 3
-    assert [spans[i, : lengths[i]].tolist() for i in range(3)] == [[100, 1, 2, 3, 101], [100, 101, 4, 5, 101],
-                                                                   [100, 6, 7, 101]]
+    assert [spans[i, : lengths[i]].tolist() for i in range(3)] == [
+        [100, 1, 2, 3, 101],
+        [100, 101, 4, 5, 101],
+        [100, 6, 7, 101],
+    ]
 
 
 def test_masking_rate_specials_span_shape_and_seed(tokenizer):
@@ -71,8 +75,9 @@ def test_training_reduces_loss_and_keeps_decoder_tied(tokenizer, tmp_path):
     pl.seed_everything(0)
     # narrower than the default tiny model: on CPU the step cost is the 50k-row embedding/decoder, ∝ hidden size
     model = TinyModernBert(hidden_size=64, num_hidden_layers=1, intermediate_size=128).load_model()
-    dm = TextDataModule(functools.partial(corpora.boolq_passages, max_docs=300), tokenizer, batch_size=8,
-                        max_length=64, seed=0)
+    dm = TextDataModule(
+        functools.partial(corpora.boolq_passages, max_docs=300), tokenizer, batch_size=8, max_length=64, seed=0
+    )
     module = MLMModule(model, functools.partial(torch.optim.AdamW, lr=1e-3))
     losses: list[float] = []
 
@@ -80,9 +85,16 @@ def test_training_reduces_loss_and_keeps_decoder_tied(tokenizer, tmp_path):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             losses.append(float(outputs["loss"]))
 
-    trainer = pl.Trainer(accelerator="cpu", max_steps=30, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, callbacks=[Record()],
-                         default_root_dir=str(tmp_path))
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=30,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Record()],
+        default_root_dir=str(tmp_path),
+    )
     trainer.fit(module, datamodule=dm)
     assert len(losses) == 30
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
@@ -106,8 +118,9 @@ def test_sparse_prediction_loss_equals_the_models_own(family, tokenizer):
         module = MLMModule(model, functools.partial(torch.optim.AdamW, lr=1e-3), sparse_prediction=sparse)
         logits, target = module.mlm_logits(batch)
         loss = torch.nn.functional.cross_entropy(logits, target, ignore_index=-100)
-        reference = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                          labels=batch["labels"]).loss
+        reference = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
+        ).loss
         torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-5)
         loss.backward()
         results.append((int((target != -100).sum()), model.get_input_embeddings().weight.grad.clone()))
@@ -122,9 +135,19 @@ def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
     from vtlab.stages import mlm as stage
 
     run_dir = tmp_path / "run"
-    cfg = compose_cfg(["backbone=tiny-modernbert", "vocab=native", "mlm.steps=3", "mlm.batch_size=4", "logger=none",
-                    f"paths.run_dir={run_dir}", "mlm.corpus.max_docs=200", "mlm.warmup_steps=1",
-                    "mlm.log_every_n_steps=1"])
+    cfg = compose_cfg(
+        [
+            "backbone=tiny-modernbert",
+            "vocab=native",
+            "mlm.steps=3",
+            "mlm.batch_size=4",
+            "logger=none",
+            f"paths.run_dir={run_dir}",
+            "mlm.corpus.max_docs=200",
+            "mlm.warmup_steps=1",
+            "mlm.log_every_n_steps=1",
+        ]
+    )
     state = stage.run(cfg, {"keep": 1})
     out = Path(state["backbone"].name_or_path)
     assert state["keep"] == 1 and state["mlm_report"]["steps"] == 3
@@ -144,8 +167,9 @@ def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
     again = stage.run(cfg, {})
     assert Path(again["backbone"].name_or_path) == out and (out / "vtlab_mlm.json").stat().st_mtime == mtime
 
-    off = compose_cfg(["backbone=tiny-modernbert", "vocab=native", "mlm.steps=0", "logger=none",
-                       f"paths.run_dir={run_dir}"])
+    off = compose_cfg(
+        ["backbone=tiny-modernbert", "vocab=native", "mlm.steps=0", "logger=none", f"paths.run_dir={run_dir}"]
+    )
     state0 = {"x": object()}
     assert stage.run(off, state0) is state0
 
@@ -157,8 +181,14 @@ def test_sweep_and_paper_config_compose():
     assert compose_cfg(["mlm.steps=500"]).mlm.steps == 500
 
 
-@pytest.mark.parametrize("fn,name", [(corpora.wikipedia, "wikimedia/wikipedia"), (corpora.bookcorpus, "bookcorpus"),
-                                     (corpora.wikibook, "wikimedia/wikipedia")])
+@pytest.mark.parametrize(
+    "fn,name",
+    [
+        (corpora.wikipedia, "wikimedia/wikipedia"),
+        (corpora.bookcorpus, "bookcorpus"),
+        (corpora.wikibook, "wikimedia/wikipedia"),
+    ],
+)
 def test_offline_hub_corpus_fails_fast_naming_dataset(fn, name, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -179,10 +209,22 @@ def test_trainable_freezes_every_other_parameter_through_a_training_step(tokeniz
     kept = freeze_all_but(model, ["word_embeddings", r"cls\.predictions\.bias"])
     assert kept == ["bert.embeddings.word_embeddings.weight", "cls.predictions.bias"]
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    dm = TextDataModule(functools.partial(corpora.boolq_passages, max_docs=50), backbone.load_tokenizer(),
-                        batch_size=4, max_length=32, seed=0)
-    trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path))
+    dm = TextDataModule(
+        functools.partial(corpora.boolq_passages, max_docs=50),
+        backbone.load_tokenizer(),
+        batch_size=4,
+        max_length=32,
+        seed=0,
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+    )
     trainer.fit(MLMModule(model, functools.partial(torch.optim.AdamW, lr=1e-2)), datamodule=dm)
     moved = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
     assert moved == set(kept)

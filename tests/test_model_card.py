@@ -2,6 +2,7 @@
 base_model / datasets when they are hub ids, model-index with the run's own metrics.json values), a title that names
 the model, quality apart from timings, and no path of the machine that wrote it. export.push_to_hub offline is
 refused in one line before anything is exported."""
+
 import json
 import os
 import re
@@ -25,10 +26,19 @@ def exported(tmp_path_factory) -> tuple[Path, str]:
     """(run dir, card text) of a real `stage=export run_dir=R` (vectors too) of a real run on a BEIR directory,
     R named as Hydra names run directories (<time>-<name>)."""
     tmp = tmp_path_factory.mktemp("card")
-    run_dir = evaluated_run(tmp / "outputs" / "runs" / "2026-01-02" / "10-20-30-tinyfacts-run",
-                            write_beir(tmp / "data" / "tinyfacts", "tf"), "tinyfacts-run")
-    res = cli("stage=export", f"run_dir={run_dir}", "export.vectors.formats=[anserini]", "export.vectors.queries=true",
-              "logger=none", f"hydra.run.dir={tmp / 'outputs' / 'export'}")
+    run_dir = evaluated_run(
+        tmp / "outputs" / "runs" / "2026-01-02" / "10-20-30-tinyfacts-run",
+        write_beir(tmp / "data" / "tinyfacts", "tf"),
+        "tinyfacts-run",
+    )
+    res = cli(
+        "stage=export",
+        f"run_dir={run_dir}",
+        "export.vectors.formats=[anserini]",
+        "export.vectors.queries=true",
+        "logger=none",
+        f"hydra.run.dir={tmp / 'outputs' / 'export'}",
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return run_dir, (run_dir / "sparse-encoder" / "README.md").read_text()
 
@@ -66,8 +76,9 @@ def test_card_holds_no_path_of_the_machine(exported, tmp_path_factory):
 
 def test_card_lists_the_configs_export_formats(exported):
     """The formats the card names are the export.vectors nodes with a `_target_` (vtlab.export.vectors.format_names)."""
-    assert ("Every engine format vtlab writes (`export.vectors.formats`): anserini, opensearch, elasticsearch, "
-            "qdrant.") in exported[1]
+    assert (
+        "Every engine format vtlab writes (`export.vectors.formats`): anserini, opensearch, elasticsearch, qdrant."
+    ) in exported[1]
 
 
 def test_front_matter_has_the_hub_keys(exported):
@@ -104,8 +115,16 @@ def test_title_names_the_model_not_a_time(exported, tmp_path):
     run_dir, card = exported
     assert card.split("\n# ", 1)[1].splitlines()[0] == "tinyfacts-run"
     assert not re.search(r"^# .*\d{2}-\d{2}-\d{2}", card, re.M)
-    cfg = compose_cfg(["stage=export", f"run_dir={run_dir}", f"export.out={tmp_path / 'st'}", "export.name=my-splade",
-                       "export.license=apache-2.0", f"paths.run_dir={tmp_path / 'export'}"])
+    cfg = compose_cfg(
+        [
+            "stage=export",
+            f"run_dir={run_dir}",
+            f"export.out={tmp_path / 'st'}",
+            "export.name=my-splade",
+            "export.license=apache-2.0",
+            f"paths.run_dir={tmp_path / 'export'}",
+        ]
+    )
     run(cfg)
     named = (tmp_path / "st" / "README.md").read_text()
     meta = front_matter(named)
@@ -121,14 +140,40 @@ def test_hub_ids_of_the_base_model_and_datasets(tmp_path):
 
     run_dir = tmp_path / "run"
     (run_dir / ".hydra").mkdir(parents=True)
-    OmegaConf.save(compose_cfg(["backbone=modernbert", "vocab=native", "data=msmarco-st", "eval=hf-beir",
-                                "eval.name=scifact", "name=mb-splade"]), run_dir / ".hydra" / "config.yaml")
-    info = card_info(RunConfig(compose_cfg([]), run_dir), name=None, run_dir=run_dir, trained=True, license=None,
-                     repo_id="me/mb-splade")
+    OmegaConf.save(
+        compose_cfg(
+            [
+                "backbone=modernbert",
+                "vocab=native",
+                "data=msmarco-st",
+                "eval=hf-beir",
+                "eval.name=scifact",
+                "name=mb-splade",
+            ]
+        ),
+        run_dir / ".hydra" / "config.yaml",
+    )
+    info = card_info(
+        RunConfig(compose_cfg([]), run_dir),
+        name=None,
+        run_dir=run_dir,
+        trained=True,
+        license=None,
+        repo_id="me/mb-splade",
+    )
     metrics = {"scifact": {"nDCG@10": 0.5, "flops": 1.25, "total_s": 3.0}}
-    card = model_card(info, {"kind": "siamese", "vocab_size": 50368, "max_length": {"query": 64, "doc": 256}},
-                      train_overrides=["backbone=modernbert"], export_overrides=None, metrics=metrics,
-                      vector_files={}, vectors_of=None, onnx_dir=None, card_dir=run_dir / "st", run_dir=run_dir)
+    card = model_card(
+        info,
+        {"kind": "siamese", "vocab_size": 50368, "max_length": {"query": 64, "doc": 256}},
+        train_overrides=["backbone=modernbert"],
+        export_overrides=None,
+        metrics=metrics,
+        vector_files={},
+        vectors_of=None,
+        onnx_dir=None,
+        card_dir=run_dir / "st",
+        run_dir=run_dir,
+    )
     meta = front_matter(card)
     assert meta["base_model"] == "answerdotai/ModernBERT-base"
     assert meta["datasets"] == ["sentence-transformers/msmarco-hard-negatives", "mteb/msmarco", "BeIR/scifact"]
@@ -141,8 +186,13 @@ def test_hub_ids_of_the_base_model_and_datasets(tmp_path):
 def test_push_to_hub_offline_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
     run_dir = tmp_path / "run"  # not even a model: the refusal comes first
     run_dir.mkdir()
-    export = ["stage=export", f"run_dir={run_dir}", "export.push_to_hub=user/repo", "export.vectors.formats=[anserini]",
-              f"paths.run_dir={tmp_path / 'export'}"]
+    export = [
+        "stage=export",
+        f"run_dir={run_dir}",
+        "export.push_to_hub=user/repo",
+        "export.vectors.formats=[anserini]",
+        f"paths.run_dir={tmp_path / 'export'}",
+    ]
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(SystemExit) as ei:
         run_or_exit(compose_cfg(export))
@@ -150,7 +200,8 @@ def test_push_to_hub_offline_is_refused_before_any_work(tmp_path, capsys, monkey
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith(
         "vtlab: error: export.push_to_hub=user/repo: the Hugging Face Hub is not reachable (HF_HUB_OFFLINE=1); export "
-        "without it and upload later with "), err
+        "without it and upload later with "
+    ), err
     assert "upload user/repo " in err
     # nothing written: the empty run dir and the export's own (empty) run directory are all there is
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["export", "run"]
@@ -162,7 +213,10 @@ def test_push_to_hub_offline_is_refused_before_any_work(tmp_path, capsys, monkey
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(vtlab.hub, "reachable", lambda: False)
-    with pytest.raises(VtlabError, match=r"^export\.push_to_hub=user/repo: the Hugging Face Hub is not reachable "
-                                         r"\(no connection to https?://"):
+    with pytest.raises(
+        VtlabError,
+        match=r"^export\.push_to_hub=user/repo: the Hugging Face Hub is not reachable "
+        r"\(no connection to https?://",
+    ):
         run(compose_cfg(export))
     assert not (run_dir / "sparse-encoder").exists() and not (run_dir / "vectors").exists()

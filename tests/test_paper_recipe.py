@@ -2,6 +2,7 @@
 authors' formula written out here (from their trainer.py, loss.py, dataset.py and probe script) or counts a
 brute-force sample, and each would fail on vtlab's earlier behaviour (global FLOPS mean, first positive only, dev
 selection on BoolQ, local in-batch losses, other positives as InfoNCE negatives, APC p60 with zeros)."""
+
 import gzip
 import json
 import os
@@ -41,6 +42,7 @@ def sparse_reps(rows, vocab, seed, density=0.3):
 
 
 # ---- 1. FLOPS normalization: the authors' flops_value (trainer.py), written out ----------------------------------
+
 
 def authors_flops(representation, group_num=1, flops_threshold=None):
     representation = representation.reshape(-1, group_num, representation.shape[-1])
@@ -82,8 +84,12 @@ def test_flops_normalize_option_and_global_default_unchanged():
 # ---- 2. MS MARCO data: MsMarcoScoresFromSentenceTransformers.__getitem__, counted ---------------------------------
 
 QRELS = {1: [10, 11], 2: [20], 3: [30], 4: [40]}
-CE = {1: {10: 5.0, 11: 4.0, 12: 1.0, 13: 0.5, 14: -1.0}, 2: {20: 3.0, 21: 0.2, 22: 0.1, 99: 0.0},
-      3: {31: 1.0, 32: 0.5}, 4: {40: 2.0}}  # 99: no text; 3: positive not scored; 4: nothing to sample against
+CE = {
+    1: {10: 5.0, 11: 4.0, 12: 1.0, 13: 0.5, 14: -1.0},
+    2: {20: 3.0, 21: 0.2, 22: 0.1, 99: 0.0},
+    3: {31: 1.0, 32: 0.5},
+    4: {40: 2.0},
+}  # 99: no text; 3: positive not scored; 4: nothing to sample against
 QUERIES = {str(q): f"query {q}" for q in QRELS}
 TEXTS = {str(p): f"passage {p}" for q in CE for p in CE[q] if p != 99}
 
@@ -125,22 +131,26 @@ def test_msmarco_source_reads_every_query_without_a_cap(tmp_path, monkeypatch):
     with gzip.open(scores, "wb") as f:
         pickle.dump(CE, f)
     tables = {
-        ("default", "train"): [{"query-id": str(q), "corpus-id": str(p), "score": 1} for q, ps in QRELS.items()
-                               for p in ps],
+        ("default", "train"): [
+            {"query-id": str(q), "corpus-id": str(p), "score": 1} for q, ps in QRELS.items() for p in ps
+        ],
         ("queries", "queries"): [{"_id": q, "text": t} for q, t in QUERIES.items()],
         ("corpus", "corpus"): [{"_id": p, "title": "", "text": t} for p, t in TEXTS.items()],
     }
     monkeypatch.setattr(hf, "_hub_file", lambda repo, name: str(scores))
     monkeypatch.setattr(hf, "_hf_dataset", lambda repo, config, split: tables[(config, split)])
     examples = hf.st_msmarco_ce_pool(num_negatives=1)
-    assert [(ex.query_id, ex.positive_id, sorted(ex.negative_ids)) for ex in examples] == \
-        [("1", "10", ["11", "12", "13", "14"]), ("2", "20", ["21", "22"])]
+    assert [(ex.query_id, ex.positive_id, sorted(ex.negative_ids)) for ex in examples] == [
+        ("1", "10", ["11", "12", "13", "14"]),
+        ("2", "20", ["21", "22"]),
+    ]
     assert examples[0].other_positives == [examples[0].negative_ids.index("11")]
     cfg = paper("bert-native")
     assert cfg.data.train._target_ == "vtlab.data.hf.st_msmarco_ce_pool" and cfg.data.train.max_examples is None
 
 
 # ---- 3. checkpoint selection: none (the authors evaluate the last step) --------------------------------------------
+
 
 def test_paper_runs_are_not_selected_on_a_dev_set():
     cfg = paper("modernbert-vt")
@@ -151,6 +161,7 @@ def test_paper_runs_are_not_selected_on_a_dev_set():
 
 
 # ---- 4. global batch: two processes compute what one process computes on the whole batch -------------------------
+
 
 def authors_margin_mse(q, d, t):
     s = torch.bmm(d.reshape(q.shape[0], -1, d.shape[-1]), q.reshape(q.shape[0], -1, 1)).squeeze(-1)
@@ -256,6 +267,7 @@ def test_paper_global_batch_is_explicit_and_checked():
 
 # ---- 5. InfoNCE: other queries' positives excluded (loss.py) or included (sentence-transformers MNRL) -------------
 
+
 def test_infonce_switch_matches_both_forms():
     g = torch.Generator().manual_seed(0)
     q, d = torch.rand(4, 9, generator=g), torch.rand(4 * 3, 9, generator=g)
@@ -263,7 +275,8 @@ def test_infonce_switch_matches_both_forms():
     mnrl = F.cross_entropy(q @ d.t(), torch.arange(4) * 3)  # every document of the batch competes
     assert InfoNCE(in_batch_positives=True)(q, d).item() == pytest.approx(mnrl.item(), rel=1e-6)
     assert InfoNCE(in_batch_negatives=False)(q, d).item() == pytest.approx(
-        authors_infonce(q, d, use_in_batch_negatives=False).item(), rel=1e-6)
+        authors_infonce(q, d, use_in_batch_negatives=False).item(), rel=1e-6
+    )
     assert abs(mnrl.item() - authors_infonce(q, d).item()) > 1e-3
     assert instantiate(paper("bert-native", "loss=infonce").loss).in_batch_positives is False
     assert instantiate(compose_cfg([RUN_DIR]).loss).in_batch_positives is True  # quickstart keeps MNRL's form
@@ -278,6 +291,7 @@ def test_kl_div_gathers_and_is_unchanged_on_one_process():
 
 
 # ---- 6. MLM-length ablation: APC p60 without zeros (run_ft.sh) -----------------------------------------------------
+
 
 class _FixedLogits(torch.nn.Module):
     """An 'encoder' whose max-logits per document are given rows of Z (APC.probe's interface)."""
@@ -305,14 +319,18 @@ def test_mlm_ablation_calibrates_p60_on_positive_values_only():
     assert cut == pytest.approx(float(np.percentile(z[z > 0].numpy(), 60)), rel=1e-5)
     main = instantiate(paper("modernbert-vt").apc)  # run_vt.sh: with zeros
     assert main.cutoff(main.probe(_FixedLogits(z), texts)["samples"]) == pytest.approx(
-        float(np.percentile(z.numpy(), 60)), rel=1e-5)
+        float(np.percentile(z.numpy(), 60)), rel=1e-5
+    )
 
 
 # ---- the plan printed before submitting ---------------------------------------------------------------------------
 
+
 def test_plan_counts_jobs_and_estimates_gpu_hours():
-    sweeps = {"main": ["experiment=paper/main/bert-native,paper/main/roberta-large-vt", "seed=0,1"],
-              **reproduce.sweeps("paper", 3, ["ablation-mlm"])}
+    sweeps = {
+        "main": ["experiment=paper/main/bert-native,paper/main/roberta-large-vt", "seed=0,1"],
+        **reproduce.sweeps("paper", 3, ["ablation-mlm"]),
+    }
     jobs = paper_plan.plan(sweeps)
     assert sum(j.seeds for j in jobs) == 2 * 2 + 3 * 9
     bert = next(j for j in jobs if j.experiment == "paper/main/bert-native")
@@ -333,12 +351,14 @@ def test_reproduce_prints_the_plan_before_the_commands(capsys):
 
 # ---- make gpu-smoke: its CPU shape runs the whole script (the GPU run is the same code at ModernBERT-base shape) -----
 
+
 def test_gpu_smoke_tiny_runs_the_vt_pipeline(tmp_path):
     from vtlab.bench import gpu_smoke
 
     # answerdotai/ModernBERT-base's config.json
-    assert gpu_smoke.SHAPES["base"] == dict(hidden_size=768, num_hidden_layers=22, num_attention_heads=12,
-                                            intermediate_size=1152)
+    assert gpu_smoke.SHAPES["base"] == dict(
+        hidden_size=768, num_hidden_layers=22, num_attention_heads=12, intermediate_size=1152
+    )
     out = tmp_path / "smoke.json"
     assert gpu_smoke.main(["--tiny", "--out", str(out)]) == 0
     r = json.loads(out.read_text())

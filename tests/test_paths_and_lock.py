@@ -4,6 +4,7 @@ directory is locked before anything is written into it, Hydra's `.hydra/` includ
 The config checks are called directly (fast); the CLI cases run `python -m vtlab` with a cheap stage (stage=evaluate
 eval=none: no model is loaded). The lock race pauses a run after Hydra has written its `.hydra/` (tests/run_pause.py)
 — the moment a second process used to slip in — so every trial meets the worst timing."""
+
 from __future__ import annotations
 
 import json
@@ -33,14 +34,22 @@ def _env() -> dict[str, str]:
     """The environment of a `python -m vtlab` (read when it starts: VTLAB_CACHE of the cache fixture); tests/ on
     the path for run_pause."""
     path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
-            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": path}
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": path,
+    }
 
 
 def _snapshot(root: Path) -> dict[str, tuple[bytes, int] | None]:
     """Every file (bytes, mtime) and directory under `root`."""
-    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) if p.is_file() else None
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) if p.is_file() else None
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def _run_dir(path: Path, seed: int = 0) -> Path:
@@ -52,11 +61,19 @@ def _run_dir(path: Path, seed: int = 0) -> Path:
 
 
 # ---- names: one path component ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("override,key", [
-    ("name=../../escape", "name"), ("name=../../../../../../escape", "name"), ("name=/tmp/abs", "name"),
-    ("name=a/b", "name"), ("name=..", "name"), ("eval.name=../elsewhere", "eval.name"),
-    ("vocab.name=../../x", "vocab.name"), ("backbone.name=../b", "backbone.name"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("name=../../escape", "name"),
+        ("name=../../../../../../escape", "name"),
+        ("name=/tmp/abs", "name"),
+        ("name=a/b", "name"),
+        ("name=..", "name"),
+        ("eval.name=../elsewhere", "eval.name"),
+        ("vocab.name=../../x", "vocab.name"),
+        ("backbone.name=../b", "backbone.name"),
+    ],
+)
 def test_a_name_that_would_leave_its_directory_is_refused_naming_the_key(override: str, key: str) -> None:
     with pytest.raises(ConfigError) as ei:
         check_config(compose_cfg([override]))
@@ -87,8 +104,15 @@ def layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     cache = tmp_path / "cache"
     cache.mkdir()
     monkeypatch.setenv("VTLAB_CACHE", str(cache))
-    return {"P": p, "R": run_a, "runB": run_b, "Q": _run_dir(tmp_path / "Q"), "this": run_a / "exports" / "t",
-            "cache": cache, "tmp": tmp_path}
+    return {
+        "P": p,
+        "R": run_a,
+        "runB": run_b,
+        "Q": _run_dir(tmp_path / "Q"),
+        "this": run_a / "exports" / "t",
+        "cache": cache,
+        "tmp": tmp_path,
+    }
 
 
 def _export_cfg(lay: dict[str, Path], *overrides: str):
@@ -130,12 +154,16 @@ def test_a_folder_of_runs_is_never_an_export_target(layout) -> None:
         check_config(_export_cfg(layout, f"export.out={folder}", "export.overwrite=true"))
 
 
-@pytest.mark.parametrize("overrides", [
-    [],  # the defaults: <R>/sparse-encoder (and <R>/vectors)
-    ["export.vectors.formats=[anserini]"],
-    ["export.out={tmp}/new"], ["export.out={this}/st"], ["export.vectors.formats=[anserini]",
-                                                         "export.vectors.dir={tmp}/vectors"],
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],  # the defaults: <R>/sparse-encoder (and <R>/vectors)
+        ["export.vectors.formats=[anserini]"],
+        ["export.out={tmp}/new"],
+        ["export.out={this}/st"],
+        ["export.vectors.formats=[anserini]", "export.vectors.dir={tmp}/vectors"],
+    ],
+)
 def test_the_usual_targets_pass(layout, overrides) -> None:
     check_config(_export_cfg(layout, *(o.format(**layout) for o in overrides)))
 
@@ -156,9 +184,11 @@ def test_overwrite_replaces_only_an_earlier_export_or_an_empty_directory(tmp_pat
         check_target(export, False, "export.out")
     with pytest.raises(ConfigError) as ei:
         check_target(other, True, "export.out")
-    assert str(ei.value) == (f"export.out={other}: export.overwrite=true replaces only an earlier export (a directory "
-                             f"holding {MANIFEST}) or an empty directory, and this one holds corpus.jsonl: "
-                             "choose a new or empty directory")
+    assert str(ei.value) == (
+        f"export.out={other}: export.overwrite=true replaces only an earlier export (a directory "
+        f"holding {MANIFEST}) or an empty directory, and this one holds corpus.jsonl: "
+        "choose a new or empty directory"
+    )
     with pytest.raises(ConfigError, match="no earlier export"):
         check_target(other, False, "export.out")
     with pytest.raises(ConfigError, match="exists and is not a directory"):
@@ -172,8 +202,10 @@ def test_a_run_dir_that_is_a_file_is_one_line_in_process(tmp_path: Path) -> None
     (tmp_path / "f").write_text("keep")
     with pytest.raises(RunDirError) as ei:
         run(compose_cfg([*CHEAP, f"paths.run_dir={tmp_path / 'f'}"]))
-    assert str(ei.value) == (f"paths.run_dir={tmp_path / 'f'}: exists and is not a directory; a run directory is a "
-                             "new directory or an earlier run's: choose another paths.run_dir")
+    assert str(ei.value) == (
+        f"paths.run_dir={tmp_path / 'f'}: exists and is not a directory; a run directory is a "
+        "new directory or an earlier run's: choose another paths.run_dir"
+    )
     assert (tmp_path / "f").read_text() == "keep"
 
 
@@ -184,10 +216,12 @@ def test_the_pipeline_runs_under_the_lock_the_guard_holds_and_others_stay_out(tm
         pass
     with run_dir_lock(run_dir):  # still held after the pipeline's block (until the process ends)
         pass
-    probe = ("import sys\nfrom pathlib import Path\nfrom vtlab.errors import RunDirError\n"
-             "from vtlab.runs.directory import run_dir_lock\n"
-             f"try:\n    with run_dir_lock(Path({str(run_dir)!r})):\n        sys.exit(0)\n"
-             "except RunDirError:\n    sys.exit(3)\n")
+    probe = (
+        "import sys\nfrom pathlib import Path\nfrom vtlab.errors import RunDirError\n"
+        "from vtlab.runs.directory import run_dir_lock\n"
+        f"try:\n    with run_dir_lock(Path({str(run_dir)!r})):\n        sys.exit(0)\n"
+        "except RunDirError:\n    sys.exit(3)\n"
+    )
     assert subprocess.run([sys.executable, "-c", probe], cwd=ROOT, timeout=120).returncode == 3
 
 
@@ -199,8 +233,10 @@ def _model_run(run_a: Path) -> None:
     backbone = Backbone("asset:splade-tiny")
     backbone.load_model().save_pretrained(run_a / "model")
     backbone.load_tokenizer().save_pretrained(run_a / "model")
-    OmegaConf.save(compose_cfg(["backbone=splade-tiny", "vocab=native", "apc=off", "logger=none"]),
-                   run_a / ".hydra" / "config.yaml")
+    OmegaConf.save(
+        compose_cfg(["backbone=splade-tiny", "vocab=native", "apc=off", "logger=none"]),
+        run_a / ".hydra" / "config.yaml",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -218,22 +254,32 @@ def cli_cases(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, 
     (tmp / "file").mkdir()
     (tmp / "file" / "run").write_text("a file, not a directory\n")
     cases: dict[str, tuple[list[str], Path, Path]] = {  # name → (overrides, cwd, root that must stay as it was)
-        "export_around_run": (["stage=export", f"run_dir={run_a}", f"export.out={p}", "export.overwrite=true",
-                               "logger=none"], ROOT, tmp / "export"),
+        "export_around_run": (
+            ["stage=export", f"run_dir={run_a}", f"export.out={p}", "export.overwrite=true", "logger=none"],
+            ROOT,
+            tmp / "export",
+        ),
         # 5 `..` past outputs/runs/<date>/<time>-.. : the old code made <root>/escape, outside the working directory
         "escape_deep": ([*CHEAP, "name=../../../../../escape"], tmp / "escape_deep" / "work", tmp / "escape_deep"),
         "escape_short": ([*CHEAP, "name=../../escape"], tmp / "escape_short" / "work", tmp / "escape_short"),
         "run_dir_is_a_file": ([*CHEAP, f"hydra.run.dir={tmp / 'file' / 'run'}"], ROOT, tmp / "file"),
     }
     before = {name: _snapshot(root) for name, (_, _, root) in cases.items()}
-    procs = {name: subprocess.Popen([sys.executable, "-m", "vtlab", *overrides], cwd=cwd, env=_env(),
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for name, (overrides, cwd, _) in cases.items()}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "vtlab", *overrides],
+            cwd=cwd,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, (overrides, cwd, _) in cases.items()
+    }
     out = {}
     for name, proc in procs.items():
         _, stderr = proc.communicate(timeout=600)
-        out[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr), cases[name][2],
-                     before[name])
+        out[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr), cases[name][2], before[name])
     return out
 
 
@@ -257,9 +303,21 @@ def test_cli_refuses_in_one_line_and_creates_or_changes_nothing(cli_cases, name:
 def _start(run_dir: Path, seed: int, go: Path, log: Path) -> subprocess.Popen:
     with open(log, "w") as f:  # a file, not a pipe nobody drains while the other run waits
         return subprocess.Popen(
-            [sys.executable, "-m", "vtlab", *CHEAP, f"seed={seed}", f"hydra.run.dir={run_dir}",
-             "+hydra.callbacks.pause._target_=run_pause.WaitForFile", f"+hydra.callbacks.pause.path={go}"],
-            cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=f)
+            [
+                sys.executable,
+                "-m",
+                "vtlab",
+                *CHEAP,
+                f"seed={seed}",
+                f"hydra.run.dir={run_dir}",
+                "+hydra.callbacks.pause._target_=run_pause.WaitForFile",
+                f"+hydra.callbacks.pause.path={go}",
+            ],
+            cwd=ROOT,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+        )
 
 
 def _wait(done: Callable[[], bool], what: str, timeout: float = 300) -> None:
@@ -277,8 +335,9 @@ def _recorded_seed(run_dir: Path) -> int:
     return int(OmegaConf.load(run_dir / ".hydra" / "config.yaml").seed)
 
 
-def _check_one_winner(run_dir: Path, seeds: list[int], procs: dict[int, subprocess.Popen], logs: dict[int, Path],
-                      trial: str) -> None:
+def _check_one_winner(
+    run_dir: Path, seeds: list[int], procs: dict[int, subprocess.Popen], logs: dict[int, Path], trial: str
+) -> None:
     codes = {seed: procs[seed].returncode for seed in seeds}
     losers = [s for s in seeds if codes[s] == 2]
     winners = [s for s in seeds if codes[s] == 0]

@@ -1,4 +1,5 @@
 """End-to-end runs through the Hydra config: training, checkpoint selection, evaluation files, CLI evaluation."""
+
 import json
 import os
 import subprocess
@@ -17,11 +18,21 @@ SMALL_EVAL = ["+eval.collection.max_queries=40", "+eval.collection.max_docs=150"
 
 def test_fast_dev_run_tiny_modernbert(tmp_path):
     """One training and one validation batch of a random ModernBERT with the real OLMo tokenizer, then evaluation."""
-    cfg = compose_cfg([
-        "backbone=tiny-modernbert", "vocab=native", "apc=off", "baseline=false", "logger=none",
-        f"paths.run_dir={tmp_path}", "+trainer.fast_dev_run=true",
-        "data.batch_size=4", "data.doc_max_length=64", *SMALL_DEV, *SMALL_EVAL,
-    ])
+    cfg = compose_cfg(
+        [
+            "backbone=tiny-modernbert",
+            "vocab=native",
+            "apc=off",
+            "baseline=false",
+            "logger=none",
+            f"paths.run_dir={tmp_path}",
+            "+trainer.fast_dev_run=true",
+            "data.batch_size=4",
+            "data.doc_max_length=64",
+            *SMALL_DEV,
+            *SMALL_EVAL,
+        ]
+    )
     state = run(cfg)
     assert state["trainer"].global_step == 1
     assert state["encoder"].vocab_size == 50368
@@ -31,19 +42,38 @@ def test_fast_dev_run_tiny_modernbert(tmp_path):
 
 
 def test_short_training_keeps_best_checkpoint_and_evaluates_it(tmp_path):
-    cfg = compose_cfg([
-        "backbone=splade-tiny", "vocab=native", "apc=off", "logger=csv", f"paths.run_dir={tmp_path}",
-        "trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1", "data.batch_size=4",
-        "data.doc_max_length=128", *SMALL_DEV, *SMALL_EVAL,
-    ])
+    cfg = compose_cfg(
+        [
+            "backbone=splade-tiny",
+            "vocab=native",
+            "apc=off",
+            "logger=csv",
+            f"paths.run_dir={tmp_path}",
+            "trainer.max_steps=6",
+            "trainer.val_check_interval=3",
+            "trainer.log_every_n_steps=1",
+            "data.batch_size=4",
+            "data.doc_max_length=128",
+            *SMALL_DEV,
+            *SMALL_EVAL,
+        ]
+    )
     state = run(cfg)
     ckpts = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert "last.ckpt" in ckpts and any(p.startswith("best-step") for p in ckpts)
     assert state["checkpoint"].endswith(".ckpt") and "best-step" in state["checkpoint"]
     # per-step training metrics and the dev retrieval metrics were logged to CSV
     header = (tmp_path / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
-    for key in ("train/loss", "train/rank_loss", "train/reg_q", "train/lambda_d", "train/doc_active_dims",
-                "val/nDCG@10", "val/R@10", "val/query_active_dims"):
+    for key in (
+        "train/loss",
+        "train/rank_loss",
+        "train/reg_q",
+        "train/lambda_d",
+        "train/doc_active_dims",
+        "val/nDCG@10",
+        "val/R@10",
+        "val/query_active_dims",
+    ):
         assert key in header, key
     # run file and metrics of the final evaluation
     out = tmp_path / "eval" / "boolq-clean"
@@ -58,10 +88,22 @@ def test_cli_evaluate_splade_tiny_on_boolq_beats_bm25(tmp_path):
     """`python -m vtlab stage=evaluate backbone=splade-tiny vocab=native eval=boolq` — the real model vs BM25."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     res = subprocess.run(
-        [sys.executable, "-m", "vtlab", "stage=evaluate", "backbone=splade-tiny", "vocab=native", "eval=boolq",
-         "logger=none",
-         f"hydra.run.dir={tmp_path}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "vtlab",
+            "stage=evaluate",
+            "backbone=splade-tiny",
+            "vocab=native",
+            "eval=boolq",
+            "logger=none",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert res.returncode == 0, res.stderr[-2000:]
     for key in ("nDCG@10", "RR@10", "R@100", "query active dims", "doc active dims", "FLOPS"):
@@ -88,11 +130,20 @@ def test_cli_evaluate_splade_tiny_on_boolq_beats_bm25(tmp_path):
 def test_default_pipeline_is_vocabulary_transfer(tmp_path):
     """No vocab/init/apc overrides: SPLADE-tiny → BoolQ WordPiece (init=auto → subword) → APC → fine-tune → evaluate,
     with the untransferred model evaluated alongside."""
-    cfg = compose_cfg([
-        "logger=none", f"paths.run_dir={tmp_path}", "trainer.max_steps=2", "trainer.val_check_interval=2",
-        "data.batch_size=4", "data.doc_max_length=64", "apc.num_docs=64", "apc.max_length=64", *SMALL_DEV,
-        *SMALL_EVAL,
-    ])
+    cfg = compose_cfg(
+        [
+            "logger=none",
+            f"paths.run_dir={tmp_path}",
+            "trainer.max_steps=2",
+            "trainer.val_check_interval=2",
+            "data.batch_size=4",
+            "data.doc_max_length=64",
+            "apc.num_docs=64",
+            "apc.max_length=64",
+            *SMALL_DEV,
+            *SMALL_EVAL,
+        ]
+    )
     state = run(cfg)
     assert state["encoder"].vocab_size == cfg.vocab.vocab_size == 20000
     assert len(state["encoder"].tokenizer) == 20000

@@ -1,4 +1,5 @@
 """The fused SPLADE pooling equals the literal definition, in value and in gradient."""
+
 import pytest
 import torch
 
@@ -38,8 +39,9 @@ def test_max_logits_gradcheck():
 def test_gradient_equals_literal_through_activation():
     hidden, weight, bias, mask = _inputs(B=4, L=9, H=6, V=50, seed=1)
     upstream = torch.randn(4, 50, dtype=torch.double)
-    grads_fused = torch.autograd.grad((splade_pool(hidden, weight, bias, mask, chunk_bytes=200) * upstream).sum(),
-                                      (hidden, weight, bias))
+    grads_fused = torch.autograd.grad(
+        (splade_pool(hidden, weight, bias, mask, chunk_bytes=200) * upstream).sum(), (hidden, weight, bias)
+    )
     grads_ref = torch.autograd.grad((literal(hidden, weight, bias, mask) * upstream).sum(), (hidden, weight, bias))
     for a, b in zip(grads_fused, grads_ref):
         assert torch.allclose(a, b, atol=1e-10)
@@ -68,12 +70,15 @@ def test_mixed_precision_autocast():
     assert hidden.grad is not None and torch.isfinite(hidden.grad).all() and weight.grad.dtype == torch.float32
 
 
-@pytest.mark.parametrize("chunk_bytes,columns,shape", [
-    (1, 2048, (1, 1, 1)),                # one logit per tile
-    (8 * 4 * 3, 4, (1, 3, 4)),           # runs of 3 positions of one doc × 4 vocabulary columns (last tile 3)
-    (8 * 4 * 18, 4, (2, 9, 4)),          # groups of 2 whole docs × 4 columns
-    (10**9, 2048, (10**9 // 8 // 11 // 9, 9, 11)),  # everything in one tile
-])
+@pytest.mark.parametrize(
+    "chunk_bytes,columns,shape",
+    [
+        (1, 2048, (1, 1, 1)),  # one logit per tile
+        (8 * 4 * 3, 4, (1, 3, 4)),  # runs of 3 positions of one doc × 4 vocabulary columns (last tile 3)
+        (8 * 4 * 18, 4, (2, 9, 4)),  # groups of 2 whole docs × 4 columns
+        (10**9, 2048, (10**9 // 8 // 11 // 9, 9, 11)),  # everything in one tile
+    ],
+)
 def test_tiles_with_empty_and_long_rows(chunk_bytes, columns, shape, monkeypatch):
     """Tiles over texts × vocabulary: an all-pad row gives -inf max-logits (weight 0); docs straddling tiles are
     exact, in value and gradient."""
@@ -87,8 +92,9 @@ def test_tiles_with_empty_and_long_rows(chunk_bytes, columns, shape, monkeypatch
     ref = literal(hidden, weight, bias, mask)
     assert torch.allclose(splade_pool(hidden, weight, bias, mask, chunk_bytes=chunk_bytes), ref, atol=1e-12)
     upstream = torch.randn(4, 11, dtype=torch.double)
-    fused = torch.autograd.grad((splade_pool(hidden, weight, bias, mask, chunk_bytes=chunk_bytes) * upstream).sum(),
-                                (hidden, weight, bias))
+    fused = torch.autograd.grad(
+        (splade_pool(hidden, weight, bias, mask, chunk_bytes=chunk_bytes) * upstream).sum(), (hidden, weight, bias)
+    )
     expected = torch.autograd.grad((ref * upstream).sum(), (hidden, weight, bias))
     for a, b in zip(fused, expected):
         assert torch.allclose(a, b, atol=1e-10)

@@ -1,6 +1,7 @@
 """precision=auto without a model: bf16 autocast only on CPUs that run bf16 natively (avx512_bf16 / amx_bf16 in
 /proc/cpuinfo), fp32 elsewhere; the encoder applies the choice (bf16 vectors differ from fp32 ones, fp32 vectors equal
 autocast-off). int8, and auto's check that may pick it: tests/test_precision_int8.py."""
+
 import numpy as np
 import pytest
 import torch
@@ -21,8 +22,9 @@ ZEN4 = "flags\t\t: sse2 avx2 avx512f avx512_bf16\n"
 ARM = "processor\t: 0\nFeatures\t: fp asimd bf16\n"  # no x86 `flags` line: no native-bf16 claim
 
 
-@pytest.mark.parametrize("cpuinfo, expected", [(AVX2_ONLY, "fp32"), (SAPPHIRE, "bf16"), (ZEN4, "bf16"),
-                                               (ARM, "fp32"), ("", "fp32")])
+@pytest.mark.parametrize(
+    "cpuinfo, expected", [(AVX2_ONLY, "fp32"), (SAPPHIRE, "bf16"), (ZEN4, "bf16"), (ARM, "fp32"), ("", "fp32")]
+)
 def test_auto_picks_bf16_only_with_native_bf16_flags(cpuinfo, expected):
     flags = prec.parse_cpu_flags(cpuinfo)
     assert prec.resolve_precision("auto", "cpu", flags=flags) == expected

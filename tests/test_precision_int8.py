@@ -2,6 +2,7 @@
 bound, the vectors within the bound that follows, retrieval on BoolQ-clean as good as fp32's; training refuses it;
 auto takes int8 only where the CPU runs it natively, it agrees with fp32 on the probe and it is faster (faked flags and
 timings), and a broken int8 model makes auto fall back."""
+
 import copy
 import logging
 import pickle
@@ -97,11 +98,12 @@ def test_int8_linear_within_its_error_bound(tiny, passages):
     """Each body layer kind (attention, FFN in, FFN out after GELU) on its real inputs, captured from SPLADE-tiny."""
     model, tok = tiny
     layer = model.bert.encoder.layer[1]
-    linears = {"query": layer.attention.self.query, "ffn_in": layer.intermediate.dense,
-               "ffn_out": layer.output.dense}
+    linears = {"query": layer.attention.self.query, "ffn_in": layer.intermediate.dense, "ffn_out": layer.output.dense}
     seen: dict[str, torch.Tensor] = {}
-    hooks = [m.register_forward_pre_hook(lambda mod, args, name=name: seen.setdefault(name, args[0].detach()))
-             for name, m in linears.items()]
+    hooks = [
+        m.register_forward_pre_hook(lambda mod, args, name=name: seen.setdefault(name, args[0].detach()))
+        for name, m in linears.items()
+    ]
     batch = tok(passages, padding=True, truncation=True, max_length=256, return_tensors="pt")
     try:
         with torch.inference_mode():
@@ -117,8 +119,12 @@ def test_int8_linear_within_its_error_bound(tiny, passages):
         w_hat, s_w = _dequantized(lin.weight)
         s_x = _activation_step(x, int8.reduce_range)
         # s_x (not s_x / 2): fbgemm's integer zero point (see above); + s_x·s_w/2·H: the δx·δw term
-        bound = (s_x * w_hat.abs().sum(1)[None, :] + (s_w / 2)[None, :] * x.abs().sum(1)[:, None]
-                 + s_x * (s_w / 2)[None, :] * lin.in_features + 1e-4)
+        bound = (
+            s_x * w_hat.abs().sum(1)[None, :]
+            + (s_w / 2)[None, :] * x.abs().sum(1)[:, None]
+            + s_x * (s_w / 2)[None, :] * lin.in_features
+            + 1e-4
+        )
         assert bool((err <= bound).all()), (name, float((err - bound).max()))
         assert float(err.max()) > 0
 
@@ -144,8 +150,12 @@ def test_int8_vectors_within_the_derived_bound(tiny, passages):
     assert 0 < dh < 0.1 * float(h[real].abs().max())
     w_hat, s_w = _dequantized(decoder.weight)
     s_x = _activation_step(h8[real], q.decoder.reduce_range)
-    bound = ((s_x / 2) * w_hat.abs().sum(1) + (s_w / 2) * h8[real].abs().sum(1).max()
-             + decoder.weight.abs().sum(1) * dh + 1e-4)
+    bound = (
+        (s_x / 2) * w_hat.abs().sum(1)
+        + (s_w / 2) * h8[real].abs().sum(1).max()
+        + decoder.weight.abs().sum(1) * dh
+        + 1e-4
+    )
     err = (z8 - z32).abs()
     assert bool((err <= bound).all()), float((err - bound).max())
     v32 = enc.encode(passages, show_progress=False)  # and through encode() itself
@@ -226,9 +236,16 @@ def test_training_refuses_int8(tiny):
 # ----------------------------------------------------------------------------------------------- auto's choice
 
 
-@pytest.mark.parametrize("flags, expected", [
-    (SAPPHIRE, ("int8", "bf16", "fp32")), (ZEN4, ("int8", "bf16", "fp32")), (CASCADE_LAKE, ("int8", "fp32")),
-    (AVX2_ONLY, ("fp32",)), (frozenset(), ("fp32",))])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (SAPPHIRE, ("int8", "bf16", "fp32")),
+        (ZEN4, ("int8", "bf16", "fp32")),
+        (CASCADE_LAKE, ("int8", "fp32")),
+        (AVX2_ONLY, ("fp32",)),
+        (frozenset(), ("fp32",)),
+    ],
+)
 def test_auto_candidates_follow_the_flags(flags, expected):
     assert prec.auto_candidates("cpu", flags) == expected
     assert prec.auto_candidates("cuda", flags) == ("fp32",)
@@ -239,14 +256,17 @@ def _trial(p, speed, cos=0.999, overlap=0.97):
     return prec.Trial(p, speed, None if p == "fp32" else prec.Agreement(cos, overlap))
 
 
-@pytest.mark.parametrize("trials, expected, why", [
-    ({"fp32": 100, "bf16": 250, "int8": 300}, "int8", "fastest"),
-    ({"fp32": 100, "bf16": 320, "int8": 300}, "bf16", "fastest"),
-    ({"fp32": 100, "bf16": 250, "int8": (300, 0.95)}, "bf16", "int8 fails the check (doc cosine 0.9500 < 0.99"),
-    ({"fp32": 100, "bf16": 250, "int8": (300, 0.999, 0.8)}, "bf16", "top-10 overlap 0.800 < 0.9"),
-    ({"fp32": 100, "int8": 90}, "fp32", "int8 not faster than fp32"),
-    ({"fp32": 100, "bf16": 80, "int8": 95}, "fp32", "bf16 not faster than fp32"),
-])
+@pytest.mark.parametrize(
+    "trials, expected, why",
+    [
+        ({"fp32": 100, "bf16": 250, "int8": 300}, "int8", "fastest"),
+        ({"fp32": 100, "bf16": 320, "int8": 300}, "bf16", "fastest"),
+        ({"fp32": 100, "bf16": 250, "int8": (300, 0.95)}, "bf16", "int8 fails the check (doc cosine 0.9500 < 0.99"),
+        ({"fp32": 100, "bf16": 250, "int8": (300, 0.999, 0.8)}, "bf16", "top-10 overlap 0.800 < 0.9"),
+        ({"fp32": 100, "int8": 90}, "fp32", "int8 not faster than fp32"),
+        ({"fp32": 100, "bf16": 80, "int8": 95}, "fp32", "bf16 not faster than fp32"),
+    ],
+)
 def test_choice_from_faked_timings(trials, expected, why):
     faked = {p: _trial(p, *(v if isinstance(v, tuple) else (v,))) for p, v in trials.items()}
     candidates = tuple(p for p in prec.PREFERENCE if p in faked)
@@ -298,8 +318,9 @@ def test_broken_int8_makes_auto_fall_back(tiny, auto_env, empty_cache, monkeypat
     the broken model fails by far, 0.91 mean cosine.)"""
     questions, docs = prec.probe_texts()
     monkeypatch.setattr(prec, "probe_texts", lambda: (questions[:48], docs[:48]))
-    monkeypatch.setattr(quantize, "weight_scales",
-                        lambda w: (w.detach().float().abs().amax(1) / 127 * 16).clamp_min(1e-12))
+    monkeypatch.setattr(
+        quantize, "weight_scales", lambda w: (w.detach().float().abs().amax(1) / 127 * 16).clamp_min(1e-12)
+    )
     monkeypatch.setattr(prec, "cpu_flags", lambda: CASCADE_LAKE)
     enc = SpladeEncoder(*tiny, precision="auto")
     with caplog.at_level(logging.INFO, logger="vtlab"):

@@ -1,4 +1,5 @@
 """Corpus encoding as Lightning predict: the merged index is the same with 1 and 2 processes (gloo, ddp_spawn)."""
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -12,8 +13,9 @@ from vtlab.models.predict import encode_corpus, merge_shards
 def encoder():
     # fp32 pinned: the two-process run batches documents differently, and bf16 rounding depends on the batch's padding,
     # so only fp32 can be compared exactly on a CPU where precision=auto picks bf16
-    return SpladeEncoder.from_backbone(Backbone("asset:splade-tiny", family="bert"), doc_max_length=48,
-                                       precision="fp32")
+    return SpladeEncoder.from_backbone(
+        Backbone("asset:splade-tiny", family="bert"), doc_max_length=48, precision="fp32"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +36,14 @@ def assert_same_csr(a: sp.csr_matrix, b: sp.csr_matrix) -> None:
 @pytest.mark.slow
 def test_two_processes_give_the_same_index_as_one(encoder, texts, tmp_path):
     one = encode_corpus(encoder, texts, tmp_path / "one", batch_size=8, threads=1)
-    two = encode_corpus(encoder, texts, tmp_path / "two", batch_size=8, threads=1,
-                        trainer_kwargs={"devices": 2, "strategy": "ddp_spawn"})
+    two = encode_corpus(
+        encoder,
+        texts,
+        tmp_path / "two",
+        batch_size=8,
+        threads=1,
+        trainer_kwargs={"devices": 2, "strategy": "ddp_spawn"},
+    )
     assert len(list((tmp_path / "two" / "shards").glob("shard-r0001-*.npz"))) >= 1  # rank 1 really encoded a share
     assert_same_csr(one, two)
     # and both equal the in-process encoder (other batches, so equal up to float rounding)
@@ -48,8 +56,14 @@ def test_merge_keeps_each_position_once_and_orders_by_position(tmp_path):
     rows = sp.csr_matrix(np.arange(12, dtype=np.float32).reshape(4, 3))
     for rank, pos in ((0, [2, 0]), (1, [3, 1, 2])):  # position 2 repeated by the sampler
         m = rows[pos]
-        np.savez(tmp_path / f"shard-r{rank:04d}-00000.npz", positions=np.array(pos), data=m.data, indices=m.indices,
-                 indptr=m.indptr, shape=m.shape)
+        np.savez(
+            tmp_path / f"shard-r{rank:04d}-00000.npz",
+            positions=np.array(pos),
+            data=m.data,
+            indices=m.indices,
+            indptr=m.indptr,
+            shape=m.shape,
+        )
     assert_same_csr(merge_shards(tmp_path, 4), rows)
     with pytest.raises(RuntimeError, match="4 of 5"):  # a document no process encoded
         merge_shards(tmp_path, 5)

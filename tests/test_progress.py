@@ -1,5 +1,6 @@
 """Training progress: a rich bar on a terminal (without Lightning's "Epoch 0/-2" for a run bounded by steps), log lines
 when the output is a file; third-party chatter filtered in one place (vtlab.logs)."""
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,15 @@ class _Trainer(SimpleNamespace):
     """What LogProgress reads of a trainer."""
 
     def __init__(self, max_steps: int, every_n: int = 10) -> None:
-        super().__init__(max_steps=max_steps, global_step=0, log_every_n_steps=every_n, estimated_stepping_batches=0,
-                         progress_bar_metrics={"loss": 0.51234}, loggers=[], is_global_zero=True)
+        super().__init__(
+            max_steps=max_steps,
+            global_step=0,
+            log_every_n_steps=every_n,
+            estimated_stepping_batches=0,
+            progress_bar_metrics={"loss": 0.51234},
+            loggers=[],
+            is_global_zero=True,
+        )
 
 
 def _lines(bar: LogProgress, trainer: _Trainer, batches: int, caplog, accumulate: int = 1) -> list[str]:
@@ -50,7 +58,9 @@ def _lines(bar: LogProgress, trainer: _Trainer, batches: int, caplog, accumulate
 def test_log_progress_writes_a_line_per_tenth_of_the_run_and_at_the_end(caplog):
     lines = _lines(LogProgress(), _Trainer(max_steps=95, every_n=5), 95, caplog)
     assert [line.split(" · ")[0] for line in lines] == [
-        *(f"train: step {s}/95 ({100 * s / 95:.0f}%)" for s in range(10, 95, 10)), "train: step 95/95 (100%)"]
+        *(f"train: step {s}/95 ({100 * s / 95:.0f}%)" for s in range(10, 95, 10)),
+        "train: step 95/95 (100%)",
+    ]
     assert all(" · loss 0.5123 · " in line and " s/step · " in line and line.endswith(" left") for line in lines)
 
 

@@ -4,6 +4,7 @@
 in the same order; a swap only between scores equal to 1e-5, i.e. float summation order). A point file whose
 indices are shifted by one (a wrong id → token map) fails the same comparison.
 """
+
 import json
 import uuid
 from pathlib import Path
@@ -28,8 +29,9 @@ pytestmark = pytest.mark.slow
 def exported(tmp_path_factory, shared_cache):
     """(qdrant dir, collection, vtlab's top-10 scores and doc indices) after `stage=export formats=[qdrant]
     queries=true`; vtlab's ranking comes from its own encodings and InvertedIndex, not from the files."""
-    vectors, _, coll, q, d = export_vectors(tmp_path_factory.mktemp("qdrant"), N_QUERIES, N_DOCS,
-                                            "export.vectors.formats=[qdrant,elasticsearch]")
+    vectors, _, coll, q, d = export_vectors(
+        tmp_path_factory.mktemp("qdrant"), N_QUERIES, N_DOCS, "export.vectors.formats=[qdrant,elasticsearch]"
+    )
     scores, indices = InvertedIndex(d, list(coll.corpus)).search(q, k=K)
     return vectors, coll, scores, indices
 
@@ -37,13 +39,22 @@ def exported(tmp_path_factory, shared_cache):
 def load(points: Path, collection_json: Path) -> "qdrant_client.QdrantClient":
     client = qdrant_client.QdrantClient(":memory:")
     body = json.loads(collection_json.read_text())
-    client.create_collection("vtlab", sparse_vectors_config={
-        name: models.SparseVectorParams(**params) for name, params in body["sparse_vectors"].items()})
+    client.create_collection(
+        "vtlab",
+        sparse_vectors_config={
+            name: models.SparseVectorParams(**params) for name, params in body["sparse_vectors"].items()
+        },
+    )
     batch = []
     for line in points.read_text().splitlines():
         p = json.loads(line)
-        batch.append(models.PointStruct(id=p["id"], payload=p["payload"], vector={
-            name: models.SparseVector(**v) for name, v in p["vector"].items()}))
+        batch.append(
+            models.PointStruct(
+                id=p["id"],
+                payload=p["payload"],
+                vector={name: models.SparseVector(**v) for name, v in p["vector"].items()},
+            )
+        )
     client.upsert("vtlab", points=batch)
     return client
 
@@ -65,8 +76,9 @@ def mismatches(client, queries: Path, coll, scores: np.ndarray, indices: np.ndar
     for i, line in enumerate(queries.read_text().splitlines()):
         body = json.loads(line)
         assert body["query_id"] == list(coll.queries)[i]
-        hits = client.query_points("vtlab", query=models.SparseVector(**body["query"]), using=body["using"],
-                                   limit=K, with_payload=True).points
+        hits = client.query_points(
+            "vtlab", query=models.SparseVector(**body["query"]), using=body["using"], limit=K, with_payload=True
+        ).points
         want = [(doc_ids[j], float(s)) for j, s in zip(indices[i], scores[i]) if s > 0]
         got = [(h.payload["doc_id"], float(h.score)) for h in hits]
         same = len(got) == len(want) and all(same_slot(g, w, want) for g, w in zip(got, want))

@@ -1,4 +1,5 @@
 """Regularizers: hand-computed values, the λ schedule, and FLOPS invariance to the number of processes."""
+
 import os
 import socket
 
@@ -9,11 +10,7 @@ import torch.multiprocessing as mp
 
 from vtlab.regularizers import L1, Flops
 
-W = torch.tensor([
-    [1.0, 0.0, 2.0, 0.0],
-    [3.0, 0.0, 0.0, 0.0],
-    [0.0, 0.0, 1.0, 1.0],
-])
+W = torch.tensor([[1.0, 0.0, 2.0, 0.0], [3.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
 
 
 def test_flops_value():
@@ -52,6 +49,7 @@ def test_bad_arguments(bad):
 
 
 # ---- FLOPS under data parallelism: same value and same (DDP-averaged) gradient as one process on the whole batch ----
+
 
 def _free_port() -> int:
     with socket.socket() as s:

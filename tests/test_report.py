@@ -1,4 +1,5 @@
 """vtlab.report: tables from hand-written Hydra sweep directories, against hand-computed means and sample stds."""
+
 import csv
 import io
 import json
@@ -19,18 +20,34 @@ def write_multirun(sweep: Path, task: list[str], params: dict | None = None, con
     sources = [{"path": "hydra.conf", "schema": "pkg", "provider": "hydra"}]
     if config_dir is not None:
         sources.append({"path": str(config_dir), "schema": "file", "provider": "main"})
-    multirun = {"hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
-                                      "max_batch_size": None, "params": params},
-                          "overrides": {"hydra": ["hydra.mode=MULTIRUN"], "task": task},
-                          "runtime": {"output_dir": "???", "config_sources": sources}},
-                "name": "quickstart", "run_dir": "${hydra:runtime.output_dir}"}
+    multirun = {
+        "hydra": {
+            "sweeper": {
+                "_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                "max_batch_size": None,
+                "params": params,
+            },
+            "overrides": {"hydra": ["hydra.mode=MULTIRUN"], "task": task},
+            "runtime": {"output_dir": "???", "config_sources": sources},
+        },
+        "name": "quickstart",
+        "run_dir": "${hydra:runtime.output_dir}",
+    }
     sweep.mkdir(parents=True, exist_ok=True)
     (sweep / "multirun.yaml").write_text(yaml.safe_dump(multirun, sort_keys=False))
 
 
-def write_job(sweep: Path, num: int, overrides: list[str], name: str, status: str | None = "done",
-              error: str | None = None, metrics: dict[str, dict[str, float]] | None = None,
-              per_query: dict[str, dict[str, dict[str, float]]] | None = None, config_extra: str = "") -> Path:
+def write_job(
+    sweep: Path,
+    num: int,
+    overrides: list[str],
+    name: str,
+    status: str | None = "done",
+    error: str | None = None,
+    metrics: dict[str, dict[str, float]] | None = None,
+    per_query: dict[str, dict[str, dict[str, float]]] | None = None,
+    config_extra: str = "",
+) -> Path:
     """A job directory as `python -m vtlab -m` leaves it: .hydra/, status.json, eval/<collection>/metrics.json (and
     per_query.json, {measure key: {query id: value}}, for the collections in `per_query`)."""
     job = sweep / str(num)
@@ -38,27 +55,53 @@ def write_job(sweep: Path, num: int, overrides: list[str], name: str, status: st
     seed = next((int(o.split("=")[1]) for o in overrides if o.startswith("seed=")), 0)
     # unresolvable outside Hydra, as in real job configs: the report must not resolve the whole config
     (job / ".hydra" / "config.yaml").write_text(
-        f"name: {name}\nseed: {seed}\npaths:\n  run_dir: ${{hydra:runtime.output_dir}}\n{config_extra}")
+        f"name: {name}\nseed: {seed}\npaths:\n  run_dir: ${{hydra:runtime.output_dir}}\n{config_extra}"
+    )
     for dataset, values in (per_query or {}).items():
         (job / "eval" / dataset).mkdir(parents=True, exist_ok=True)
         (job / "eval" / dataset / "per_query.json").write_text(json.dumps(values))
     (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     (job / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"job": {"num": num, "name": "__main__"}}}))
     if status is not None:
-        (job / "status.json").write_text(json.dumps(
-            {"status": status, "name": name, "overrides": overrides, "started": "2026-01-01T00:00:00+00:00",
-             "finished": None, "seconds": None, "error": error}))
+        (job / "status.json").write_text(
+            json.dumps(
+                {
+                    "status": status,
+                    "name": name,
+                    "overrides": overrides,
+                    "started": "2026-01-01T00:00:00+00:00",
+                    "finished": None,
+                    "seconds": None,
+                    "error": error,
+                }
+            )
+        )
     for dataset, values in (metrics or {}).items():
         (job / "eval" / dataset).mkdir(parents=True, exist_ok=True)
-        (job / "eval" / dataset / "metrics.json").write_text(json.dumps(
-            {"collection": {"name": dataset, "n_docs": 10, "n_queries": 5}, "measures": ["nDCG@10", "RR@10"],
-             "top_k": 100, "metrics": values, "index": None}))
+        (job / "eval" / dataset / "metrics.json").write_text(
+            json.dumps(
+                {
+                    "collection": {"name": dataset, "n_docs": 10, "n_queries": 5},
+                    "measures": ["nDCG@10", "RR@10"],
+                    "top_k": 100,
+                    "metrics": values,
+                    "index": None,
+                }
+            )
+        )
     return job
 
 
 def m(ndcg: float, flops: float, q: float, d: float, rr: float = 0.5) -> dict[str, float]:
-    return {"nDCG@10": ndcg, "RR@10": rr, "R@100": 0.9, "query_active_dims": q, "doc_active_dims": d, "flops": flops,
-            "encode_query_s": 1.0}
+    return {
+        "nDCG@10": ndcg,
+        "RR@10": rr,
+        "R@100": 0.9,
+        "query_active_dims": q,
+        "doc_active_dims": d,
+        "flops": flops,
+        "encode_query_s": 1.0,
+    }
 
 
 @pytest.fixture
@@ -92,13 +135,40 @@ def ablation(tmp_path: Path) -> Path:
 #   avg d dims      seed0 120, seed1 140                             → 130.0 ± 14.1
 # init=subword: seed 0 only (seed 1 failed): 0.7500, 0.5500, avg 0.6500, FLOPS 1.000, q 9.0, d 90.0, no std
 # init=semantic: seed 0 only (seed 1 missing): 0.8400, 0.6600, avg 0.7500, FLOPS 2.000, q 20.0, d 200.0
-HEADER = ["run", "n", "boolq nDCG@10", "scifact nDCG@10", "avg nDCG@10", "avg FLOPS", "avg q dims", "avg d dims",
-          "status"]
+HEADER = [
+    "run",
+    "n",
+    "boolq nDCG@10",
+    "scifact nDCG@10",
+    "avg nDCG@10",
+    "avg FLOPS",
+    "avg q dims",
+    "avg d dims",
+    "status",
+]
 EXPECTED_ROWS = [
-    ["init=mean", "2", "0.8100 ± 0.0141", "0.6200 ± 0.0283", "0.7150 ± 0.0212", "2.500 ± 0.707", "13.0 ± 1.4",
-     "130.0 ± 14.1", "ok"],
-    ["init=subword", "1", "0.7500", "0.5500", "0.6500", "1.000", "9.0", "90.0",
-     "failed (seed=1): RuntimeError: CUDA out of memory \\| tried 2 GiB"],
+    [
+        "init=mean",
+        "2",
+        "0.8100 ± 0.0141",
+        "0.6200 ± 0.0283",
+        "0.7150 ± 0.0212",
+        "2.500 ± 0.707",
+        "13.0 ± 1.4",
+        "130.0 ± 14.1",
+        "ok",
+    ],
+    [
+        "init=subword",
+        "1",
+        "0.7500",
+        "0.5500",
+        "0.6500",
+        "1.000",
+        "9.0",
+        "90.0",
+        "failed (seed=1): RuntimeError: CUDA out of memory \\| tried 2 GiB",
+    ],
     ["init=semantic", "1", "0.8400", "0.6600", "0.7500", "2.000", "20.0", "200.0", "missing (seed=1)"],
 ]
 
@@ -125,7 +195,7 @@ def test_rows_numbers(ablation: Path) -> None:
     mean, subword, semantic = table.rows
     avg = mean.cells[2]
     assert avg.values == pytest.approx([0.70, 0.73])
-    assert avg.mean == pytest.approx(0.715) and avg.std == pytest.approx(0.03 / 2 ** 0.5)
+    assert avg.mean == pytest.approx(0.715) and avg.std == pytest.approx(0.03 / 2**0.5)
     assert subword.n == 1 and subword.cells[0].std is None
     assert subword.notes == ["failed (seed=1): RuntimeError: CUDA out of memory | tried 2 GiB"]
     assert semantic.notes == ["missing (seed=1)"]
@@ -138,7 +208,7 @@ def test_csv_parses(ablation: Path) -> None:
     assert [r[0] for r in rows[1:]] == ["init=mean", "init=subword", "init=semantic"]
     mean = dict(zip(rows[0], rows[1]))
     assert float(mean["boolq nDCG@10"]) == pytest.approx(0.81)
-    assert float(mean["boolq nDCG@10 std"]) == pytest.approx(0.02 / 2 ** 0.5)
+    assert float(mean["boolq nDCG@10 std"]) == pytest.approx(0.02 / 2**0.5)
     assert float(mean["avg FLOPS"]) == pytest.approx(2.5) and mean["avg FLOPS n"] == "2"
     subword = dict(zip(rows[0], rows[2]))
     assert subword["n"] == "1" and subword["boolq nDCG@10 std"] == ""
@@ -150,8 +220,10 @@ def test_latex_has_the_same_rows(ablation: Path) -> None:
     tex = to_latex(build_table(ablation))
     body = tex.split(r"\midrule")[1].split(r"\bottomrule")[0].strip().splitlines()
     assert r"\begin{tabular}{lrrrrrrrl}" in tex and r"\toprule" in tex and r"\end{tabular}" in tex
-    assert body[0] == (r"init=mean & 2 & 0.8100 $\pm$ 0.0141 & 0.6200 $\pm$ 0.0283 & 0.7150 $\pm$ 0.0212 & "
-                       r"2.500 $\pm$ 0.707 & 13.0 $\pm$ 1.4 & 130.0 $\pm$ 14.1 & ok \\")
+    assert body[0] == (
+        r"init=mean & 2 & 0.8100 $\pm$ 0.0141 & 0.6200 $\pm$ 0.0283 & 0.7150 $\pm$ 0.0212 & "
+        r"2.500 $\pm$ 0.707 & 13.0 $\pm$ 1.4 & 130.0 $\pm$ 14.1 & ok \\"
+    )
     assert body[1].startswith("init=subword & 1 & 0.7500 &")
     assert body[1].endswith(r"& failed (seed=1): RuntimeError: CUDA out of memory \textbar{} tried 2 GiB \\")
     assert body[2].endswith(r"& missing (seed=1) \\")
@@ -164,7 +236,8 @@ def test_latex_escapes() -> None:
     from vtlab.report import latex_escape
 
     assert latex_escape("a_b 50% R&D #1 {x} ~^\\ a|b $") == (
-        r"a\_b 50\% R\&D \#1 \{x\} \textasciitilde{}\textasciicircum{}\textbackslash{} a\textbar{}b \$")
+        r"a\_b 50\% R\&D \#1 \{x\} \textasciitilde{}\textasciicircum{}\textbackslash{} a\textbar{}b \$"
+    )
 
 
 def test_cli_writes_files_and_prints_markdown(ablation: Path, tmp_path: Path, capsys) -> None:
@@ -186,11 +259,13 @@ def test_cli_writes_files_and_prints_markdown(ablation: Path, tmp_path: Path, ca
 
 def test_cli_not_a_sweep_dir_exits_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("x")
-    proc = subprocess.run([sys.executable, "-m", "vtlab.report", str(tmp_path)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "vtlab.report", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
-        f"vtlab: error: {tmp_path}: not a Hydra sweep directory (expected multirun.yaml or <n>/.hydra/)"]
+        f"vtlab: error: {tmp_path}: not a Hydra sweep directory (expected multirun.yaml or <n>/.hydra/)"
+    ]
     assert proc.stdout == ""
 
 
@@ -262,8 +337,9 @@ def test_expansion_that_disagrees_with_the_jobs_falls_back(tmp_path: Path) -> No
 def test_columns_follow_the_suite_order(tmp_path: Path) -> None:
     """A run evaluated on a suite writes eval/summary.json; its dataset order (the paper's) orders the columns."""
     sweep = tmp_path / "sweep"
-    job = write_job(sweep, 0, ["seed=0"], "suite", metrics={"boolq": m(0.8, 1.0, 10, 100),
-                                                             "scifact": m(0.6, 3.0, 30, 300)})
+    job = write_job(
+        sweep, 0, ["seed=0"], "suite", metrics={"boolq": m(0.8, 1.0, 10, 100), "scifact": m(0.6, 3.0, 30, 300)}
+    )
     (job / "eval" / "summary.json").write_text(json.dumps({"datasets": {"scifact": {}, "boolq": {}}, "average": {}}))
     rows = md_rows(to_markdown(build_table(sweep)))
     assert rows[0][2:4] == ["scifact nDCG@10", "boolq nDCG@10"]
@@ -313,11 +389,20 @@ def contrast_sweep(tmp_path: Path) -> tuple[Path, dict]:
                 full = {q: float(np.clip(level + rng.normal(0, 0.15), 0, 1)) for q in qids}
                 pruned = {q: v * 0.9 for q, v in full.items()}
                 per_query[dataset] = {"nDCG@10": full, "nDCG@10@q4-d8": pruned}
-                metrics[dataset] = {**m(float(np.mean(list(full.values()))), 1.0 + seed, 10, 100),
-                                    "nDCG@10@q4-d8": float(np.mean(list(pruned.values())))}
+                metrics[dataset] = {
+                    **m(float(np.mean(list(full.values()))), 1.0 + seed, 10, 100),
+                    "nDCG@10@q4-d8": float(np.mean(list(pruned.values()))),
+                }
             data[name].append(per_query)
-            write_job(sweep, num, [f"experiment={name}", f"seed={seed}"], name, metrics=metrics,
-                      per_query=per_query, config_extra=CONTRASTS_YAML)
+            write_job(
+                sweep,
+                num,
+                [f"experiment={name}", f"seed={seed}"],
+                name,
+                metrics=metrics,
+                per_query=per_query,
+                config_extra=CONTRASTS_YAML,
+            )
             num += 1
     return sweep, data
 
@@ -339,8 +424,14 @@ def test_contrasts_against_seed_means_scipy_and_exact_enumeration(contrast_sweep
     assert [(a, b) for a, b, _ in table.contrasts] == [("bpe-vt", "bpe-native")]  # from report.contrasts, once
     contrasts = build_contrasts(table)
     got = {(x.dataset, x.budget): x for x in contrasts.lines}
-    assert list(got) == [("boolq", "full"), ("scifact", "full"), ("all (pooled)", "full"),
-                         ("boolq", "q4-d8"), ("scifact", "q4-d8"), ("all (pooled)", "q4-d8")]
+    assert list(got) == [
+        ("boolq", "full"),
+        ("scifact", "full"),
+        ("all (pooled)", "full"),
+        ("boolq", "q4-d8"),
+        ("scifact", "q4-d8"),
+        ("all (pooled)", "q4-d8"),
+    ]
     for (dataset, budget), line in got.items():
         key = "nDCG@10" if budget == "full" else f"nDCG@10@{budget}"
         sets = QUERIES if dataset == "all (pooled)" else [dataset]
@@ -378,8 +469,10 @@ def test_tradeoff_points_are_the_seeds(contrast_sweep) -> None:
     sweep, data = contrast_sweep
     points = tradeoff_points(build_table(sweep))
     # avg FLOPS of seed s is 1 + s on both sets; avg nDCG@10 is the mean of the two sets' per-query means
-    want = [(1.0 + s, np.mean([np.mean(list(seed[d]["nDCG@10"].values())) for d in QUERIES]))
-            for s, seed in enumerate(data["bpe-vt"])]
+    want = [
+        (1.0 + s, np.mean([np.mean(list(seed[d]["nDCG@10"].values())) for d in QUERIES]))
+        for s, seed in enumerate(data["bpe-vt"])
+    ]
     assert np.array(points["bpe-vt"]) == pytest.approx(np.array(want))
     assert list(points) == list(ROWS)
 
@@ -395,8 +488,10 @@ def test_contrast_bad_inputs_one_line(contrast_sweep, capsys) -> None:
     config.write_text(config.read_text().replace(CONTRASTS_YAML, "report:\n  contrasts: [[bpe-vt, bpe-typo]]\n"))
     assert main([str(sweep)]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("wrote ")]
-    problem = (f"{config}: report.contrasts: 'bpe-typo' is not a row label of the table of {sweep} "
-               "(rows: bpe-vt, bpe-native, bpe-lowercase)")
+    problem = (
+        f"{config}: report.contrasts: 'bpe-typo' is not a row label of the table of {sweep} "
+        "(rows: bpe-vt, bpe-native, bpe-lowercase)"
+    )
     assert err == [f"vtlab: error: {problem}"]
     assert (sweep / "table.md").is_file() and f"not computed: {problem}." in (sweep / "contrasts.md").read_text()
     assert "| bpe-vt − bpe-native | boolq | full | 12 |" in (sweep / "contrasts.md").read_text()  # the others' lines
@@ -428,8 +523,10 @@ def test_contrast_query_sets_must_match_and_old_runs_are_a_note(contrast_sweep, 
     (sweep / "4" / "eval" / "boolq" / "per_query.json").write_text(json.dumps(values))
     assert main([str(sweep)]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith(f"vtlab: error: {sweep}: contrast bpe-vt vs bpe-native: bpe-native on "
-                                               "boolq: seed 1 has other queries than seed 0")
+    assert len(err) == 1 and err[0].startswith(
+        f"vtlab: error: {sweep}: contrast bpe-vt vs bpe-native: bpe-native on "
+        "boolq: seed 1 has other queries than seed 0"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ seed level, Holm
@@ -446,21 +543,51 @@ def test_contrast_lines_show_both_levels_side_by_side(contrast_sweep) -> None:
     contrasts = build_contrasts(build_table(sweep))
     md = contrasts_markdown(contrasts)
     header = next(ln for ln in md.splitlines() if ln.startswith("| A − B"))
-    for column in ("p query (sign-flip)", "p query (t)", "matched seeds", "Δ seeds", "p seed (t)",
-                   "p seed (sign-flip)", "p seed Holm", "reading"):
+    for column in (
+        "p query (sign-flip)",
+        "p query (t)",
+        "matched seeds",
+        "Δ seeds",
+        "p seed (t)",
+        "p seed (sign-flip)",
+        "p seed Holm",
+        "reading",
+    ):
         assert f"| {column} |" in header
     got = {(x.dataset, x.budget): x for x in contrasts.lines}
     pooled = got[("all (pooled)", "full")]
     # bpe-vt has seeds 0-2, bpe-native 0-1: seeds 0 and 1 are matched; per seed the mean of the two sets' mean Δs
-    per_seed = [np.mean([np.mean([seed_values(data, "bpe-vt", s)[d][q] - seed_values(data, "bpe-native", s)[d][q]
-                                  for q in QUERIES[d]]) for d in QUERIES]) for s in (0, 1)]
+    per_seed = [
+        np.mean(
+            [
+                np.mean(
+                    [
+                        seed_values(data, "bpe-vt", s)[d][q] - seed_values(data, "bpe-native", s)[d][q]
+                        for q in QUERIES[d]
+                    ]
+                )
+                for d in QUERIES
+            ]
+        )
+        for s in (0, 1)
+    ]
     assert pooled.seed.seeds == ("0", "1") and pooled.seed.delta == pytest.approx(np.mean(per_seed))
     flips = [abs(s0 * per_seed[0] + s1 * per_seed[1]) for s0 in (-1, 1) for s1 in (-1, 1)]
     assert pooled.seed.p == pytest.approx(np.mean([f >= abs(sum(per_seed)) - 1e-12 for f in flips]))
     boolq = got[("boolq", "full")].seed  # one set: the plain per-seed mean difference on it
-    assert boolq.delta == pytest.approx(np.mean([np.mean([seed_values(data, "bpe-vt", s)["boolq"][q]
-                                                          - seed_values(data, "bpe-native", s)["boolq"][q]
-                                                          for q in QUERIES["boolq"]]) for s in (0, 1)]))
+    assert boolq.delta == pytest.approx(
+        np.mean(
+            [
+                np.mean(
+                    [
+                        seed_values(data, "bpe-vt", s)["boolq"][q] - seed_values(data, "bpe-native", s)["boolq"][q]
+                        for q in QUERIES["boolq"]
+                    ]
+                )
+                for s in (0, 1)
+            ]
+        )
+    )
     # Holm and the reading only on the headline line (pooled, full); one contrast: Holm leaves p as it is
     assert pooled.seed.n == 2 and pooled.p_seed_holm == pytest.approx(pooled.seed.p_t)
     assert all(x.p_seed_holm is None and x.reading == "" for x in contrasts.lines if x is not pooled)
@@ -468,8 +595,9 @@ def test_contrast_lines_show_both_levels_side_by_side(contrast_sweep) -> None:
     assert float(rows[2]["p_seed"]) == pooled.seed.p and rows[2]["matched_seeds"] == "2"
 
 
-def seed_sweep(tmp_path: Path, n_seeds: int, report_yaml: str, levels: dict[str, float] | None = None,
-               seed_sd: float = 0.01) -> Path:
+def seed_sweep(
+    tmp_path: Path, n_seeds: int, report_yaml: str, levels: dict[str, float] | None = None, seed_sd: float = 0.01
+) -> Path:
     """Rows A, B, C on one set of 10 queries, `n_seeds` seeds each: A better than B and C on every seed by ≈ 0.1;
     `seed_sd`: how much a whole seed shifts a row."""
     rng = np.random.default_rng(11)
@@ -479,9 +607,15 @@ def seed_sweep(tmp_path: Path, n_seeds: int, report_yaml: str, levels: dict[str,
         for seed in range(n_seeds):
             shift = rng.normal(0, seed_sd)
             per_query = {f"q{i}": float(np.clip(level + shift + rng.normal(0, 0.05), 0, 1)) for i in range(10)}
-            write_job(sweep, num, [f"experiment={name}", f"seed={seed}"], name,
-                      metrics={"boolq": m(float(np.mean(list(per_query.values()))), 1.0, 10, 100)},
-                      per_query={"boolq": {"nDCG@10": per_query}}, config_extra=report_yaml)
+            write_job(
+                sweep,
+                num,
+                [f"experiment={name}", f"seed={seed}"],
+                name,
+                metrics={"boolq": m(float(np.mean(list(per_query.values()))), 1.0, 10, 100)},
+                per_query={"boolq": {"nDCG@10": per_query}},
+                config_extra=report_yaml,
+            )
             num += 1
     return sweep
 
@@ -495,9 +629,10 @@ def t_p_by_hand(per_seed: tuple[float, ...]) -> float:
     x = np.asarray(per_seed)
     n, t = len(x), abs(x.mean() / (x.std(ddof=1) / np.sqrt(len(x))))
     grid = np.linspace(t, t + 2000, 2_000_001)
-    density = (1 + grid ** 2 / (n - 1)) ** (-n / 2)
-    norm = np.trapezoid((1 + np.linspace(-2000, 2000, 4_000_001) ** 2 / (n - 1)) ** (-n / 2),
-                        np.linspace(-2000, 2000, 4_000_001))
+    density = (1 + grid**2 / (n - 1)) ** (-n / 2)
+    norm = np.trapezoid(
+        (1 + np.linspace(-2000, 2000, 4_000_001) ** 2 / (n - 1)) ** (-n / 2), np.linspace(-2000, 2000, 4_000_001)
+    )
     return 2 * float(np.trapezoid(density, grid)) / norm
 
 
@@ -512,10 +647,14 @@ def test_confirmed_needs_the_holm_adjusted_seed_level_t(tmp_path: Path) -> None:
     two = headlines(seed_sweep(tmp_path / "two", 3, "report:\n  contrasts: [[A, B], [C, A]]\n"))
     ps = sorted([two[("A", "B")].seed.p_t, two[("C", "A")].seed.p_t])
     assert sorted([two[("A", "B")].p_seed_holm, two[("C", "A")].p_seed_holm]) == pytest.approx(
-        [min(1, 2 * ps[0]), max(min(1, 2 * ps[0]), ps[1])])
+        [min(1, 2 * ps[0]), max(min(1, 2 * ps[0]), ps[1])]
+    )
     # seeds that move rows as much as the method does: the query level still "sees" a difference, the seed level not
-    noisy = headlines(seed_sweep(tmp_path / "noisy", 3, "report:\n  contrasts: [[A, B]]\n",
-                                 levels={"A": 0.55, "B": 0.5}, seed_sd=0.08))[("A", "B")]
+    noisy = headlines(
+        seed_sweep(
+            tmp_path / "noisy", 3, "report:\n  contrasts: [[A, B]]\n", levels={"A": 0.55, "B": 0.5}, seed_sd=0.08
+        )
+    )[("A", "B")]
     assert noisy.result.p_randomization < 0.05 and noisy.p_seed_holm >= 0.05
     assert noisy.reading.startswith("not confirmed: query level only (p ")
     # one seed: no seed-level test at all, and the reading says why

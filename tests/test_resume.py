@@ -4,6 +4,7 @@ The fast tests drive Lightning with a toy module over the real TripletDataModule
 dropout RNG across epoch boundaries and validations); the slow one SIGKILLs a real `python -m vtlab` training run and
 compares the restarted run's final metrics and weights with an uninterrupted run's.
 """
+
 from __future__ import annotations
 
 import csv
@@ -60,8 +61,14 @@ class _Toy(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         draw = float(torch.rand(()))  # the global torch stream, as dropout uses it
-        self.seen.append((self.global_step, batch["query"]["input_ids"][:, 0].tolist(),
-                          batch["docs"]["input_ids"][:, 0].tolist(), draw))
+        self.seen.append(
+            (
+                self.global_step,
+                batch["query"]["input_ids"][:, 0].tolist(),
+                batch["docs"]["input_ids"][:, 0].tolist(),
+                draw,
+            )
+        )
         self.log("draw", draw)  # a row per step in the CSV log (when there is one)
         return self.lin(self.drop(torch.ones(2, 4))).sum()
 
@@ -113,13 +120,24 @@ def _fit(tmp: Path, tok: _Tok, kill_after: int | None = None, ckpt: Path | None 
     dm = TripletDataModule(_examples(), dev=dev, tokenizer=tok, batch_size=4, num_negatives=2, seed=7)
     module = _Toy()
     trainer = pl.Trainer(
-        max_steps=9, max_epochs=-1, accelerator="cpu", enable_progress_bar=False, log_every_n_steps=1,
+        max_steps=9,
+        max_epochs=-1,
+        accelerator="cpu",
+        enable_progress_bar=False,
+        log_every_n_steps=1,
         logger=ResumableCSVLogger(save_dir=str(tmp), name="csv", version="") if csv_log else False,
-        enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=2, check_val_every_n_epoch=None,
-        default_root_dir=tmp, plugins=[SameDirCheckpointIO()],
-        callbacks=[LastCheckpoint(str(tmp / "checkpoints"), every_n_train_steps=1),
-                   ResumeState(str(ckpt) if ckpt else None), *([_KillAfter(kill_after)] if kill_after else []),
-                   *([RunConfigLogger(), _Probe()] if csv_log else [])],
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        val_check_interval=2,
+        check_val_every_n_epoch=None,
+        default_root_dir=tmp,
+        plugins=[SameDirCheckpointIO()],
+        callbacks=[
+            LastCheckpoint(str(tmp / "checkpoints"), every_n_train_steps=1),
+            ResumeState(str(ckpt) if ckpt else None),
+            *([_KillAfter(kill_after)] if kill_after else []),
+            *([RunConfigLogger(), _Probe()] if csv_log else []),
+        ],
     )
     try:
         trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
@@ -189,10 +207,12 @@ def test_csv_log_without_run_config_logger_takes_up_at_the_first_step_logged(tmp
     for step in (2, 3):
         logger.log_metrics({"loss": 1.0 / (step + 1), "extra": 7.0}, step=step)
         logger.save()
-    assert _csv_rows(tmp_path) == [{"extra": "", "loss": "0.5", "step": "0"},
-                                   {"extra": "", "loss": "0.25", "step": "1"},
-                                   {"extra": "7.0", "loss": str(1 / 3), "step": "2"},
-                                   {"extra": "7.0", "loss": "0.25", "step": "3"}]
+    assert _csv_rows(tmp_path) == [
+        {"extra": "", "loss": "0.5", "step": "0"},
+        {"extra": "", "loss": "0.25", "step": "1"},
+        {"extra": "7.0", "loss": str(1 / 3), "step": "2"},
+        {"extra": "7.0", "loss": "0.25", "step": "3"},
+    ]
 
 
 def test_loader_state_skips_served_batches_and_rolls_over_at_epoch_end() -> None:
@@ -295,12 +315,29 @@ def test_refused_run_writes_nothing_and_never_starts(tmp_path: Path) -> None:
 
 # ---- a real run, SIGKILLed mid-training -----------------------------------------------------------------------
 
-_RUN = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none", "trainer.max_steps=12",
-        "trainer.val_check_interval=6", "callbacks.last_checkpoint.every_n_train_steps=3", "data.batch_size=4",
-        "data.doc_max_length=64", "data.dev.dev_size=20", "data.dev.max_docs=100", "+eval.collection.max_queries=40",
-        "+eval.collection.max_docs=150"]
-_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
-        "TOKENIZERS_PARALLELISM": "false"}
+_RUN = [
+    "backbone=splade-tiny",
+    "vocab=native",
+    "apc=off",
+    "baseline=false",
+    "logger=none",
+    "trainer.max_steps=12",
+    "trainer.val_check_interval=6",
+    "callbacks.last_checkpoint.every_n_train_steps=3",
+    "data.batch_size=4",
+    "data.doc_max_length=64",
+    "data.dev.dev_size=20",
+    "data.dev.max_docs=100",
+    "+eval.collection.max_queries=40",
+    "+eval.collection.max_docs=150",
+]
+_ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 # the SIGKILL test also checks the CSV log: a row every second step (and each validation's)
@@ -310,8 +347,13 @@ _LOGGED = ["logger=csv", "trainer.log_every_n_steps=2"]
 def _vtlab(run_dir: Path, log: Path) -> subprocess.Popen:
     # output to a file: a pipe nobody drains while the other run goes on could fill up and stall the process
     with open(log, "a") as f:
-        return subprocess.Popen([sys.executable, "-m", "vtlab", *_RUN, *_LOGGED, f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                                env=_ENV, stdout=f, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "vtlab", *_RUN, *_LOGGED, f"hydra.run.dir={run_dir}"],
+            cwd=ROOT,
+            env=_ENV,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _tail(log: Path) -> str:
@@ -387,29 +429,48 @@ def test_a_second_writer_of_a_run_directory_is_refused(tmp_path: Path) -> None:
     with run_dir_lock(tmp_path):  # another process's run (flock: a second open of the directory conflicts too)
         with pytest.raises(RunDirError) as ei:
             run(_cfg(tmp_path), on_start=lambda: started.append(True))
-    assert str(ei.value) == (f"run directory {tmp_path} is in use by another vtlab process (it holds the directory's "
-                             "lock); wait for it to end, or choose another hydra.run.dir")
+    assert str(ei.value) == (
+        f"run directory {tmp_path} is in use by another vtlab process (it holds the directory's "
+        "lock); wait for it to end, or choose another hydra.run.dir"
+    )
     assert started == [] and list(tmp_path.iterdir()) == []
     with run_dir_lock(tmp_path):  # released when the first run ends
         pass
 
 
 def test_a_second_writer_through_the_cli_gets_one_line_and_writes_nothing(tmp_path: Path) -> None:
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-                               "from vtlab.runs.directory import run_dir_lock\n"
-                               f"with run_dir_lock(Path({str(tmp_path)!r})):\n    print('locked', flush=True)\n"
-                               "    time.sleep(120)"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom pathlib import Path\n"
+            "from vtlab.runs.directory import run_dir_lock\n"
+            f"with run_dir_lock(Path({str(tmp_path)!r})):\n    print('locked', flush=True)\n"
+            "    time.sleep(120)",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        res = subprocess.run([sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={tmp_path}"], cwd=ROOT, env=_ENV,
-                             capture_output=True, text=True, timeout=300)
+        res = subprocess.run(
+            [sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={tmp_path}"],
+            cwd=ROOT,
+            env=_ENV,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         holder.kill()
         holder.wait()
     assert res.returncode == 2, res.stderr[-3000:]
-    assert res.stderr.strip().splitlines() == [f"vtlab: error: run directory {tmp_path} is in use by another vtlab "
-                                               "process (it holds the directory's lock); wait for it to end, or "
-                                               "choose another hydra.run.dir"]
+    assert res.stderr.strip().splitlines() == [
+        f"vtlab: error: run directory {tmp_path} is in use by another vtlab "
+        "process (it holds the directory's lock); wait for it to end, or "
+        "choose another hydra.run.dir"
+    ]
     assert list(tmp_path.iterdir()) == []  # not even Hydra's .hydra/ and log
 
 
@@ -429,8 +490,14 @@ def _checkpoint_recording(path: Path, configs: list) -> str:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(2, 2)), batch_size=1)
-    trainer = pl.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[ResumeState(None, configs)])
+    trainer = pl.Trainer(
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[ResumeState(None, configs)],
+    )
     trainer.fit(Toy(), data)
     trainer.save_checkpoint(path)
     return str(path)
@@ -448,10 +515,12 @@ def test_resume_refuses_a_changed_config_unless_asked(tmp_path: Path) -> None:
     changed = _cfg(tmp_path / "a", "model.optimizer.lr=1e-3", "data.batch_size=7")
     with pytest.raises(RunDirError) as ei:
         resume_configs(changed, ckpt)
-    assert str(ei.value) == (f"{ckpt}: cannot resume: the config differs from the interrupted run's (data.batch_size: "
-                             f"{first.data.batch_size!r} -> 7; model.optimizer.lr: {first.model.optimizer.lr!r} -> "
-                             "0.001); rerun with its settings, pass resume_with_changes=true to continue with these "
-                             "(both are recorded in the checkpoint), or overwrite=true to start over")
+    assert str(ei.value) == (
+        f"{ckpt}: cannot resume: the config differs from the interrupted run's (data.batch_size: "
+        f"{first.data.batch_size!r} -> 7; model.optimizer.lr: {first.model.optimizer.lr!r} -> "
+        "0.001); rerun with its settings, pass resume_with_changes=true to continue with these "
+        "(both are recorded in the checkpoint), or overwrite=true to start over"
+    )
     asked = _cfg(tmp_path / "a", "model.optimizer.lr=1e-3", "data.batch_size=7", "resume_with_changes=true")
     assert resume_configs(asked, ckpt) == [run_config(first), run_config(asked)]  # both recorded from now on
     assert run_config(asked)["model"]["optimizer"]["lr"] == 1e-3
@@ -477,8 +546,9 @@ def _interrupted_run(run_dir: Path) -> dict[str, tuple[bytes, int]]:
 
 
 def _files(root: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def test_a_refused_resume_is_refused_before_on_start_writes_anything(tmp_path: Path) -> None:
@@ -497,13 +567,20 @@ def test_a_refused_resume_through_the_cli_leaves_the_record_and_status_byte_iden
     status.json: a refused `python -m vtlab` changes no byte (and no mtime) of the interrupted run."""
     before = _interrupted_run(tmp_path)
     first_lr = compose_cfg(_FIRST).model.optimizer.lr
-    res = subprocess.run([sys.executable, "-m", "vtlab", *_FIRST, "model.optimizer.lr=0.001",
-                          f"hydra.run.dir={tmp_path}"], cwd=ROOT, env=_ENV, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-m", "vtlab", *_FIRST, "model.optimizer.lr=0.001", f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT,
+        env=_ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 2, res.stderr[-3000:]
     assert res.stderr.strip().splitlines() == [
         f"vtlab: error: {tmp_path / LAST_CKPT}: cannot resume: the config differs from the interrupted run's "
         f"(model.optimizer.lr: {first_lr!r} -> 0.001); rerun with its settings, pass resume_with_changes=true to "
-        "continue with these (both are recorded in the checkpoint), or overwrite=true to start over"]
+        "continue with these (both are recorded in the checkpoint), or overwrite=true to start over"
+    ]
     assert _files(tmp_path) == before
 
 
@@ -524,8 +601,14 @@ def test_a_resume_refused_for_changed_inputs_through_the_cli_changes_nothing(tmp
     (run_dir / "status.json").write_text('{"status": "interrupted"}\n')
     before = _files(run_dir)
     train.write_text(json.dumps({"query": "q2", "positive": "p2", "negatives": ["n2"]}) + "\n")
-    res = subprocess.run([sys.executable, "-m", "vtlab", *first, f"hydra.run.dir={run_dir}"], cwd=ROOT, env=_ENV,
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-m", "vtlab", *first, f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        env=_ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 2, res.stderr[-3000:]
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"vtlab: error: {train} (data.train.path) changed"), lines

@@ -1,5 +1,6 @@
 """vtlab.runs.reuse: an ablation row that repeats a main-table row reuses that finished run instead of recomputing
 it."""
+
 import json
 from pathlib import Path
 
@@ -102,12 +103,18 @@ def test_a_run_that_differs_only_in_eval_takes_the_training_not_the_evaluation(t
 @pytest.mark.parametrize("override", ["model.optimizer.lr=0.001", "seed=1", "stage=evaluate"])
 def test_training_is_reused_only_when_everything_but_eval_is_equal(tmp_path, override):
     sweep = tmp_path / "select"
-    src = finished_job(sweep, 0, cfg_for("experiment=testbed/main/unc-native", "eval=testbed-dev",
-                                         "model.optimizer.lr=0.0005"))
+    src = finished_job(
+        sweep, 0, cfg_for("experiment=testbed/main/unc-native", "eval=testbed-dev", "model.optimizer.lr=0.0005")
+    )
     (src / "model").mkdir()
     (src / "model" / "config.json").write_text("{}")
-    cfg = cfg_for("experiment=testbed/main/unc-native", "model.optimizer.lr=0.0005", override,
-                  f"reuse_runs=['{sweep}']", f"paths.run_dir={tmp_path / 'run'}")
+    cfg = cfg_for(
+        "experiment=testbed/main/unc-native",
+        "model.optimizer.lr=0.0005",
+        override,
+        f"reuse_runs=['{sweep}']",
+        f"paths.run_dir={tmp_path / 'run'}",
+    )
     assert reuse_training(cfg) is None
 
 
@@ -125,16 +132,28 @@ def test_the_reused_training_is_evaluated_as_the_run_that_trained_it(tmp_path):
     from test_export_run import write_beir
 
     beir = write_beir(tmp_path / "facts", "f")
-    common = ["backbone=splade-tiny", "vocab=native", "apc=off", "mlm.steps=0", "trainer.max_steps=2",
-              "trainer.val_check_interval=2", "trainer.limit_val_batches=0", "data.batch_size=2", "logger=none",
-              "baseline=false", "eval=beir", f"eval.path={beir}"]
+    common = [
+        "backbone=splade-tiny",
+        "vocab=native",
+        "apc=off",
+        "mlm.steps=0",
+        "trainer.max_steps=2",
+        "trainer.val_check_interval=2",
+        "trainer.limit_val_batches=0",
+        "data.batch_size=2",
+        "logger=none",
+        "baseline=false",
+        "eval=beir",
+        f"eval.path={beir}",
+    ]
     first = tmp_path / "select" / "0"
     pipeline.run(cfg_for(*common, f"paths.run_dir={first}"))
     (first / "status.json").write_text(json.dumps({"status": "done"}))  # as vtlab.__main__ leaves a finished job
     OmegaConf.save(cfg_for(*common, f"paths.run_dir={first}"), first / ".hydra" / "config.yaml")
     second = tmp_path / "main" / "0"
-    state = pipeline.run(cfg_for(*common, "eval.name=facts-again", f"reuse_runs=['{tmp_path / 'select'}']",
-                                 f"paths.run_dir={second}"))
+    state = pipeline.run(
+        cfg_for(*common, "eval.name=facts-again", f"reuse_runs=['{tmp_path / 'select'}']", f"paths.run_dir={second}")
+    )
     assert state["reused_training_from"] == first and "trainer" not in state
     assert not (second / "checkpoints").exists() and (second / MARKER).is_file()
     ours = json.loads((second / "eval" / "facts-again" / "metrics.json").read_text())["metrics"]

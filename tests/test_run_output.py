@@ -1,6 +1,7 @@
 """What runs leave and print: a local sweep's jobs each get their own wandb run (one group per sweep), a failed run's
 wandb run ends with its exit code, runs are named after what ran, an export from a run records itself inside that
 run, and output that is not a terminal holds no redrawn progress frames or library chatter."""
+
 from __future__ import annotations
 
 import json
@@ -25,15 +26,35 @@ from vtlab.tracking.loggers import configured_loggers
 
 def _env() -> dict[str, str]:
     """Read when a command starts, so that it gets the VTLAB_CACHE of the test's cache fixture."""
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
-            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": str(ROOT),
+    }
 
 
 # job 0 evaluates only (its loggers come from the config), job 1 trains two steps first (the trainer's loggers)
-_SWEEP = ["stage=evaluate,all", "backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "eval=boolq",
-          "data=boolq", "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.log_every_n_steps=1",
-          "data.batch_size=4", "data.doc_max_length=64", "data.dev.dev_size=20", "data.dev.max_docs=100",
-          "+eval.collection.max_queries=20", "+eval.collection.max_docs=60"]
+_SWEEP = [
+    "stage=evaluate,all",
+    "backbone=splade-tiny",
+    "vocab=native",
+    "apc=off",
+    "baseline=false",
+    "eval=boolq",
+    "data=boolq",
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=2",
+    "trainer.log_every_n_steps=1",
+    "data.batch_size=4",
+    "data.doc_max_length=64",
+    "data.dev.dev_size=20",
+    "data.dev.max_docs=100",
+    "+eval.collection.max_queries=20",
+    "+eval.collection.max_docs=60",
+]
 
 
 # ---- reading an offline wandb run: its .wandb file is a LevelDB-style log of protobuf records ----------------------
@@ -49,11 +70,11 @@ def wandb_records(run_dir: Path) -> list:
         if block - pos % block < header:  # a block's tail too short for a header is padding
             pos += block - pos % block
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + header])
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + header])
         if kind == 0:  # zero padding up to the next block
             pos += block - pos % block
             continue
-        chunk += data[pos + header:pos + header + length]
+        chunk += data[pos + header : pos + header + length]
         pos += header + length
         if kind in (1, 4):  # a full record, or the last part of one
             record = wandb_internal_pb2.Record()
@@ -92,8 +113,13 @@ def sweep(tmp_path_factory, fresh_cache) -> tuple[Path, subprocess.CompletedProc
     """Hydra's basic launcher runs both jobs in one process; stdout and stderr are pipes (as under SLURM). A fresh
     cache, so the data building (BM25 mining, model loading) prints whatever it prints."""
     sweep_dir = tmp_path_factory.mktemp("sweep") / "sweep"
-    res = subprocess.run([sys.executable, "-m", "vtlab", "-m", *_SWEEP, f"hydra.sweep.dir={sweep_dir}"], cwd=ROOT,
-                         env=_env(), capture_output=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-m", "vtlab", "-m", *_SWEEP, f"hydra.sweep.dir={sweep_dir}"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        timeout=600,
+    )
     # decoded here: text=True would turn the carriage returns this module looks for into newlines
     res.stdout, res.stderr = res.stdout.decode(errors="replace"), res.stderr.decode(errors="replace")
     assert res.returncode == 0, res.stderr[-3000:]
@@ -119,8 +145,11 @@ def test_each_sweep_job_logs_its_own_wandb_run(sweep):
 def test_piped_output_has_progress_lines_and_no_frames_or_chatter(sweep):
     _, res = sweep
     out = res.stdout + res.stderr
-    unwanted = [s for s in ("\r", "Epoch 0/-2", "Loading weights", "Writing model shards", "litlogger", "_pytree",
-                            "DEBUG") if s in out]
+    unwanted = [
+        s
+        for s in ("\r", "Epoch 0/-2", "Loading weights", "Writing model shards", "litlogger", "_pytree", "DEBUG")
+        if s in out
+    ]
     assert not unwanted, f"{unwanted} in the output:\n{out[-3000:]}"
     assert "train: step 1/2 (50%) · loss " in res.stdout and "train: step 2/2 (100%) · loss " in res.stdout
 
@@ -156,13 +185,16 @@ def test_a_failed_run_finishes_its_wandb_run_with_its_exit_code(tmp_path, step, 
 # ---- names and directories -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides,name", [
-    ([], "all-splade-tiny-corpus-wordpiece"),
-    (["stage=evaluate", "vocab=native"], "evaluate-splade-tiny-native"),
-    (["stage=export", "backbone=tiny-modernbert"], "export-tiny-modernbert-corpus-wordpiece"),
-    (["stage=transfer", "name=mine"], "mine"),
-    (["experiment=quickstart"], "quickstart"),
-])
+@pytest.mark.parametrize(
+    "overrides,name",
+    [
+        ([], "all-splade-tiny-corpus-wordpiece"),
+        (["stage=evaluate", "vocab=native"], "evaluate-splade-tiny-native"),
+        (["stage=export", "backbone=tiny-modernbert"], "export-tiny-modernbert-corpus-wordpiece"),
+        (["stage=transfer", "name=mine"], "mine"),
+        (["experiment=quickstart"], "quickstart"),
+    ],
+)
 def test_runs_are_named_after_what_runs(tmp_path, overrides, name):
     assert compose_cfg([*overrides, f"paths.run_dir={tmp_path}"]).name == name
 
@@ -172,12 +204,30 @@ def test_export_from_a_run_records_itself_inside_that_run(sweep, tmp_path):
     not to a new outputs/runs/<time>-<name> directory beside R that would hold nothing else."""
     trained = sweep[0] / "1"
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n"
-                              for i, t in enumerate(["sparse retrieval", "vocabulary transfer"])))
-    res = subprocess.run([sys.executable, "-m", "vtlab", "stage=export", f"run_dir={trained}", "logger=none",
-                          "export.sentence_transformers=false", "export.vectors.formats=[anserini]",
-                          f"export.vectors.corpus={corpus}"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                         timeout=600)
+    corpus.write_text(
+        "".join(
+            json.dumps({"_id": f"d{i}", "text": t}) + "\n"
+            for i, t in enumerate(["sparse retrieval", "vocabulary transfer"])
+        )
+    )
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vtlab",
+            "stage=export",
+            f"run_dir={trained}",
+            "logger=none",
+            "export.sentence_transformers=false",
+            "export.vectors.formats=[anserini]",
+            f"export.vectors.corpus={corpus}",
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert len((trained / "vectors" / "anserini" / "docs.jsonl").read_text().splitlines()) == 2
     assert not (tmp_path / "outputs").exists()

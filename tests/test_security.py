@@ -1,5 +1,6 @@
 """Nothing on disk runs code: crafted checkpoints, planted native kernels, remote code and foreign configs are refused
 (or rebuilt) with one line, and the tests check with real crafted files that nothing of them ran."""
+
 from __future__ import annotations
 
 import copy
@@ -26,8 +27,13 @@ from vtlab.errors import user_error
 from vtlab.runs.directory import LAST_CKPT
 
 ROOT = Path(__file__).resolve().parents[1]
-_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
-        "TOKENIZERS_PARALLELISM": "false"}
+_ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 class _RunsCode:
@@ -94,14 +100,21 @@ def test_a_real_vtlab_checkpoint_needs_no_global_beyond_the_allow_list(tmp_path:
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=2)
 
     def trainer(steps: int) -> pl.Trainer:
-        return pl.Trainer(max_steps=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                          callbacks=[LastCheckpoint(str(tmp_path), every_n_train_steps=1), ResumeState()],
-                          plugins=[SameDirCheckpointIO()], default_root_dir=str(tmp_path))
+        return pl.Trainer(
+            max_steps=steps,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[LastCheckpoint(str(tmp_path), every_n_train_steps=1), ResumeState()],
+            plugins=[SameDirCheckpointIO()],
+            default_root_dir=str(tmp_path),
+        )
 
     trainer(3).fit(Toy(), data)
     last = tmp_path / "last.ckpt"
     assert set(torch.serialization.get_unsafe_globals_in_checkpoint(str(last))) <= {
-        f"{g.__module__}.{g.__qualname__}" for g in CHECKPOINT_GLOBALS}
+        f"{g.__module__}.{g.__qualname__}" for g in CHECKPOINT_GLOBALS
+    }
     assert load_checkpoint(last)["global_step"] == 3
     resumed = trainer(5)
     resumed.fit(Toy(), data, ckpt_path=str(last), weights_only=True)
@@ -114,15 +127,35 @@ def test_rerun_with_a_crafted_last_ckpt_refuses_with_one_line(tmp_path: Path) ->
     command (resume=auto) must not run it."""
     run_dir, marker = tmp_path / "run", tmp_path / "ran"
     _crafted_checkpoint(run_dir / LAST_CKPT, marker)
-    res = subprocess.run([sys.executable, "-m", "vtlab", "backbone=splade-tiny", "vocab=native", "apc=off",
-                          "baseline=false", "logger=none", "stage=finetune", "data.batch_size=2",
-                          "data.doc_max_length=32", "data.dev.dev_size=10", "data.dev.max_docs=50",
-                          f"hydra.run.dir={run_dir}"], cwd=ROOT, env=_ENV, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vtlab",
+            "backbone=splade-tiny",
+            "vocab=native",
+            "apc=off",
+            "baseline=false",
+            "logger=none",
+            "stage=finetune",
+            "data.batch_size=2",
+            "data.doc_max_length=32",
+            "data.dev.dev_size=10",
+            "data.dev.max_docs=50",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        env=_ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 2, res.stderr[-3000:]
     assert "Traceback" not in res.stderr
     last = res.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"vtlab: error: {run_dir / LAST_CKPT}: refused to load the checkpoint: it asks to import "
-                           "posix.system"), res.stderr[-3000:]
+    assert last.startswith(
+        f"vtlab: error: {run_dir / LAST_CKPT}: refused to load the checkpoint: it asks to import posix.system"
+    ), res.stderr[-3000:]
     assert not marker.exists()
 
 
@@ -149,8 +182,14 @@ _LOAD = textwrap.dedent("""
 
 def _load_in_subprocess(cache: Path, **env: str) -> subprocess.CompletedProcess:
     """native.load() in a fresh process (a bad library could kill it: SIGBUS) with VTLAB_CACHE=cache."""
-    return subprocess.run([sys.executable, "-c", _LOAD], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**_ENV, "VTLAB_CACHE": str(cache), **env})
+    return subprocess.run(
+        [sys.executable, "-c", _LOAD],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**_ENV, "VTLAB_CACHE": str(cache), **env},
+    )
 
 
 def _built(cache: Path) -> Path:
@@ -162,11 +201,13 @@ def _built(cache: Path) -> Path:
 def _planted_library(tmp: Path, marker: Path) -> Path:
     """A shared library whose constructor creates `marker` as soon as anything loads it."""
     src = tmp / "evil.c"
-    src.write_text(textwrap.dedent(f"""
+    src.write_text(
+        textwrap.dedent(f"""
         #include <stdio.h>
         __attribute__((constructor)) static void planted(void) {{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}
         long vt_taat_topk(void) {{ return 0; }}
-    """))
+    """)
+    )
     out = tmp / "evil.so"
     subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
     return out
@@ -189,8 +230,10 @@ def test_planted_library_is_never_loaded(tmp_path: Path) -> None:
     assert not marker.exists()
     assert "BACKEND native EQUAL True" in res.stdout, res.stdout + res.stderr  # rebuilt, and right
     warnings = [ln for ln in res.stderr.splitlines() if ln.startswith("WARNING")]
-    assert warnings == [f"WARNING exact-search kernel {lib} is not loaded (its sha256 differs from the one recorded "
-                        f"at build time in {lib.name}.sha256): rebuilding it"], res.stderr
+    assert warnings == [
+        f"WARNING exact-search kernel {lib} is not loaded (its sha256 differs from the one recorded "
+        f"at build time in {lib.name}.sha256): rebuilding it"
+    ], res.stderr
     assert lib.read_bytes() != evil.read_bytes()
 
 
@@ -210,7 +253,8 @@ def test_planted_library_with_matching_hash_in_a_directory_others_could_write(tm
     assert not marker.exists()
     assert (lib.parent.stat().st_mode & 0o777) == 0o700
     assert [ln for ln in res.stderr.splitlines() if ln.startswith("WARNING")] == [
-        f"WARNING {lib.parent} was open to other users (mode 777): its contents are discarded and it is made 0700"]
+        f"WARNING {lib.parent} was open to other users (mode 777): its contents are discarded and it is made 0700"
+    ]
 
 
 @needs_cc
@@ -248,10 +292,14 @@ def _model_dir_with_code(tmp: Path, marker: Path) -> Path:
     when imported."""
     d = tmp / "model-with-code"
     d.mkdir()
-    (d / "config.json").write_text('{"model_type": "evil", "vocab_size": 10, "auto_map": {"AutoConfig": '
-                                   '"configuration_evil.EvilConfig", "AutoModelForMaskedLM": "modeling_evil.EvilLM"}}')
-    code = (f"import pathlib\npathlib.Path({str(marker)!r}).touch()\nfrom transformers import PretrainedConfig\n"
-            "class EvilConfig(PretrainedConfig):\n    model_type = 'evil'\n")
+    (d / "config.json").write_text(
+        '{"model_type": "evil", "vocab_size": 10, "auto_map": {"AutoConfig": '
+        '"configuration_evil.EvilConfig", "AutoModelForMaskedLM": "modeling_evil.EvilLM"}}'
+    )
+    code = (
+        f"import pathlib\npathlib.Path({str(marker)!r}).touch()\nfrom transformers import PretrainedConfig\n"
+        "class EvilConfig(PretrainedConfig):\n    model_type = 'evil'\n"
+    )
     (d / "configuration_evil.py").write_text(code)
     (d / "modeling_evil.py").write_text(code)
     return d
@@ -268,12 +316,15 @@ def test_a_model_directory_with_code_is_refused_without_the_opt_in(tmp_path: Pat
     assert str(plain.value) == (
         f"backbone.name_or_path={str(d)!r} contains its own Python code (configuration_evil.EvilConfig, "
         "modeling_evil.EvilLM), which vtlab does not import: use a model that needs none, or set trust_remote_code: "
-        "true in its backbone config and pass backbone.allow_remote_code=true after reading that code")
+        "true in its backbone config and pass backbone.allow_remote_code=true after reading that code"
+    )
     with pytest.raises(AssetError) as asked:  # one that does (gte-multilingual), without this run's opt-in
         Backbone(str(d), trust_remote_code=True).load_tokenizer()
-    assert str(asked.value).startswith(f"backbone.name_or_path={str(d)!r} needs its own Python code (the backbone "
-                                       "config sets trust_remote_code: true), which vtlab does not import unless "
-                                       "this run opts in: pass backbone.allow_remote_code=true")
+    assert str(asked.value).startswith(
+        f"backbone.name_or_path={str(d)!r} needs its own Python code (the backbone "
+        "config sets trust_remote_code: true), which vtlab does not import unless "
+        "this run opts in: pass backbone.allow_remote_code=true"
+    )
     assert not marker.exists()
 
 
@@ -282,15 +333,26 @@ def test_the_opt_in_prints_what_it_imports_and_then_imports_it(tmp_path: Path) -
     own transformers module cache."""
     marker = tmp_path / "ran"
     d = _model_dir_with_code(tmp_path, marker)
-    res = subprocess.run([sys.executable, "-c", "from vtlab.backbones import Backbone\n"
-                          f"Backbone({str(d)!r}, trust_remote_code=True, allow_remote_code=True)._load("
-                          "__import__('transformers').AutoConfig.from_pretrained, "
-                          f"{str(d)!r}, 'backbone.name_or_path')"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from vtlab.backbones import Backbone\n"
+            f"Backbone({str(d)!r}, trust_remote_code=True, allow_remote_code=True)._load("
+            "__import__('transformers').AutoConfig.from_pretrained, "
+            f"{str(d)!r}, 'backbone.name_or_path')",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")},
+    )
     assert res.returncode == 0, res.stderr
-    assert (f"vtlab: backbone.allow_remote_code=true: importing the Python code of backbone.name_or_path={d}: "
-            "configuration_evil.EvilConfig, modeling_evil.EvilLM") in res.stderr.splitlines()
+    assert (
+        f"vtlab: backbone.allow_remote_code=true: importing the Python code of backbone.name_or_path={d}: "
+        "configuration_evil.EvilConfig, modeling_evil.EvilLM"
+    ) in res.stderr.splitlines()
     assert marker.exists()
 
 
@@ -315,20 +377,22 @@ def test_gte_multilingual_needs_the_per_run_opt_in() -> None:
 
 @dataclass(frozen=True)
 class _Attack:
-    node: str                                   # the recorded node export reads: model.encoder or eval
-    key: str                                    # where under it the payload sits
-    payload: Callable[[Path, Path], dict]       # (tmp dir, marker) -> a node that creates marker when instantiated
-    refused: str                                # the error line after "<file> (<node>): <key>."
-    via: str | None = None                      # a top-level key holding the payload, reached by an interpolation
+    node: str  # the recorded node export reads: model.encoder or eval
+    key: str  # where under it the payload sits
+    payload: Callable[[Path, Path], dict]  # (tmp dir, marker) -> a node that creates marker when instantiated
+    refused: str  # the error line after "<file> (<node>): <key>."
+    via: str | None = None  # a top-level key holding the payload, reached by an interpolation
 
 
 def _torch_load_of_a_written_pickle(tmp: Path, marker: Path) -> dict:
     """torch.load (reached as vtlab.callbacks.checkpoints.torch.load) with weights_only false, of a protocol-0 pickle
     that a nested vtlab.atomic.atomic_write_text writes first: a YAML file alone runs `touch marker`."""
     pickle_text = pickle.dumps(_RunsCode(marker), protocol=0).decode("ascii")
-    return {"_target_": "vtlab.callbacks.checkpoints.torch.load", "weights_only": False,
-            "f": {"_target_": "vtlab.atomic.atomic_write_text", "path": str(tmp / "payload.pkl"),
-                  "lines": [pickle_text]}}
+    return {
+        "_target_": "vtlab.callbacks.checkpoints.torch.load",
+        "weights_only": False,
+        "f": {"_target_": "vtlab.atomic.atomic_write_text", "path": str(tmp / "payload.pkl"), "lines": [pickle_text]},
+    }
 
 
 def _write_text(tmp: Path, marker: Path) -> dict:
@@ -337,36 +401,67 @@ def _write_text(tmp: Path, marker: Path) -> dict:
 
 def _copyfile(tmp: Path, marker: Path, partial: bool = False) -> dict:
     (tmp / "source.txt").write_text("copied\n")
-    return {"_target_": "vtlab.runs.directory.shutil.copyfile", "src": str(tmp / "source.txt"), "dst": str(marker),
-            **({"_partial_": True} if partial else {})}
+    return {
+        "_target_": "vtlab.runs.directory.shutil.copyfile",
+        "src": str(tmp / "source.txt"),
+        "dst": str(marker),
+        **({"_partial_": True} if partial else {}),
+    }
 
 
 def _remote_code(tmp: Path, marker: Path) -> dict:
     """A Backbone opting into a model directory's own Python, its tokenizer loaded: the directory's module runs."""
-    backbone = {"_target_": "vtlab.backbones.Backbone", "name_or_path": str(_model_dir_with_code(tmp, marker)),
-                "trust_remote_code": True, "allow_remote_code": True}
+    backbone = {
+        "_target_": "vtlab.backbones.Backbone",
+        "name_or_path": str(_model_dir_with_code(tmp, marker)),
+        "trust_remote_code": True,
+        "allow_remote_code": True,
+    }
     return {"_target_": "vtlab.backbones.Backbone.load_tokenizer", "_args_": [backbone]}
 
 
-_NOT_ALLOWED = ("a config read from a run directory may only name an encoder, an evaluation or a collection loader "
-                "(vtlab.export.safe_config.ALLOWED_TARGETS)")
+_NOT_ALLOWED = (
+    "a config read from a run directory may only name an encoder, an evaluation or a collection loader "
+    "(vtlab.export.safe_config.ALLOWED_TARGETS)"
+)
 ATTACKS = {
-    "torch.load": _Attack("model.encoder", "preprocess", _torch_load_of_a_written_pickle,
-                          "_target_='vtlab.callbacks.checkpoints.torch.load' is not instantiated: it is "
-                          f"torch.serialization.load, and {_NOT_ALLOWED}"),
-    "atomic_write_text": _Attack("eval", "collection", _write_text,
-                                 f"_target_='vtlab.atomic.atomic_write_text' is not instantiated: {_NOT_ALLOWED}"),
-    "copyfile": _Attack("eval", "collection", _copyfile, "_target_='vtlab.runs.directory.shutil.copyfile' is not "
-                        f"instantiated: it is shutil.copyfile, and {_NOT_ALLOWED}"),
+    "torch.load": _Attack(
+        "model.encoder",
+        "preprocess",
+        _torch_load_of_a_written_pickle,
+        "_target_='vtlab.callbacks.checkpoints.torch.load' is not instantiated: it is "
+        f"torch.serialization.load, and {_NOT_ALLOWED}",
+    ),
+    "atomic_write_text": _Attack(
+        "eval",
+        "collection",
+        _write_text,
+        f"_target_='vtlab.atomic.atomic_write_text' is not instantiated: {_NOT_ALLOWED}",
+    ),
+    "copyfile": _Attack(
+        "eval",
+        "collection",
+        _copyfile,
+        "_target_='vtlab.runs.directory.shutil.copyfile' is not "
+        f"instantiated: it is shutil.copyfile, and {_NOT_ALLOWED}",
+    ),
     # a partial inside an allowed loader: subsampled calls `load()` only when the collection is read, after the export
     # has started; reached through an interpolation, so only the resolved form shows it
     "partial copyfile, interpolated": _Attack(
-        "eval", "collection.load", functools.partial(_copyfile, partial=True),
+        "eval",
+        "collection.load",
+        functools.partial(_copyfile, partial=True),
         "_target_='vtlab.runs.directory.shutil.copyfile' is not instantiated: it is shutil.copyfile, and "
-        f"{_NOT_ALLOWED}", via="shared_loader"),
-    "remote code": _Attack("model.encoder", "preprocess", _remote_code,
-                           "_args_[0].allow_remote_code=True is refused (expected false): a config read from a run "
-                           "directory never makes vtlab import a model's own Python code"),
+        f"{_NOT_ALLOWED}",
+        via="shared_loader",
+    ),
+    "remote code": _Attack(
+        "model.encoder",
+        "preprocess",
+        _remote_code,
+        "_args_[0].allow_remote_code=True is refused (expected false): a config read from a run "
+        "directory never makes vtlab import a model's own Python code",
+    ),
 }
 
 
@@ -396,15 +491,20 @@ def _crafted_run(tmp: Path, model: Path, attack: _Attack, marker: Path) -> Path:
     (beir / "corpus.jsonl").write_text('{"_id": "d0", "title": "", "text": "a volcano erupts"}\n')
     (beir / "queries.jsonl").write_text('{"_id": "q0", "text": "volcano"}\n')
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\n")
-    cfg = OmegaConf.to_container(compose_cfg(["backbone=splade-tiny", "vocab=native", "eval=beir",
-                                              f"eval.path={beir}"]))
+    cfg = OmegaConf.to_container(
+        compose_cfg(["backbone=splade-tiny", "vocab=native", "eval=beir", f"eval.path={beir}"])
+    )
     payload = attack.payload(tmp, marker)
     if attack.via is not None:
         cfg[attack.via] = payload
         payload = "${" + attack.via + "}"
     if attack.key == "collection.load":  # inside an allowed node: vtlab.data.collections.subsampled
-        cfg["eval"]["collection"] = {"_target_": "vtlab.data.collections.subsampled", "_partial_": True,
-                                     "max_docs": 5, "load": payload}
+        cfg["eval"]["collection"] = {
+            "_target_": "vtlab.data.collections.subsampled",
+            "_partial_": True,
+            "max_docs": 5,
+            "load": payload,
+        }
     else:
         container = OmegaConf.create(cfg)
         OmegaConf.update(container, f"{attack.node}.{attack.key}", payload, merge=False, force_add=True)
@@ -415,8 +515,9 @@ def _crafted_run(tmp: Path, model: Path, attack: _Attack, marker: Path) -> Path:
 
 
 def _files(root: Path, skip: Path) -> dict[Path, tuple[int, int]]:
-    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
-            if p.is_file() and skip not in p.parents}
+    return {
+        p: (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file() and skip not in p.parents
+    }
 
 
 def _refusal(run_dir: Path, attack: _Attack) -> str:
@@ -431,20 +532,29 @@ def test_each_crafted_payload_runs_when_hydra_instantiates_it(tmp_path: Path, na
     own process: the remote code is imported once per process and the pickle runs a shell."""
     marker = tmp_path / "ran"
     payload = ATTACKS[name].payload(tmp_path, marker)
-    code = ("import contextlib, functools, json, sys\nfrom hydra.utils import instantiate\n"
-            "with contextlib.suppress(Exception):\n"
-            "    obj = instantiate(json.loads(sys.argv[1]))\n"
-            "    obj() if isinstance(obj, functools.partial) else None\n")
-    res = subprocess.run([sys.executable, "-c", code, json.dumps(payload)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300, env={**_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")})
+    code = (
+        "import contextlib, functools, json, sys\nfrom hydra.utils import instantiate\n"
+        "with contextlib.suppress(Exception):\n"
+        "    obj = instantiate(json.loads(sys.argv[1]))\n"
+        "    obj() if isinstance(obj, functools.partial) else None\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(payload)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert marker.exists(), res.stderr[-3000:]
 
 
 @pytest.mark.usefixtures("shared_cache")
 @pytest.mark.parametrize("name", ATTACKS)
-def test_export_refuses_each_crafted_run_config_and_nothing_of_it_runs(tmp_path: Path, saved_model: Path,
-                                                                        name: str) -> None:
+def test_export_refuses_each_crafted_run_config_and_nothing_of_it_runs(
+    tmp_path: Path, saved_model: Path, name: str
+) -> None:
     """`stage=export run_dir=R` in this process (the pipeline, as the entry point calls it): VtlabError in one line
     naming R's config file and the key, the marker absent and no file written anywhere under the test's directory
     (the export's own run directory aside)."""
@@ -456,8 +566,15 @@ def test_export_refuses_each_crafted_run_config_and_nothing_of_it_runs(tmp_path:
     run_dir = _crafted_run(tmp_path, saved_model, attack, marker)
     export_dir = tmp_path / "export"
     before = _files(tmp_path, export_dir)
-    cfg = compose_cfg(["stage=export", f"run_dir={run_dir}", "export.vectors.formats=[anserini]",
-                       "export.vectors.queries=true", f"paths.run_dir={export_dir}"])
+    cfg = compose_cfg(
+        [
+            "stage=export",
+            f"run_dir={run_dir}",
+            "export.vectors.formats=[anserini]",
+            "export.vectors.queries=true",
+            f"paths.run_dir={export_dir}",
+        ]
+    )
     with pytest.raises(VtlabError) as ei:
         run(cfg)
     msg = str(ei.value)
@@ -468,17 +585,23 @@ def test_export_refuses_each_crafted_run_config_and_nothing_of_it_runs(tmp_path:
 
 @pytest.mark.usefixtures("shared_cache")
 @pytest.mark.parametrize("name", ["torch.load", "remote code"])
-def test_export_command_refuses_a_crafted_run_config_with_one_line(tmp_path: Path, saved_model: Path,
-                                                                   name: str) -> None:
+def test_export_command_refuses_a_crafted_run_config_with_one_line(
+    tmp_path: Path, saved_model: Path, name: str
+) -> None:
     """The same as a user runs it: `python -m vtlab stage=export run_dir=R` exits 2 with one `vtlab: error:` line."""
     from helpers import one_error_line
 
     attack, marker = ATTACKS[name], tmp_path / "ran"
     run_dir = _crafted_run(tmp_path, saved_model, attack, marker)
     before = _files(tmp_path, run_dir / "exports")
-    res = subprocess.run([sys.executable, "-m", "vtlab", "stage=export", f"run_dir={run_dir}", "logger=none"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, **_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")})
+    res = subprocess.run(
+        [sys.executable, "-m", "vtlab", "stage=export", f"run_dir={run_dir}", "logger=none"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")},
+    )
     assert res.returncode == 2, res.stderr[-3000:]
     assert one_error_line(res.stderr) == f"vtlab: error: {_refusal(run_dir, attack)}"
     assert not marker.exists()
@@ -505,8 +628,10 @@ def test_export_refuses_foreign_targets_in_a_run_config(tmp_path: Path, key: str
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml({"model": {"encoder": encoder}}))
     with pytest.raises(VtlabError) as ei:
         encoder_from_run(run_dir, OmegaConf.create({}))
-    assert str(ei.value) == (f"{run_dir}/.hydra/config.yaml (model.encoder): {key}_target_='builtins.open' is not "
-                             f"instantiated: {_NOT_ALLOWED}")
+    assert str(ei.value) == (
+        f"{run_dir}/.hydra/config.yaml (model.encoder): {key}_target_='builtins.open' is not "
+        f"instantiated: {_NOT_ALLOWED}"
+    )
     assert not marker.exists()
     # the control: Hydra would have run it
     from hydra.utils import instantiate
@@ -521,7 +646,8 @@ def test_a_vtlab_alias_passes_only_when_it_is_an_allowed_object() -> None:
 
     assert target_problem("vtlab.models.inference_free.SpladeEncoder.from_backbone") is None  # SpladeEncoder's own
     assert target_problem("vtlab.data.collections.atomic_write_text") == (
-        f"is not instantiated: it is vtlab.atomic.atomic_write_text, and {_NOT_ALLOWED}")
+        f"is not instantiated: it is vtlab.atomic.atomic_write_text, and {_NOT_ALLOWED}"
+    )
     assert "it is shutil.copyfile" in target_problem("vtlab.runs.directory.shutil.copyfile")
     assert "it is vtlab.backbones.pretrained.Backbone" in target_problem("vtlab.backbones.Backbone")
     for name in ("vtlab.nothing.here", "vtlab..models", "vtlab.models.encoder.${x}", "builtins.exec", "os.system"):
@@ -538,9 +664,14 @@ def test_resolving_a_vtlab_name_imports_only_vtlab_modules(monkeypatch: pytest.M
     real = safe_config.import_module
     monkeypatch.setattr(safe_config, "import_module", lambda name: imported.append(name) or real(name))
     safe_config.allowed_objects.cache_clear()  # resolve the allow-list again, under the watch
-    names = ["vtlab.callbacks.checkpoints.torch.utils.bottleneck", "vtlab.callbacks.checkpoints.torch.load",
-             "vtlab.data.hf.datasets.x", "vtlab.runs.directory.shutil.copyfile", "vtlab.stages.nope",
-             "vtlab.models.inference_free.SpladeEncoder"]
+    names = [
+        "vtlab.callbacks.checkpoints.torch.utils.bottleneck",
+        "vtlab.callbacks.checkpoints.torch.load",
+        "vtlab.data.hf.datasets.x",
+        "vtlab.runs.directory.shutil.copyfile",
+        "vtlab.stages.nope",
+        "vtlab.models.inference_free.SpladeEncoder",
+    ]
     assert all(safe_config.target_problem(n) is not None for n in names)
     assert safe_config.target_problem("vtlab.models.inference_free.SpladeEncoder.from_backbone") is None
     assert imported and all(n == "vtlab" or n.startswith("vtlab.") for n in imported), imported
@@ -550,7 +681,8 @@ def test_resolving_a_vtlab_name_imports_only_vtlab_modules(monkeypatch: pytest.M
 def _conf_targets(node: object) -> set[str]:
     if isinstance(node, dict):
         return ({str(node["_target_"])} if "_target_" in node else set()) | {
-            t for v in node.values() for t in _conf_targets(v)}
+            t for v in node.values() for t in _conf_targets(v)
+        }
     if isinstance(node, list):
         return {t for v in node for t in _conf_targets(v)}
     return set()
@@ -600,8 +732,11 @@ def test_every_conf_model_and_eval_passes_as_a_recorded_run(tmp_path: Path, mode
 def test_only_the_export_reads_a_config_from_disk_and_instantiates_it() -> None:
     """Other readers of recorded configs (reuse, resume, report, the model card) compare or print values: a module
     that loads a config file and instantiates must be vtlab/export/run_config.py, which checks every node first."""
-    readers = {p.relative_to(ROOT).as_posix() for p in (ROOT / "vtlab").rglob("*.py")
-               if re.search(r"OmegaConf\.load\(|yaml\.(safe_)?load\(", p.read_text())}
+    readers = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "vtlab").rglob("*.py")
+        if re.search(r"OmegaConf\.load\(|yaml\.(safe_)?load\(", p.read_text())
+    }
     instantiating = {p for p in readers if re.search(r"\binstantiate\(", (ROOT / p).read_text())}
     # vtlab/index/__init__.py loads only its own vtlab/index/indexes.yaml (a path fixed in the package; a config names
     # one of its nodes, checked against them), never a file of a run directory
@@ -619,9 +754,16 @@ def test_targets_renamed_since_a_run_was_recorded_map_to_allowed_names_and_keep_
 
     for old, new in RENAMED_TARGETS.items():
         assert new in ALLOWED_TARGETS and old not in ALLOWED_TARGETS
-    recorded = {"_target_": "vtlab.eval_suite.EvaluationSuite", "evaluations": {"a": {
-        "_target_": "vtlab.evaluation.RetrievalEvaluation",
-        "collection": {"_target_": "vtlab.data.collections.load_beir", "_partial_": True}}}, "x": ["${y}"]}
+    recorded = {
+        "_target_": "vtlab.eval_suite.EvaluationSuite",
+        "evaluations": {
+            "a": {
+                "_target_": "vtlab.evaluation.RetrievalEvaluation",
+                "collection": {"_target_": "vtlab.data.collections.load_beir", "_partial_": True},
+            }
+        },
+        "x": ["${y}"],
+    }
     for node in (OmegaConf.create(recorded), copy.deepcopy(recorded)):
         assert rename_targets(node) == 2 and rename_targets(node) == 0
         check_targets(node, "run")

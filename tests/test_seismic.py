@@ -1,4 +1,5 @@
 """The Seismic backend (approximate): the interface of InvertedIndex, ids mapped back, recall against exact search."""
+
 import numpy as np
 import pytest
 import scipy.sparse as sp

@@ -1,5 +1,6 @@
 """Equal selection budget (vtlab/report/selection.py): each arm keeps its own best setting by its dev score, every
 setting tried is recorded, a hole in the grid is refused, and the written config composes to the arm plus its choice."""
+
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,11 @@ from vtlab.report.discovery import ReportError
 from vtlab.report.selection import choose, write_selected
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-DEV = {"wp": {"0.0005": 0.70, "0.001": 0.68}, "bpe": {"0.0005": 0.61, "0.001": 0.64}, "tie": {"0.0005": 0.5,
-                                                                                           "0.001": 0.5}}
+DEV = {
+    "wp": {"0.0005": 0.70, "0.001": 0.68},
+    "bpe": {"0.0005": 0.61, "0.001": 0.64},
+    "tie": {"0.0005": 0.5, "0.001": 0.5},
+}
 
 
 def _sweep(tmp_path: Path, drop: tuple[str, str] | None = None) -> Path:
@@ -24,9 +28,14 @@ def _sweep(tmp_path: Path, drop: tuple[str, str] | None = None) -> Path:
     for lr in ("0.0005", "0.001"):
         for arm in arms:
             done = (arm, lr) != drop
-            write_job(sweep, num, [f"model.optimizer.lr={lr}", f"experiment={arm}", "seed=0"], f"testbed-{arm}",
-                      status="done" if done else "failed",
-                      metrics={"boolq-clean-dev": {"nDCG@10": DEV[arm][lr]}} if done else None)
+            write_job(
+                sweep,
+                num,
+                [f"model.optimizer.lr={lr}", f"experiment={arm}", "seed=0"],
+                f"testbed-{arm}",
+                status="done" if done else "failed",
+                metrics={"boolq-clean-dev": {"nDCG@10": DEV[arm][lr]}} if done else None,
+            )
             num += 1
     return sweep
 
@@ -52,8 +61,9 @@ def test_the_written_config_is_the_arm_with_its_choice(tmp_path):
     assert runs == {"testbed-wp-native": "testbed/selected/wp-native"}
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         base = compose("config", overrides=["experiment=testbed/main/wp-native"])
-        cfg = compose("config", overrides=["experiment=testbed/selected/wp-native",
-                                           f"hydra.searchpath=[file://{root}]"])
+        cfg = compose(
+            "config", overrides=["experiment=testbed/selected/wp-native", f"hydra.searchpath=[file://{root}]"]
+        )
     assert base.model.optimizer.lr == 5e-4 and cfg.model.optimizer.lr == 0.001
     assert cfg.name == base.name == "testbed-wp-native"
     assert [t["score"] for t in cfg.report.selection.tried] == [0.61, 0.64]

@@ -2,6 +2,7 @@
 the evaluation data of `stage=all` is checked before training starts, and a resume reads the inputs its run started
 with. Each refusal is one `vtlab: error:` line naming the config keys or the file.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,11 +27,27 @@ from vtlab.data.preflight import preflight
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 
-_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
-        "TOKENIZERS_PARALLELISM": "false"}
-_FAST = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none", "data.batch_size=2",
-         "data.doc_max_length=32", "data.query_max_length=16", "trainer.max_steps=2", "trainer.limit_val_batches=0",
-         "callbacks.last_checkpoint.every_n_train_steps=1", "model.encoder.precision=fp32"]
+_ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+_FAST = [
+    "backbone=splade-tiny",
+    "vocab=native",
+    "apc=off",
+    "baseline=false",
+    "logger=none",
+    "data.batch_size=2",
+    "data.doc_max_length=32",
+    "data.query_max_length=16",
+    "trainer.max_steps=2",
+    "trainer.limit_val_batches=0",
+    "callbacks.last_checkpoint.every_n_train_steps=1",
+    "model.encoder.precision=fp32",
+]
 
 
 def _error_line(exc: BaseException) -> str:
@@ -47,12 +64,20 @@ def _setup(overrides: list[str]):
     return dm
 
 
-def _beir(root: Path, queries: dict[str, str], docs: dict[str, str], qrels: dict[str, dict[str, int]],
-          split: str = "test", files: tuple[str, ...] = ("corpus.jsonl", "queries.jsonl", "qrels")) -> Path:
+def _beir(
+    root: Path,
+    queries: dict[str, str],
+    docs: dict[str, str],
+    qrels: dict[str, dict[str, int]],
+    split: str = "test",
+    files: tuple[str, ...] = ("corpus.jsonl", "queries.jsonl", "qrels"),
+) -> Path:
     (root / "qrels").mkdir(parents=True)
-    texts = {"corpus.jsonl": "".join(json.dumps({"_id": d, "text": t}) + "\n" for d, t in docs.items()),
-             "queries.jsonl": "".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()),
-             "qrels": "".join(f"{q}\t{d}\t{g}\n" for q, rels in qrels.items() for d, g in rels.items())}
+    texts = {
+        "corpus.jsonl": "".join(json.dumps({"_id": d, "text": t}) + "\n" for d, t in docs.items()),
+        "queries.jsonl": "".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()),
+        "qrels": "".join(f"{q}\t{d}\t{g}\n" for q, rels in qrels.items() for d, g in rels.items()),
+    }
     for name, text in texts.items():
         if name in files:
             (root / (f"qrels/{split}.tsv" if name == "qrels" else name)).write_text(text)
@@ -64,25 +89,43 @@ def _triplets(path: Path, rows: list[tuple[str, str, list[str]]]) -> Path:
     return path
 
 
-TRAIN = [("what do owls eat", "Owls eat mice and insects.", ["Cats sleep a lot.", "Rain falls in spring."]),
-         ("where do cats sleep", "Cats sleep a lot.", ["Owls eat mice and insects.", "Snow melts in April."]),
-         ("when does snow melt", "Snow melts in April.", ["Rain falls in spring.", "Cats sleep a lot."]),
-         ("why is the sky blue", "Light scatters in the air.", ["Snow melts in April.", "Owls eat mice and insects."])]
+TRAIN = [
+    ("what do owls eat", "Owls eat mice and insects.", ["Cats sleep a lot.", "Rain falls in spring."]),
+    ("where do cats sleep", "Cats sleep a lot.", ["Owls eat mice and insects.", "Snow melts in April."]),
+    ("when does snow melt", "Snow melts in April.", ["Rain falls in spring.", "Cats sleep a lot."]),
+    ("why is the sky blue", "Light scatters in the air.", ["Snow melts in April.", "Owls eat mice and insects."]),
+]
 
 
 # ---- 1. splits never overlap ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("overrides,expected", [
-    # the dev split larger than the part training holds out: the extra 200 dev questions are training questions
-    (["data.dev.dev_size=500"], ("data.dev.dev_size=500 vs data.train.dev_size=300: 200 of 500 dev questions are "
-                                 "training questions (e.g. 't28' of boolq-dev: ")),
-    # the same, on a 200-question training sample (seed 1: 4 of the 200 sampled questions are among the 200 extra)
-    (["seed=1", "data.dev.dev_size=500", "+data.train.max_examples=200"],
-     "data.dev.dev_size=500 vs data.train.dev_size=300: 4 of 500 dev questions are training questions"),
-    # the dev split drawn with another seed than the training split
-    (["data.dev.seed=1"], ("data.dev.seed=1 vs data.train.seed=0: 290 of 300 dev questions are training questions "
-                           "(e.g. 't5' of boolq-dev: ")),
-])
+
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        # the dev split larger than the part training holds out: the extra 200 dev questions are training questions
+        (
+            ["data.dev.dev_size=500"],
+            (
+                "data.dev.dev_size=500 vs data.train.dev_size=300: 200 of 500 dev questions are "
+                "training questions (e.g. 't28' of boolq-dev: "
+            ),
+        ),
+        # the same, on a 200-question training sample (seed 1: 4 of the 200 sampled questions are among the 200 extra)
+        (
+            ["seed=1", "data.dev.dev_size=500", "+data.train.max_examples=200"],
+            "data.dev.dev_size=500 vs data.train.dev_size=300: 4 of 500 dev questions are training questions",
+        ),
+        # the dev split drawn with another seed than the training split
+        (
+            ["data.dev.seed=1"],
+            (
+                "data.dev.seed=1 vs data.train.seed=0: 290 of 300 dev questions are training questions "
+                "(e.g. 't5' of boolq-dev: "
+            ),
+        ),
+    ],
+)
 def test_boolq_splits_that_overlap_are_refused_naming_the_keys(overrides, expected):
     with pytest.raises(DataError) as ei:
         _setup(["data=boolq", *overrides])
@@ -93,37 +136,52 @@ def test_boolq_splits_that_overlap_are_refused_naming_the_keys(overrides, expect
 
 def test_a_user_dev_set_sharing_a_question_is_refused(tmp_path):
     train = _triplets(tmp_path / "t.jsonl", TRAIN)
-    dev = _beir(tmp_path / "mydev", {"q1": "Where do  CATS sleep", "q2": "how tall is a giraffe"},
-                {"d1": "Cats doze on sofas.", "d2": "Giraffes grow to five metres."},
-                {"q1": {"d1": 1}, "q2": {"d2": 1}},
-                split="dev")
+    dev = _beir(
+        tmp_path / "mydev",
+        {"q1": "Where do  CATS sleep", "q2": "how tall is a giraffe"},
+        {"d1": "Cats doze on sofas.", "d2": "Giraffes grow to five metres."},
+        {"q1": {"d1": 1}, "q2": {"d2": 1}},
+        split="dev",
+    )
     with pytest.raises(DataError) as ei:
         _setup(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"])
-    assert _error_line(ei.value) == (f"vtlab: error: data.dev_path={dev} vs data.train.path={train}: 1 of 2 dev "
-                                     "questions are training questions (e.g. 'q1' of mydev: 'Where do CATS sleep'); "
-                                     "a dev set must hold questions training never saw")
+    assert _error_line(ei.value) == (
+        f"vtlab: error: data.dev_path={dev} vs data.train.path={train}: 1 of 2 dev "
+        "questions are training questions (e.g. 'q1' of mydev: 'Where do CATS sleep'); "
+        "a dev set must hold questions training never saw"
+    )
 
 
 def test_a_user_dev_set_whose_gold_passage_is_a_training_positive_is_refused(tmp_path):
     train = _triplets(tmp_path / "t.jsonl", TRAIN)
     # a new question, but its relevant passage is a training positive (up to case and spacing)
-    dev = _beir(tmp_path / "mydev", {"q1": "what does an owl hunt", "q2": "how tall is a giraffe"},
-                {"d1": "owls  eat mice and INSECTS.", "d2": "Giraffes grow to five metres."},
-                {"q1": {"d1": 1}, "q2": {"d2": 1}}, split="dev")
+    dev = _beir(
+        tmp_path / "mydev",
+        {"q1": "what does an owl hunt", "q2": "how tall is a giraffe"},
+        {"d1": "owls  eat mice and INSECTS.", "d2": "Giraffes grow to five metres."},
+        {"q1": {"d1": 1}, "q2": {"d2": 1}},
+        split="dev",
+    )
     with pytest.raises(DataError) as ei:
         _setup(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"])
     line = _error_line(ei.value)
-    assert line.startswith(f"vtlab: error: data.dev_path={dev} vs data.train.path={train}: 1 of 2 dev gold passages "
-                           "are training positives (e.g. 'd1', relevant to dev question 'q1' of mydev: "), line
+    assert line.startswith(
+        f"vtlab: error: data.dev_path={dev} vs data.train.path={train}: 1 of 2 dev gold passages "
+        "are training positives (e.g. 'd1', relevant to dev question 'q1' of mydev: "
+    ), line
     assert "memorisation" in line
 
 
 def test_a_dev_gold_passage_seen_only_as_a_training_negative_is_allowed_with_a_warning(tmp_path, caplog):
     train = _triplets(tmp_path / "t.jsonl", TRAIN)
     # 'Rain falls in spring.' is only ever a negative in TRAIN; an unjudged dev passage may be anything training saw
-    dev = _beir(tmp_path / "mydev", {"q1": "when does it rain", "q2": "how tall is a giraffe"},
-                {"d1": "Rain falls in spring.", "d2": "Giraffes grow to five metres.", "d3": "Cats sleep a lot."},
-                {"q1": {"d1": 1, "d3": 0}, "q2": {"d2": 1}}, split="dev")
+    dev = _beir(
+        tmp_path / "mydev",
+        {"q1": "when does it rain", "q2": "how tall is a giraffe"},
+        {"d1": "Rain falls in spring.", "d2": "Giraffes grow to five metres.", "d3": "Cats sleep a lot."},
+        {"q1": {"d1": 1, "d3": 0}, "q2": {"d2": 1}},
+        split="dev",
+    )
     with caplog.at_level(logging.WARNING, logger="vtlab"):
         dm = _setup(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"])
     assert dm.dev_collection is not None and len(dm.dev_collection.queries) == 2
@@ -132,10 +190,17 @@ def test_a_dev_gold_passage_seen_only_as_a_training_negative_is_allowed_with_a_w
 
 def test_the_check_counts_every_dev_question_and_passage_in_normalized_form():
     train = [TripletExample(q, p, n) for q, p, n in TRAIN]
-    dev = Collection("d", {"a": "CATS sleep  a lot.", "b": "x"}, {"q1": "why is the  sky blue", "q2": "WHY IS THE SKY "
-                                                                   "BLUE", "q3": "new"}, {"q3": {"a": 1, "b": 0}})
-    with pytest.raises(DataError, match=r"^data\.dev vs data\.train: 2 of 3 dev questions are training questions "
-                                        r"\(e\.g\. 'q1' of d: "):
+    dev = Collection(
+        "d",
+        {"a": "CATS sleep  a lot.", "b": "x"},
+        {"q1": "why is the  sky blue", "q2": "WHY IS THE SKY BLUE", "q3": "new"},
+        {"q3": {"a": 1, "b": 0}},
+    )
+    with pytest.raises(
+        DataError,
+        match=r"^data\.dev vs data\.train: 2 of 3 dev questions are training questions "
+        r"\(e\.g\. 'q1' of d: ",
+    ):
         check_disjoint(dev, train)
     dev.queries = {"q3": "new"}
     with pytest.raises(DataError, match=r"^data\.dev vs data\.train: 1 of 1 dev gold passages are training positives"):
@@ -148,13 +213,16 @@ def _shipped_data() -> list[str]:
 
 
 def _experiments() -> list[str]:
-    return sorted(str(p.relative_to(CONF / "experiment").with_suffix(""))
-                  for p in (CONF / "experiment").rglob("*.yaml"))
+    return sorted(
+        str(p.relative_to(CONF / "experiment").with_suffix("")) for p in (CONF / "experiment").rglob("*.yaml")
+    )
 
 
 # a dev split → the training set drawn from the same questions, which must hold the same questions out
-SAME_SPLIT = {"vtlab.data.boolq.boolq_collection": "vtlab.data.boolq.boolq_triplets",
-              "vtlab.data.clean.boolq_clean_collection": "vtlab.data.clean.boolq_clean_triplets"}
+SAME_SPLIT = {
+    "vtlab.data.boolq.boolq_collection": "vtlab.data.boolq.boolq_triplets",
+    "vtlab.data.clean.boolq_clean_collection": "vtlab.data.clean.boolq_clean_triplets",
+}
 
 
 def test_every_shipped_config_draws_dev_and_training_from_one_split():
@@ -162,16 +230,19 @@ def test_every_shipped_config_draws_dev_and_training_from_one_split():
     seed, so the realized checks below hold for every seed a sweep passes) or with other data (MS MARCO)."""
     pairs = set()
     with initialize_config_dir(str(CONF), version_base="1.3"):  # one Hydra context for the ~60 composes
-        datas = [(o, compose("config", overrides=o).data)
-                 for o in [[f"data={d}"] for d in _shipped_data()] + [[f"experiment={e}"] for e in _experiments()]]
+        datas = [
+            (o, compose("config", overrides=o).data)
+            for o in [[f"data={d}"] for d in _shipped_data()] + [[f"experiment={e}"] for e in _experiments()]
+        ]
     for overrides, data in datas:
         dev_target = data.dev.get("_target_") if data.dev is not None else None
         pairs.add((str(data.train._target_), str(dev_target)))
         if dev_target not in SAME_SPLIT:
             continue  # no dev set, the user's, or the hub's
         if data.train._target_ == SAME_SPLIT[dev_target]:
-            assert [data.dev[k] for k in ("dev_size", "seed")] == [data.train[k] for k in ("dev_size", "seed")], \
+            assert [data.dev[k] for k in ("dev_size", "seed")] == [data.train[k] for k in ("dev_size", "seed")], (
                 overrides
+            )
         else:
             assert str(data.train._target_).startswith("vtlab.data.hf."), overrides  # MS MARCO: other questions
     assert {(train, dev) for dev, train in SAME_SPLIT.items()} <= pairs
@@ -183,8 +254,13 @@ def test_shipped_data_configs_pass_the_check(data, tmp_path, caplog):
         pytest.skip("hub data (MS MARCO): not built offline; its BoolQ dev questions are no MS MARCO queries")
     overrides = [f"data={data}"]
     if data == "jsonl":
-        dev = _beir(tmp_path / "dev", {"q1": "how tall is a giraffe"}, {"d1": "Giraffes grow to five metres."},
-                    {"q1": {"d1": 1}}, split="dev")
+        dev = _beir(
+            tmp_path / "dev",
+            {"q1": "how tall is a giraffe"},
+            {"d1": "Giraffes grow to five metres."},
+            {"q1": {"d1": 1}},
+            split="dev",
+        )
         overrides += [f"data.train.path={_triplets(tmp_path / 't.jsonl', TRAIN)}", f"data.dev_path={dev}"]
     with caplog.at_level(logging.WARNING, logger="vtlab"):
         dm = _setup(overrides)
@@ -207,10 +283,18 @@ def test_the_boolq_split_is_passage_disjoint_for_the_seeds_sweeps_use(seed):
 
 # ---- 2. stage=all checks the evaluation data before training ------------------------------------------------------
 
+
 def _run(args: list[str], run_dir: Path) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "vtlab", *args, f"hydra.run.dir={run_dir}"], cwd=ROOT, env=_ENV,
-                          capture_output=True, text=True, timeout=900, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "vtlab", *args, f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        env=_ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     return proc, time.perf_counter() - t0
 
 
@@ -219,14 +303,35 @@ def broken_eval_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("eval")
     train = _triplets(tmp / "t.jsonl", TRAIN)
     docs, queries = {"d1": "Giraffes grow to five metres.", "d2": "x"}, {"q1": "how tall is a giraffe"}
-    cases = {"qrels_all_zero": _beir(tmp / "zeros", queries, docs, {"q1": {"d1": 0}}),
-             "no_corpus": _beir(tmp / "nocorpus", queries, docs, {"q1": {"d1": 1}},
-                                files=("queries.jsonl", "qrels"))}
-    procs = {name: (subprocess.Popen([sys.executable, "-m", "vtlab", *_FAST, "stage=all", "data=jsonl",
-                                      f"data.train.path={train}", "eval=beir", f"eval.path={path}",
-                                      f"hydra.run.dir={tmp / 'runs' / name}"],
-                                     cwd=ROOT, env=_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-                     time.perf_counter()) for name, path in cases.items()}
+    cases = {
+        "qrels_all_zero": _beir(tmp / "zeros", queries, docs, {"q1": {"d1": 0}}),
+        "no_corpus": _beir(tmp / "nocorpus", queries, docs, {"q1": {"d1": 1}}, files=("queries.jsonl", "qrels")),
+    }
+    procs = {
+        name: (
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "vtlab",
+                    *_FAST,
+                    "stage=all",
+                    "data=jsonl",
+                    f"data.train.path={train}",
+                    "eval=beir",
+                    f"eval.path={path}",
+                    f"hydra.run.dir={tmp / 'runs' / name}",
+                ],
+                cwd=ROOT,
+                env=_ENV,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+            time.perf_counter(),
+        )
+        for name, path in cases.items()
+    }
     out = {}
     for name, (proc, t0) in procs.items():
         _, stderr = proc.communicate(timeout=900)
@@ -234,10 +339,13 @@ def broken_eval_runs(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("qrels_all_zero", "/qrels/test.tsv: no query has a positive grade (all 1 judgments"),
-    ("no_corpus", "/corpus.jsonl: missing BEIR file (expected corpus.jsonl, queries.jsonl and qrels/test.tsv"),
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("qrels_all_zero", "/qrels/test.tsv: no query has a positive grade (all 1 judgments"),
+        ("no_corpus", "/corpus.jsonl: missing BEIR file (expected corpus.jsonl, queries.jsonl and qrels/test.tsv"),
+    ],
+)
 def test_stage_all_with_a_broken_eval_dir_exits_2_before_training(broken_eval_runs, name, expected):
     code, stderr, seconds, run_dir, eval_dir = broken_eval_runs[name]
     assert code == 2, stderr[-3000:]
@@ -250,14 +358,19 @@ def test_stage_all_with_a_broken_eval_dir_exits_2_before_training(broken_eval_ru
 
 # ---- 3. a resume reads the inputs its run started with ------------------------------------------------------------
 
+
 def _snapshot(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))
-            if p.is_file() and not str(p.relative_to(root)).startswith(skip)}
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not str(p.relative_to(root)).startswith(skip)
+    }
 
 
 def _finetune_cfg(run_dir: Path, train: Path, *more: str):
-    return compose_cfg([*_FAST, "stage=finetune", "data=jsonl", f"data.train.path={train}", f"paths.run_dir={run_dir}",
-                        *more])
+    return compose_cfg(
+        [*_FAST, "stage=finetune", "data=jsonl", f"data.train.path={train}", f"paths.run_dir={run_dir}", *more]
+    )
 
 
 def test_a_resume_on_a_changed_triplet_file_is_refused_and_changes_nothing(tmp_path):
@@ -306,8 +419,15 @@ def test_the_cli_refuses_a_resume_whose_triplets_changed(tmp_path):
     run_dir = tmp_path / "run"
     # loss.in_batch_positives given as a value, not conf/'s `${oc.select:...}`: the checkpoint records the config as
     # the fine-tuning stage sees it (the interpolation resolved), and this test is about the inputs, not that key
-    args = [*_FAST, "stage=finetune", "data=jsonl", f"data.train.path={train}", "eval=none", f"paths.run_dir={run_dir}",
-            "loss.in_batch_positives=true"]
+    args = [
+        *_FAST,
+        "stage=finetune",
+        "data=jsonl",
+        f"data.train.path={train}",
+        "eval=none",
+        f"paths.run_dir={run_dir}",
+        "loss.in_batch_positives=true",
+    ]
     first, _ = _run(args, tmp_path / "hydra-1")  # trains 2 steps; stage=finetune writes no metrics: resumable
     assert first.returncode == 0, first.stderr[-3000:]
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / INPUTS_JSON).is_file()

@@ -1,6 +1,7 @@
 """vtlab.evaluation.stats: the paired tests against scipy, an exact enumeration of all sign flips, and a written-out t
 interval; the seed-level test against sign patterns listed by hand, a null simulation (why it replaces the query level
 as the reading), and Holm against a worked example."""
+
 import itertools
 import math
 
@@ -87,12 +88,16 @@ def test_mean_over_seeds() -> None:
 # ------------------------------------------------------------------------------------------------ seed level
 
 # 3 seeds × 2 sets of unequal size: per seed, A − B on set x (3 queries) and set y (2 queries)
-SEED_A = {"0": {"x": {"q1": 0.60, "q2": 0.50, "q3": 0.70}, "y": {"r1": 0.40, "r2": 0.90}},
-          "1": {"x": {"q1": 0.55, "q2": 0.50, "q3": 0.65}, "y": {"r1": 0.45, "r2": 0.80}},
-          "2": {"x": {"q1": 0.50, "q2": 0.40, "q3": 0.60}, "y": {"r1": 0.40, "r2": 0.85}}}
-SEED_B = {"0": {"x": {"q1": 0.50, "q2": 0.50, "q3": 0.64}, "y": {"r1": 0.40, "r2": 0.86}},
-          "1": {"x": {"q1": 0.55, "q2": 0.47, "q3": 0.65}, "y": {"r1": 0.45, "r2": 0.81}},
-          "2": {"x": {"q1": 0.55, "q2": 0.40, "q3": 0.60}, "y": {"r1": 0.44, "r2": 0.85}}}
+SEED_A = {
+    "0": {"x": {"q1": 0.60, "q2": 0.50, "q3": 0.70}, "y": {"r1": 0.40, "r2": 0.90}},
+    "1": {"x": {"q1": 0.55, "q2": 0.50, "q3": 0.65}, "y": {"r1": 0.45, "r2": 0.80}},
+    "2": {"x": {"q1": 0.50, "q2": 0.40, "q3": 0.60}, "y": {"r1": 0.40, "r2": 0.85}},
+}
+SEED_B = {
+    "0": {"x": {"q1": 0.50, "q2": 0.50, "q3": 0.64}, "y": {"r1": 0.40, "r2": 0.86}},
+    "1": {"x": {"q1": 0.55, "q2": 0.47, "q3": 0.65}, "y": {"r1": 0.45, "r2": 0.81}},
+    "2": {"x": {"q1": 0.55, "q2": 0.40, "q3": 0.60}, "y": {"r1": 0.44, "r2": 0.85}},
+}
 
 
 def per_seed_by_hand(a: dict, b: dict) -> list[float]:
@@ -142,7 +147,7 @@ def test_seed_level_enumerates_up_to_16_seeds_and_samples_beyond() -> None:
     p, exact = seed_sign_flip_test(m)
     assert exact and p == pytest.approx(exact_seed_p(list(m)))
     m = rng.normal(0.015, 0.03, 18)  # 262,144 patterns: sampled, close to the full enumeration
-    signs = 1 - 2 * ((np.arange(2 ** 18)[:, None] >> np.arange(18)) & 1)
+    signs = 1 - 2 * ((np.arange(2**18)[:, None] >> np.arange(18)) & 1)
     full = float(np.mean(np.abs(signs @ m) >= abs(m.sum()) - 1e-12))
     p, exact = seed_sign_flip_test(m)
     assert not exact and 0.01 < full < 0.5 and p == pytest.approx(full, abs=0.02)
@@ -167,13 +172,17 @@ def simulate(n_seeds: int, rng: np.random.Generator, seed_sd: float = 0.04) -> t
     base = {k: rng.uniform(0.3, 0.8, n) for k, n in sizes.items()}  # query difficulty, shared by both arms
 
     def arm() -> dict:
-        return {str(s): {k: dict(enumerate(base[k] + shift + rng.normal(0, 0.1, n)))
-                         for k, n in sizes.items()}
-                for s, shift in enumerate(rng.normal(0, seed_sd, n_seeds))}
+        return {
+            str(s): {k: dict(enumerate(base[k] + shift + rng.normal(0, 0.1, n))) for k, n in sizes.items()}
+            for s, shift in enumerate(rng.normal(0, seed_sd, n_seeds))
+        }
 
     a, b = arm(), arm()
-    means = [np.mean([[a[s][k][q] for q in range(n)] for s in a], axis=0) - np.mean(
-        [[b[s][k][q] for q in range(n)] for s in b], axis=0) for k, n in sizes.items()]
+    means = [
+        np.mean([[a[s][k][q] for q in range(n)] for s in a], axis=0)
+        - np.mean([[b[s][k][q] for q in range(n)] for s in b], axis=0)
+        for k, n in sizes.items()
+    ]
     d = np.concatenate(means)
     return randomization_test(d, np.zeros_like(d), n_permutations=2_000), compare_seeds(a, b).p
 
@@ -191,6 +200,7 @@ def test_null_simulation_seed_level_holds_alpha_query_level_does_not() -> None:
 
 
 # ------------------------------------------------------------------------------------------------ Holm
+
 
 def test_holm_against_a_worked_example() -> None:
     # sorted 0.005, 0.01, 0.03, 0.04 (m = 4) → 4·0.005 = 0.02, 3·0.01 = 0.03, 2·0.03 = 0.06, max(1·0.04, 0.06) = 0.06

@@ -1,6 +1,7 @@
 """The testbed's design, checked on its composed configs: arms at equal compute and equal selection budget, one build
 recipe for the two relocated models, VT against lowercasing at identical segmentation as the declared primary
 contrast, no checkpoint selection, and tables whose contrasts name their own rows."""
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -8,8 +9,22 @@ from vtlab.reproduce import TABLES, main_rows, sweeps
 from helpers import compose_cfg
 
 MAIN = main_rows("testbed")
-SAME = ["mlm", "apc", "trainer.max_steps", "trainer.limit_val_batches", "data.batch_size", "data.num_negatives",
-        "data.doc_max_length", "data.train", "regularizer.doc", "loss", "eval", "seed", "selection", "model.optimizer"]
+SAME = [
+    "mlm",
+    "apc",
+    "trainer.max_steps",
+    "trainer.limit_val_batches",
+    "data.batch_size",
+    "data.num_negatives",
+    "data.doc_max_length",
+    "data.train",
+    "regularizer.doc",
+    "loss",
+    "eval",
+    "seed",
+    "selection",
+    "model.optimizer",
+]
 
 
 def _cfg(experiment: str, *overrides: str, hydra: bool = False):
@@ -23,8 +38,16 @@ def _at(cfg, key):
 
 def test_main_table_has_the_issue_arms_in_order():
     assert [r.rsplit("/", 1)[1] for r in MAIN] == [
-        "wp-native", "unc-native", "bpe-native", "bpe-lowercase", "bpe-lowercase-masked", "bpe-vt-unc", "bpe-vt",
-        "bpe-lowercase-inference-free", "bpe-vt-unc-inference-free"]
+        "wp-native",
+        "unc-native",
+        "bpe-native",
+        "bpe-lowercase",
+        "bpe-lowercase-masked",
+        "bpe-vt-unc",
+        "bpe-vt",
+        "bpe-lowercase-inference-free",
+        "bpe-vt-unc-inference-free",
+    ]
 
 
 @pytest.mark.parametrize("key", SAME)
@@ -58,8 +81,10 @@ def test_the_primary_contrast_is_vt_against_lowercasing_at_one_segmentation():
     cfg = _cfg(MAIN[0])
     assert list(cfg.report.primary) == ["testbed-bpe-vt-unc", "testbed-bpe-lowercase"]
     assert [list(p) for p in cfg.report.contrasts][:3] == [
-        ["testbed-bpe-vt-unc", "testbed-bpe-lowercase"], ["testbed-bpe-native", "testbed-unc-native"],
-        ["testbed-bpe-vt", "testbed-bpe-vt-unc"]]
+        ["testbed-bpe-vt-unc", "testbed-bpe-lowercase"],
+        ["testbed-bpe-native", "testbed-unc-native"],
+        ["testbed-bpe-vt", "testbed-bpe-vt-unc"],
+    ]
     vt_unc, lowercase = _cfg("testbed/main/bpe-vt-unc"), _cfg("testbed/main/bpe-lowercase")
     assert OmegaConf.to_container(vt_unc.backbone) == OmegaConf.to_container(lowercase.backbone)  # both from M_bpe
     assert vt_unc.vocab.name == "olmo-lowercase" and lowercase.vocab.name == "blank-prefix-lower"
@@ -98,7 +123,7 @@ def test_seeds_per_table_and_ablations_reuse_the_main_table(tmp_path):
 @pytest.mark.parametrize("table", ["ablation-init", "ablation-apc", "ablation-target"])
 def test_each_ablation_names_contrasts_of_its_own_rows_and_includes_the_main_value(table):
     cfg = _cfg(f"testbed/{table}", hydra=True)
-    (key, values), = cfg.hydra.sweeper.params.items()
+    ((key, values),) = cfg.hydra.sweeper.params.items()
     labels = {f"{key}={v}" for v in str(values).split(",")}
     assert {a for pair in cfg.report.contrasts for a in pair} <= labels
     main = _cfg("testbed/main/bpe-vt")
@@ -116,7 +141,10 @@ def test_the_default_run_selects_on_dev_before_the_main_table_and_runs_jobs_side
     assert main(["--dry-run", "--out", str(tmp_path)]) == 0
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
     assert [c.split("hydra.sweep.dir=")[1].split()[0].rsplit("/", 1)[1] for c in commands] == [
-        "references", "select", "main"]  # the ablations are outside the 60-minute default
+        "references",
+        "select",
+        "main",
+    ]  # the ablations are outside the 60-minute default
     select, main_table = commands[1], commands[2]
     assert "model.optimizer.lr=0.00025,0.001" in select and "eval=testbed-dev" in select and " seed=0 " in select
     assert "experiment=testbed/selected/wp-native," in main_table and "seed=0,1,2" in main_table

@@ -3,6 +3,7 @@ tokenizer training, neither verbatim nor as a near-copy, and no evaluation quest
 Every config the testbed runs is composed and its data sources instantiated, so a config that points a row at a
 leaking source fails here. The evaluation sets come from the evaluation config itself; exact matches are compared in
 an independent normalization (case-folded, whitespace collapsed), near-copies with vtlab.data.near_duplicates."""
+
 import re
 import time
 
@@ -17,8 +18,10 @@ from helpers import CONF, compose_cfg
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 ROWS = sorted(p.stem for p in (CONF / "experiment" / "testbed" / "main").glob("*.yaml"))
-WHITE_HOUSE_EVAL, WHITE_HOUSE_TRAIN = ("does the president live in the white house",
-                                       "does the us president live in the white house")
+WHITE_HOUSE_EVAL, WHITE_HOUSE_TRAIN = (
+    "does the president live in the white house",
+    "does the us president live in the white house",
+)
 
 
 def _norm(text: str) -> str:
@@ -68,8 +71,8 @@ def test_near_duplicate_check_catches_the_white_house_pair():
     """A validation question and passage that the exact check lets through: the passage is the training one with a
     few words changed, the question the training one without "us". The near-duplicate check flags both, and
     BoolQ-clean no longer holds the question."""
-    (q_eval, p_eval), = [(q, p) for q, p in validation_pairs() if q == WHITE_HOUSE_EVAL]
-    (q_train, p_train), = [(q, p) for q, p in train_pairs() if q == WHITE_HOUSE_TRAIN]
+    ((q_eval, p_eval),) = [(q, p) for q, p in validation_pairs() if q == WHITE_HOUSE_EVAL]
+    ((q_train, p_train),) = [(q, p) for q, p in train_pairs() if q == WHITE_HOUSE_TRAIN]
     assert _norm(p_eval) != _norm(p_train)  # the exact check misses it
     a, b = shingles(p_eval, 8), shingles(p_train, 8)
     assert len(a & b) / len(a | b) >= 0.5 and len(a & b) / min(len(a), len(b)) >= 0.5
@@ -80,8 +83,9 @@ def test_near_duplicate_check_catches_the_white_house_pair():
     # questions: word 3-grams miss it (4 of 9 shared), the rarity-weighted word sets catch it
     g3, t3 = shingles(q_eval, 3), shingles(q_train, 3)
     assert len(g3 & t3) / len(g3 | t3) == pytest.approx(4 / 9)
-    assert [p.j for p in similar_question_pairs([q_eval], [q for q, _ in train_pairs()])
-            if train_pairs()[p.j][0] == q_train]
+    assert [
+        p.j for p in similar_question_pairs([q_eval], [q for q, _ in train_pairs()]) if train_pairs()[p.j][0] == q_train
+    ]
     assert q_eval not in {q for q, _ in clean_validation_pairs()}
 
 

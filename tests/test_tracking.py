@@ -1,4 +1,5 @@
 """Evaluation suites (per-dataset folders + averages), run status for sweeps, results to loggers."""
+
 import json
 
 import pytest

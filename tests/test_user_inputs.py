@@ -1,6 +1,7 @@
 """The scalar keys a researcher uses for their own data, each with a one-line error naming the key:
 `vocab.corpus.path` (.txt / .jsonl / BEIR directory / directory of files), `data.dev_path` (a BEIR dev set, refused
 when it shares questions with training), and results filed under a BEIR directory's own name."""
+
 from __future__ import annotations
 
 import contextlib
@@ -19,6 +20,7 @@ from vtlab.evaluation import RetrievalEvaluation
 from vtlab.vocab.targets import CorpusWordPiece
 from helpers import compose_cfg
 
+
 @contextlib.contextmanager
 def user_error_line(pattern: str) -> Iterator[None]:
     """The error the user sees (vtlab's, unwrapped from Hydra's instantiation error as the CLI does): one line that
@@ -36,8 +38,9 @@ TEXTS = ["Alpha beta gamma.", "Delta epsilon zeta.", "Eta theta iota."]
 def _beir(root: Path, queries: dict[str, str], split: str = "test") -> Path:
     (root / "qrels").mkdir(parents=True)
     docs = {f"d{i}": f"passage about {q}" for i, q in enumerate(queries.values())}
-    (root / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": "T", "text": t}) + "\n"
-                                               for d, t in docs.items()))
+    (root / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": d, "title": "T", "text": t}) + "\n" for d, t in docs.items())
+    )
     (root / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
     (root / "qrels" / f"{split}.tsv").write_text("".join(f"{q}\td{i}\t1\n" for i, q in enumerate(queries)))
     return root
@@ -58,8 +61,9 @@ def test_vocab_corpus_path_is_a_config_key_for_every_kind_of_file(tmp_path):
         (files, "body", [*TEXTS[:2], f"Head {TEXTS[2]}"]),  # a directory of files, in name order
     ]
     for path, field, want in cases:
-        vocab = instantiate(compose_cfg(["vocab=corpus-wordpiece", f"vocab.corpus.path={path}",
-                                         f"vocab.corpus.field={field}"]).vocab)
+        vocab = instantiate(
+            compose_cfg(["vocab=corpus-wordpiece", f"vocab.corpus.path={path}", f"vocab.corpus.field={field}"]).vocab
+        )
         assert isinstance(vocab, CorpusWordPiece)
         assert list(vocab.corpus()) == want, path
         assert path.name in vocab.describe() or "corpus.jsonl" in vocab.describe()  # says what it trains on
@@ -69,8 +73,10 @@ def test_the_same_texts_give_the_same_vocabulary_wherever_they_live(tmp_path):
     (tmp_path / "x").mkdir()
     for p in (tmp_path / "a.txt", tmp_path / "x" / "b.txt"):
         p.write_text("\n".join(TEXTS) + "\n")
-    a, b = (CorpusWordPiece("corpus-wordpiece", corpus=TextCorpus(str(p))).cache_key()
-            for p in (tmp_path / "a.txt", tmp_path / "x" / "b.txt"))
+    a, b = (
+        CorpusWordPiece("corpus-wordpiece", corpus=TextCorpus(str(p))).cache_key()
+        for p in (tmp_path / "a.txt", tmp_path / "x" / "b.txt")
+    )
     assert a == b == CorpusWordPiece("corpus-wordpiece", corpus=list(TEXTS)).cache_key()
     (tmp_path / "a.txt").write_text("\n".join(TEXTS[:2]) + "\n")  # an edited corpus is another vocabulary
     assert CorpusWordPiece("corpus-wordpiece", corpus=TextCorpus(str(tmp_path / "a.txt"))).cache_key() != a
@@ -78,13 +84,20 @@ def test_the_same_texts_give_the_same_vocabulary_wherever_they_live(tmp_path):
     assert default.cache_key() == instantiate(compose_cfg(["vocab=corpus-wordpiece"]).vocab).cache_key()
 
 
-@pytest.mark.parametrize("make,expected", [
-    (lambda d: d / "missing.txt", r"vocab\.corpus\.path='.*missing\.txt' does not exist"),
-    (lambda d: (d / "x.csv").touch() or d / "x.csv",
-     r"vocab\.corpus\.path='.*x\.csv': expected a \.txt or \.jsonl file"),
-    (lambda d: (d / "empty").mkdir() or d / "empty",
-     r"vocab\.corpus\.path='.*empty': the directory has no corpus\.jsonl"),
-])
+@pytest.mark.parametrize(
+    "make,expected",
+    [
+        (lambda d: d / "missing.txt", r"vocab\.corpus\.path='.*missing\.txt' does not exist"),
+        (
+            lambda d: (d / "x.csv").touch() or d / "x.csv",
+            r"vocab\.corpus\.path='.*x\.csv': expected a \.txt or \.jsonl file",
+        ),
+        (
+            lambda d: (d / "empty").mkdir() or d / "empty",
+            r"vocab\.corpus\.path='.*empty': the directory has no corpus\.jsonl",
+        ),
+    ],
+)
 def test_a_bad_vocab_corpus_path_is_one_line_naming_the_key(tmp_path, make, expected):
     path = make(tmp_path)
     with user_error_line(expected):
@@ -103,8 +116,9 @@ def test_a_bad_line_in_the_vocab_corpus_names_file_line_and_key(tmp_path):
 
 # ---- data.dev_path ----------------------------------------------------------------------------------------------
 def _triplets(path: Path, questions: list[str]) -> Path:
-    path.write_text("".join(json.dumps({"query": q, "positive": f"p {q}", "negatives": [f"n {q}"]}) + "\n"
-                            for q in questions))
+    path.write_text(
+        "".join(json.dumps({"query": q, "positive": f"p {q}", "negatives": [f"n {q}"]}) + "\n" for q in questions)
+    )
     return path
 
 
@@ -124,8 +138,9 @@ def test_a_bad_dev_path_is_one_line_before_anything_loads(tmp_path):
         instantiate(compose_cfg(["data=jsonl", f"data.train.path={train}", f"data.dev_path={tmp_path / 'nope'}"]).data)
     dev = _beir(tmp_path / "d", {"q0": "x"}, split="test")  # no qrels/dev.tsv
     dm = instantiate(compose_cfg(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"]).data)
-    with pytest.raises(DataError,
-                       match=r"qrels/dev\.tsv: missing qrels for split 'dev' \(available splits: \['test'\]\)"):
+    with pytest.raises(
+        DataError, match=r"qrels/dev\.tsv: missing qrels for split 'dev' \(available splits: \['test'\]\)"
+    ):
         dm.setup("fit")
 
 
@@ -133,9 +148,12 @@ def test_dev_questions_that_are_training_questions_are_refused(tmp_path):
     dev = _beir(tmp_path / "d", {"q0": "What is it?", "q1": "new one"}, split="dev")
     train = _triplets(tmp_path / "t.jsonl", ["what  is it?", "other"])  # the same question up to case and spacing
     dm = instantiate(compose_cfg(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"]).data)
-    with pytest.raises(DataError, match=rf"^data\.dev_path={re.escape(str(dev))} vs data\.train\.path="
-                                        rf"{re.escape(str(train))}: 1 of 2 dev questions are training questions "
-                                        r"\(e\.g\. 'q0' of d: "):
+    with pytest.raises(
+        DataError,
+        match=rf"^data\.dev_path={re.escape(str(dev))} vs data\.train\.path="
+        rf"{re.escape(str(train))}: 1 of 2 dev questions are training questions "
+        r"\(e\.g\. 'q0' of d: ",
+    ):
         dm.setup("fit")
 
 

@@ -1,4 +1,5 @@
 """Canonical forms and vocabulary overlap on the real offline tokenizers (bert-uncased, OLMo BPE, GPT-2 BPE)."""
+
 import numpy as np
 import pytest
 
@@ -49,32 +50,50 @@ def sentencepiece():
     from tokenizers.models import Unigram
     from transformers import PreTrainedTokenizerFast
 
-    pieces = [("<unk>", 0.0), ("<s>", 0.0), ("</s>", 0.0), ("<pad>", 0.0), ("▁apple", -1.0), ("apple", -2.0),
-              ("▁", -3.0), ("s", -3.0), ("▁Apple", -4.0), ("<0x0A>", -5.0), ("a", -5.0), ("p", -5.0), ("l", -5.0),
-              ("e", -5.0)]
+    pieces = [
+        ("<unk>", 0.0),
+        ("<s>", 0.0),
+        ("</s>", 0.0),
+        ("<pad>", 0.0),
+        ("▁apple", -1.0),
+        ("apple", -2.0),
+        ("▁", -3.0),
+        ("s", -3.0),
+        ("▁Apple", -4.0),
+        ("<0x0A>", -5.0),
+        ("a", -5.0),
+        ("p", -5.0),
+        ("l", -5.0),
+        ("e", -5.0),
+    ]
     tk = Tokenizer(Unigram(pieces, unk_id=0, byte_fallback=True))
     tk.pre_tokenizer = pre_tokenizers.Metaspace()
     tk.decoder = decoders.Metaspace()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-                                   pad_token="<pad>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
 
 
 # -- canonical forms ---------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("token,form",
-                         [("##ing", "ing"), ("apple", "▁apple"), ("##", "▁##"), ("[unused0]", "▁[unused0]")])
+@pytest.mark.parametrize(
+    "token,form", [("##ing", "ing"), ("apple", "▁apple"), ("##", "▁##"), ("[unused0]", "▁[unused0]")]
+)
 def test_wordpiece_forms(token, form):
     assert canonical_form(token, "wordpiece") == form
 
 
-@pytest.mark.parametrize("token,form", [
-    ("Ġapple", "▁apple"),
-    ("apple", "apple"),
-    ("Ġ", "▁"),         # a lone space: the bare word boundary (equals SentencePiece's "▁")
-    ("ĠĠ", "▁ "),       # two spaces, as SentencePiece "▁▁"
-    ("Ċ", "\n"),        # byte 0x0A
-    ("âĢĻ", "’"),       # E2 80 99, a right single quote
-    ("ĠâĢĻ", "▁’"),
-])
+@pytest.mark.parametrize(
+    "token,form",
+    [
+        ("Ġapple", "▁apple"),
+        ("apple", "apple"),
+        ("Ġ", "▁"),  # a lone space: the bare word boundary (equals SentencePiece's "▁")
+        ("ĠĠ", "▁ "),  # two spaces, as SentencePiece "▁▁"
+        ("Ċ", "\n"),  # byte 0x0A
+        ("âĢĻ", "’"),  # E2 80 99, a right single quote
+        ("ĠâĢĻ", "▁’"),
+    ],
+)
 def test_bytelevel_forms(token, form):
     assert canonical_form(token, "bytelevel") == form
 
@@ -121,9 +140,13 @@ def _pairs(overlap):
 
 
 def test_special_pairs_by_role(olmo, gpt2, bert):
-    want = {bert.cls_token_id: olmo.cls_token_id, bert.sep_token_id: olmo.sep_token_id,
-            bert.pad_token_id: olmo.pad_token_id, bert.mask_token_id: olmo.mask_token_id,
-            bert.unk_token_id: olmo.unk_token_id}
+    want = {
+        bert.cls_token_id: olmo.cls_token_id,
+        bert.sep_token_id: olmo.sep_token_id,
+        bert.pad_token_id: olmo.pad_token_id,
+        bert.mask_token_id: olmo.mask_token_id,
+        bert.unk_token_id: olmo.unk_token_id,
+    }
     assert special_token_pairs(olmo, bert) == want
     pairs = special_token_pairs(gpt2, bert)  # RoBERTa layout: <s> plays cls, </s> plays sep
     assert pairs[bert.cls_token_id] == gpt2.convert_tokens_to_ids("<s>")

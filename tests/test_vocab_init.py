@@ -1,4 +1,5 @@
 """Embedding initializers for Vocabulary Transfer, checked against hand computations and direct numpy formulas."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,16 +10,32 @@ import torch
 
 from vtlab.errors import VtlabError
 from vtlab.vocab.canonical import Overlap
-from vtlab.vocab.init import (AllRandom, Mean, NewRandom, Semantic, Subword, _chunks, _pmi_transform, _sparsemax,
-                              _zscore_transform)
+from vtlab.vocab.init import (
+    AllRandom,
+    Mean,
+    NewRandom,
+    Semantic,
+    Subword,
+    _chunks,
+    _pmi_transform,
+    _sparsemax,
+    _zscore_transform,
+)
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def make_overlap(target_ids, source_ids, source_size: int, target_size: int) -> Overlap:
     t, s = np.asarray(target_ids, dtype=np.int64), np.asarray(source_ids, dtype=np.int64)
-    return Overlap(target_ids=t, source_ids=s, n_exact=len(t), n_fuzzy=0, n_special=0,
-                   source_size=source_size, target_size=target_size)
+    return Overlap(
+        target_ids=t,
+        source_ids=s,
+        n_exact=len(t),
+        n_fuzzy=0,
+        n_special=0,
+        source_size=source_size,
+        target_size=target_size,
+    )
 
 
 def np_sparsemax(z: np.ndarray) -> np.ndarray:
@@ -77,15 +94,25 @@ def test_sparsemax_realistic_rows_are_sparse_distributions():
 
 # -- semantic ------------------------------------------------------------------------------------------------------
 # Target vocabulary of 7: ids 0, 1, 2 overlap (2-d target embeddings), 3 … 6 new. Source: 4 rows of 3-d.
-T = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0],  # overlap
-                  [2.0, 0.0], [0.5, 0.25], [1.0, 1.0], [0.0, 0.0]])  # new
+T = torch.tensor(
+    [
+        [1.0, 0.0],
+        [0.0, 1.0],
+        [-1.0, 0.0],  # overlap
+        [2.0, 0.0],
+        [0.5, 0.25],
+        [1.0, 1.0],
+        [0.0, 0.0],
+    ]
+)  # new
 E_SRC = torch.tensor([[1.0, 2.0, 0.0], [9.0, 9.0, 9.0], [0.0, 0.0, 3.0], [4.0, 0.0, 0.0]])
 HAND = make_overlap([0, 1, 2], [2, 0, 3], source_size=4, target_size=7)  # target 0 ← src 2, 1 ← 0, 2 ← 3
 
 
 def run(init, emb=E_SRC, overlap=HAND, target=T, size=7, **kw):
-    return init(emb, overlap, target_size=size, source_tokenizer=None, target_tokenizer=None,
-                target_embeddings=target, **kw)
+    return init(
+        emb, overlap, target_size=size, source_tokenizer=None, target_tokenizer=None, target_embeddings=target, **kw
+    )
 
 
 def test_semantic_cosine_by_hand():
@@ -138,8 +165,9 @@ def random_case(n_new=37, n_ov=23, h_t=5, h=6, seed=0):
 @pytest.mark.parametrize("similarity,transform", [("cosine", lambda s: s), ("pmi", np_ppmi), ("zscore", np_zscore)])
 def test_semantic_matches_direct_numpy(similarity, transform):
     E, ov, T, size, new = random_case()
-    out, stats = Semantic(similarity, chunk_rows=4)(E, ov, target_size=size, source_tokenizer=None,
-                                                   target_tokenizer=None, target_embeddings=T)
+    out, stats = Semantic(similarity, chunk_rows=4)(
+        E, ov, target_size=size, source_tokenizer=None, target_tokenizer=None, target_embeddings=T
+    )
     s = np_cosine(T.numpy()[new].astype(np.float64), T.numpy()[ov.target_ids].astype(np.float64))
     w = np_sparsemax(transform(s))
     np.testing.assert_allclose(out.numpy()[new], w @ E.numpy()[ov.source_ids], atol=1e-4)
@@ -165,9 +193,12 @@ def test_two_pass_scores_equal_whole_matrix_formula(make, reference):
 @pytest.mark.parametrize("rescale", [False, True])
 def test_semantic_chunking_does_not_change_result(similarity, rescale):
     E, ov, T, size, _ = random_case(n_new=50, n_ov=40, seed=1)
-    outs = [Semantic(similarity, rescale_norm=rescale, chunk_rows=c)(
-        E, ov, target_size=size, source_tokenizer=None, target_tokenizer=None, target_embeddings=T)[0]
-        for c in (1, 7, 10_000)]
+    outs = [
+        Semantic(similarity, rescale_norm=rescale, chunk_rows=c)(
+            E, ov, target_size=size, source_tokenizer=None, target_tokenizer=None, target_embeddings=T
+        )[0]
+        for c in (1, 7, 10_000)
+    ]
     # Equal up to float32 rounding: BLAS sums in a different order for different block shapes.
     torch.testing.assert_close(outs[0], outs[2], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(outs[1], outs[2], rtol=1e-5, atol=1e-5)
@@ -176,8 +207,9 @@ def test_semantic_chunking_does_not_change_result(similarity, rescale):
 def test_semantic_pmi_constant_matrix_falls_back_to_uniform():
     # Every target row identical: all similarities equal → PPMI is all zeros → uniform weights = the overlap mean.
     E, ov, _, size, new = random_case(n_new=5, n_ov=4)
-    out, _ = Semantic("pmi")(E, ov, target_size=size, source_tokenizer=None, target_tokenizer=None,
-                             target_embeddings=torch.ones(size, 3))
+    out, _ = Semantic("pmi")(
+        E, ov, target_size=size, source_tokenizer=None, target_tokenizer=None, target_embeddings=torch.ones(size, 3)
+    )
     mean = E[torch.from_numpy(ov.source_ids)].mean(dim=0)
     torch.testing.assert_close(out[torch.from_numpy(new)], mean.expand(len(new), -1))
 
@@ -185,8 +217,10 @@ def test_semantic_pmi_constant_matrix_falls_back_to_uniform():
 def test_semantic_without_target_embeddings_is_a_clear_error():
     with pytest.raises(VtlabError) as err:
         run(Semantic(), target=None)
-    assert str(err.value) == ("init=semantic needs a target model with input embeddings (vocab.embedding_model); "
-                              "this vocabulary has none — use init=subword or init=mean")
+    assert str(err.value) == (
+        "init=semantic needs a target model with input embeddings (vocab.embedding_model); "
+        "this vocabulary has none — use init=subword or init=mean"
+    )
     assert Semantic.needs_target_embeddings and not Subword.needs_target_embeddings
 
 
@@ -206,8 +240,15 @@ def big_case():
 
 
 def call(init, E, ov, seed=0, **kw):
-    return init(E, ov, target_size=800, source_tokenizer=None, target_tokenizer=None,
-                generator=torch.Generator().manual_seed(seed), **kw)
+    return init(
+        E,
+        ov,
+        target_size=800,
+        source_tokenizer=None,
+        target_tokenizer=None,
+        generator=torch.Generator().manual_seed(seed),
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("init", [Mean(), NewRandom()], ids=["mean", "new-random"])
@@ -274,8 +315,12 @@ def test_subword_wordpiece_target_bytelevel_source(bert_and_olmo):
     E = torch.randn(len(olmo), 8, generator=torch.Generator().manual_seed(0))
     v = bert.get_vocab()
     # Overlap: [CLS], [SEP] and "the" (← "Ġthe"); everything else is new, [MASK]/[PAD]/[UNK] included.
-    ov = make_overlap([v["the"], v["[CLS]"], v["[SEP]"]],
-                      [olmo.convert_tokens_to_ids("Ġthe"), olmo.cls_token_id, olmo.sep_token_id], len(olmo), len(bert))
+    ov = make_overlap(
+        [v["the"], v["[CLS]"], v["[SEP]"]],
+        [olmo.convert_tokens_to_ids("Ġthe"), olmo.cls_token_id, olmo.sep_token_id],
+        len(olmo),
+        len(bert),
+    )
     out, stats = Subword()(E, ov, target_size=len(bert), source_tokenizer=olmo, target_tokenizer=bert)
 
     # "##ization" continues a word: the source pieces of "ization" with no leading space.
@@ -308,12 +353,18 @@ def test_subword_bytelevel_target_wordpiece_source(bert_and_olmo):
 
 
 # -- configs -----------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("group,cls,name,similarity", [
-    ("semantic", Semantic, "semantic", "cosine"), ("semantic-pmi", Semantic, "semantic-pmi", "pmi"),
-    ("semantic-zscore", Semantic, "semantic-zscore", "zscore"), ("mean", Mean, "mean", None),
-    ("subword", Subword, "subword", None), ("new-random", NewRandom, "new-random", None),
-    ("all-random", AllRandom, "all-random", None),
-])
+@pytest.mark.parametrize(
+    "group,cls,name,similarity",
+    [
+        ("semantic", Semantic, "semantic", "cosine"),
+        ("semantic-pmi", Semantic, "semantic-pmi", "pmi"),
+        ("semantic-zscore", Semantic, "semantic-zscore", "zscore"),
+        ("mean", Mean, "mean", None),
+        ("subword", Subword, "subword", None),
+        ("new-random", NewRandom, "new-random", None),
+        ("all-random", AllRandom, "all-random", None),
+    ],
+)
 def test_init_configs_instantiate(group, cls, name, similarity):
     from hydra.utils import instantiate
 

@@ -1,4 +1,5 @@
 """The `vocab` config group: native + input-normalization baselines, the bert-uncased target, corpus WordPiece."""
+
 import os
 import pickle
 from pathlib import Path
@@ -28,11 +29,14 @@ def _vocab_node(option: str):
 
 
 # -- normalization baselines -------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("option,fn,lowercase,blank", [
-    ("lowercase", to_lower, True, False),
-    ("blank-prefix", blank_prefix, False, True),
-    ("blank-prefix-lower", blank_prefix_lower, True, True),
-])
+@pytest.mark.parametrize(
+    "option,fn,lowercase,blank",
+    [
+        ("lowercase", to_lower, True, False),
+        ("blank-prefix", blank_prefix, False, True),
+        ("blank-prefix-lower", blank_prefix_lower, True, True),
+    ],
+)
 def test_normalizer_baselines(option, fn, lowercase, blank):
     norm = Normalizer(lowercase=lowercase, blank_prefix=blank)
     assert [norm(t) for t in TEXTS] == [fn(t) for t in TEXTS]
@@ -59,10 +63,14 @@ def test_model_preprocess_interpolation_instantiates():
     """conf/model/splade.yaml has `preprocess: ${vocab.preprocess}`: the interpolated node must instantiate."""
     from omegaconf import OmegaConf
 
-    for option, expected in [("native", None), ("lowercase", Normalizer(lowercase=True)),
-                             ("blank-prefix-lower", Normalizer(lowercase=True, blank_prefix=True))]:
-        cfg = OmegaConf.create({"vocab": OmegaConf.to_container(_vocab_node(option)),
-                                "encoder": {"preprocess": "${vocab.preprocess}"}})
+    for option, expected in [
+        ("native", None),
+        ("lowercase", Normalizer(lowercase=True)),
+        ("blank-prefix-lower", Normalizer(lowercase=True, blank_prefix=True)),
+    ]:
+        cfg = OmegaConf.create(
+            {"vocab": OmegaConf.to_container(_vocab_node(option)), "encoder": {"preprocess": "${vocab.preprocess}"}}
+        )
         assert instantiate(cfg.encoder.preprocess) == expected
 
 

@@ -1,4 +1,5 @@
 """Vocabulary transfer applied to real and tiny models: identity, tying, reload, bias z-map, norm rescale, families."""
+
 import json
 
 import pytest
@@ -13,13 +14,7 @@ from vtlab.models.encoder import SpladeEncoder
 from vtlab.vocab.canonical import Overlap
 from vtlab.vocab.init import AllRandom, Mean, NewRandom, Semantic, Subword
 from vtlab.vocab.targets import CorpusWordPiece, PretrainedVocab
-from vtlab.vocab.transfer import (
-    TransferOptions,
-    apply_transfer,
-    cached_transfer,
-    target_norm_scale,
-    zscore_map,
-)
+from vtlab.vocab.transfer import TransferOptions, apply_transfer, cached_transfer, target_norm_scale, zscore_map
 
 pytestmark = pytest.mark.usefixtures("fresh_cache")
 
@@ -29,16 +24,21 @@ def bert_vocab() -> PretrainedVocab:
 
 
 QUERIES = [
-    "what causes acid rain", "is the capital of australia sydney", "does ethanol take more energy make that produces",
-    "is house tax and property tax are same", "was the leaning tower of pisa built leaning", "Café déjà vu — naïve?",
+    "what causes acid rain",
+    "is the capital of australia sydney",
+    "does ethanol take more energy make that produces",
+    "is house tax and property tax are same",
+    "was the leaning tower of pisa built leaning",
+    "Café déjà vu — naïve?",
 ]
 
 
 # ---- hand-computed pieces ---------------------------------------------------------------------------------------
 
+
 def test_zscore_map_hand_values():
-    target = torch.tensor([1.0, 2.0, 3.0])   # mean 2, std 1 (unbiased)
-    source = torch.tensor([10.0, 14.0])      # mean 12, std 2.828427
+    target = torch.tensor([1.0, 2.0, 3.0])  # mean 2, std 1 (unbiased)
+    source = torch.tensor([10.0, 14.0])  # mean 12, std 2.828427
     expected = torch.tensor([12 - 2.828427, 12.0, 12 + 2.828427])
     assert torch.allclose(zscore_map(target, source), expected, atol=1e-5)
     with pytest.raises(VtlabError, match="transfer.bias"):
@@ -47,16 +47,27 @@ def test_zscore_map_hand_values():
 
 def test_target_norm_scale_hand_values():
     target = torch.tensor([[3.0, 4.0], [0.0, 1.0], [9.0, 9.0]])  # overlap rows 0, 1: norms 5, 1 → mean 3
-    new = torch.tensor([[0.0, 2.0], [1.0, 0.0], [5.0, 5.0]])     # overlap rows 0, 1: norms 2, 1 → mean 1.5
-    ov = Overlap(target_ids=torch.tensor([0, 1]).numpy(), source_ids=torch.tensor([0, 1]).numpy(), n_exact=2,
-                 n_fuzzy=0, n_special=0, source_size=2, target_size=3)
+    new = torch.tensor([[0.0, 2.0], [1.0, 0.0], [5.0, 5.0]])  # overlap rows 0, 1: norms 2, 1 → mean 1.5
+    ov = Overlap(
+        target_ids=torch.tensor([0, 1]).numpy(),
+        source_ids=torch.tensor([0, 1]).numpy(),
+        n_exact=2,
+        n_fuzzy=0,
+        n_special=0,
+        source_size=2,
+        target_size=3,
+    )
     assert target_norm_scale(target, new, ov) == pytest.approx(2.0)
 
 
 # ---- identity: same vocabulary, every informed init reproduces the model exactly ------------------------------------
 
-@pytest.mark.parametrize("init", [Semantic(), Semantic(similarity="pmi"), Mean(), Subword(), NewRandom()],
-                         ids=["semantic", "semantic-pmi", "mean", "subword", "new-random"])
+
+@pytest.mark.parametrize(
+    "init",
+    [Semantic(), Semantic(similarity="pmi"), Mean(), Subword(), NewRandom()],
+    ids=["semantic", "semantic-pmi", "mean", "subword", "new-random"],
+)
 def test_identity_transfer_reproduces_splade_tiny(init):
     original = SpladeEncoder.from_backbone(Backbone("asset:splade-tiny"))
     path = cached_transfer(Backbone("asset:splade-tiny"), bert_vocab(), init)
@@ -73,17 +84,29 @@ def test_all_random_is_not_identity():
     path = cached_transfer(Backbone("asset:splade-tiny"), bert_vocab(), AllRandom())
     original = SpladeEncoder.from_backbone(Backbone("asset:splade-tiny"))
     moved = SpladeEncoder.from_backbone(Backbone(str(path)))
-    assert abs(original.encode(QUERIES, "query", show_progress=False).toarray()
-               - moved.encode(QUERIES, "query", show_progress=False).toarray()).max() > 0.1
+    assert (
+        abs(
+            original.encode(QUERIES, "query", show_progress=False).toarray()
+            - moved.encode(QUERIES, "query", show_progress=False).toarray()
+        ).max()
+        > 0.1
+    )
 
 
 # ---- families: tiny random models with real tokenizers ----------------------------------------------------------
 
+
 def _tiny_bert() -> tuple[nn.Module, object]:
     tok = AutoTokenizer.from_pretrained(str(asset_path("minilm")))
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)
+    cfg = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     return BertForMaskedLM(cfg).eval(), tok
 
 
@@ -130,7 +153,8 @@ def test_modernbert_to_bert_uncased():
     assert bias.std().item() == pytest.approx(report["bias"]["new_std"] / alpha, rel=1e-4)
     # target_norm: overlap rows now have the target model's mean norm
     assert report["norms"]["new_overlap_mean"] == pytest.approx(
-        target_emb[torch.as_tensor(_overlap_ids(src, tgt))].norm(dim=1).mean().item(), rel=1e-4)
+        target_emb[torch.as_tensor(_overlap_ids(src, tgt))].norm(dim=1).mean().item(), rel=1e-4
+    )
 
 
 def _overlap_ids(src, tgt):
@@ -201,11 +225,20 @@ def _sentencepiece_tokenizer(tmp_path):
     tk.pre_tokenizer = pre_tokenizers.Metaspace()
     tk.decoder = decoders.Metaspace()
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    tk.train_from_iterator(boolq_passages()[:3000], trainers.UnigramTrainer(vocab_size=4000, special_tokens=specials,
-                                                                            unk_token="<unk>"))
+    tk.train_from_iterator(
+        boolq_passages()[:3000], trainers.UnigramTrainer(vocab_size=4000, special_tokens=specials, unk_token="<unk>")
+    )
     tk.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                  pad_token="<pad>", mask_token="<mask>", cls_token="<s>", sep_token="</s>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        cls_token="<s>",
+        sep_token="</s>",
+    )
     tok.save_pretrained(tmp_path)
     return AutoTokenizer.from_pretrained(str(tmp_path))
 
@@ -215,11 +248,21 @@ def test_xlmr_sentencepiece_family_to_bert_uncased(tmp_path):
 
     src = _sentencepiece_tokenizer(tmp_path)
     torch.manual_seed(0)
-    model = XLMRobertaForMaskedLM(XLMRobertaConfig(
-        vocab_size=len(src), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=130, pad_token_id=src.pad_token_id, bos_token_id=0, eos_token_id=2)).eval()
+    model = XLMRobertaForMaskedLM(
+        XLMRobertaConfig(
+            vocab_size=len(src),
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=130,
+            pad_token_id=src.pad_token_id,
+            bos_token_id=0,
+            eos_token_id=2,
+        )
+    ).eval()
     tgt = AutoTokenizer.from_pretrained(str(asset_path("minilm")))
     report = apply_transfer(model, src, tgt, Subword(), None, None, TransferOptions(bias="init"))
     assert report["overlap"]["n_exact"] > 1000  # "▁the" ↔ "the", "s" ↔ "##s", …
-    assert report["init"]["subword"] > 10000    # most new WordPiece tokens decompose into SentencePiece pieces
+    assert report["init"]["subword"] > 10000  # most new WordPiece tokens decompose into SentencePiece pieces
     _check_transferred(model, tgt)

@@ -1,4 +1,5 @@
 """`python -m vtlab [overrides]`: the Hydra entry point. Thin on purpose: all wiring is in conf/ and vtlab.pipeline."""
+
 from __future__ import annotations
 
 import logging

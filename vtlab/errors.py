@@ -1,4 +1,5 @@
 """One exception type for user-facing errors: the entry point prints its message as one line and exits 2."""
+
 from __future__ import annotations
 
 import errno
@@ -100,8 +101,10 @@ def disk_error(path: str | os.PathLike[str], exc: BaseException) -> DiskError | 
             return seen
         if (code := disk_errno(seen)) is not None:
             what, fix = _DISK_ERRNOS[code]
-            return DiskError(f"{path}: cannot write: {what} ({errno.errorcode[code]}); {fix} or choose another "
-                             "location (hydra.run.dir, VTLAB_CACHE); nothing half-written was left behind")
+            return DiskError(
+                f"{path}: cannot write: {what} ({errno.errorcode[code]}); {fix} or choose another "
+                "location (hydra.run.dir, VTLAB_CACHE); nothing half-written was left behind"
+            )
         seen = seen.__cause__ or seen.__context__
     return None
 
@@ -143,8 +146,10 @@ def _as_disk_error(exc: BaseException, code: int) -> DiskError:
     what, fix = _DISK_ERRNOS[code]
     if code not in _WRITE_ERRNOS:  # a denied permission may be a read's: no advice about where to write
         return DiskError(f"{path}: {what} ({errno.errorcode[code]}); check its permissions")
-    return DiskError(f"{path}: cannot write: {what} ({errno.errorcode[code]}); {fix} or choose another location "
-                     "(hydra.run.dir, VTLAB_CACHE)")
+    return DiskError(
+        f"{path}: cannot write: {what} ({errno.errorcode[code]}); {fix} or choose another location "
+        "(hydra.run.dir, VTLAB_CACHE)"
+    )
 
 
 def gib(n_bytes: float) -> str:

@@ -13,6 +13,7 @@ paper, instead of printing tables that look like results.
 - **quality gate** (after the main table): M_wp native must beat BM25 on BoolQ-clean — a testbed whose best-placed
   arm loses to BM25 in-domain measures training noise, not vocabularies.
 """
+
 from __future__ import annotations
 
 import json
@@ -83,23 +84,31 @@ def check_case(report: dict[str, dict[str, Any]]) -> None:
     """`report`: case_report's {"M_wp", "M_bpe", "M_unc"} (a missing model is a KeyError: the gate checks all three)."""
     for label in UNCASED:
         if (groups := report[label]["case_groups"]) != 0:
-            raise GateError(f"case gate: {label}'s vocabulary has {groups} case-variant groups; expected an uncased "
-                            "vocabulary (none)")
+            raise GateError(
+                f"case gate: {label}'s vocabulary has {groups} case-variant groups; expected an uncased "
+                "vocabulary (none)"
+            )
     bpe = report["M_bpe"]
     if bpe["case_groups"] == 0 or bpe["row_cosine"] is None or bpe["row_cosine"] >= MAX_CASE_ROW_COSINE:
-        raise GateError(f"case gate: M_bpe's case variants did not learn to differ (mean row cosine "
-                        f"{bpe['row_cosine']} over {bpe['case_groups']} groups; expected < {MAX_CASE_ROW_COSINE}): "
-                        "it is not a cased model yet — build it longer (conf/mlm/testbed-build.yaml steps)")
+        raise GateError(
+            f"case gate: M_bpe's case variants did not learn to differ (mean row cosine "
+            f"{bpe['row_cosine']} over {bpe['case_groups']} groups; expected < {MAX_CASE_ROW_COSINE}): "
+            "it is not a cased model yet — build it longer (conf/mlm/testbed-build.yaml steps)"
+        )
     if bpe["doc_mass_on_variants"] < MIN_CASE_MASS:
-        raise GateError(f"case gate: M_bpe puts {bpe['doc_mass_on_variants']:.4f} of its document term mass on case "
-                        f"variants (expected ≥ {MIN_CASE_MASS}): no vocabulary redundancy for VT to remove")
+        raise GateError(
+            f"case gate: M_bpe puts {bpe['doc_mass_on_variants']:.4f} of its document term mass on case "
+            f"variants (expected ≥ {MIN_CASE_MASS}): no vocabulary redundancy for VT to remove"
+        )
 
 
 def check_quality(wp_native: float, bm25: float, where: str | Path = "the main table") -> dict[str, float]:
     """`wp_native` and `bm25`: their mean BoolQ-clean nDCG@10 (vtlab.reproduce reads them from the sweeps)."""
     if wp_native <= bm25:
-        raise GateError(f"quality gate: wp-native scores {GATE_DATASET} {GATE_MEASURE} {wp_native:.4f}, not above "
-                        f"BM25's {bm25:.4f}: the testbed's fine-tuning is broken (see {where})")
+        raise GateError(
+            f"quality gate: wp-native scores {GATE_DATASET} {GATE_MEASURE} {wp_native:.4f}, not above "
+            f"BM25's {bm25:.4f}: the testbed's fine-tuning is broken (see {where})"
+        )
     return {"wp_native": wp_native, "bm25": bm25}
 
 
@@ -107,9 +116,11 @@ def check_control(wp_native: float, as_is: float, where: str | Path = "the main 
     """`wp_native`: wp-native's mean BoolQ-clean nDCG@10; `as_is`: SPLADE-tiny's, unchanged (vtlab.reproduce reads
     both from the sweeps). wp-native starts from SPLADE-tiny, so ending below it means training did damage."""
     if wp_native < as_is - CONTROL_TOLERANCE:
-        raise GateError(f"control gate: wp-native scores {GATE_DATASET} {GATE_MEASURE} {wp_native:.4f}, "
-                        f"{as_is - wp_native:.4f} below SPLADE-tiny as is ({as_is:.4f}; tolerance "
-                        f"{CONTROL_TOLERANCE}): a control that training made worse than its start (see {where})")
+        raise GateError(
+            f"control gate: wp-native scores {GATE_DATASET} {GATE_MEASURE} {wp_native:.4f}, "
+            f"{as_is - wp_native:.4f} below SPLADE-tiny as is ({as_is:.4f}; tolerance "
+            f"{CONTROL_TOLERANCE}): a control that training made worse than its start (see {where})"
+        )
     return {"wp_native": wp_native, "as_is": as_is}
 
 

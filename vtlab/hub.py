@@ -6,6 +6,7 @@ Offline (a flag set, or the endpoint unreachable) the loaders use only the local
 an uncached one fails at once, with no retries. A failure is `HubUnavailable`, which callers reword into their own
 one-line AssetError naming the dataset.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -133,7 +134,8 @@ def dataset_file(repo: str, filename: str) -> str:
 
     flagged, is_offline = _mode()
     try:
-        return huggingface_hub.hf_hub_download(repo_id=repo, filename=filename, repo_type="dataset",
-                                               local_files_only=is_offline)
+        return huggingface_hub.hf_hub_download(
+            repo_id=repo, filename=filename, repo_type="dataset", local_files_only=is_offline
+        )
     except Exception as e:  # noqa: BLE001 - the hub raises many types; all mean "not available here"
         raise HubUnavailable(repo, flagged=flagged, offline=is_offline, reason=_reason(e)) from None

@@ -6,6 +6,7 @@ kill, a full disk, a copy or a person cut short or changed (a truncated model.sa
 rebuilt (one warning naming the path) instead of crashing a run or being used silently; `build` publishes a sealed
 entry, moving a damaged one aside first.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,8 +28,11 @@ def sha256_file(path: Path) -> str:
 
 
 def _files(directory: Path) -> list[str]:
-    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*")
-                  if p.is_file() and not p.is_symlink() and p.name != MARKER)
+    return sorted(
+        str(p.relative_to(directory))
+        for p in directory.rglob("*")
+        if p.is_file() and not p.is_symlink() and p.name != MARKER
+    )
 
 
 def seal(directory: Path) -> None:
@@ -62,6 +66,7 @@ def build(out: Path, write: Callable[[Path], None]) -> Path:
     """Build the cache entry `out`: `write(tmp)` into a temp dir next to it, `seal`, publish (vtlab.atomic.build_dir).
     Temp dirs that a killed builder left are removed first; on every failure path this build's temp dir is removed
     too; a full, over-quota or read-only disk is one DiskError line naming `out`."""
+
     def write_sealed(tmp: Path) -> None:
         write(tmp)
         seal(tmp)

@@ -1,6 +1,7 @@
 """What a run prints: the one place that decides between live progress bars and plain lines, and that silences
 third-party chatter. Output that is not a terminal (SLURM, `| tee`, a test's pipe) gets no carriage-return frames:
 training progress comes as one log line per interval (vtlab.callbacks.progress), library progress bars are off."""
+
 from __future__ import annotations
 
 import contextlib
@@ -79,8 +80,9 @@ def guard_log_files() -> None:
             handler._vtlab_guarded = True  # type: ignore[attr-defined]
 
 
-def _stop_on_disk_error(handler: logging.FileHandler,
-                        fallback: Callable[[logging.LogRecord], None]) -> Callable[[logging.LogRecord], None]:
+def _stop_on_disk_error(
+    handler: logging.FileHandler, fallback: Callable[[logging.LogRecord], None]
+) -> Callable[[logging.LogRecord], None]:
     def handle_error(record: logging.LogRecord) -> None:
         problem = disk_problem(exc) if (exc := sys.exc_info()[1]) is not None else None
         if problem is None:
@@ -89,7 +91,10 @@ def _stop_on_disk_error(handler: logging.FileHandler,
         handler.emit = lambda record: None  # type: ignore[method-assign] # the later records: not retried
         with contextlib.suppress(OSError, ValueError):  # flushing what is buffered fails the same way
             handler.close()
-        print(f"vtlab: warning: {handler.baseFilename}: cannot write the log: {problem[0]} ({problem[1]}); it stops "
-              "here, the console keeps the rest", file=sys.stderr)
+        print(
+            f"vtlab: warning: {handler.baseFilename}: cannot write the log: {problem[0]} ({problem[1]}); it stops "
+            "here, the console keeps the rest",
+            file=sys.stderr,
+        )
 
     return handle_error

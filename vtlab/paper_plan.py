@@ -7,6 +7,7 @@ The estimate is arithmetic, not a measurement: 6 × parameters × tokens per tra
 projection at every position) at an assumed sustained bf16 rate per GPU. `make gpu-smoke` measures the real rate of
 your GPU (tokens/s at the ModernBERT-base shape); pass it as `tflops=`.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -48,15 +49,19 @@ def check_global_batch(cfg: DictConfig, where: str) -> int:
     per_device, devices = int(cfg.data.batch_size), cfg.trainer.devices
     nodes = int(cfg.trainer.get("num_nodes", 1) or 1)
     if not isinstance(devices, int):
-        raise ConfigError(f"{where}: trainer.devices={devices!r}: paper scale needs a number of GPUs (the global "
-                          "batch is data.batch_size × trainer.devices)")
+        raise ConfigError(
+            f"{where}: trainer.devices={devices!r}: paper scale needs a number of GPUs (the global "
+            "batch is data.batch_size × trainer.devices)"
+        )
     declared = OmegaConf.select(cfg, "paper.global_batch")
     if declared is None:
         raise ConfigError(f"{where}: paper.global_batch is missing (conf/experiment/paper/base.yaml declares it)")
     if per_device * devices * nodes != int(declared):
-        raise ConfigError(f"{where}: data.batch_size={per_device} × trainer.devices={devices} × trainer.num_nodes="
-                          f"{nodes} = {per_device * devices * nodes}, but paper.global_batch={declared}; keep the "
-                          "product equal to the global batch (gradient accumulation is not equivalent)")
+        raise ConfigError(
+            f"{where}: data.batch_size={per_device} × trainer.devices={devices} × trainer.num_nodes="
+            f"{nodes} = {per_device * devices * nodes}, but paper.global_batch={declared}; keep the "
+            "product equal to the global batch (gradient accumulation is not equivalent)"
+        )
     return int(declared)
 
 
@@ -116,15 +121,21 @@ def launcher_overrides(jobs: list[Job]) -> list[str]:
 
 def render(jobs: list[Job], tflops: float = ASSUMED_TFLOPS) -> str:
     """The plan as a table: one line per sweep point, then the totals."""
-    lines = [f"{'table':<16} {'experiment / sweep point':<58} {'seeds':>5} {'GPUs':>4} {'batch':>5} {'steps':>7} "
-             f"{'MLM':>6} {'GPU-h':>8}"]
+    lines = [
+        f"{'table':<16} {'experiment / sweep point':<58} {'seeds':>5} {'GPUs':>4} {'batch':>5} {'steps':>7} "
+        f"{'MLM':>6} {'GPU-h':>8}"
+    ]
     for j in jobs:
         what = f"{j.experiment} {j.point}".strip()
-        lines.append(f"{j.table:<16} {what:<58} {j.seeds:>5} {j.gpus:>4} {j.global_batch:>5} {j.steps:>7} "
-                     f"{j.mlm_steps:>6} {j.gpu_hours * j.seeds:>8.0f}")
+        lines.append(
+            f"{j.table:<16} {what:<58} {j.seeds:>5} {j.gpus:>4} {j.global_batch:>5} {j.steps:>7} "
+            f"{j.mlm_steps:>6} {j.gpu_hours * j.seeds:>8.0f}"
+        )
     n = sum(j.seeds for j in jobs)
     total = sum(j.gpu_hours * j.seeds for j in jobs)
-    lines.append(f"paper plan: {n} jobs, ≈{total:,.0f} GPU-hours (estimate at {tflops:g} TFLOP/s per GPU, "
-                 f"{QUERY_TOKENS}/{DOC_TOKENS}-token queries/passages; ablation points equal to a main row are reused, "
-                 "so fewer may run; BEIR-13 evaluation not counted)")
+    lines.append(
+        f"paper plan: {n} jobs, ≈{total:,.0f} GPU-hours (estimate at {tflops:g} TFLOP/s per GPU, "
+        f"{QUERY_TOKENS}/{DOC_TOKENS}-token queries/passages; ablation points equal to a main row are reused, "
+        "so fewer may run; BEIR-13 evaluation not counted)"
+    )
     return "\n".join(lines)

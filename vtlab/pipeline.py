@@ -4,6 +4,7 @@ Before any stage runs, the run directory is checked (vtlab.runs.directory): an e
 overwritten, an interrupted run is resumed from its last checkpoint, and an equal finished run may be reused
 (vtlab.runs.reuse).
 """
+
 from __future__ import annotations
 
 import logging

@@ -11,6 +11,7 @@ each ablation is one experiment config whose `hydra.sweeper.params` lists its va
 earlier run. At the testbed scale the gates of vtlab/gates.py run first (the case gate, before any row) and last (the
 quality gate); a failed gate exits 3 with one line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,11 +33,30 @@ from vtlab.paths import CONF_DIR
 from vtlab.report import State, collect_jobs, selection
 
 CONF = CONF_DIR / "experiment"
-ROW_ORDER = ["bm25", "splade-tiny", "wp-native", "unc-native", "bpe-native", "bpe-lowercase", "bpe-lowercase-masked",
-             "bpe-vt-unc", "bpe-vt", "bpe-lowercase-inference-free", "bpe-vt-unc-inference-free", "bert-native",
-             "modernbert-native", "modernbert-native-mlm", "modernbert-lowercase", "modernbert-lowercase-masked",
-             "modernbert-vt", "roberta-large-native",
-             "roberta-large-vt", "bert-inference-free", "modernbert-inference-free", "modernbert-vt-inference-free"]
+ROW_ORDER = [
+    "bm25",
+    "splade-tiny",
+    "wp-native",
+    "unc-native",
+    "bpe-native",
+    "bpe-lowercase",
+    "bpe-lowercase-masked",
+    "bpe-vt-unc",
+    "bpe-vt",
+    "bpe-lowercase-inference-free",
+    "bpe-vt-unc-inference-free",
+    "bert-native",
+    "modernbert-native",
+    "modernbert-native-mlm",
+    "modernbert-lowercase",
+    "modernbert-lowercase-masked",
+    "modernbert-vt",
+    "roberta-large-native",
+    "roberta-large-vt",
+    "bert-inference-free",
+    "modernbert-inference-free",
+    "modernbert-vt-inference-free",
+]
 ABLATIONS = ["ablation-init", "ablation-apc"]
 # Per scale: the tables in run order and each one's default number of seeds (--seeds overrides them all). The testbed's
 # ablations are outside its 60-minute default (`--tables main,references,ablation-init`); the target-space one
@@ -78,8 +98,11 @@ def sweeps(scale: str, seeds: int | None, tables: list[str], out: Path | None = 
 def row_metric(sweep: Path, name: str, dataset: str = gates.GATE_DATASET, measure: str = gates.GATE_MEASURE) -> float:
     """Mean over seeds of `measure` on `dataset` for the finished jobs named `name` in a sweep directory."""
     jobs, _ = collect_jobs(sweep)
-    values = [float(j.metrics[dataset][measure]) for j in jobs
-              if j.name == name and j.state is State.DONE and measure in j.metrics.get(dataset, {})]
+    values = [
+        float(j.metrics[dataset][measure])
+        for j in jobs
+        if j.name == name and j.state is State.DONE and measure in j.metrics.get(dataset, {})
+    ]
     if not values:
         raise gates.GateError(f"quality gate: no finished job named {name!r} with {dataset} {measure} under {sweep}")
     return statistics.fmean(values)
@@ -88,16 +111,28 @@ def row_metric(sweep: Path, name: str, dataset: str = gates.GATE_DATASET, measur
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m vtlab.reproduce", description=__doc__.split("\n\n")[0])
     p.add_argument("--scale", choices=list(TABLES), default="testbed")
-    p.add_argument("--seeds", type=int, default=None, help="seeds for every table (default: each table's own, "
-                   "testbed: 3 main / 2 ablations / 1 references)")
-    p.add_argument("--tables", default=None,
-                   help="comma-separated, e.g. main,ablation-init (default: all of the scale)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="seeds for every table (default: each table's own, testbed: 3 main / 2 ablations / 1 references)",
+    )
+    p.add_argument(
+        "--tables", default=None, help="comma-separated, e.g. main,ablation-init (default: all of the scale)"
+    )
     p.add_argument("--no-gates", action="store_true", help="testbed: skip the sanity gates (smoke runs only)")
     p.add_argument("--out", type=Path, default=None, help="default: outputs/reproduce/<scale>")
-    p.add_argument("--launcher", default=None, help="hydra/launcher choice (default: slurm for paper; testbed: "
-                   "parallel with --jobs > 1, else basic)")
-    p.add_argument("--jobs", type=int, default=2, help="jobs side by side at one thread each (hydra/launcher=parallel; "
-                   "1: one job at a time, all threads)")
+    p.add_argument(
+        "--launcher",
+        default=None,
+        help="hydra/launcher choice (default: slurm for paper; testbed: parallel with --jobs > 1, else basic)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="jobs side by side at one thread each (hydra/launcher=parallel; 1: one job at a time, all threads)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     p.add_argument("extra", nargs="*", help="extra Hydra overrides for every job, e.g. trainer.max_steps=50")
     return p.parse_args(argv)
@@ -114,8 +149,9 @@ def _selection_spec(scale: str) -> dict[str, Any] | None:
     return None if spec is None else OmegaConf.to_container(spec, resolve=True)
 
 
-def select_settings(spec: dict[str, Any], scale: str, out: Path, run: Callable[[list[str], Path], None],
-                    dry_run: bool = False) -> tuple[list[str], dict[str, selection.Choice]]:
+def select_settings(
+    spec: dict[str, Any], scale: str, out: Path, run: Callable[[list[str], Path], None], dry_run: bool = False
+) -> tuple[list[str], dict[str, selection.Choice]]:
     """Run every main arm on the selection grid at one seed, scored on dev (equal selection budget), and write each
     arm's config with its choice; returns the main table's `experiment=`/search-path overrides that run them, and
     the choices by arm name."""
@@ -123,8 +159,15 @@ def select_settings(spec: dict[str, Any], scale: str, out: Path, run: Callable[[
     rows = main_rows(scale)
     sweep_dir = out / "select"
     # the grid first, so Hydra varies the arm fastest: jobs side by side are other arms, not waiting on one MLM cache
-    run([*(f"{k}={','.join(map(str, v))}" for k, v in grid.items()), f"experiment={','.join(rows)}",
-         f"seed={spec['seed']}", f"eval={spec['eval']}"], sweep_dir)
+    run(
+        [
+            *(f"{k}={','.join(map(str, v))}" for k, v in grid.items()),
+            f"experiment={','.join(rows)}",
+            f"seed={spec['seed']}",
+            f"eval={spec['eval']}",
+        ],
+        sweep_dir,
+    )
     root = (out / "selected").resolve()
     search = f"hydra.searchpath=[file://{root}]"
     if dry_run:
@@ -133,8 +176,12 @@ def select_settings(spec: dict[str, Any], scale: str, out: Path, run: Callable[[
     names = {_row_name(r): r for r in rows}
     experiments = selection.write_selected(chosen, names, root, f"{scale}/selected")
     for name, choice in chosen.items():
-        print(f"selected on {spec['dataset']} {spec['measure']}: {name} {choice.values} ({choice.score:.4f}; tried "
-              + ", ".join(f"{v} {s:.4f}" for v, s in choice.tried) + ")", flush=True)
+        print(
+            f"selected on {spec['dataset']} {spec['measure']}: {name} {choice.values} ({choice.score:.4f}; tried "
+            + ", ".join(f"{v} {s:.4f}" for v, s in choice.tried)
+            + ")",
+            flush=True,
+        )
     return [f"experiment={','.join(experiments[name] for name in names)}", search], chosen
 
 
@@ -170,8 +217,10 @@ def _check_gates(out: Path, tables: list[str]) -> dict[str, Any]:
     if not {"main", "references"} <= set(tables):
         return {}
     wp = row_metric(out / "main", "testbed-wp-native")
-    return {"control": gates.check_control(wp, row_metric(out / "references", "testbed-splade-tiny"), out / "main"),
-            "quality": gates.check_quality(wp, row_metric(out / "references", "testbed-bm25"), out / "main")}
+    return {
+        "control": gates.check_control(wp, row_metric(out / "references", "testbed-splade-tiny"), out / "main"),
+        "quality": gates.check_quality(wp, row_metric(out / "references", "testbed-bm25"), out / "main"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,8 +273,11 @@ def main(argv: list[str] | None = None) -> int:
             if table == "main" and spec is not None:
                 rows, chosen = select_settings(spec, args.scale, out, run, args.dry_run)
                 # seed 0 at the chosen setting was trained by the selection: evaluated on the test sets, not retrained
-                overrides = rows + [o for o in overrides if not o.startswith("experiment=")] + [
-                    f"reuse_runs=['{(out / 'select').resolve()}']"]
+                overrides = (
+                    rows
+                    + [o for o in overrides if not o.startswith("experiment=")]
+                    + [f"reuse_runs=['{(out / 'select').resolve()}']"]
+                )
             elif table not in ROW_TABLES:
                 overrides = overrides + _chosen_for(table, args.scale, chosen)
             dirs.append(out / table)

@@ -4,6 +4,7 @@ Invariant after `Backbone.load_model()`: `model.get_output_embeddings()` is an `
 is the effective output bias (APC edits it in place). `decoder_site(model)` says where that Linear is attached, so the
 SPLADE encoder can swap it for identity and do the vocabulary-sized matmul itself.
 """
+
 from __future__ import annotations
 
 import contextlib

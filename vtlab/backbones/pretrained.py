@@ -1,5 +1,6 @@
 """Load any HF masked-LM + tokenizer by hub id, local directory or offline asset, with a uniform MLM decoder
 (vtlab.backbones.heads); bad or missing files and an unreachable hub are one AssetError line naming the config key."""
+
 from __future__ import annotations
 
 import json
@@ -47,9 +48,11 @@ def _damaged_weights(source: str, field: str, exc: Exception) -> str:
                 pass
         except (SafetensorError, OSError) as e:
             first = " ".join(str(e).split())[:200]
-            return (f"{path}: cannot read the weights ({first}); the file is truncated or damaged "
-                    f"(config key: {field}):"
-                    " rebuild or re-download it")
+            return (
+                f"{path}: cannot read the weights ({first}); the file is truncated or damaged "
+                f"(config key: {field}):"
+                " rebuild or re-download it"
+            )
     return f"{field}={source!r}: cannot read the weights ({first}); a *.safetensors file is truncated or damaged"
 
 
@@ -61,8 +64,10 @@ def _damaged_json(source: str, field: str) -> str | None:
             json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             first = " ".join(str(e).split())[:200]
-            return (f"{path}: cannot read it ({type(e).__name__}: {first}); the file is truncated or damaged (config "
-                    f"key: {field}): rebuild or re-download it")
+            return (
+                f"{path}: cannot read it ({type(e).__name__}: {first}); the file is truncated or damaged (config "
+                f"key: {field}): rebuild or re-download it"
+            )
     return None
 
 
@@ -70,8 +75,14 @@ def _damaged_json(source: str, field: str) -> str | None:
 # The weights transformers loads into a PyTorch model, each also sharded as <name>.index.json + the shards it lists.
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # config.json sizes that shape the model: each must be a positive integer when present.
-SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-             "max_position_embeddings")
+SIZE_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+)
 # Embedding tables config.json sizes as rows × hidden_size. vtlab loads fp32 (4 bytes a value): a table larger than the
 # machine's whole memory cannot be a real model's, only a damaged or edited config.json (transformers would fail
 # allocating it, or after reading every weight, with an error that names no file).
@@ -104,20 +115,25 @@ def check_model_dir(source: str, field: str, memory: int | None = None) -> None:
         return
     config = root / "config.json"
     if not config.is_file():
-        raise AssetError(f"{config}: missing: a model directory needs config.json beside its weights (config key: "
-                         f"{field})")
+        raise AssetError(
+            f"{config}: missing: a model directory needs config.json beside its weights (config key: {field})"
+        )
     for name in WEIGHT_FILES:
         index = root / f"{name}.index.json"
         if (root / name).is_file():
             break
         if index.is_file():
             if missing := _missing_shards(index):
-                raise AssetError(f"{index}: names {missing[0]}, which is missing from {root} ({len(missing)} shard(s) "
-                                 f"missing; config key: {field}): copy or download the whole model")
+                raise AssetError(
+                    f"{index}: names {missing[0]}, which is missing from {root} ({len(missing)} shard(s) "
+                    f"missing; config key: {field}): copy or download the whole model"
+                )
             break
     else:
-        raise AssetError(f"{root}: no model weights: expected {' or '.join(WEIGHT_FILES)} (or a sharded *.index.json "
-                         f"with its shards) beside config.json (config key: {field})")
+        raise AssetError(
+            f"{root}: no model weights: expected {' or '.join(WEIGHT_FILES)} (or a sharded *.index.json "
+            f"with its shards) beside config.json (config key: {field})"
+        )
     _check_sizes(config, field, physical_memory() if memory is None else memory)
 
 
@@ -141,7 +157,8 @@ def _check_sizes(config: Path, field: str, memory: int | None) -> None:
             raise AssetError(
                 f"{config}: {key}={rows}: its {table} table ({rows} × hidden_size={hidden} × {FP32_BYTES} bytes = "
                 f"{gib(rows * hidden * FP32_BYTES)}) is larger than this machine's {gib(memory)} of memory: expected "
-                f"the size the weights were saved with (a damaged or edited config.json?) (config key: {field})")
+                f"the size the weights were saved with (a damaged or edited config.json?) (config key: {field})"
+            )
 
 
 # ---- how long an input the loaded model takes ---------------------------------------------------------------------
@@ -156,8 +173,10 @@ def position_limit(model: nn.Module) -> tuple[int, str] | None:
             rows, pad = module.num_embeddings, module.padding_idx
             if pad is None:
                 return rows, f"max_position_embeddings={rows}"
-            return rows - pad - 1, (f"max_position_embeddings={rows} less the {pad + 1} positions up to padding_idx="
-                                    f"{pad} that RoBERTa-style position ids skip")
+            return rows - pad - 1, (
+                f"max_position_embeddings={rows} less the {pad + 1} positions up to padding_idx="
+                f"{pad} that RoBERTa-style position ids skip"
+            )
     declared = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if isinstance(declared, int) and not isinstance(declared, bool):
         return declared, f"max_position_embeddings={declared}"
@@ -175,8 +194,10 @@ def check_input_lengths(model: nn.Module, lengths: dict[str, int]) -> None:
     source = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
     for key, value in lengths.items():
         if int(value) > most:
-            raise ConfigError(f"{key}={value}: expected at most {most} tokens, the longest input the model ({source}) "
-                              f"takes ({why})", key=key)
+            raise ConfigError(
+                f"{key}={value}: expected at most {most} tokens, the longest input the model ({source}) takes ({why})",
+                key=key,
+            )
 
 
 class Backbone:
@@ -231,12 +252,16 @@ class Backbone:
             raise AssetError(
                 f"{field}={source!r} needs its own Python code (the backbone config sets trust_remote_code: true), "
                 "which vtlab does not import unless this run opts in: pass backbone.allow_remote_code=true after "
-                "reading that code")
+                "reading that code"
+            )
         if source not in self._announced:
             self._announced.add(source)
             where = f"{source}@{self.revision}" if self.revision and not os.path.isdir(source) else source
-            print(f"vtlab: backbone.allow_remote_code=true: importing the Python code of {field}={where}: "
-                  f"{', '.join(_auto_map(source)) or 'the modules its config.json auto_map names'}", file=sys.stderr)
+            print(
+                f"vtlab: backbone.allow_remote_code=true: importing the Python code of {field}={where}: "
+                f"{', '.join(_auto_map(source)) or 'the modules its config.json auto_map names'}",
+                file=sys.stderr,
+            )
         return True
 
     def _load(self, loader: Callable[..., T], source: str, field: str, **kwargs: Any) -> T:
@@ -249,9 +274,11 @@ class Backbone:
             if "ignore_mismatched_sizes" not in str(exc):
                 raise
             where = str(Path(source) / "config.json") if os.path.isdir(source) else f"{field}={source!r}"
-            raise AssetError(f"{where}: the weights do not fit this config: tensor shapes differ (transformers' load "
-                             "report above lists them); config.json was edited or belongs to other weights (config "
-                             f"key: {field})") from None
+            raise AssetError(
+                f"{where}: the weights do not fit this config: tensor shapes differ (transformers' load "
+                "report above lists them); config.json was edited or belongs to other weights (config "
+                f"key: {field})"
+            ) from None
         except ValueError as exc:
             if "trust_remote_code" not in str(exc):
                 damaged = _damaged_json(source, field)
@@ -261,7 +288,8 @@ class Backbone:
             raise AssetError(  # transformers refused the model's own code (auto_map): nothing of it ran
                 f"{field}={source!r} contains its own Python code ({', '.join(_auto_map(source)) or 'auto_map'}), "
                 "which vtlab does not import: use a model that needs none, or set trust_remote_code: true in its "
-                "backbone config and pass backbone.allow_remote_code=true after reading that code") from None
+                "backbone config and pass backbone.allow_remote_code=true after reading that code"
+            ) from None
 
     def _load_from(self, loader: Callable[..., T], source: str, field: str, **kwargs: Any) -> T:
         if os.path.isdir(source):
@@ -300,7 +328,8 @@ class Backbone:
             raise AssetError(
                 f"backbone.tokenizer={self.tokenizer!r} has {len(tokenizer)} tokens but {field}={self.name_or_path!r} "
                 f"has {rows} embedding rows (config vocab_size): expected a tokenizer of at most {rows} tokens, e.g. "
-                "the model's own (backbone.tokenizer=null); to move a model to another vocabulary use vocab=...")
+                "the model's own (backbone.tokenizer=null); to move a model to another vocabulary use vocab=..."
+            )
 
     def load_model(self) -> PreTrainedModel:
         source, field = self._source(tokenizer=False)

@@ -1,5 +1,6 @@
 """Tiny randomly initialized backbones built from the real configs and tokenizers of ModernBERT, RoBERTa and BERT:
 they exercise those code paths offline, where no such weights exist (generated once into $VTLAB_CACHE)."""
+
 from __future__ import annotations
 
 import base64
@@ -28,14 +29,27 @@ class _GeneratedBackbone(Backbone):
     random_init = True
     family = "override"  # the architecture family (Backbone.family)
 
-    def __init__(self, hidden_size: int = 128, num_hidden_layers: int = 2, num_attention_heads: int = 2,
-                 intermediate_size: int = 256, seed: int = 0, name: str | None = None) -> None:
-        self.params = dict(hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
-                           num_attention_heads=num_attention_heads, intermediate_size=intermediate_size, seed=seed)
+    def __init__(
+        self,
+        hidden_size: int = 128,
+        num_hidden_layers: int = 2,
+        num_attention_heads: int = 2,
+        intermediate_size: int = 256,
+        seed: int = 0,
+        name: str | None = None,
+    ) -> None:
+        self.params = dict(
+            hidden_size=hidden_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            intermediate_size=intermediate_size,
+            seed=seed,
+        )
         key = json.dumps({"recipe": self.recipe, **self.params}, sort_keys=True)
         self.dirname = f"{self.prefix}-{stable_hash(key, length=12)}"
-        super().__init__(name_or_path=self.prefix, family=self.family, attn_implementation="sdpa",
-                         name=name or self.prefix)
+        super().__init__(
+            name_or_path=self.prefix, family=self.family, attn_implementation="sdpa", name=name or self.prefix
+        )
 
     def cache_key(self) -> str:
         return self.dirname
@@ -48,6 +62,7 @@ class _GeneratedBackbone(Backbone):
         final = cache_dir("backbones") / self.dirname
         complete = lambda d: (d / "vtlab_backbone.json").is_file()  # noqa: E731
         if not complete(final):
+
             def write(tmp: Path) -> None:
                 self._build_tokenizer().save_pretrained(tmp)
                 self._build_model().save_pretrained(tmp)
@@ -93,22 +108,37 @@ class TinyModernBert(_GeneratedBackbone):
         tk.add_special_tokens([AddedToken(s, special=True, normalized=False, lstrip=s == "[MASK]") for s in specials])
         tk.add_tokens([AddedToken(f"[unused{i}]", normalized=False) for i in range(self.VOCAB_SIZE - 50285)])
         tk.post_processor = TemplateProcessing(
-            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B [SEP]",
             special_tokens=[("[CLS]", tk.token_to_id("[CLS]")), ("[SEP]", tk.token_to_id("[SEP]"))],
         )
         if tk.get_vocab_size() != self.VOCAB_SIZE or tk.token_to_id("[CLS]") != 50281:
             raise AssetError(f"olmo-tokenizer asset gave an unexpected vocabulary ({tk.get_vocab_size()} ids)")
-        return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-                                       pad_token="[PAD]", mask_token="[MASK]", model_max_length=8192)
+        return PreTrainedTokenizerFast(
+            tokenizer_object=tk,
+            unk_token="[UNK]",
+            cls_token="[CLS]",
+            sep_token="[SEP]",
+            pad_token="[PAD]",
+            mask_token="[MASK]",
+            model_max_length=8192,
+        )
 
     def _build_model(self) -> PreTrainedModel:
         from transformers import ModernBertConfig, ModernBertForMaskedLM
 
         p = self.params
         config = ModernBertConfig(
-            vocab_size=self.VOCAB_SIZE, hidden_size=p["hidden_size"], num_hidden_layers=p["num_hidden_layers"],
-            num_attention_heads=p["num_attention_heads"], intermediate_size=p["intermediate_size"],
-            pad_token_id=50283, bos_token_id=50281, eos_token_id=50282, cls_token_id=50281, sep_token_id=50282,
+            vocab_size=self.VOCAB_SIZE,
+            hidden_size=p["hidden_size"],
+            num_hidden_layers=p["num_hidden_layers"],
+            num_attention_heads=p["num_attention_heads"],
+            intermediate_size=p["intermediate_size"],
+            pad_token_id=50283,
+            bos_token_id=50281,
+            eos_token_id=50282,
+            cls_token_id=50281,
+            sep_token_id=50282,
         )
         return self._seeded(lambda: ModernBertForMaskedLM(config))
 
@@ -154,27 +184,44 @@ class TinyRoberta(_GeneratedBackbone):
         specials = ["<s>", "<pad>", "</s>", "<unk>"]
         vocab = {s: i for i, s in enumerate(specials)} | {t: i + len(specials) for t, i in gpt2_vocab.items()}
         tk = Tokenizer(BPE(vocab, merges, fuse_unk=False, ignore_merges=True))
-        tk.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(GPT2_PAT), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
+        tk.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(GPT2_PAT), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
         tk.decoder = decoders.ByteLevel()
         tk.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
         tk.add_special_tokens([AddedToken("<mask>", special=True, normalized=False, lstrip=True)])
         tk.post_processor = RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True, add_prefix_space=False)
-        return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", sep_token="</s>",
-                                       cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
-                                       model_max_length=512)
+        return PreTrainedTokenizerFast(
+            tokenizer_object=tk,
+            bos_token="<s>",
+            eos_token="</s>",
+            sep_token="</s>",
+            cls_token="<s>",
+            unk_token="<unk>",
+            pad_token="<pad>",
+            mask_token="<mask>",
+            model_max_length=512,
+        )
 
     def _build_model(self) -> PreTrainedModel:
         from transformers import RobertaConfig, RobertaForMaskedLM
 
         p = self.params
         config = RobertaConfig(
-            vocab_size=len(read_tiktoken(asset_path("gpt2-bpe"))) + 5, hidden_size=p["hidden_size"],
-            num_hidden_layers=p["num_hidden_layers"], num_attention_heads=p["num_attention_heads"],
-            intermediate_size=p["intermediate_size"], max_position_embeddings=514, type_vocab_size=1,
-            pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5,
+            vocab_size=len(read_tiktoken(asset_path("gpt2-bpe"))) + 5,
+            hidden_size=p["hidden_size"],
+            num_hidden_layers=p["num_hidden_layers"],
+            num_attention_heads=p["num_attention_heads"],
+            intermediate_size=p["intermediate_size"],
+            max_position_embeddings=514,
+            type_vocab_size=1,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            layer_norm_eps=1e-5,
         )
         return self._seeded(lambda: RobertaForMaskedLM(config))
 
@@ -196,8 +243,12 @@ class TinyBert(_GeneratedBackbone):
         p = self.params
         tok = self._build_tokenizer()
         config = BertConfig(
-            vocab_size=len(tok), hidden_size=p["hidden_size"], num_hidden_layers=p["num_hidden_layers"],
-            num_attention_heads=p["num_attention_heads"], intermediate_size=p["intermediate_size"],
-            max_position_embeddings=512, pad_token_id=tok.pad_token_id,
+            vocab_size=len(tok),
+            hidden_size=p["hidden_size"],
+            num_hidden_layers=p["num_hidden_layers"],
+            num_attention_heads=p["num_attention_heads"],
+            intermediate_size=p["intermediate_size"],
+            max_position_embeddings=512,
+            pad_token_id=tok.pad_token_id,
         )
         return self._seeded(lambda: BertForMaskedLM(config))

@@ -7,6 +7,7 @@ so the ratios compare the two under the same machine load. Writes outputs/bench/
 top-10 lists used for the equality / recall checks, and outputs/bench/summary.json; prints a table of absolute figures,
 ratios and targets. Numbers are measured, never asserted: a target that is missed is reported with its shortfall.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -93,26 +94,36 @@ def encode_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]
         if has_ort:
             log(f"encode {model}: ONNX export (once, cached)")
             onnx_dir(model)
-        tools = ["st", "vtlab", "floor"] + (["onnx"] if has_ort else []) + (["vtlab-bf16"] if model == "splade-tiny"
-                                                                              else [])
+        tools = (
+            ["st", "vtlab", "floor"]
+            + (["onnx"] if has_ort else [])
+            + (["vtlab-bf16"] if model == "splade-tiny" else [])
+        )
         r: dict[str, Any] = {}
         for tool in tools:
             log(f"encode {model} {tool}")
-            r[tool] = run_worker("vtlab.bench.encode", ["--tool", tool, "--model", model, "--threads",
-                                                        str(args.threads), "--vectors", str(vec), *limits],
-                                 out / "encode" / f"{model}-{tool}.json", args.threads)
+            r[tool] = run_worker(
+                "vtlab.bench.encode",
+                ["--tool", tool, "--model", model, "--threads", str(args.threads), "--vectors", str(vec), *limits],
+                out / "encode" / f"{model}-{tool}.json",
+                args.threads,
+            )
         check = {}
         for side in ("doc", "query"):
             a = sp.load_npz(vec / f"vtlab-{model}-{side}.npz")
             b = sp.load_npz(vec / f"st-{model}-{side}.npz")
             diff = abs(a - b)
-            check[side] = {"max_abs_diff": float(diff.max()) if diff.nnz else 0.0,
-                           "same_support": bool(((a != 0) != (b != 0)).nnz == 0)}
+            check[side] = {
+                "max_abs_diff": float(diff.max()) if diff.nnz else 0.0,
+                "same_support": bool(((a != 0) != (b != 0)).nnz == 0),
+            }
         r["equal_to_st_1e-5"] = all(c["max_abs_diff"] <= 1e-5 for c in check.values())
         r["vs_st"] = check
         if "onnx" in r:
-            r["vs_onnx"] = {side: max_abs_diff(vec / f"vtlab-{model}-{side}.npz", vec / f"onnx-{model}-{side}.npz")
-                            for side in ("doc", "query")}
+            r["vs_onnx"] = {
+                side: max_abs_diff(vec / f"vtlab-{model}-{side}.npz", vec / f"onnx-{model}-{side}.npz")
+                for side in ("doc", "query")
+            }
             r["equal_to_onnx_1e-4"] = all(d <= 1e-4 for d in r["vs_onnx"].values())
         res[model] = r
     tiny = res["splade-tiny"]
@@ -152,8 +163,12 @@ def train_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]:
     res = {}
     for tool in ("st", "vtlab"):
         log(f"train {tool}")
-        res[tool] = run_worker("vtlab.bench.train", ["--tool", tool, "--threads", str(args.threads), *steps],
-                               out / "train" / f"{tool}.json", args.threads)
+        res[tool] = run_worker(
+            "vtlab.bench.train",
+            ["--tool", tool, "--threads", str(args.threads), *steps],
+            out / "train" / f"{tool}.json",
+            args.threads,
+        )
     return res
 
 
@@ -174,15 +189,29 @@ def retrieval_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, A
         r: dict[str, Any] = {}
         for method in ("scipy", "exact", "seismic"):
             log(f"retrieval {name} {method}")
-            r[method] = run_worker("vtlab.bench.retrieval",
-                                   ["--collection", name, "--method", method, "--threads", str(args.threads),
-                                    "--top", str(top), *extra, *(seismic if method == "seismic" else [])],
-                                   out / "retrieval" / f"{name}-{method}.json", args.threads)
+            r[method] = run_worker(
+                "vtlab.bench.retrieval",
+                [
+                    "--collection",
+                    name,
+                    "--method",
+                    method,
+                    "--threads",
+                    str(args.threads),
+                    "--top",
+                    str(top),
+                    *extra,
+                    *(seismic if method == "seismic" else []),
+                ],
+                out / "retrieval" / f"{name}-{method}.json",
+                args.threads,
+            )
         exact = np.load(top / f"{name}-exact.npy")
         r["exact_equals_scipy"] = bool(np.array_equal(exact, np.load(top / f"{name}-scipy.npy")))
         approx = np.load(top / f"{name}-seismic.npy")
-        r["seismic_recall_at_10"] = float(np.mean([len(set(a) & set(b[b >= 0])) / len(a) for a, b in
-                                                   zip(exact, approx)]))
+        r["seismic_recall_at_10"] = float(
+            np.mean([len(set(a) & set(b[b >= 0])) / len(a) for a, b in zip(exact, approx)])
+        )
         res[name] = r
     return res
 
@@ -211,8 +240,9 @@ def summarize(parts: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
         keys[f"encode_equal_to_st{suffix}"] = r["equal_to_st_1e-5"]
         if "onnx" in r:  # ONNX Runtime: the same ratios as against sentence-transformers (vtlab / ORT)
             keys[f"encode_speedup_vs_onnx{suffix}"] = ratio(r["vtlab"]["doc"]["per_s"], r["onnx"]["doc"]["per_s"])
-            keys[f"encode_query_speedup_vs_onnx{suffix}"] = ratio(r["vtlab"]["query"]["per_s"],
-                                                                 r["onnx"]["query"]["per_s"])
+            keys[f"encode_query_speedup_vs_onnx{suffix}"] = ratio(
+                r["vtlab"]["query"]["per_s"], r["onnx"]["query"]["per_s"]
+            )
             keys[f"encode_rss_ratio_vs_onnx{suffix}"] = ratio(r["vtlab"]["peak_rss_mb"], r["onnx"]["peak_rss_mb"])
             keys[f"encode_equal_to_onnx{suffix}"] = r["equal_to_onnx_1e-4"]
     if "vtlab-bf16" in enc.get("splade-tiny", {}):
@@ -236,8 +266,9 @@ def summarize(parts: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
         scipy_ms = r["scipy"]["ms_per_query"]  # the peer: one thread
         keys[f"exact_speedup_vs_scipy{suffix}"] = ratio(scipy_ms, r["exact"]["ms_per_query"])
         t = f"{args.threads}_threads"
-        keys[f"exact_speedup_vs_scipy_same_threads{suffix}"] = ratio(r["scipy"][t]["ms_per_query"],
-                                                                     r["exact"]["ms_per_query"])
+        keys[f"exact_speedup_vs_scipy_same_threads{suffix}"] = ratio(
+            r["scipy"][t]["ms_per_query"], r["exact"]["ms_per_query"]
+        )
         keys[f"seismic_speedup_vs_scipy{suffix}"] = ratio(scipy_ms, r["seismic"]["ms_per_query"])
         keys[f"seismic_recall_at_10{suffix}"] = r["seismic_recall_at_10"]
         keys[f"exact_equals_scipy{suffix}"] = r["exact_equals_scipy"]
@@ -257,66 +288,141 @@ def table(parts: dict[str, Any], summary: dict[str, Any], args: argparse.Namespa
         if key in summary.get("targets", {}):
             j = summary["targets"][key]
             verdict = f"{j['target']}: " + ("met" if j["met"] else f"MISSED ({j.get('shortfall')})")
-        rows.append((what, vt, peer, "" if val is None else (f"{val:.3f}" if isinstance(val, float) else str(val)),
-                     verdict))
+        rows.append(
+            (what, vt, peer, "" if val is None else (f"{val:.3f}" if isinstance(val, float) else str(val)), verdict)
+        )
 
     for model, r in parts.get("encode", {}).items():
         sfx = "" if model == "splade-tiny" else f"_{model.replace('-', '_')}"
         v, s, f = r["vtlab"], r["st"], r["floor"]
         model = f"{model} ({v['doc']['n']:,} docs)"
-        add(f"encode {model} docs/s", f"{v['doc']['per_s']:.1f}", f"ST {s['doc']['per_s']:.1f}",
-            f"encode_speedup_vs_st{sfx}")
-        add(f"encode {model} queries/s", f"{v['query']['per_s']:.1f}", f"ST {s['query']['per_s']:.1f}",
-            f"encode_query_speedup_vs_st{sfx}")
-        add(f"encode {model} peak RSS MB", f"{v['peak_rss_mb']:.0f}", f"ST {s['peak_rss_mb']:.0f}",
-            f"encode_rss_ratio_vs_st{sfx}")
-        add(f"encode {model} doc pass s", f"{v['doc']['wall_s']:.2f}", f"floor {f['doc']['wall_s']:.2f}",
-            f"encode_vs_floor{sfx}")
-        add(f"encode {model} = ST to 1e-5", str(r["equal_to_st_1e-5"]),
-            "max|Δ| " + ", ".join(f"{k} {c['max_abs_diff']:.1e}" for k, c in r["vs_st"].items()))
+        add(
+            f"encode {model} docs/s",
+            f"{v['doc']['per_s']:.1f}",
+            f"ST {s['doc']['per_s']:.1f}",
+            f"encode_speedup_vs_st{sfx}",
+        )
+        add(
+            f"encode {model} queries/s",
+            f"{v['query']['per_s']:.1f}",
+            f"ST {s['query']['per_s']:.1f}",
+            f"encode_query_speedup_vs_st{sfx}",
+        )
+        add(
+            f"encode {model} peak RSS MB",
+            f"{v['peak_rss_mb']:.0f}",
+            f"ST {s['peak_rss_mb']:.0f}",
+            f"encode_rss_ratio_vs_st{sfx}",
+        )
+        add(
+            f"encode {model} doc pass s",
+            f"{v['doc']['wall_s']:.2f}",
+            f"floor {f['doc']['wall_s']:.2f}",
+            f"encode_vs_floor{sfx}",
+        )
+        add(
+            f"encode {model} = ST to 1e-5",
+            str(r["equal_to_st_1e-5"]),
+            "max|Δ| " + ", ".join(f"{k} {c['max_abs_diff']:.1e}" for k, c in r["vs_st"].items()),
+        )
         if "onnx" in r:
             o = r["onnx"]
-            add(f"encode {model} docs/s vs ONNX Runtime", f"{v['doc']['per_s']:.1f}", f"ORT {o['doc']['per_s']:.1f}",
-                f"encode_speedup_vs_onnx{sfx}")
-            add(f"encode {model} queries/s vs ONNX Runtime", f"{v['query']['per_s']:.1f}",
-                f"ORT {o['query']['per_s']:.1f}", f"encode_query_speedup_vs_onnx{sfx}")
-            add(f"encode {model} peak RSS MB vs ONNX Runtime", f"{v['peak_rss_mb']:.0f}",
-                f"ORT {o['peak_rss_mb']:.0f}", f"encode_rss_ratio_vs_onnx{sfx}")
-            add(f"encode {model} = ORT to 1e-4", str(r["equal_to_onnx_1e-4"]),
-                "max|Δ| " + ", ".join(f"{k} {d:.1e}" for k, d in r["vs_onnx"].items()))
+            add(
+                f"encode {model} docs/s vs ONNX Runtime",
+                f"{v['doc']['per_s']:.1f}",
+                f"ORT {o['doc']['per_s']:.1f}",
+                f"encode_speedup_vs_onnx{sfx}",
+            )
+            add(
+                f"encode {model} queries/s vs ONNX Runtime",
+                f"{v['query']['per_s']:.1f}",
+                f"ORT {o['query']['per_s']:.1f}",
+                f"encode_query_speedup_vs_onnx{sfx}",
+            )
+            add(
+                f"encode {model} peak RSS MB vs ONNX Runtime",
+                f"{v['peak_rss_mb']:.0f}",
+                f"ORT {o['peak_rss_mb']:.0f}",
+                f"encode_rss_ratio_vs_onnx{sfx}",
+            )
+            add(
+                f"encode {model} = ORT to 1e-4",
+                str(r["equal_to_onnx_1e-4"]),
+                "max|Δ| " + ", ".join(f"{k} {d:.1e}" for k, d in r["vs_onnx"].items()),
+            )
         if "vtlab-bf16" in r:
             b = r["vtlab-bf16"]
-            add(f"encode {model} bf16 docs/s", f"{b['doc']['per_s']:.1f}", f"fp32 {v['doc']['per_s']:.1f}",
-                "encode_bf16_speedup_vs_fp32")
+            add(
+                f"encode {model} bf16 docs/s",
+                f"{b['doc']['per_s']:.1f}",
+                f"fp32 {v['doc']['per_s']:.1f}",
+                "encode_bf16_speedup_vs_fp32",
+            )
             if "encode_precision_auto" in summary:
-                add(f"encode {model} precision=auto → {summary['encode_precision_auto']}", "", "fp32",
-                    "encode_auto_speedup_vs_fp32")
+                add(
+                    f"encode {model} precision=auto → {summary['encode_precision_auto']}",
+                    "",
+                    "fp32",
+                    "encode_auto_speedup_vs_fp32",
+                )
             if "delta_ndcg10" in r.get("bf16_quality", {}):
                 q = r["bf16_quality"]
-                add("encode bf16 nDCG@10 BoolQ", f"{q['vtlab-bf16']:.4f}", f"fp32 {q['vtlab']:.4f}",
-                    "encode_bf16_ndcg10_delta")
+                add(
+                    "encode bf16 nDCG@10 BoolQ",
+                    f"{q['vtlab-bf16']:.4f}",
+                    f"fp32 {q['vtlab']:.4f}",
+                    "encode_bf16_ndcg10_delta",
+                )
     tr = parts.get("train")
     if tr:
-        add("train step s (batch 16, len 128)", f"{tr['vtlab']['s_per_step']:.3f}", f"ST {tr['st']['s_per_step']:.3f}",
-            "train_speedup_vs_st")
-        add("train peak RSS MB", f"{tr['vtlab']['peak_rss_mb']:.0f}", f"ST {tr['st']['peak_rss_mb']:.0f}",
-            "train_rss_ratio_vs_st")
+        add(
+            "train step s (batch 16, len 128)",
+            f"{tr['vtlab']['s_per_step']:.3f}",
+            f"ST {tr['st']['s_per_step']:.3f}",
+            "train_speedup_vs_st",
+        )
+        add(
+            "train peak RSS MB",
+            f"{tr['vtlab']['peak_rss_mb']:.0f}",
+            f"ST {tr['st']['peak_rss_mb']:.0f}",
+            "train_rss_ratio_vs_st",
+        )
     for name, r in parts.get("retrieval", {}).items():
         sfx = "" if name == "synthetic" else f"_{name}"
         n = r["exact"]["data"]["n_docs"]
         sc, ex, se = r["scipy"], r["exact"], r["seismic"]
         t = f"{args.threads}_threads"
-        add(f"{name} ({n:,} docs) exact ms/query", f"{ex['ms_per_query']:.3f}",
-            f"scipy 1 thr {sc['ms_per_query']:.3f}", f"exact_speedup_vs_scipy{sfx}")
-        add(f"{name} exact ms/query, {args.threads} threads both", f"{ex['ms_per_query']:.3f}",
-            f"scipy {sc[t]['ms_per_query']:.3f}", f"exact_speedup_vs_scipy_same_threads{sfx}")
-        add(f"{name} exact build s / index MB", f"{ex['build_s']:.2f} / {ex['index_mb']:.0f}",
-            f"scipy {sc['build_s']:.2f} / {sc['index_mb']:.0f}", raw=None)
-        add(f"{name} seismic ms/query", f"{se['ms_per_query']:.3f}", f"scipy 1 thr {sc['ms_per_query']:.3f}",
-            f"seismic_speedup_vs_scipy{sfx}")
+        add(
+            f"{name} ({n:,} docs) exact ms/query",
+            f"{ex['ms_per_query']:.3f}",
+            f"scipy 1 thr {sc['ms_per_query']:.3f}",
+            f"exact_speedup_vs_scipy{sfx}",
+        )
+        add(
+            f"{name} exact ms/query, {args.threads} threads both",
+            f"{ex['ms_per_query']:.3f}",
+            f"scipy {sc[t]['ms_per_query']:.3f}",
+            f"exact_speedup_vs_scipy_same_threads{sfx}",
+        )
+        add(
+            f"{name} exact build s / index MB",
+            f"{ex['build_s']:.2f} / {ex['index_mb']:.0f}",
+            f"scipy {sc['build_s']:.2f} / {sc['index_mb']:.0f}",
+            raw=None,
+        )
+        add(
+            f"{name} seismic ms/query",
+            f"{se['ms_per_query']:.3f}",
+            f"scipy 1 thr {sc['ms_per_query']:.3f}",
+            f"seismic_speedup_vs_scipy{sfx}",
+        )
         add(f"{name} seismic recall@10", "", "", f"seismic_recall_at_10{sfx}")
-        add(f"{name} seismic build s / index RSS MB", f"{se['build_s']:.1f} / {se['rss_after_build_mb']:.0f}",
-            f"exact {ex['build_s']:.2f} / {ex.get('rss_after_build_mb', ex['index_mb']):.0f}", raw=None)
+        add(
+            f"{name} seismic build s / index RSS MB",
+            f"{se['build_s']:.1f} / {se['rss_after_build_mb']:.0f}",
+            f"exact {ex['build_s']:.2f} / {ex.get('rss_after_build_mb', ex['index_mb']):.0f}",
+            raw=None,
+        )
     if "transfer" in parts:
         t = parts["transfer"]
         add("transfer s (ModernBERT-base shapes)", f"{t['transfer_s']:.1f}", "", "transfer_seconds")
@@ -336,10 +442,12 @@ def main() -> None:
     ap.add_argument("--n-queries", type=int, default=1000)
     ap.add_argument("--docs", type=int, default=None, help="encode only the first N passages / questions")
     ap.add_argument("--models", default="splade-tiny,minilm", help="encode bench models (splade-tiny first)")
-    ap.add_argument("--minilm-docs", type=int, default=1000,
-                    help="MiniLM encodes the first N passages / questions (0: all)")
-    ap.add_argument("--quick", action="store_true",
-                    help="a smoke run: SPLADE-tiny on 256 texts, 6 train steps, 20k synthetic docs")
+    ap.add_argument(
+        "--minilm-docs", type=int, default=1000, help="MiniLM encodes the first N passages / questions (0: all)"
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="a smoke run: SPLADE-tiny on 256 texts, 6 train steps, 20k synthetic docs"
+    )
     args = ap.parse_args()
     if args.quick:
         args.docs = args.docs or 256
@@ -351,8 +459,12 @@ def main() -> None:
     log = Log()
     parts: dict[str, Any] = {}
     runners = {"encode": encode_part, "train": train_part, "retrieval": retrieval_part, "transfer": transfer_part}
-    info = {"machine_start": machine(), "args": vars(args), "gpu": "not measured (no GPU in this environment)",
-            "seismic": SEISMIC}
+    info = {
+        "machine_start": machine(),
+        "args": vars(args),
+        "gpu": "not measured (no GPU in this environment)",
+        "seismic": SEISMIC,
+    }
     for name in args.only.split(","):
         if name not in runners:
             raise SystemExit(f"--only: unknown part {name!r} (choose from {', '.join(runners)})")
@@ -365,11 +477,13 @@ def main() -> None:
     (out / "details.json").write_text(json.dumps({"info": info, **parts}, indent=2, default=float) + "\n")
     (out / "summary.json").write_text(json.dumps({**summary, "info": info}, indent=2, default=float) + "\n")
     print(table(parts, summary, args))
-    print(f"\nload average at start {info['machine_start']['loadavg_1_5_15']}, end "
-          f"{info['machine_end']['loadavg_1_5_15']} on {info['machine_start'].get('cpus')} CPUs; GPU not measured; "
-          f"CPU native bf16 (avx512_bf16/amx_bf16): {info['machine_start'].get('avx512_bf16')}/"
-          f"{info['machine_start'].get('amx_bf16')}, precision=auto → {info['machine_start'].get('precision_auto')}; "
-          f"total {info['total_wall_s']:.0f}s → {out / 'summary.json'}")
+    print(
+        f"\nload average at start {info['machine_start']['loadavg_1_5_15']}, end "
+        f"{info['machine_end']['loadavg_1_5_15']} on {info['machine_start'].get('cpus')} CPUs; GPU not measured; "
+        f"CPU native bf16 (avx512_bf16/amx_bf16): {info['machine_start'].get('avx512_bf16')}/"
+        f"{info['machine_start'].get('amx_bf16')}, precision=auto → {info['machine_start'].get('precision_auto')}; "
+        f"total {info['total_wall_s']:.0f}s → {out / 'summary.json'}"
+    )
 
 
 if __name__ == "__main__":

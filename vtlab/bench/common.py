@@ -1,4 +1,5 @@
 """Shared bench plumbing: one measurement per fresh subprocess, peak RSS, timers, machine facts."""
+
 from __future__ import annotations
 
 import json
@@ -71,9 +72,17 @@ def set_threads(n: int, torch_threads: bool = True) -> None:
 
 def worker_env(threads: int) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-               TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WANDB_MODE="disabled",
-               TRANSFORMERS_VERBOSITY="error", PYTHONWARNINGS="ignore")
+    env.update(
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        OPENBLAS_NUM_THREADS=str(threads),
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        WANDB_MODE="disabled",
+        TRANSFORMERS_VERBOSITY="error",
+        PYTHONWARNINGS="ignore",
+    )
     return env
 
 
@@ -104,8 +113,11 @@ def write_result(path: str | Path, result: dict[str, Any]) -> None:
 
 def machine() -> dict[str, Any]:
     """What the numbers were measured on, including how busy the machine was (other jobs skew wall times)."""
-    info: dict[str, Any] = {"python": platform.python_version(), "cpus": os.cpu_count(),
-                            "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()]}
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
+    }
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

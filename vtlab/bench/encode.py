@@ -13,6 +13,7 @@
 
 Peak RSS is this process's (ru_maxrss); vectors go to --vectors as CSR .npz for the parent's equality check.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,6 +30,7 @@ from vtlab.assets import asset_path, cache_dir
 from vtlab.atomic import build_dir
 from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, timed, write_result
 from vtlab.data.boolq import boolq_collection
+
 # torch-free; onnxruntime is imported only when used
 from vtlab.export.onnx_runtime import GRAPH_VERSION, OnnxSparseEncoder
 
@@ -81,8 +83,9 @@ def onnx_dir(name: str) -> Path:
         from vtlab.export.onnx import export_onnx
         from vtlab.models.encoder import SpladeEncoder
 
-        enc = SpladeEncoder.from_backbone(Backbone(str(model_dir(name)), family="bert"), query_max_length=QUERY_LEN,
-                                          doc_max_length=DOC_LEN)
+        enc = SpladeEncoder.from_backbone(
+            Backbone(str(model_dir(name)), family="bert"), query_max_length=QUERY_LEN, doc_max_length=DOC_LEN
+        )
         build_dir(out, lambda tmp: export_onnx(enc, tmp), lambda d: (d / "onnx.json").is_file(), disk_errors=False)
     return out
 
@@ -106,8 +109,9 @@ def run_vtlab(path: Path, docs: list[str], queries: list[str], batch: int, preci
     from vtlab.backbones import Backbone
     from vtlab.models.encoder import SpladeEncoder
 
-    enc = SpladeEncoder.from_backbone(Backbone(str(path), family="bert"), query_max_length=QUERY_LEN,
-                                      doc_max_length=DOC_LEN, precision=precision)
+    enc = SpladeEncoder.from_backbone(
+        Backbone(str(path), family="bert"), query_max_length=QUERY_LEN, doc_max_length=DOC_LEN, precision=precision
+    )
     result: dict[str, Any] = {"rss_after_load_mb": round(rss_mb(), 1)}
     enc.encode(docs[:batch], "doc", batch_size=batch, show_progress=False)  # warm-up: one-time allocations, oneDNN
     vectors = {}
@@ -115,8 +119,12 @@ def run_vtlab(path: Path, docs: list[str], queries: list[str], batch: int, preci
         items = docs if side == "doc" else queries
         with timed() as t:
             vectors[side] = enc.encode(items, side, batch_size=batch, show_progress=False)
-        result[side] = {"n": len(items), "wall_s": round(t.wall_s, 3), "cpu_s": round(t.cpu_s, 3),
-                        "per_s": round(len(items) / t.wall_s, 2)}
+        result[side] = {
+            "n": len(items),
+            "wall_s": round(t.wall_s, 3),
+            "cpu_s": round(t.cpu_s, 3),
+            "per_s": round(len(items) / t.wall_s, 2),
+        }
     return {**result, "_vectors": vectors}
 
 
@@ -129,8 +137,9 @@ def run_st(path: Path, docs: list[str], queries: list[str], batch: int) -> dict[
         warnings.simplefilter("ignore")
         logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
         mlm = MLMTransformer(str(path), max_seq_length=DOC_LEN)
-        model = SparseEncoder(modules=[mlm, SpladePooling(pooling_strategy="max", activation_function="relu")],
-                              device="cpu")
+        model = SparseEncoder(
+            modules=[mlm, SpladePooling(pooling_strategy="max", activation_function="relu")], device="cpu"
+        )
     model.eval()
     result: dict[str, Any] = {"rss_after_load_mb": round(rss_mb(), 1)}
     model.encode(docs[:batch], batch_size=batch, show_progress_bar=False)  # warm-up, as for vtlab
@@ -141,8 +150,12 @@ def run_st(path: Path, docs: list[str], queries: list[str], batch: int) -> dict[
         with timed() as t:
             emb = model.encode(items, batch_size=batch, show_progress_bar=False, convert_to_sparse_tensor=True)
         vectors[side] = torch_sparse_to_csr(emb)
-        result[side] = {"n": len(items), "wall_s": round(t.wall_s, 3), "cpu_s": round(t.cpu_s, 3),
-                        "per_s": round(len(items) / t.wall_s, 2)}
+        result[side] = {
+            "n": len(items),
+            "wall_s": round(t.wall_s, 3),
+            "cpu_s": round(t.cpu_s, 3),
+            "per_s": round(len(items) / t.wall_s, 2),
+        }
     return {**result, "_vectors": vectors}
 
 
@@ -155,8 +168,12 @@ def run_onnx(path: Path, docs: list[str], queries: list[str], batch: int, thread
         items = docs if side == "doc" else queries
         with timed() as t:
             vectors[side] = enc.encode(items, side, batch_size=batch)
-        result[side] = {"n": len(items), "wall_s": round(t.wall_s, 3), "cpu_s": round(t.cpu_s, 3),
-                        "per_s": round(len(items) / t.wall_s, 2)}
+        result[side] = {
+            "n": len(items),
+            "wall_s": round(t.wall_s, 3),
+            "cpu_s": round(t.cpu_s, 3),
+            "per_s": round(len(items) / t.wall_s, 2),
+        }
     return {**result, "_vectors": vectors}
 
 
@@ -168,8 +185,9 @@ def run_floor(path: Path, docs: list[str], queries: list[str], batch: int) -> di
     from vtlab.models.encoder import SpladeEncoder
     from vtlab.models.pooling import DEFAULT_CHUNK_BYTES, tile_shape
 
-    enc = SpladeEncoder.from_backbone(Backbone(str(path), family="bert"), query_max_length=QUERY_LEN,
-                                      doc_max_length=DOC_LEN)
+    enc = SpladeEncoder.from_backbone(
+        Backbone(str(path), family="bert"), query_max_length=QUERY_LEN, doc_max_length=DOC_LEN
+    )
     enc.eval()
     net = enc.model
     result: dict[str, Any] = {"rss_after_load_mb": round(rss_mb(), 1)}
@@ -196,8 +214,12 @@ def run_floor(path: Path, docs: list[str], queries: list[str], batch: int) -> di
                 items = docs if side == "doc" else queries
                 with timed() as t:
                     one_pass(items, side)
-                result[side] = {"n": len(items), "wall_s": round(t.wall_s, 3), "cpu_s": round(t.cpu_s, 3),
-                                "per_s": round(len(items) / t.wall_s, 2)}
+                result[side] = {
+                    "n": len(items),
+                    "wall_s": round(t.wall_s, 3),
+                    "cpu_s": round(t.cpu_s, 3),
+                    "per_s": round(len(items) / t.wall_s, 2),
+                }
     return result
 
 
@@ -230,8 +252,14 @@ def main() -> None:
         for side, m in vectors.items():
             sp.save_npz(d / f"{args.tool}-{args.model}-{side}.npz", sp.csr_matrix(m, dtype=np.float32))
             result[side]["nnz_per_row"] = round(m.nnz / max(m.shape[0], 1), 1)
-    result.update(tool=args.tool, model=args.model, batch=args.batch, threads=args.threads,
-                  peak_rss_mb=round(peak_rss_mb(), 1), torch_loaded="torch" in sys.modules)
+    result.update(
+        tool=args.tool,
+        model=args.model,
+        batch=args.batch,
+        threads=args.threads,
+        peak_rss_mb=round(peak_rss_mb(), 1),
+        torch_loaded="torch" in sys.modules,
+    )
     write_result(args.out, result)
 
 

@@ -16,6 +16,7 @@ memory, and the MLM head's share of step time from torch.profiler over a window 
 (vtlab.models.pooling.MaskedMaxLogits forward + backward: tiled GEMM, max-pool, sparse backward) and the GEMM
 kernels inside it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,12 +54,28 @@ def config_overrides(shape: str, batch_size: int, max_length: int, init: str, ap
     """The run as Hydra overrides of conf/config.yaml: the paper's fine-tune on an offline ModernBERT-shaped model."""
     dims = [f"backbone.{k}={v}" for k, v in SHAPES[shape].items()]
     return [
-        "backbone=tiny-modernbert", *dims, "vocab=bert-uncased", f"init={init}", "apc=p60", f"apc.num_docs={apc_docs}",
-        "loss=margin-mse", "regularizer=flops-l0", "regularizer.doc.normalize=per_group",
-        "regularizer.query.weight=8", "regularizer.doc.weight=4", "regularizer.query.warmup_steps=50000",
-        "regularizer.doc.warmup_steps=50000", "model.optimizer.lr=2e-5", "model.scheduler.num_warmup_steps=6000",
-        f"data.batch_size={batch_size}", "data.num_negatives=1", f"data.query_max_length={max_length}",
-        f"data.doc_max_length={max_length}", "logger=none", "baseline=false", "paths.run_dir=/tmp/vtlab-gpu-smoke",
+        "backbone=tiny-modernbert",
+        *dims,
+        "vocab=bert-uncased",
+        f"init={init}",
+        "apc=p60",
+        f"apc.num_docs={apc_docs}",
+        "loss=margin-mse",
+        "regularizer=flops-l0",
+        "regularizer.doc.normalize=per_group",
+        "regularizer.query.weight=8",
+        "regularizer.doc.weight=4",
+        "regularizer.query.warmup_steps=50000",
+        "regularizer.doc.warmup_steps=50000",
+        "model.optimizer.lr=2e-5",
+        "model.scheduler.num_warmup_steps=6000",
+        f"data.batch_size={batch_size}",
+        "data.num_negatives=1",
+        f"data.query_max_length={max_length}",
+        f"data.doc_max_length={max_length}",
+        "logger=none",
+        "baseline=false",
+        "paths.run_dir=/tmp/vtlab-gpu-smoke",
     ]
 
 
@@ -66,8 +83,10 @@ def triplets(n: int) -> list[TripletExample]:
     """BoolQ validation: each question, its passage and the next question's passage; synthetic teacher scores."""
     pairs = validation_pairs()
     n = min(n, len(pairs))
-    return [TripletExample(q, p, [pairs[(i + 1) % len(pairs)][1]], [8.0 + (i % 5) * 0.5, float(i % 7) - 3.0])
-            for i, (q, p) in enumerate(pairs[:n])]
+    return [
+        TripletExample(q, p, [pairs[(i + 1) % len(pairs)][1]], [8.0 + (i % 5) * 0.5, float(i % 7) - 3.0])
+        for i, (q, p) in enumerate(pairs[:n])
+    ]
 
 
 class StepMeter(pl.Callback):
@@ -100,8 +119,9 @@ class StepMeter(pl.Callback):
         self._sync()
         self._t0 = time.perf_counter()
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._sync()
         self.times.append(time.perf_counter() - self._t0)
         step = len(self.times) - 1
@@ -113,6 +133,7 @@ class StepMeter(pl.Callback):
 
 def head_times(prof: profile, cuda: bool) -> tuple[float, float]:
     """(seconds inside the head's forward + backward, seconds of GEMM kernels inside it), summed over the window."""
+
     def spent(e: Any) -> float:
         return (e.device_time_total if cuda else e.cpu_time_total) / 1e6
 
@@ -124,10 +145,14 @@ def head_times(prof: profile, cuda: bool) -> tuple[float, float]:
         return False
 
     events = prof.events()
-    head = sum(spent(e) for e in events if (e.name == HEAD or e.name.endswith(HEAD + "Backward"))
-               and not in_head(e.cpu_parent))
-    gemm = sum((e.self_device_time_total if cuda else e.self_cpu_time_total) / 1e6
-               for e in events if e.name in GEMMS and in_head(e))
+    head = sum(
+        spent(e) for e in events if (e.name == HEAD or e.name.endswith(HEAD + "Backward")) and not in_head(e.cpu_parent)
+    )
+    gemm = sum(
+        (e.self_device_time_total if cuda else e.self_cpu_time_total) / 1e6
+        for e in events
+        if e.name in GEMMS and in_head(e)
+    )
     return head, gemm
 
 
@@ -137,20 +162,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("vtlab: error: gpu-smoke needs a CUDA GPU (or --tiny for the CPU shape)")
     pl.seed_everything(0, verbose=False)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=config_overrides(args.shape, args.batch_size, args.max_length, args.init,
-                                                           args.apc_docs))
+        cfg = compose(
+            "config", overrides=config_overrides(args.shape, args.batch_size, args.max_length, args.init, args.apc_docs)
+        )
     began = time.perf_counter()
     module = instantiate(cfg.model)
-    data = TripletDataModule(triplets(args.steps * args.batch_size), tokenizer=module.encoder.tokenizer,
-                             batch_size=args.batch_size, num_negatives=1, query_max_length=args.max_length,
-                             doc_max_length=args.max_length, num_workers=args.num_workers,
-                             preprocess=module.encoder.preprocess)
+    data = TripletDataModule(
+        triplets(args.steps * args.batch_size),
+        tokenizer=module.encoder.tokenizer,
+        batch_size=args.batch_size,
+        num_negatives=1,
+        query_max_length=args.max_length,
+        doc_max_length=args.max_length,
+        num_workers=args.num_workers,
+        preprocess=module.encoder.preprocess,
+    )
     meter = StepMeter(profile_from=min(args.warmup, args.steps - 1), profile_steps=args.profile_steps)
     callbacks = [instantiate(cfg.callbacks.vocab_transfer), instantiate(cfg.callbacks.apc), meter]
-    trainer = pl.Trainer(accelerator="gpu" if cuda else "cpu", devices=1, precision=args.precision,
-                         max_steps=args.steps, max_epochs=-1, limit_val_batches=0, num_sanity_val_steps=0,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=callbacks, default_root_dir=args.tmp)
+    trainer = pl.Trainer(
+        accelerator="gpu" if cuda else "cpu",
+        devices=1,
+        precision=args.precision,
+        max_steps=args.steps,
+        max_epochs=-1,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        default_root_dir=args.tmp,
+    )
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer.fit(module, datamodule=data)
@@ -166,7 +209,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "shape": {**SHAPES[args.shape], "vocab_size": enc.vocab_size, "init": args.init},
-        "precision": args.precision, "steps": len(meter.times), "warmup_steps_excluded": args.warmup,
+        "precision": args.precision,
+        "steps": len(meter.times),
+        "warmup_steps_excluded": args.warmup,
         "batch": {"queries": args.batch_size, "docs_per_query": 2, "max_length": args.max_length},
         "step_time_s_median": step,
         "step_time_s_mean": statistics.fmean(timed),
@@ -192,14 +237,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=None, help="queries per step (default 16; tiny 2)")
     p.add_argument("--max-length", type=int, default=None, help="tokens per text (default 256; tiny 16)")
     p.add_argument("--init", default=None, help="VT init (default semantic-pmi; tiny: mean, seconds on CPU)")
-    p.add_argument("--precision", default=None, help="Lightning precision (default bf16-mixed; tiny: 32-true, as "
-                   "CPUs without bf16 units emulate it slowly)")
+    p.add_argument(
+        "--precision",
+        default=None,
+        help="Lightning precision (default bf16-mixed; tiny: 32-true, as CPUs without bf16 units emulate it slowly)",
+    )
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("outputs/bench/gpu_smoke.json"))
     args = p.parse_args(argv)
     tiny = args.tiny
-    defaults = dict(steps=(3, 200), warmup=(1, 20), profile_steps=(1, 5), batch_size=(2, 16), max_length=(16, 256),
-                    init=("mean", "semantic-pmi"), precision=("32-true", "bf16-mixed"))
+    defaults = dict(
+        steps=(3, 200),
+        warmup=(1, 20),
+        profile_steps=(1, 5),
+        batch_size=(2, 16),
+        max_length=(16, 256),
+        init=("mean", "semantic-pmi"),
+        precision=("32-true", "bf16-mixed"),
+    )
     for key, (small, full) in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, small if tiny else full)
@@ -220,10 +275,12 @@ def main(argv: list[str] | None = None) -> int:
         result = run(args)
     write_result(args.out, result)
     print(json.dumps(result, indent=2, default=float))
-    print(f"gpu-smoke: {result['device']}: {result['step_time_s_median'] * 1000:.1f} ms/step, "
-          f"{result['tokens_per_s']:,.0f} tokens/s, head {100 * result['head_share_of_step']:.1f}% of the step "
-          f"(GEMMs {100 * result['head_gemm_share_of_step']:.1f}%), peak GPU memory "
-          f"{result['peak_gpu_mem_gib'] if result['peak_gpu_mem_gib'] is not None else 'n/a'} GiB -> {args.out}")
+    print(
+        f"gpu-smoke: {result['device']}: {result['step_time_s_median'] * 1000:.1f} ms/step, "
+        f"{result['tokens_per_s']:,.0f} tokens/s, head {100 * result['head_share_of_step']:.1f}% of the step "
+        f"(GEMMs {100 * result['head_gemm_share_of_step']:.1f}%), peak GPU memory "
+        f"{result['peak_gpu_mem_gib'] if result['peak_gpu_mem_gib'] is not None else 'n/a'} GiB -> {args.out}"
+    )
     return 0
 
 

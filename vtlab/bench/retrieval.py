@@ -12,6 +12,7 @@ Memory: the index's own arrays where known, the RSS the built index holds (RSS a
 far the build raised this process's peak RSS (0 when loading the data peaked higher). The top-10 doc indices go to
 --top for the parent's recall and equality checks.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,12 +57,18 @@ def load(args: argparse.Namespace) -> tuple[sp.csr_matrix, sp.csr_matrix, dict[s
         info = {"source": "synthetic Zipf–Mandelbrot (vtlab/bench/synthetic.py)"}
     p_d = np.bincount(docs.indices, minlength=docs.shape[1]) / docs.shape[0]
     p_q = np.bincount(queries.indices, minlength=queries.shape[1]) / queries.shape[0]
-    postings_per_query = float(np.bincount(docs.indices, minlength=docs.shape[1])[queries.indices].sum()
-                               / queries.shape[0])
-    info.update(n_docs=docs.shape[0], n_queries=queries.shape[0], doc_nnz=round(docs.nnz / docs.shape[0], 1),
-                query_nnz=round(queries.nnz / queries.shape[0], 1), flops=round(float(p_q @ p_d), 3),
-                postings_per_query=round(postings_per_query), doc_csr_mb=round(
-                    (docs.data.nbytes + docs.indices.nbytes + docs.indptr.nbytes) / 2**20, 1))
+    postings_per_query = float(
+        np.bincount(docs.indices, minlength=docs.shape[1])[queries.indices].sum() / queries.shape[0]
+    )
+    info.update(
+        n_docs=docs.shape[0],
+        n_queries=queries.shape[0],
+        doc_nnz=round(docs.nnz / docs.shape[0], 1),
+        query_nnz=round(queries.nnz / queries.shape[0], 1),
+        flops=round(float(p_q @ p_d), 3),
+        postings_per_query=round(postings_per_query),
+        doc_csr_mb=round((docs.data.nbytes + docs.indices.nbytes + docs.indptr.nbytes) / 2**20, 1),
+    )
     return docs, queries, info
 
 
@@ -70,8 +77,11 @@ def timed_search(index: Any, queries: sp.csr_matrix, **kwargs: Any) -> tuple[dic
     with timed() as t:
         _, idx = index.search(queries, K, **kwargs)
     n = queries.shape[0]
-    return {"ms_per_query": round(1000 * t.wall_s / n, 4), "cpu_ms_per_query": round(1000 * t.cpu_s / n, 4),
-            "wall_s": round(t.wall_s, 3)}, idx
+    return {
+        "ms_per_query": round(1000 * t.wall_s / n, 4),
+        "cpu_ms_per_query": round(1000 * t.cpu_s / n, 4),
+        "wall_s": round(t.wall_s, 3),
+    }, idx
 
 
 def main() -> None:
@@ -92,8 +102,12 @@ def main() -> None:
     args = ap.parse_args()
     set_threads(args.threads)
     docs, queries, info = load(args)
-    result: dict[str, Any] = {"collection": args.collection, "method": args.method, "threads": args.threads,
-                              "data": info}
+    result: dict[str, Any] = {
+        "collection": args.collection,
+        "method": args.method,
+        "threads": args.threads,
+        "data": info,
+    }
     rss0, peak0 = rss_mb(), peak_rss_mb()
     tops: dict[str, np.ndarray] = {}
     if args.method in ("scipy", "exact"):
@@ -111,15 +125,23 @@ def main() -> None:
         for name, n in runs.items():
             result[name], tops[name] = timed_search(index, queries, n_threads=n, **extra)
         result["ms_per_query"] = result["1_thread" if args.method == "scipy" else f"{args.threads}_threads"][
-            "ms_per_query"]
+            "ms_per_query"
+        ]
         top = tops[f"{args.threads}_threads"]
     else:
         from vtlab.index.seismic import SeismicIndex
 
-        params = {k: v for k, v in {
-            "n_postings": args.seismic_n_postings, "centroid_fraction": args.seismic_centroid_fraction,
-            "summary_energy": args.seismic_summary_energy, "query_cut": args.seismic_query_cut,
-            "heap_factor": args.seismic_heap_factor}.items() if v is not None}
+        params = {
+            k: v
+            for k, v in {
+                "n_postings": args.seismic_n_postings,
+                "centroid_fraction": args.seismic_centroid_fraction,
+                "summary_energy": args.seismic_summary_energy,
+                "query_cut": args.seismic_query_cut,
+                "heap_factor": args.seismic_heap_factor,
+            }.items()
+            if v is not None
+        }
         with timed() as t:
             index = SeismicIndex(docs, n_threads=args.threads, **params)
         result["build_s"] = round(t.wall_s, 3)

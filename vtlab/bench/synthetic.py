@@ -5,6 +5,7 @@ with replacement (≈120.5 distinct, the most common term in ≈58% of documents
 26 (≈25.7 distinct); weights
 are Gamma(2, 0.5). Weights are independent of each other, so there is none of the structure real SPLADE vectors have.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,9 @@ def term_probabilities(vocab: int = VOCAB, offset: float = 20.0) -> np.ndarray:
     return p / p.sum()
 
 
-def sample_rows(n: int, draws: int, rng: np.random.Generator, vocab: int = VOCAB,
-                block: int = 100_000) -> sp.csr_matrix:
+def sample_rows(
+    n: int, draws: int, rng: np.random.Generator, vocab: int = VOCAB, block: int = 100_000
+) -> sp.csr_matrix:
     """n rows, each the distinct terms of `draws` Zipf draws with Gamma(2, 0.5) weights (float32 CSR)."""
     cdf = np.cumsum(term_probabilities(vocab))
     cdf[-1] = 1.0

@@ -13,6 +13,7 @@ through each tool's own trainer:
 A step is timed from the trainer's step-begin to its step-end hook (forward, loss, backward, optimizer step); the
 median of the steps after --warmup is reported, with this process's peak RSS.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,11 +53,19 @@ def run_vtlab(questions: list[str], passages: list[str], args: argparse.Namespac
     from vtlab.regularizers import Flops
 
     pl.seed_everything(0, verbose=False)
-    enc = SpladeEncoder.from_backbone(Backbone(str(asset_path("splade-tiny")), family="bert"),
-                                      query_max_length=args.max_length, doc_max_length=args.max_length)
-    module = SpladeModule(enc, InfoNCE(temperature=1.0, in_batch_negatives=True),
-                          functools.partial(torch.optim.AdamW, lr=LR), query_regularizer=Flops(LAMBDA_Q),
-                          doc_regularizer=Flops(LAMBDA_D), scheduler=None)
+    enc = SpladeEncoder.from_backbone(
+        Backbone(str(asset_path("splade-tiny")), family="bert"),
+        query_max_length=args.max_length,
+        doc_max_length=args.max_length,
+    )
+    module = SpladeModule(
+        enc,
+        InfoNCE(temperature=1.0, in_batch_negatives=True),
+        functools.partial(torch.optim.AdamW, lr=LR),
+        query_regularizer=Flops(LAMBDA_Q),
+        doc_regularizer=Flops(LAMBDA_D),
+        scheduler=None,
+    )
     tok = enc.tokenizer
 
     def collate(items: list[tuple[str, str]]) -> dict[str, Any]:
@@ -66,8 +75,14 @@ def run_vtlab(questions: list[str], passages: list[str], args: argparse.Namespac
 
         return {"query": t([q for q, _ in items]), "docs": t([d for _, d in items])}
 
-    loader = DataLoader(list(zip(questions, passages)), batch_size=args.batch, shuffle=True, collate_fn=collate,
-                        generator=torch.Generator().manual_seed(0), drop_last=True)
+    loader = DataLoader(
+        list(zip(questions, passages)),
+        batch_size=args.batch,
+        shuffle=True,
+        collate_fn=collate,
+        generator=torch.Generator().manual_seed(0),
+        drop_last=True,
+    )
     steps: list[float] = []
 
     class StepTimer(pl.Callback):
@@ -77,10 +92,19 @@ def run_vtlab(questions: list[str], passages: list[str], args: argparse.Namespac
         def on_train_batch_end(self, *a: Any) -> None:  # after backward and the optimizer step
             steps.append(time.perf_counter() - self.t)
 
-    trainer = pl.Trainer(accelerator="cpu", devices=1, precision="32-true", max_steps=args.warmup + args.steps,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
-                         callbacks=[StepTimer()])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        precision="32-true",
+        max_steps=args.warmup + args.steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        callbacks=[StepTimer()],
+    )
     rss_load = rss_mb()
     trainer.fit(module, train_dataloaders=loader)
     return {"steps_s": steps, "rss_after_load_mb": round(rss_load, 1)}
@@ -89,8 +113,7 @@ def run_vtlab(questions: list[str], passages: list[str], args: argparse.Namespac
 def run_st(questions: list[str], passages: list[str], args: argparse.Namespace) -> dict[str, Any]:
     from datasets import Dataset
     from sentence_transformers.base.sampler import BatchSamplers
-    from sentence_transformers.sparse_encoder import (SparseEncoder, SparseEncoderTrainer,
-                                                      SparseEncoderTrainingArguments)
+    from sentence_transformers.sparse_encoder import SparseEncoder, SparseEncoderTrainer, SparseEncoderTrainingArguments
     from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
     from sentence_transformers.sparse_encoder.modules.mlm_transformer import MLMTransformer
     from sentence_transformers.sparse_encoder.modules.splade_pooling import SpladePooling
@@ -100,10 +123,15 @@ def run_st(questions: list[str], passages: list[str], args: argparse.Namespace) 
         warnings.simplefilter("ignore")
         logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
         mlm = MLMTransformer(str(asset_path("splade-tiny")), max_seq_length=args.max_length)
-        model = SparseEncoder(modules=[mlm, SpladePooling(pooling_strategy="max", activation_function="relu")],
-                              device="cpu")
-    loss = SpladeLoss(model, SparseMultipleNegativesRankingLoss(model, scale=1.0),
-                      document_regularizer_weight=LAMBDA_D, query_regularizer_weight=LAMBDA_Q)
+        model = SparseEncoder(
+            modules=[mlm, SpladePooling(pooling_strategy="max", activation_function="relu")], device="cpu"
+        )
+    loss = SpladeLoss(
+        model,
+        SparseMultipleNegativesRankingLoss(model, scale=1.0),
+        document_regularizer_weight=LAMBDA_D,
+        query_regularizer_weight=LAMBDA_Q,
+    )
     steps: list[float] = []
 
     class StepTimer(TrainerCallback):
@@ -115,13 +143,27 @@ def run_st(questions: list[str], passages: list[str], args: argparse.Namespace) 
 
     with tempfile.TemporaryDirectory() as tmp:
         targs = SparseEncoderTrainingArguments(
-            output_dir=tmp, per_device_train_batch_size=args.batch, max_steps=args.warmup + args.steps,
-            learning_rate=LR, batch_sampler=BatchSamplers.NO_DUPLICATES, logging_steps=10_000, save_strategy="no",
-            report_to=[], use_cpu=True, dataloader_num_workers=0, seed=0, disable_tqdm=True,
-            lr_scheduler_type="constant")
-        trainer = SparseEncoderTrainer(model=model, args=targs, loss=loss,
-                                       train_dataset=Dataset.from_dict({"anchor": questions, "positive": passages}),
-                                       callbacks=[StepTimer()])
+            output_dir=tmp,
+            per_device_train_batch_size=args.batch,
+            max_steps=args.warmup + args.steps,
+            learning_rate=LR,
+            batch_sampler=BatchSamplers.NO_DUPLICATES,
+            logging_steps=10_000,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            dataloader_num_workers=0,
+            seed=0,
+            disable_tqdm=True,
+            lr_scheduler_type="constant",
+        )
+        trainer = SparseEncoderTrainer(
+            model=model,
+            args=targs,
+            loss=loss,
+            train_dataset=Dataset.from_dict({"anchor": questions, "positive": passages}),
+            callbacks=[StepTimer()],
+        )
         rss_load = rss_mb()
         trainer.train()
     return {"steps_s": steps, "rss_after_load_mb": round(rss_load, 1)}
@@ -141,10 +183,17 @@ def main() -> None:
     set_threads(args.threads)
     questions, passages = pairs(args.pairs)
     result = (run_st if args.tool == "st" else run_vtlab)(questions, passages, args)
-    timed_steps = result["steps_s"][args.warmup:]
-    result.update(tool=args.tool, batch=args.batch, max_length=args.max_length, threads=args.threads,
-                  steps_timed=len(timed_steps), s_per_step=round(statistics.median(timed_steps), 4),
-                  mean_s_per_step=round(statistics.fmean(timed_steps), 4), peak_rss_mb=round(peak_rss_mb(), 1))
+    timed_steps = result["steps_s"][args.warmup :]
+    result.update(
+        tool=args.tool,
+        batch=args.batch,
+        max_length=args.max_length,
+        threads=args.threads,
+        steps_timed=len(timed_steps),
+        s_per_step=round(statistics.median(timed_steps), 4),
+        mean_s_per_step=round(statistics.fmean(timed_steps), 4),
+        peak_rss_mb=round(peak_rss_mb(), 1),
+    )
     result["steps_s"] = [round(s, 4) for s in result["steps_s"]]
     write_result(args.out, result)
 

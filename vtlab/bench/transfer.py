@@ -3,6 +3,7 @@
 Weights are random (no ModernBERT/BERT-base weights exist offline) but every tensor has the real shape, so time and
 memory are what a real transfer costs. Usage: python -m vtlab.bench.transfer [--similarity pmi] [--out FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,24 +35,36 @@ def main() -> None:
     source_tok = TinyModernBert().load_tokenizer()  # the real OLMo/ModernBERT BPE, 50,368 ids
     target_tok = AutoTokenizer.from_pretrained(str(asset_path("minilm")))  # exact bert-base-uncased vocab
     t0 = time.perf_counter()
-    cfg = ModernBertConfig(vocab_size=len(source_tok), pad_token_id=source_tok.pad_token_id,
-                           cls_token_id=source_tok.cls_token_id, sep_token_id=source_tok.sep_token_id,
-                           bos_token_id=source_tok.cls_token_id, eos_token_id=source_tok.sep_token_id)
+    cfg = ModernBertConfig(
+        vocab_size=len(source_tok),
+        pad_token_id=source_tok.pad_token_id,
+        cls_token_id=source_tok.cls_token_id,
+        sep_token_id=source_tok.sep_token_id,
+        bos_token_id=source_tok.cls_token_id,
+        eos_token_id=source_tok.sep_token_id,
+    )
     model = ModernBertForMaskedLM(cfg)  # ModernBERT-base: 22 layers, 768 hidden
     build_s = time.perf_counter() - t0
     rss_model = peak_rss_gb()
     target_emb = torch.randn(len(target_tok), 768) * 0.05  # bert-base-uncased-shaped target embeddings
     target_bias = torch.randn(len(target_tok)) * 0.5
     t1 = time.perf_counter()
-    report = apply_transfer(model, source_tok, target_tok, Semantic(similarity=args.similarity), target_emb,
-                            target_bias, TransferOptions())
+    report = apply_transfer(
+        model, source_tok, target_tok, Semantic(similarity=args.similarity), target_emb, target_bias, TransferOptions()
+    )
     transfer_s = time.perf_counter() - t1
     result = {
-        "similarity": args.similarity, "threads": torch.get_num_threads(),
-        "source_rows": len(source_tok), "target_rows": len(target_tok), "hidden": 768,
-        "overlap": report["overlap"], "init": report["init"],
-        "model_build_s": round(build_s, 2), "transfer_s": round(transfer_s, 2),
-        "peak_rss_gb_after_model": round(rss_model, 2), "peak_rss_gb": round(peak_rss_gb(), 2),
+        "similarity": args.similarity,
+        "threads": torch.get_num_threads(),
+        "source_rows": len(source_tok),
+        "target_rows": len(target_tok),
+        "hidden": 768,
+        "overlap": report["overlap"],
+        "init": report["init"],
+        "model_build_s": round(build_s, 2),
+        "transfer_s": round(transfer_s, 2),
+        "peak_rss_gb_after_model": round(rss_model, 2),
+        "peak_rss_gb": round(peak_rss_gb(), 2),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))

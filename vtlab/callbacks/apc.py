@@ -1,4 +1,5 @@
 """Entries `apc` and `start_shift`: one decoder-bias shift (vtlab.apc) when fitting starts."""
+
 from __future__ import annotations
 
 import logging

@@ -1,6 +1,7 @@
 """Lightning checkpoints as vtlab writes and reads them: weights-only loading (a crafted file runs nothing), a shape
 check before a resume, the global RNG streams as plain values, writes renamed into place beside the target, and the
 disk space a training run's checkpoints need."""
+
 from __future__ import annotations
 
 import os
@@ -36,10 +37,12 @@ def required_space(run_dir: Path, module: torch.nn.Module) -> tuple[int, str]:
     ckpt = weights * (1 + OPTIMIZER_STATES)
     existing = sum(f.stat().st_size for f in (run_dir / "checkpoints").glob("*.ckpt") if f.is_file())
     need = max(0, CHECKPOINT_COPIES * ckpt - existing) + weights + ckpt // 10 + MARGIN_BYTES
-    how = (f"{CHECKPOINT_COPIES} checkpoints of {gib(ckpt)} = {n_params:,} parameters x "
-           f"{weights // max(n_params, 1)} bytes x (1 + {OPTIMIZER_STATES} optimizer states)"
-           + (f", less {gib(existing)} of checkpoints already there" if existing else "")
-           + f", model/ {gib(weights)}, margin {gib(ckpt // 10 + MARGIN_BYTES)}")
+    how = (
+        f"{CHECKPOINT_COPIES} checkpoints of {gib(ckpt)} = {n_params:,} parameters x "
+        f"{weights // max(n_params, 1)} bytes x (1 + {OPTIMIZER_STATES} optimizer states)"
+        + (f", less {gib(existing)} of checkpoints already there" if existing else "")
+        + f", model/ {gib(weights)}, margin {gib(ckpt // 10 + MARGIN_BYTES)}"
+    )
     return need, how
 
 
@@ -50,15 +53,20 @@ def check_free_space(run_dir: Path, module: torch.nn.Module) -> None:
     where = next(p for p in (run_dir, *run_dir.absolute().parents) if p.exists())  # run_dir may not exist yet
     free = shutil.disk_usage(where).free
     if free < need:
-        raise DiskError(f"{run_dir}: not enough free disk space to train: {gib(free)} free, {gib(need)} needed "
-                        f"({how}); free some space there or choose another hydra.run.dir")
+        raise DiskError(
+            f"{run_dir}: not enough free disk space to train: {gib(free)} free, {gib(need)} needed "
+            f"({how}); free some space there or choose another hydra.run.dir"
+        )
 
 
 def rng_states() -> dict[str, Any]:
     """The global RNG streams, as tensors and plain values (checkpoints load with torch's weights_only)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    states: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate(),
-                              "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss]}
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -93,21 +101,27 @@ def load_checkpoint(path: str | os.PathLike[str], mmap: bool = False) -> dict[st
         if m is None:
             raise RunDirError(_unreadable(path, e)) from None
         name = next(g for g in m.groups() if g).rstrip(".,")
-        raise RunDirError(f"{path}: refused to load the checkpoint: it asks to import {name}, which a vtlab checkpoint "
-                          "never holds (a crafted file can run code this way; nothing of it ran); delete it, or pass "
-                          "overwrite=true to start over") from None
+        raise RunDirError(
+            f"{path}: refused to load the checkpoint: it asks to import {name}, which a vtlab checkpoint "
+            "never holds (a crafted file can run code this way; nothing of it ran); delete it, or pass "
+            "overwrite=true to start over"
+        ) from None
     except Exception as e:  # noqa: BLE001 - truncated or foreign file: any load error means "cannot resume from it"
         raise RunDirError(_unreadable(path, e)) from None
     if not isinstance(ckpt, dict):
-        raise RunDirError(f"{path}: not a Lightning checkpoint (a {type(ckpt).__name__}, expected a dict); delete it, "
-                          "or pass overwrite=true to start over")
+        raise RunDirError(
+            f"{path}: not a Lightning checkpoint (a {type(ckpt).__name__}, expected a dict); delete it, "
+            "or pass overwrite=true to start over"
+        )
     return ckpt
 
 
 def _unreadable(path: str | os.PathLike[str], e: BaseException) -> str:
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-    return (f"{path}: cannot read the checkpoint ({type(e).__name__}: {first}); delete it to resume from an earlier "
-            "one, or pass overwrite=true to start over")
+    return (
+        f"{path}: cannot read the checkpoint ({type(e).__name__}: {first}); delete it to resume from an earlier "
+        "one, or pass overwrite=true to start over"
+    )
 
 
 def check_checkpoint_fits(path: str | os.PathLike[str], module: torch.nn.Module) -> None:
@@ -121,13 +135,16 @@ def check_checkpoint_fits(path: str | os.PathLike[str], module: torch.nn.Module)
             raise RunDirError(
                 f"{path}: cannot resume: {key} has shape {list(saved[key].shape)} in the checkpoint but "
                 f"{list(tensor.shape)} in this run's model (a different vocab/backbone?); resume with the "
-                "interrupted run's settings, or pass overwrite=true to start over")
+                "interrupted run's settings, or pass overwrite=true to start over"
+            )
     missing, unexpected = sorted(set(current) - set(saved)), sorted(set(saved) - set(current))
     if missing or unexpected:
         what = f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}"
-        raise RunDirError(f"{path}: cannot resume: the checkpoint's weights do not match this run's model ({what}, "
-                          f"{len(missing)} missing, {len(unexpected)} unexpected); resume with the interrupted run's "
-                          "settings, or pass overwrite=true to start over")
+        raise RunDirError(
+            f"{path}: cannot resume: the checkpoint's weights do not match this run's model ({what}, "
+            f"{len(missing)} missing, {len(unexpected)} unexpected); resume with the interrupted run's "
+            "settings, or pass overwrite=true to start over"
+        )
 
 
 class SameDirCheckpointIO(TorchCheckpointIO):

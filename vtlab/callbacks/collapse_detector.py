@@ -1,4 +1,5 @@
 """Entry `collapse_detector`: stops (or warns) when a dead or dense collapse persists (health.py measures it)."""
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,9 @@ class CollapseDetector(pl.Callback):
         self.fired: dict[str, Any] | None = None  # the collapse.json payload once the detector has fired
         self._step = 0
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._step = trainer.global_step  # the step whose forward produced `last_batch`
 
     def collapsed(self, s: dict[str, float]) -> dict[str, bool]:
@@ -61,8 +63,9 @@ class CollapseDetector(pl.Callback):
             "dense_doc": s["doc_active_share"] > self.dense_active_share or s["doc_cosine"] > self.dense_cosine,
         }
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         last = getattr(pl_module, "last_batch", None) or {}
         if last.get("q") is None or last.get("d") is None or self._step < self.warmup_steps:
             return
@@ -119,23 +122,32 @@ class CollapseDetector(pl.Callback):
 
     def diagnosis(self, types: list[str], sides: list[str], first: int, s: dict[str, float], ckpt: Path) -> str:
         who = "query and document" if len(sides) == 2 else sides[0].replace("doc", "document")
-        healthy = (f"the last healthy step was {self.last_healthy_step}" if self.last_healthy_step is not None
-                   else "no step was healthy (the model started collapsed)")
-        parts = [f"SPLADE {' and '.join(types)} collapse on the {who} side since step {first} "
-                 f"({self.patience} consecutive steps, detected at step {self._step}); {healthy}. "
-                 f"Last batch: query active dims {s['query_active_dims']:.1f} ({s['query_active_share']:.1%} of the "
-                 f"vocabulary), doc active dims {s['doc_active_dims']:.1f} ({s['doc_active_share']:.1%}), mean "
-                 f"doc-doc cosine {s['doc_cosine']:.3f}."]
+        healthy = (
+            f"the last healthy step was {self.last_healthy_step}"
+            if self.last_healthy_step is not None
+            else "no step was healthy (the model started collapsed)"
+        )
+        parts = [
+            f"SPLADE {' and '.join(types)} collapse on the {who} side since step {first} "
+            f"({self.patience} consecutive steps, detected at step {self._step}); {healthy}. "
+            f"Last batch: query active dims {s['query_active_dims']:.1f} ({s['query_active_share']:.1%} of the "
+            f"vocabulary), doc active dims {s['doc_active_dims']:.1f} ({s['doc_active_share']:.1%}), mean "
+            f"doc-doc cosine {s['doc_cosine']:.3f}."
+        ]
         if "dead" in types:
-            parts.append("Dead (all-zero vectors, no gradient): likely causes are a decoder bias that is too "
-                         "negative, a regularizer weight λ that is too large, or a learning rate that is too high; "
-                         "fixes: lower the regularizer weight, enable apc=p60, check the λ warm-up (regularizer.*."
-                         "warmup_steps) and the learning rate.")
+            parts.append(
+                "Dead (all-zero vectors, no gradient): likely causes are a decoder bias that is too "
+                "negative, a regularizer weight λ that is too large, or a learning rate that is too high; "
+                "fixes: lower the regularizer weight, enable apc=p60, check the λ warm-up (regularizer.*."
+                "warmup_steps) and the learning rate."
+            )
         if "dense" in types:
-            parts.append("Dense (every term active, documents indistinguishable, ~0 nDCG): likely causes are a "
-                         "saturated MLM head, the vocabulary gap after a backbone/vocabulary swap, or a λ that is "
-                         "too small; fixes: enable apc=p60, try vocab=bert-uncased init=semantic apc=p60, increase "
-                         "the regularizer weight.")
+            parts.append(
+                "Dense (every term active, documents indistinguishable, ~0 nDCG): likely causes are a "
+                "saturated MLM head, the vocabulary gap after a backbone/vocabulary swap, or a λ that is "
+                "too small; fixes: enable apc=p60, try vocab=bert-uncased init=semantic apc=p60, increase "
+                "the regularizer weight."
+            )
         if self.action == "stop":
             parts.append(f"Training was stopped; the state at detection is in {ckpt}.")
         return " ".join(parts)

@@ -8,6 +8,7 @@
 The preflight callback probes the model once before the first step, health_monitor logs per-step health metrics,
 and collapse_detector stops (or warns) when a collapse persists, leaving a checkpoint and a diagnosis behind.
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Entry `health_monitor`: per-step sparsity health metrics (health.py measures them)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -23,8 +24,9 @@ class HealthMonitor(pl.Callback):
         self._filled = 0
         self._calls = 0
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         last = getattr(pl_module, "last_batch", None) or {}
         q, d = last.get("q"), last.get("d")
         if q is None or d is None:

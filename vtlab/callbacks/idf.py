@@ -1,4 +1,5 @@
 """Entry `idf`: inference-free models' query IDF table, computed under the tokenizer the model trains with."""
+
 from __future__ import annotations
 
 import logging
@@ -39,8 +40,12 @@ class IdfCallback(pl.Callback):
         texts = self.texts() if self.texts is not None else self._train_texts(trainer)
         table = encoder.fit_idf(texts)
         self.report = table.report()
-        log.info("idf: %d training documents, %d of %d vocabulary entries never occur (df = 0)",
-                 self.report["n_docs"], self.report["zero_df"], self.report["vocab_size"])
+        log.info(
+            "idf: %d training documents, %d of %d vocabulary entries never occur (df = 0)",
+            self.report["n_docs"],
+            self.report["zero_df"],
+            self.report["vocab_size"],
+        )
         if trainer.is_global_zero:
             out = Path(self.out_dir or trainer.default_root_dir)
             table.to_json(out / "idf.json")

@@ -1,4 +1,5 @@
 """Entry `last_checkpoint`: the checkpoint a killed run resumes from."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -20,13 +21,15 @@ class LastCheckpoint(ModelCheckpoint):
 
     def __init__(self, dirpath: str, every_n_train_steps: int = 50) -> None:
         if isinstance(every_n_train_steps, bool) or not isinstance(every_n_train_steps, int) or every_n_train_steps < 1:
-            raise ConfigError(f"callbacks.last_checkpoint.every_n_train_steps={every_n_train_steps!r} must be an "
-                              "integer >= 1")
+            raise ConfigError(
+                f"callbacks.last_checkpoint.every_n_train_steps={every_n_train_steps!r} must be an integer >= 1"
+            )
         super().__init__(dirpath=dirpath, every_n_train_steps=every_n_train_steps, save_top_k=0, save_last=True)
         self._save_after_validation = False
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if _validation_follows(trainer):
             due = trainer.global_step % self._every_n_train_steps == 0
             self._save_after_validation = self._save_after_validation or due

@@ -1,4 +1,5 @@
 """Entry `preflight`: a probe before step 0 that warns on a dead or saturated start (health.py measures it)."""
+
 from __future__ import annotations
 
 import logging
@@ -36,8 +37,10 @@ class PreflightCheck(pl.Callback):
         dm = getattr(trainer, "datamodule", None)
         examples = getattr(dm, "train_examples", None)
         if examples:
-            return ([ex.query for ex in examples[: self.num_queries]],
-                    [ex.positive for ex in examples[: self.num_docs]])
+            return (
+                [ex.query for ex in examples[: self.num_queries]],
+                [ex.positive for ex in examples[: self.num_docs]],
+            )
         dev = getattr(dm, "dev_collection", None)
         if dev is not None:
             return list(dev.queries.values())[: self.num_queries], list(dev.corpus.values())[: self.num_docs]
@@ -93,11 +96,22 @@ class PreflightCheck(pl.Callback):
         log.info(
             "preflight: query active dims %.1f, doc active dims %.1f (share %.2f%%), "
             "weights %.3f±%.3f, doc cosine %.3f",
-            report["query_active_dims"], report["doc_active_dims"], 100 * report["doc_active_share"],
-            report["weight_mean"], report["weight_std"], report["doc_cosine"],
+            report["query_active_dims"],
+            report["doc_active_dims"],
+            100 * report["doc_active_share"],
+            report["weight_mean"],
+            report["weight_std"],
+            report["doc_cosine"],
         )
-        keys = ("query_active_dims", "doc_active_dims", "query_active_share", "doc_active_share", "weight_mean",
-                "weight_std", "doc_cosine")
+        keys = (
+            "query_active_dims",
+            "doc_active_dims",
+            "query_active_share",
+            "doc_active_share",
+            "weight_mean",
+            "weight_std",
+            "doc_cosine",
+        )
         _log_to_loggers(trainer, {f"health/preflight_{k}": float(report[k]) for k in keys}, step=0)
         for msg in problems:
             log.warning("preflight: %s", msg)

@@ -1,6 +1,7 @@
 """Training progress that suits where the output goes (conf/callbacks/progress_bar.yaml): Lightning's rich bar on a
 terminal; one log line per interval when the output is a file (SLURM, a pipe), which a redrawn bar would fill with
 carriage-return frames (vtlab.logs decides which)."""
+
 from __future__ import annotations
 
 import logging
@@ -57,8 +58,9 @@ class LogProgress(ProgressBar):
         total = trainer.max_steps if trainer.max_steps > 0 else trainer.estimated_stepping_batches
         self._total = int(total) if math.isfinite(total) else None
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         step, total = trainer.global_step, self._total
         if not self._enabled or step == self._reported:
             return  # no optimizer step since the last line (gradient accumulation: several batches per step)

@@ -1,4 +1,5 @@
 """Exact resume: the RNG streams and the run's config recorded in every checkpoint, and the config check on resume."""
+
 from __future__ import annotations
 
 import logging
@@ -60,9 +61,11 @@ def run_config(cfg: DictConfig) -> dict[str, Any]:
 def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
     """`key: old -> new` for each leaf that differs (dicts compared key by key, anything else as a whole)."""
     if isinstance(old, dict) and isinstance(new, dict):
-        return [c for k in sorted(set(old) | set(new), key=str)
-                for c in config_changes(old.get(k, "<absent>"), new.get(k, "<absent>"),
-                                        f"{key}.{k}" if key else str(k))]
+        return [
+            c
+            for k in sorted(set(old) | set(new), key=str)
+            for c in config_changes(old.get(k, "<absent>"), new.get(k, "<absent>"), f"{key}.{k}" if key else str(k))
+        ]
     return [] if old == new else [f"{key}: {old!r} -> {new!r}"]
 
 
@@ -77,17 +80,24 @@ def resume_configs(cfg: DictConfig, resume_from: str | None) -> list[dict[str, A
     saved = load_checkpoint(resume_from, mmap=True).get("callbacks", {}).get(ResumeState.__qualname__, {})
     recorded = saved.get("configs") if isinstance(saved, dict) else None
     if not recorded:
-        log.warning("%s records no config (written before vtlab recorded one): the resumed config is not checked",
-                    resume_from)
+        log.warning(
+            "%s records no config (written before vtlab recorded one): the resumed config is not checked", resume_from
+        )
         return [current]
     changes = config_changes(recorded[-1], current)
     if not changes:
         return list(recorded)
     shown = "; ".join(changes[:4]) + (f"; and {len(changes) - 4} more" if len(changes) > 4 else "")
     if not cfg.get("resume_with_changes", False):
-        raise RunDirError(f"{resume_from}: cannot resume: the config differs from the interrupted run's ({shown}); "
-                          "rerun with its settings, pass resume_with_changes=true to continue with these (both are "
-                          "recorded in the checkpoint), or overwrite=true to start over")
-    log.warning("resume_with_changes=true: continuing %s with a changed config (%s); the restored optimizer, "
-                "schedule and data order are the interrupted run's", resume_from, shown)
+        raise RunDirError(
+            f"{resume_from}: cannot resume: the config differs from the interrupted run's ({shown}); "
+            "rerun with its settings, pass resume_with_changes=true to continue with these (both are "
+            "recorded in the checkpoint), or overwrite=true to start over"
+        )
+    log.warning(
+        "resume_with_changes=true: continuing %s with a changed config (%s); the restored optimizer, "
+        "schedule and data order are the interrupted run's",
+        resume_from,
+        shown,
+    )
     return [*recorded, current]

@@ -1,4 +1,5 @@
 """Entry `run_config`: the run's resolved config to every logger, and where a resumable CSV log takes up."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,8 +27,9 @@ class RunConfigLogger(pl.Callback):
                 lg.hold_until_training()
             log_run_config(list(trainer.loggers), self.config)
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if not self._started:
             self._starts(trainer)
 

@@ -1,4 +1,5 @@
 """Entry `vocab_transfer`: the run's model moved onto `vocab` before training (vtlab.vocab.transfer applies it)."""
+
 from __future__ import annotations
 
 import logging
@@ -18,8 +19,14 @@ class VocabTransferCallback(pl.Callback):
     ones (cached per backbone × vocab × init) before the optimizer and the dataloaders are built, so
     `python -m vtlab backbone=modernbert vocab=bert-uncased` trains the transferred model."""
 
-    def __init__(self, backbone: Backbone, vocab: TargetVocab, init: Initializer, options: dict | None = None,
-                 transferred: bool = False) -> None:
+    def __init__(
+        self,
+        backbone: Backbone,
+        vocab: TargetVocab,
+        init: Initializer,
+        options: dict | None = None,
+        transferred: bool = False,
+    ) -> None:
         check_compatible(vocab, init)  # at config time, not after the data is loaded
         self.backbone, self.vocab, self.init = backbone, vocab, init
         # set by the fine-tune stage when an earlier stage (MLM adaptation) handed on a model already on `vocab`
@@ -36,5 +43,6 @@ class VocabTransferCallback(pl.Callback):
         if datamodule is not None:
             datamodule.set_tokenizer(pl_module.encoder.tokenizer)
         self.applied_from = target.name_or_path
-        log.info("vocabulary transfer applied: %s → %s (%s)", self.backbone.name_or_path, self.vocab.name,
-                 self.init.name)
+        log.info(
+            "vocabulary transfer applied: %s → %s (%s)", self.backbone.name_or_path, self.vocab.name, self.init.name
+        )

@@ -13,6 +13,7 @@ questions are drawn only among the 7,046 questions whose passage no other questi
 the training triplets' negatives are mined from a pool without the dev passages. TripletDataModule checks it
 (vtlab.data.overlap) for any combination of settings.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -85,16 +86,18 @@ def train_pairs() -> tuple[tuple[str, str], ...]:
         try:
             idx, text = int(doc["idx"]), doc["query"]
         except (KeyError, TypeError, ValueError) as e:
-            raise DataError(f"{where}: expected JSON with 'doc.idx' and 'doc.query' "
-                            f"({type(e).__name__}: {e})") from None
+            raise DataError(
+                f"{where}: expected JSON with 'doc.idx' and 'doc.query' ({type(e).__name__}: {e})"
+            ) from None
         # Each question appears once per answer choice; keep the first.
         if idx not in by_idx:
             by_idx[idx] = _parse_train_query(text, where)
     return tuple(by_idx[i] for i in sorted(by_idx))
 
 
-def split_train(dev_size: int = 300, seed: int = 0, n: int | None = None, eligible: Sequence[int] | None = None
-                ) -> tuple[list[int], list[int]]:
+def split_train(
+    dev_size: int = 300, seed: int = 0, n: int | None = None, eligible: Sequence[int] | None = None
+) -> tuple[list[int], list[int]]:
     """(training indices, held-out dev indices) into a list of `n` train questions (default: train_pairs());
     deterministic in (dev_size, seed, n, eligible). `eligible`: the indices dev questions may be drawn from (default:
     all; with all, the split is the one this function always made)."""
@@ -102,8 +105,9 @@ def split_train(dev_size: int = 300, seed: int = 0, n: int | None = None, eligib
     pool = list(range(n)) if eligible is None else sorted(eligible)
     if not 0 <= dev_size < n or dev_size > len(pool):
         what = f"{n} questions" + ("" if eligible is None else f", {len(pool)} of them eligible for dev")
-        raise DataError(f"boolq: dev_size={dev_size} must be in [0, {min(n - 1, len(pool)) + 1}) (BoolQ train has "
-                        f"{what})")
+        raise DataError(
+            f"boolq: dev_size={dev_size} must be in [0, {min(n - 1, len(pool)) + 1}) (BoolQ train has {what})"
+        )
     random.Random(f"boolq-dev-{seed}").shuffle(pool)
     dev = set(pool[:dev_size])
     return [i for i in range(n) if i not in dev], sorted(dev)
@@ -127,7 +131,11 @@ def _distinct(texts: list[str]) -> list[str]:
 
 
 def subsample_collection(
-    pairs: list[tuple[str, str, str]], distractors: list[str], max_queries: int | None, max_docs: int | None, seed: int,
+    pairs: list[tuple[str, str, str]],
+    distractors: list[str],
+    max_queries: int | None,
+    max_docs: int | None,
+    seed: int,
     name: str,
 ) -> Collection:
     """pairs: (query_id, question, passage). Keep max_queries queries; corpus = their passages + distractors up to
@@ -186,16 +194,18 @@ def boolq_collection(
     if split == "dev":
         key += f"-dev{dev_size}-unshared"  # "-unshared": dev questions of unshared passages (an older cache differs)
         source["dev_size"] = dev_size
-    return cached_collection(key, lambda: _build_collection(split, max_queries, max_docs, dev_size, seed),
-                             f"boolq-{split}", source)
+    return cached_collection(
+        key, lambda: _build_collection(split, max_queries, max_docs, dev_size, seed), f"boolq-{split}", source
+    )
 
 
 def _complete(collection_dir: Path) -> bool:
     return (collection_dir / "qrels" / "test.tsv").is_file()
 
 
-def cached_collection(key: str, build: Callable[[], Collection], name: str,
-                      source: Mapping[str, Any] | None = None) -> Collection:
+def cached_collection(
+    key: str, build: Callable[[], Collection], name: str, source: Mapping[str, Any] | None = None
+) -> Collection:
     """The collection cached under `key` in BEIR layout, built by `build()` on a miss; loaded with load_beir.
     `source`: the settings it is built from (Collection.source), for errors that name them."""
     target = cache_dir("collections") / f"{key}-{CACHE_VERSION}"
@@ -267,8 +277,9 @@ def boolq_triplets(
     return cached_triplets(key, lambda: build_boolq_triplets(num_negatives, dev_size, seed, max_examples), source)
 
 
-def cached_triplets(key: str, build: Callable[[], list[TripletExample]],
-                    source: Mapping[str, Any] | None = None) -> Triplets:
+def cached_triplets(
+    key: str, build: Callable[[], list[TripletExample]], source: Mapping[str, Any] | None = None
+) -> Triplets:
     """The triplets cached as JSONL under `key`, built by `build()` on a miss. `source`: the settings they are built
     from (Triplets.source), for errors that name them."""
     path = cache_dir("triplets") / f"{key}-{CACHE_VERSION}.jsonl"

@@ -16,6 +16,7 @@ the MLM corpus are all drawn from BoolQ training texts, so none of them near-dup
 out-of-domain sets do the same with `exclude_boolq_train`, vtlab.data.olmo_eval). The MLM corpus also leaves out the
 dev split's gold passages, so dev stays unseen by every training stage.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,13 +25,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from vtlab.data.boolq import (cached_collection, cached_triplets, mine_triplets, split_train, subsample_collection,
-                              train_pairs, validation_pairs)
+from vtlab.data.boolq import (
+    cached_collection,
+    cached_triplets,
+    mine_triplets,
+    split_train,
+    subsample_collection,
+    train_pairs,
+    validation_pairs,
+)
 from vtlab.data import olmo_eval
 from vtlab.data.collections import Collection
 from vtlab.data.examples import TripletExample
-from vtlab.data.near_duplicates import (PASSAGE_N, QUESTION_THRESHOLD, THRESHOLD, near_duplicate_pairs,
-                                        similar_question_pairs)
+from vtlab.data.near_duplicates import (
+    PASSAGE_N,
+    QUESTION_THRESHOLD,
+    THRESHOLD,
+    near_duplicate_pairs,
+    similar_question_pairs,
+)
 from vtlab.data.overlap import normalize  # the form passages are compared in (case-folded, whitespace collapsed)
 from vtlab.errors import DataError
 
@@ -64,15 +77,20 @@ def validation_near_duplicates() -> NearDuplicates:
     val_p = list(dict.fromkeys(p for _, p in validation_pairs()))
     val_q = list(dict.fromkeys(q for q, _ in validation_pairs()))
     train_p = list(dict.fromkeys(p for _, p in train_pairs()))
-    return NearDuplicates(frozenset(val_p[x.i] for x in near_duplicate_pairs(val_p, train_p)),
-                          frozenset(val_q[x.i] for x in similar_question_pairs(val_q, [q for q, _ in train_pairs()])))
+    return NearDuplicates(
+        frozenset(val_p[x.i] for x in near_duplicate_pairs(val_p, train_p)),
+        frozenset(val_q[x.i] for x in similar_question_pairs(val_q, [q for q, _ in train_pairs()])),
+    )
 
 
 def _held_out(question: str, passage: str) -> bool:
     """Neither the passage nor the question was seen in training, exactly or as a near-copy."""
     near = validation_near_duplicates()
-    return (normalize(passage) not in boolq_train_passages() and passage not in near.passages
-            and question not in near.questions)
+    return (
+        normalize(passage) not in boolq_train_passages()
+        and passage not in near.passages
+        and question not in near.questions
+    )
 
 
 @lru_cache(maxsize=1)
@@ -97,13 +115,20 @@ def boolq_clean_dropped() -> dict[str, int]:
     exact_q = sum(normalize(p) in train for _, p in validation_pairs())
     near_p = sum(p in near.passages and normalize(p) not in train for p in passages)
     on_near_p = sum(p in near.passages and normalize(p) not in train for _, p in validation_pairs())
-    return {"passages": len(passages), "passages_exact": exact_p, "passages_near_duplicate": near_p,
-            "passages_kept": len(clean_validation_distractors()),
-            "questions": len(validation_pairs()), "questions_exact_passage": exact_q,
-            "questions_near_duplicate_passage": on_near_p,
-            "questions_near_duplicate_question": len(validation_pairs()) - exact_q - on_near_p
-            - len(clean_validation_pairs()),
-            "questions_kept": len(clean_validation_pairs())}
+    return {
+        "passages": len(passages),
+        "passages_exact": exact_p,
+        "passages_near_duplicate": near_p,
+        "passages_kept": len(clean_validation_distractors()),
+        "questions": len(validation_pairs()),
+        "questions_exact_passage": exact_q,
+        "questions_near_duplicate_passage": on_near_p,
+        "questions_near_duplicate_question": len(validation_pairs())
+        - exact_q
+        - on_near_p
+        - len(clean_validation_pairs()),
+        "questions_kept": len(clean_validation_pairs()),
+    }
 
 
 @lru_cache(maxsize=1)
@@ -145,26 +170,43 @@ def boolq_clean_collection(
     negative pools), so checkpoint selection never scores a passage the model trained on.
     """
     if split == "validation":
+
         def build() -> Collection:
-            log.info("boolq-clean: dropped %s (near-duplicates: word-%d-gram overlap ≥ %s for passages, idf-weighted "
-                     "word Jaccard ≥ %s for questions)", boolq_clean_dropped(), PASSAGE_N, THRESHOLD,
-                     QUESTION_THRESHOLD)
+            log.info(
+                "boolq-clean: dropped %s (near-duplicates: word-%d-gram overlap ≥ %s for passages, idf-weighted "
+                "word Jaccard ≥ %s for questions)",
+                boolq_clean_dropped(),
+                PASSAGE_N,
+                THRESHOLD,
+                QUESTION_THRESHOLD,
+            )
             pairs = [(f"v{i}", q, p) for i, (q, p) in enumerate(clean_validation_pairs())]
-            return subsample_collection(pairs, list(clean_validation_distractors()), max_queries, max_docs, seed,
-                                        "boolq-clean")
+            return subsample_collection(
+                pairs, list(clean_validation_distractors()), max_queries, max_docs, seed, "boolq-clean"
+            )
     elif split == "dev":
+
         def build() -> Collection:
             clean = clean_train_pairs()
             _, dev_idx = split_train(dev_size, seed, n=len(clean))
             pairs = [(f"t{clean[i][0]}", clean[i][1], clean[i][2]) for i in dev_idx]
-            return subsample_collection(pairs, list(clean_train_passages()), max_queries, max_docs, seed,
-                                        "boolq-clean-dev")
+            return subsample_collection(
+                pairs, list(clean_train_passages()), max_queries, max_docs, seed, "boolq-clean-dev"
+            )
     else:
         raise DataError(f"boolq_clean_collection: split={split!r} is not one of 'validation', 'dev'")
-    key = (f"boolq-clean-{split}-q{max_queries}-d{max_docs}-s{seed}" + (f"-dev{dev_size}" if split == "dev" else "")
-           + f"-{VERSION}")
-    source = {"split": split, "max_queries": max_queries, "max_docs": max_docs, "seed": seed,
-              **({"dev_size": dev_size} if split == "dev" else {})}
+    key = (
+        f"boolq-clean-{split}-q{max_queries}-d{max_docs}-s{seed}"
+        + (f"-dev{dev_size}" if split == "dev" else "")
+        + f"-{VERSION}"
+    )
+    source = {
+        "split": split,
+        "max_queries": max_queries,
+        "max_docs": max_docs,
+        "seed": seed,
+        **({"dev_size": dev_size} if split == "dev" else {}),
+    }
     return cached_collection(key, build, "boolq-clean" if split == "validation" else "boolq-clean-dev", source)
 
 
@@ -173,6 +215,7 @@ def boolq_clean_triplets(
 ) -> list[TripletExample]:
     """Triplets of the clean training questions (dev questions held out by `seed`) with BM25 hard negatives mined
     from clean training passages only; dev gold passages appear neither as positives nor as negatives."""
+
     def build() -> list[TripletExample]:
         clean = clean_train_pairs()
         train_idx, dev_idx = split_train(dev_size, seed, n=len(clean))

@@ -1,4 +1,5 @@
 """Retrieval test collections in BEIR layout (corpus, queries, qrels)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -50,15 +51,19 @@ from vtlab.errors import AssetError, DataError  # noqa: E402
 log = logging.getLogger(__name__)
 
 
-def _corpus_records(path: Path, ids: Callable[[dict[str, Any], str], str] | None = None
-                    ) -> Iterator[tuple[str, str, str]]:
+def _corpus_records(
+    path: Path, ids: Callable[[dict[str, Any], str], str] | None = None
+) -> Iterator[tuple[str, str, str]]:
     """("path:lineno", doc id, text) of a BEIR corpus.jsonl, title joined to the text with a space; `ids` reads the
     doc id (default `_id`)."""
     read_id = ids or _id
     for where, line in iter_lines(path):
         obj = _json_obj(where, line)
-        yield where, read_id(obj, where), _join(_str_field(obj, "title", where, False),
-                                                _str_field(obj, "text", where, True))
+        yield (
+            where,
+            read_id(obj, where),
+            _join(_str_field(obj, "title", where, False), _str_field(obj, "text", where, True)),
+        )
 
 
 def iter_corpus_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
@@ -109,8 +114,10 @@ def _run_id(obj: dict[str, Any], where: str) -> str:
     """An `_id` that can stand in a TREC run line, whose fields are separated by whitespace."""
     v = _id(obj, where)
     if _WHITESPACE.search(v):
-        raise DataError(f"{where}: field '_id'={v!r} contains whitespace: expected an id without spaces, tabs or "
-                        "newlines (a TREC run line separates its fields by whitespace)")
+        raise DataError(
+            f"{where}: field '_id'={v!r} contains whitespace: expected an id without spaces, tabs or "
+            "newlines (a TREC run line separates its fields by whitespace)"
+        )
     return v
 
 
@@ -123,8 +130,9 @@ def load_beir(path: str, split: str = "test") -> Collection:
     qrels_path = root / "qrels" / f"{split}.tsv"
     for p in (root / "corpus.jsonl", root / "queries.jsonl"):
         if not p.is_file():
-            raise DataError(f"{p}: missing BEIR file "
-                            f"(expected corpus.jsonl, queries.jsonl and qrels/{split}.tsv under {root})")
+            raise DataError(
+                f"{p}: missing BEIR file (expected corpus.jsonl, queries.jsonl and qrels/{split}.tsv under {root})"
+            )
     if not qrels_path.is_file():
         have = sorted(p.stem for p in (root / "qrels").glob("*.tsv")) if (root / "qrels").is_dir() else []
         raise DataError(f"{qrels_path}: missing qrels for split '{split}' (available splits: {have or 'none'})")
@@ -167,19 +175,29 @@ def load_beir(path: str, split: str = "test") -> Collection:
         qrels.setdefault(qid, {})[did] = grade
 
     if not qrels:
-        raise DataError(f"{qrels_path}: no judgments (expected lines 'query-id<TAB>corpus-id<TAB>score' for the "
-                        f"{len(all_queries)} queries of queries.jsonl)")
+        raise DataError(
+            f"{qrels_path}: no judgments (expected lines 'query-id<TAB>corpus-id<TAB>score' for the "
+            f"{len(all_queries)} queries of queries.jsonl)"
+        )
     if not judged_queries(qrels):
-        raise DataError(f"{qrels_path}: no query has a positive grade (all {sum(map(len, qrels.values()))} judgments "
-                        "of its 'score' column are 0 or less), so no measure can score anything: expected at least "
-                        "one relevant document (score >= 1)")
+        raise DataError(
+            f"{qrels_path}: no query has a positive grade (all {sum(map(len, qrels.values()))} judgments "
+            "of its 'score' column are 0 or less), so no measure can score anything: expected at least "
+            "one relevant document (score >= 1)"
+        )
     queries = {qid: t for qid, t in all_queries.items() if qid in qrels}
     if len(queries) < len(all_queries):
         # BEIR keeps one queries.jsonl for all splits: queries judged only in another split are expected here
-        log.info("%s: %d of %d queries have no judgments in %s and are left out", root.name,
-                 len(all_queries) - len(queries), len(all_queries), qrels_path.name)
-    return Collection(name=root.name, corpus=corpus, queries=queries, qrels=qrels,
-                      source={"path": path, "split": split})
+        log.info(
+            "%s: %d of %d queries have no judgments in %s and are left out",
+            root.name,
+            len(all_queries) - len(queries),
+            len(all_queries),
+            qrels_path.name,
+        )
+    return Collection(
+        name=root.name, corpus=corpus, queries=queries, qrels=qrels, source={"path": path, "split": split}
+    )
 
 
 def save_beir(collection: Collection, path: str | os.PathLike[str], split: str = "test") -> Path:
@@ -187,8 +205,10 @@ def save_beir(collection: Collection, path: str | os.PathLike[str], split: str =
     root = Path(path)
     atomic_write_text(
         root / "corpus.jsonl",
-        (json.dumps({"_id": d, "title": "", "text": t}, ensure_ascii=False) + "\n"
-         for d, t in collection.corpus.items()),
+        (
+            json.dumps({"_id": d, "title": "", "text": t}, ensure_ascii=False) + "\n"
+            for d, t in collection.corpus.items()
+        ),
     )
     atomic_write_text(
         root / "queries.jsonl",
@@ -215,10 +235,14 @@ def _hf_load(repo: str, config: str | None, split: str) -> Any:
     try:
         return hub.load_dataset(repo, config, split=split)
     except hub.HubUnavailable as e:
-        hint = (" (HF offline mode is on and it is not cached)" if e.flagged
-                else " (needs network access to the Hugging Face hub or a cached copy)")
-        raise AssetError(f"cannot load HF dataset '{repo}' config={config!r} split={split!r}{hint}: {e.reason}"
-                         ) from None
+        hint = (
+            " (HF offline mode is on and it is not cached)"
+            if e.flagged
+            else " (needs network access to the Hugging Face hub or a cached copy)"
+        )
+        raise AssetError(
+            f"cannot load HF dataset '{repo}' config={config!r} split={split!r}{hint}: {e.reason}"
+        ) from None
 
 
 def _from_hf(name: str, corpus_ds: Any, queries_ds: Any, qrels_ds: Any) -> Collection:
@@ -259,8 +283,13 @@ def load_mteb(name: str, split: str = "test") -> Collection:
 HUB_LOADERS: frozenset[Callable[..., Collection]] = frozenset({load_hf_beir, load_mteb})
 
 
-def subsampled(load: Any, max_docs: int | None = None, max_queries: int | None = None, seed: int = 0,
-               distractors_per_gold: float = 0.0) -> Collection:
+def subsampled(
+    load: Any,
+    max_docs: int | None = None,
+    max_queries: int | None = None,
+    seed: int = 0,
+    distractors_per_gold: float = 0.0,
+) -> Collection:
     """`load()`'s collection cut to a seeded sample of `max_queries` queries and `max_docs` documents (None: all):
     every judged document of a kept query stays, the other documents are a seeded random sample. Every system
     evaluated on it sees the same collection, so comparisons between them hold (absolute numbers rise with fewer
@@ -271,8 +300,11 @@ def subsampled(load: Any, max_docs: int | None = None, max_queries: int | None =
     for key, value in (("max_docs", max_docs), ("max_queries", max_queries)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise DataError(f"subsampled: {key}={value!r} must be a positive integer or null")
-    if isinstance(distractors_per_gold, bool) or not isinstance(distractors_per_gold, (int, float)) \
-            or not 0 <= distractors_per_gold < float("inf"):
+    if (
+        isinstance(distractors_per_gold, bool)
+        or not isinstance(distractors_per_gold, (int, float))
+        or not 0 <= distractors_per_gold < float("inf")
+    ):
         raise DataError(f"subsampled: distractors_per_gold={distractors_per_gold!r} must be a number >= 0")
     rng = random.Random(f"subsample-{coll.name}-{seed}")
     queries = list(coll.queries)
@@ -296,8 +328,9 @@ def _judged(coll: Collection, qrels: dict[str, dict[str, int]]) -> list[str]:
     return [d for d in dict.fromkeys(d for rel in qrels.values() for d, g in rel.items() if g > 0) if d in coll.corpus]
 
 
-def _leave_room_for_distractors(coll: Collection, queries: list[str], max_judged: float,
-                                rng: random.Random) -> list[str]:
+def _leave_room_for_distractors(
+    coll: Collection, queries: list[str], max_judged: float, rng: random.Random
+) -> list[str]:
     """The longest prefix of a seeded order of `queries` whose judged documents number at most `max_judged`, in the
     original order."""
     order = list(queries)
@@ -325,8 +358,9 @@ def iter_oe_eval_docs(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 try:
                     doc = json.loads(line)["doc"]
                 except (json.JSONDecodeError, KeyError, TypeError) as e:
-                    raise DataError(f"{where}: expected a JSON object with a 'doc' object "
-                                    f"({type(e).__name__}: {e})") from None
+                    raise DataError(
+                        f"{where}: expected a JSON object with a 'doc' object ({type(e).__name__}: {e})"
+                    ) from None
                 if not isinstance(doc, dict):
                     raise DataError(f"{where}: field 'doc' must be an object, got {type(doc).__name__}")
                 yield where, doc

@@ -5,6 +5,7 @@ the authors' recipe, English Wikipedia (`wikimedia/wikipedia` 20231101.en) + Boo
 Without the hub (offline flags set or the endpoint unreachable) the hub corpora raise AssetError naming the dataset at
 once, unless a cached copy exists.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -28,8 +29,11 @@ def _check_max_docs(max_docs: int | None, key: str) -> None:
         raise VtlabError(f"{key}={max_docs!r} must be a positive integer or null")
 
 
-_BOOLQ_SPLITS = {"all": lambda: (*train_pairs(), *validation_pairs()), "train": train_pairs,
-                 "validation": validation_pairs}
+_BOOLQ_SPLITS = {
+    "all": lambda: (*train_pairs(), *validation_pairs()),
+    "train": train_pairs,
+    "validation": validation_pairs,
+}
 
 
 @lru_cache(maxsize=len(_BOOLQ_SPLITS))
@@ -62,8 +66,9 @@ class TextCorpus:
     # moving or renaming the function keeps the vocabularies trained on it; change it only to retrain them on purpose.
     CACHE_ID: ClassVar[str] = "vtlab.data.clean.clean_train_passages"
 
-    def __init__(self, path: str | None = None, field: str = "text", max_docs: int | None = None,
-                 key: str = "vocab.corpus") -> None:
+    def __init__(
+        self, path: str | None = None, field: str = "text", max_docs: int | None = None, key: str = "vocab.corpus"
+    ) -> None:
         _check_max_docs(max_docs, f"{key}.max_docs")
         self.path = None if path in (None, "") else str(path)
         self.field = str(field)
@@ -75,7 +80,7 @@ class TextCorpus:
     def __call__(self) -> Iterator[str]:
         if self.path is None:
             texts = self.DEFAULT()
-            return iter(texts if self.max_docs is None else texts[:self.max_docs])
+            return iter(texts if self.max_docs is None else texts[: self.max_docs])
         texts = iter_texts(self.path, self.field, f"{self.key}.path")
         return itertools.islice(texts, self.max_docs) if self.max_docs is not None else texts
 
@@ -88,10 +93,12 @@ class TextCorpus:
 
     def describe(self) -> str:
         if self.path is None:
-            return ("BoolQ clean training passages (none of an evaluation corpus)"
-                    + (f", first {self.max_docs}" if self.max_docs else ""))
-        files = ", ".join(str(f) for f in self.files[:3]) + (f" and {len(self.files) - 3} more" if len(self.files) > 3
-                                                             else "")
+            return "BoolQ clean training passages (none of an evaluation corpus)" + (
+                f", first {self.max_docs}" if self.max_docs else ""
+            )
+        files = ", ".join(str(f) for f in self.files[:3]) + (
+            f" and {len(self.files) - 3} more" if len(self.files) > 3 else ""
+        )
         return f"{files} (field {self.field!r})" + (f", first {self.max_docs}" if self.max_docs else "")
 
     def __repr__(self) -> str:
@@ -105,8 +112,10 @@ def hub_dataset(repo: str, config: str | None = None, split: str = "train", stre
         return hub.load_dataset(repo, config, split=split, streaming=streaming)
     except hub.HubUnavailable as e:
         why = "the Hugging Face hub is unreachable (offline) and it is not cached" if e.offline else "loading failed"
-        raise AssetError(f"MLM corpus: cannot load dataset '{repo}' (config={config!r}, split={split!r}): {why}: "
-                         f"{e.reason}. Use mlm=default (offline BoolQ passages) or run with network.") from None
+        raise AssetError(
+            f"MLM corpus: cannot load dataset '{repo}' (config={config!r}, split={split!r}): {why}: "
+            f"{e.reason}. Use mlm=default (offline BoolQ passages) or run with network."
+        ) from None
 
 
 def _texts(rows: Iterable[dict[str, Any]], field: str = "text") -> Iterator[str]:

@@ -1,5 +1,6 @@
 """Lightning DataModule: SPLADE training batches (query, positive + sampled negatives, teacher scores) and
 validation loaders over a dev Collection."""
+
 from __future__ import annotations
 
 import functools
@@ -40,8 +41,10 @@ def _check_int(key: str, value: Any, low: int) -> None:
 def _beir_dev(path: str, split: str) -> Callable[[], Collection]:
     """The loader of a BEIR-layout dev set given as data.dev_path (checked now: a typo fails before any model loads)."""
     if not Path(path).expanduser().is_dir():
-        raise ConfigError(f"data.dev_path={path!r}: no such directory (expected a BEIR directory: corpus.jsonl, "
-                          f"queries.jsonl, qrels/{split}.tsv)")
+        raise ConfigError(
+            f"data.dev_path={path!r}: no such directory (expected a BEIR directory: corpus.jsonl, "
+            f"queries.jsonl, qrels/{split}.tsv)"
+        )
     return functools.partial(load_beir, str(Path(path).expanduser()), split=split)
 
 
@@ -172,9 +175,14 @@ class TripletDataModule(pl.LightningDataModule):
         dev_split: str = "dev",
     ) -> None:
         super().__init__()
-        for key, value, low in (("batch_size", batch_size, 1), ("eval_batch_size", eval_batch_size, 1),
-                                ("num_negatives", num_negatives, 0), ("query_max_length", query_max_length, 3),
-                                ("doc_max_length", doc_max_length, 3), ("num_workers", num_workers, 0)):
+        for key, value, low in (
+            ("batch_size", batch_size, 1),
+            ("eval_batch_size", eval_batch_size, 1),
+            ("num_negatives", num_negatives, 0),
+            ("query_max_length", query_max_length, 3),
+            ("doc_max_length", doc_max_length, 3),
+            ("num_workers", num_workers, 0),
+        ):
             _check_int(f"data.{key}", value, low)
         self._train_src, self._dev_src = train, dev
         self._dev_path = str(dev_path) if dev_path else None
@@ -222,8 +230,12 @@ class TripletDataModule(pl.LightningDataModule):
             # before any training step: a dev set that overlaps training would choose checkpoints on memorisation
             check_disjoint(dev, self.train_examples, *split_labels(dev.source, self._train_source, self._dev_path))
             self.dev_collection = dev
-            log.info("dev set %s: %d queries over %d documents (checkpoint selection)", dev.name, len(dev.queries),
-                     len(dev.corpus))
+            log.info(
+                "dev set %s: %d queries over %d documents (checkpoint selection)",
+                dev.name,
+                len(dev.queries),
+                len(dev.corpus),
+            )
 
     def _load_train(self) -> list[TripletExample]:
         src = self._train_src
@@ -245,11 +257,17 @@ class TripletDataModule(pl.LightningDataModule):
             with_scores += ex.scores is not None
         if 0 < with_scores < len(examples):
             first = next(i for i, ex in enumerate(examples) if ex.scores is None)
-            raise DataError(f"{name}: {with_scores}/{len(examples)} examples have teacher 'scores' "
-                            f"(example {first} has none); give all or none")
+            raise DataError(
+                f"{name}: {with_scores}/{len(examples)} examples have teacher 'scores' "
+                f"(example {first} has none); give all or none"
+            )
         self.has_teacher_scores = with_scores == len(examples)
-        log.info("training set: %d examples%s%s", len(examples), f" from {name}" if callable(src) else "",
-                 " with teacher scores" if self.has_teacher_scores else "")
+        log.info(
+            "training set: %d examples%s%s",
+            len(examples),
+            f" from {name}" if callable(src) else "",
+            " with teacher scores" if self.has_teacher_scores else "",
+        )
         return examples
 
     # ---- tokenization ----------------------------------------------------------------------------------
@@ -306,10 +324,20 @@ class TripletDataModule(pl.LightningDataModule):
         # Longest docs first: similar lengths per batch waste less padding; ids keep the mapping.
         docs = sorted(self.dev_collection.corpus.items(), key=lambda kv: -len(kv[1]))
         return [
-            DataLoader(_TextDataset(queries), batch_size=self.eval_batch_size, shuffle=False,
-                       collate_fn=functools.partial(self._collate_text, max_length=self.query_max_length),
-                       num_workers=self.num_workers, generator=self._generator()),
-            DataLoader(_TextDataset(docs), batch_size=self.eval_batch_size, shuffle=False,
-                       collate_fn=functools.partial(self._collate_text, max_length=self.doc_max_length),
-                       num_workers=self.num_workers, generator=self._generator()),
+            DataLoader(
+                _TextDataset(queries),
+                batch_size=self.eval_batch_size,
+                shuffle=False,
+                collate_fn=functools.partial(self._collate_text, max_length=self.query_max_length),
+                num_workers=self.num_workers,
+                generator=self._generator(),
+            ),
+            DataLoader(
+                _TextDataset(docs),
+                batch_size=self.eval_batch_size,
+                shuffle=False,
+                collate_fn=functools.partial(self._collate_text, max_length=self.doc_max_length),
+                num_workers=self.num_workers,
+                generator=self._generator(),
+            ),
         ]

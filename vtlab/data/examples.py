@@ -1,4 +1,5 @@
 """The training example shared by every triplet source, loss and the DataModule."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping

@@ -1,5 +1,6 @@
 """Online MS MARCO hard-negative sources (Hugging Face hub). They need the network; offline they raise
 AssetError naming the dataset, quickly, instead of retrying or half-loading."""
+
 from __future__ import annotations
 
 import gzip
@@ -43,10 +44,7 @@ def _hf_dataset(repo: str, config: str | None, split: str) -> Any:
 
 
 def st_msmarco_hard_negatives(
-    num_negatives: int = 8,
-    max_examples: int | None = 10000,
-    systems: list[str] | None = None,
-    seed: int = 0,
+    num_negatives: int = 8, max_examples: int | None = 10000, systems: list[str] | None = None, seed: int = 0
 ) -> list[TripletExample]:
     """sentence-transformers MS MARCO hard negatives with MiniLM-L6 cross-encoder scores as `scores`.
 
@@ -152,10 +150,18 @@ def ce_pool_examples(
             continue
         others = [p for p in pool if p != pos[0]]
         index = {p: i for i, p in enumerate(others)}
-        out.append(CEPoolExample(
-            query=queries[str(qid)], positive=texts[str(pos[0])], negatives=[texts[str(p)] for p in others],
-            scores=[float(scores[p]) for p in [pos[0], *others]], query_id=str(qid), positive_id=str(pos[0]),
-            negative_ids=[str(p) for p in others], other_positives=[index[p] for p in pos[1:]]))
+        out.append(
+            CEPoolExample(
+                query=queries[str(qid)],
+                positive=texts[str(pos[0])],
+                negatives=[texts[str(p)] for p in others],
+                scores=[float(scores[p]) for p in [pos[0], *others]],
+                query_id=str(qid),
+                positive_id=str(pos[0]),
+                negative_ids=[str(p) for p in others],
+                other_positives=[index[p] for p in pos[1:]],
+            )
+        )
     return out
 
 
@@ -176,8 +182,9 @@ def st_msmarco_ce_pool(num_negatives: int = 1, max_examples: int | None = None) 
             qrels.setdefault(int(r["query-id"]), []).append(int(r["corpus-id"]))
     queries = {str(r["_id"]): r["text"] for r in queries_ds}
     need = {str(p) for q in qrels if q in ce for p in ce[q]}
-    texts = {r["_id"]: (f"{r['title']} {r['text']}" if r.get("title") else r["text"])
-             for r in corpus_ds if r["_id"] in need}
+    texts = {
+        r["_id"]: (f"{r['title']} {r['text']}" if r.get("title") else r["text"]) for r in corpus_ds if r["_id"] in need
+    }
     return ce_pool_examples(qrels, ce, queries, texts, num_negatives, max_examples)
 
 

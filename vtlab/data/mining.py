@@ -1,4 +1,5 @@
 """BM25 retrieval and hard-negative mining: a thin wrapper over the `bm25s` library."""
+
 from __future__ import annotations
 
 import bm25s
@@ -28,8 +29,10 @@ class BM25Index:
         """
         k = min(int(k), self.num_docs)
         if not queries or k <= 0:
-            return (np.zeros((len(queries), max(k, 0)), dtype=np.int64),
-                    np.zeros((len(queries), max(k, 0)), dtype=np.float32))
+            return (
+                np.zeros((len(queries), max(k, 0)), dtype=np.int64),
+                np.zeros((len(queries), max(k, 0)), dtype=np.float32),
+            )
         # update_vocab=False: unseen query words cannot match any doc, so they are simply dropped.
         q_ids = self._tokenizer.tokenize(list(queries), update_vocab=False, show_progress=False)
         docs, scores = self._model.retrieve(

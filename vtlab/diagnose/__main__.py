@@ -1,4 +1,5 @@
 """`python -m vtlab.diagnose DIR [--out OUT]`: (re)render the comparison over every diagnose.json under DIR."""
+
 from __future__ import annotations
 
 import argparse

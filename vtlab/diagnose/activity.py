@@ -9,6 +9,7 @@ Per state: active dims per document, positive share, per-term activation frequen
 active in ≥ `always_on` of the documents), mean pairwise cosine of the SPLADE vectors (log1p∘relu; all-zero vectors
 left out) — near 1 means every document gets the same vector.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -63,9 +64,14 @@ class _State:
         active = np.asarray(self.active, dtype=np.int64)
         freq = self.doc_freq.double().numpy() / n
         edges = [0.0, 0.01, 0.1, 0.5, always_on]
-        buckets = [int((freq == 0).sum())] + [
-            int(((freq > 0 if lo == 0 else freq >= lo) & (freq < hi)).sum()) for lo, hi in zip(edges[:-1], edges[1:])
-        ] + [int((freq >= always_on).sum())]
+        buckets = (
+            [int((freq == 0).sum())]
+            + [
+                int(((freq > 0 if lo == 0 else freq >= lo) & (freq < hi)).sum())
+                for lo, hi in zip(edges[:-1], edges[1:])
+            ]
+            + [int((freq >= always_on).sum())]
+        )
         return {
             "mean_active_per_doc": float(active.mean()),
             "median_active_per_doc": float(np.median(active)),
@@ -123,8 +129,15 @@ def output_activity(encoder, texts: Sequence[str], apc: APC, always_on: float = 
         "docs": len(texts),
         "vocab_size": encoder.vocab_size,
         "max_length": apc.max_length,
-        "apc": {"name": apc.name, "enabled": apc.enabled, "cutoff": cutoff, "percentile": apc.percentile,
-                "shift": apc.shift, "include_zeros": apc.include_zeros, "probe": probe},
+        "apc": {
+            "name": apc.name,
+            "enabled": apc.enabled,
+            "cutoff": cutoff,
+            "percentile": apc.percentile,
+            "shift": apc.shift,
+            "include_zeros": apc.include_zeros,
+            "probe": probe,
+        },
         "max_logit_quantiles": {"before": _quantiles(samples)},
     }
     if apc.enabled:

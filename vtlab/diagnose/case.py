@@ -9,6 +9,7 @@ A cased vocabulary holds case variants: entries with the same word-initial marke
 - `doc_mass_on_variants`: of the documents' SPLADE term mass (max over positions of log(1 + ReLU(logits))), the share
   that sits on a case variant other than the group's heaviest one: the mass a normalized vocabulary would merge.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -46,22 +47,33 @@ def _row_cosine(rows: torch.Tensor, groups: Sequence[Sequence[int]]) -> float | 
 
 
 @torch.no_grad()
-def document_terms(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
-                   max_length: int = 128, batch_size: int = 16) -> torch.Tensor:
+def document_terms(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    max_length: int = 128,
+    batch_size: int = 16,
+) -> torch.Tensor:
     """(docs, vocab) SPLADE weights of the raw MLM head: max over real positions of log(1 + ReLU(logits))."""
     model.eval()
     out = []
     for start in range(0, len(texts), batch_size):
-        enc = tokenizer(list(texts[start:start + batch_size]), truncation=True, max_length=max_length,
-                        padding=True, return_tensors="pt")
+        enc = tokenizer(
+            list(texts[start : start + batch_size]),
+            truncation=True,
+            max_length=max_length,
+            padding=True,
+            return_tensors="pt",
+        )
         logits = model(**enc).logits
         logits = logits.masked_fill(enc["attention_mask"].unsqueeze(-1) == 0, float("-inf"))
         out.append(torch.log1p(torch.relu(logits.max(dim=1).values)))
     return torch.cat(out)
 
 
-def case_handling(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
-                  max_length: int = 128) -> dict[str, Any]:
+def case_handling(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int = 128
+) -> dict[str, Any]:
     """{"case_groups", "row_cosine", "row_cosine_groups", "doc_mass_on_variants", "examples"} for `model` on `texts`."""
     groups = case_groups(tokenizer)
     ids = [g for _, g in groups]
@@ -74,6 +86,11 @@ def case_handling(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, te
         mass = weights[:, g]  # (docs, variants)
         spread += float((mass.sum(dim=1) - mass.max(dim=1).values).sum())
     examples = [tokenizer.convert_ids_to_tokens(g) for g in sorted(lowercase_led, key=len, reverse=True)[:3]]
-    return {"case_groups": len(groups), "row_cosine": _row_cosine(rows, lowercase_led),
-            "row_cosine_groups": len(lowercase_led), "doc_mass_on_variants": spread / total if total > 0 else 0.0,
-            "docs": len(texts), "examples": examples}
+    return {
+        "case_groups": len(groups),
+        "row_cosine": _row_cosine(rows, lowercase_led),
+        "row_cosine_groups": len(lowercase_led),
+        "doc_mass_on_variants": spread / total if total > 0 else 0.0,
+        "docs": len(texts),
+        "examples": examples,
+    }

@@ -1,4 +1,5 @@
 """The documents to diagnose: BoolQ passages (default), a user's .txt / .jsonl file, or the `data` config's docs."""
+
 from __future__ import annotations
 
 import random

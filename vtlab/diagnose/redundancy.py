@@ -13,6 +13,7 @@ character, bare whitespace) stay their own dimension.
   forms the corpus writes with ≥ 2 different entries at all (split_mass_share; one stray "##the" next to 1,000
   "the" already counts them all).
 """
+
 from __future__ import annotations
 
 import unicodedata
@@ -44,8 +45,9 @@ def _share(num: float, den: float) -> float:
     return float(num) / float(den) if den else 0.0
 
 
-def vocabulary_redundancy(tokenizer: PreTrainedTokenizerBase, forms: dict[int, str] | None = None,
-                          n_examples: int = 5) -> dict[str, Any]:
+def vocabulary_redundancy(
+    tokenizer: PreTrainedTokenizerBase, forms: dict[int, str] | None = None, n_examples: int = 5
+) -> dict[str, Any]:
     """Figures over the vocabulary alone (no corpus); `forms`: canonical_vocab(tokenizer) if already computed."""
     forms = canonical_vocab(tokenizer) if forms is None else forms
     groups: dict[str, list[int]] = defaultdict(list)
@@ -80,8 +82,9 @@ def vocabulary_redundancy(tokenizer: PreTrainedTokenizerBase, forms: dict[int, s
     }
 
 
-def corpus_redundancy(tokenizer: PreTrainedTokenizerBase, ids: np.ndarray, forms: dict[int, str] | None = None,
-                      n_examples: int = 10) -> dict[str, Any]:
+def corpus_redundancy(
+    tokenizer: PreTrainedTokenizerBase, ids: np.ndarray, forms: dict[int, str] | None = None, n_examples: int = 10
+) -> dict[str, Any]:
     """Figures over the corpus's tokens `ids` (all tokens count in the denominators, special ones included)."""
     forms = canonical_vocab(tokenizer) if forms is None else forms
     counts = Counter(ids.tolist())
@@ -106,8 +109,14 @@ def corpus_redundancy(tokenizer: PreTrainedTokenizerBase, ids: np.ndarray, forms
         "spread_mass_share": _share(sum(spread.values()), total),
         "split_mass_share": _share(split_mass, total),
         "split_examples": [  # the forms with the most tokens off their main entry
-            {"form": k, "count": sum(v.values()), "spread": spread[k],
-             "surfaces": [[tokenizer.convert_ids_to_tokens(i), n] for i, n in sorted(v.items(), key=lambda x: -x[1])]}
+            {
+                "form": k,
+                "count": sum(v.values()),
+                "spread": spread[k],
+                "surfaces": [
+                    [tokenizer.convert_ids_to_tokens(i), n] for i, n in sorted(v.items(), key=lambda x: -x[1])
+                ],
+            }
             for k, v in examples
         ],
     }

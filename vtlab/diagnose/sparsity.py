@@ -12,6 +12,7 @@ already inside the range needs no calibration: APC with zeros puts (100 - percen
 max-logits above 0, right for an MLM whose logits are all on one side of 0, thousands of dims for an already sparse
 model.
 """
+
 from __future__ import annotations
 
 import math
@@ -84,15 +85,24 @@ class ApcEffect:
         if self.after is None:
             return ""
         growth = f", {self.after / self.before:,.1f}× as many" if self.before > 0 and self.after > self.before else ""
-        share = (f"; {self.after_positive_share:.1%} of (document, term) max-logits > 0"
-                 if self.after_positive_share is not None else "")
-        return (f"apc={self.apc} takes it to {self.after:,.1f} ({self.range.place(self.after).value}{growth}{share})")
+        share = (
+            f"; {self.after_positive_share:.1%} of (document, term) max-logits > 0"
+            if self.after_positive_share is not None
+            else ""
+        )
+        return f"apc={self.apc} takes it to {self.after:,.1f} ({self.range.place(self.after).value}{growth}{share})"
 
     def to_json(self) -> dict[str, Any]:
-        return {"apc": self.apc, "low": self.range.low, "high": self.range.high, "before": self.before,
-                "after": self.after, "start": self.start.value,
-                "after_place": None if self.after is None else self.range.place(self.after).value,
-                "apc_accepted": self.accepted}
+        return {
+            "apc": self.apc,
+            "low": self.range.low,
+            "high": self.range.high,
+            "before": self.before,
+            "after": self.after,
+            "start": self.start.value,
+            "after_place": None if self.after is None else self.range.place(self.after).value,
+            "apc_accepted": self.accepted,
+        }
 
 
 def apc_effect(activity: Mapping[str, Any] | None, apc: str, settings: Mapping[str, Any]) -> ApcEffect | None:
@@ -100,7 +110,10 @@ def apc_effect(activity: Mapping[str, Any] | None, apc: str, settings: Mapping[s
     if not activity:
         return None
     after = activity.get("after")
-    return ApcEffect(apc=apc, range=SparseRange.of(int(activity["vocab_size"]), settings),
-                     before=float(activity["before"]["mean_active_per_doc"]),
-                     after=None if not after else float(after["mean_active_per_doc"]),
-                     after_positive_share=None if not after else float(after["positive_share"]))
+    return ApcEffect(
+        apc=apc,
+        range=SparseRange.of(int(activity["vocab_size"]), settings),
+        before=float(activity["before"]["mean_active_per_doc"]),
+        after=None if not after else float(after["mean_active_per_doc"]),
+        after_positive_share=None if not after else float(after["positive_share"]),
+    )

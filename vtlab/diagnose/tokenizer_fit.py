@@ -14,6 +14,7 @@ made only of whitespace (byte-level "Ġ", OLMo's runs of spaces) to the word tha
 - scripts: the same per Unicode script of the word's first letter (multilingual when ≥ 2 scripts each hold
   ≥ `min_script_share` of the words).
 """
+
 from __future__ import annotations
 
 import unicodedata
@@ -95,8 +96,12 @@ def _assign(text: str, offsets: np.ndarray, first_word: int) -> tuple[np.ndarray
     return np.where(local >= 0, local + first_word, -1), in_core, cores, scripts
 
 
-def tokenize_corpus(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
-                    preprocess: Callable[[str], str] | None = None, batch_size: int = 256) -> TokenizedCorpus:
+def tokenize_corpus(
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    preprocess: Callable[[str], str] | None = None,
+    batch_size: int = 256,
+) -> TokenizedCorpus:
     """Tokenize whole documents (no truncation, no special tokens) and assign each token to its word."""
     texts = [preprocess(t) for t in texts] if preprocess is not None else list(texts)
     ids, words, in_core, cores, scripts = [], [], [], [], []
@@ -110,6 +115,7 @@ def tokenize_corpus(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
             in_core.append(c)
             cores += doc_cores
             scripts += doc_scripts
+
     def cat(xs: list, dt: Any) -> np.ndarray:
         return np.concatenate(xs) if xs else np.zeros(0, dt)
 
@@ -128,8 +134,9 @@ def _share(num: float, den: float) -> float:
     return float(num) / float(den) if den else 0.0
 
 
-def _word_stats(pieces: np.ndarray, core_pieces: np.ndarray, has_core: np.ndarray, bad: np.ndarray,
-                n_tokens: int) -> dict[str, float]:
+def _word_stats(
+    pieces: np.ndarray, core_pieces: np.ndarray, has_core: np.ndarray, bad: np.ndarray, n_tokens: int
+) -> dict[str, float]:
     return {
         "words": int(pieces.size),
         "fertility": _share(pieces.sum(), pieces.size),
@@ -138,8 +145,13 @@ def _word_stats(pieces: np.ndarray, core_pieces: np.ndarray, has_core: np.ndarra
     }
 
 
-def tokenizer_fit(tokenizer: PreTrainedTokenizerBase, corpus: TokenizedCorpus, top_words: int = 1000,
-                  min_script_share: float = 0.01, n_examples: int = 10) -> dict[str, Any]:
+def tokenizer_fit(
+    tokenizer: PreTrainedTokenizerBase,
+    corpus: TokenizedCorpus,
+    top_words: int = 1000,
+    min_script_share: float = 0.01,
+    n_examples: int = 10,
+) -> dict[str, Any]:
     """The fit figures of `tokenizer` on an already tokenized corpus (see the module docstring)."""
     n_words, ids, word = len(corpus.cores), corpus.ids, corpus.word
     unk_id = tokenizer.unk_token_id
@@ -180,8 +192,9 @@ def tokenizer_fit(tokenizer: PreTrainedTokenizerBase, corpus: TokenizedCorpus, t
     for script, n in Counter(corpus.scripts).most_common():
         sel = scripts == script
         tok_sel = token_script == script
-        stats = _word_stats(pieces[sel], core_pieces[sel], has_core[sel], int(bad[assigned][tok_sel].sum()),
-                            int(tok_sel.sum()))
+        stats = _word_stats(
+            pieces[sel], core_pieces[sel], has_core[sel], int(bad[assigned][tok_sel].sum()), int(tok_sel.sum())
+        )
         by_script[script] = {"word_share": _share(n, n_words), **stats}
     major = [s for s, v in by_script.items() if s != COMMON and v["word_share"] >= min_script_share]
 

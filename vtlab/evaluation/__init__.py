@@ -12,27 +12,10 @@ conf/ names the classes by their module (`vtlab.evaluation.retrieval.RetrievalEv
 `vtlab.evaluation.suite.EvaluationSuite`); the names below are the public API (`stats` is used as a module:
 `vtlab.evaluation.stats`).
 """
-from vtlab.evaluation.budgets import (
-    BUDGET_KEY,
-    Budget,
-    budget_key,
-    parse_budgets,
-    prune_top_k,
-    split_budget_key,
-)
-from vtlab.evaluation.metrics import (
-    DEFAULT_MEASURES,
-    SPARSITY_KEYS,
-    compute_metrics,
-    per_query_metrics,
-    sparsity_stats,
-)
-from vtlab.evaluation.outputs import (
-    TIMING_KEYS,
-    results_table,
-    write_outputs,
-    write_trec_run,
-)
+
+from vtlab.evaluation.budgets import BUDGET_KEY, Budget, budget_key, parse_budgets, prune_top_k, split_budget_key
+from vtlab.evaluation.metrics import DEFAULT_MEASURES, SPARSITY_KEYS, compute_metrics, per_query_metrics, sparsity_stats
+from vtlab.evaluation.outputs import TIMING_KEYS, results_table, write_outputs, write_trec_run
 from vtlab.evaluation.retrieval import (  # noqa: F401  (runs.preflight)
     RetrievalEvaluation,
     SparseEncoder,
@@ -42,8 +25,24 @@ from vtlab.evaluation.retrieval import (  # noqa: F401  (runs.preflight)
 from vtlab.evaluation.suite import EvaluationSuite, average
 
 __all__ = [
-    "BUDGET_KEY", "DEFAULT_MEASURES", "SPARSITY_KEYS", "TIMING_KEYS", "Budget", "EvaluationSuite",
-    "RetrievalEvaluation", "SparseEncoder", "average", "budget_key", "compute_metrics", "evaluate", "parse_budgets",
-    "per_query_metrics", "prune_top_k", "results_table", "sparsity_stats", "split_budget_key", "write_outputs",
+    "BUDGET_KEY",
+    "DEFAULT_MEASURES",
+    "SPARSITY_KEYS",
+    "TIMING_KEYS",
+    "Budget",
+    "EvaluationSuite",
+    "RetrievalEvaluation",
+    "SparseEncoder",
+    "average",
+    "budget_key",
+    "compute_metrics",
+    "evaluate",
+    "parse_budgets",
+    "per_query_metrics",
+    "prune_top_k",
+    "results_table",
+    "sparsity_stats",
+    "split_budget_key",
+    "write_outputs",
     "write_trec_run",
 ]

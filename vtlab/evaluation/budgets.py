@@ -2,6 +2,7 @@
 
 Each measure and sparsity key comes back again per budget as `<key>@<budget>`, e.g. "nDCG@10@q16-d64".
 """
+
 from __future__ import annotations
 
 import re
@@ -83,9 +84,17 @@ def prune_top_k(x: sp.csr_matrix, k: int | None) -> sp.csr_matrix:
     return sp.csr_matrix((x.data[keep], (rows[keep], x.indices[keep])), shape=x.shape, dtype=x.dtype)
 
 
-def search_budgets(q: sp.csr_matrix, d: sp.csr_matrix, budgets: Sequence[Budget], build_index: Callable[..., Any],
-                   query_ids: Sequence[str], doc_ids: Sequence[str], qrels: dict[str, dict[str, int]],
-                   measures: Sequence[str], top_k: int) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+def search_budgets(
+    q: sp.csr_matrix,
+    d: sp.csr_matrix,
+    budgets: Sequence[Budget],
+    build_index: Callable[..., Any],
+    query_ids: Sequence[str],
+    doc_ids: Sequence[str],
+    qrels: dict[str, dict[str, int]],
+    measures: Sequence[str],
+    top_k: int,
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """(per-query values, metrics) of every budget, keys `<key>@<budget>`: each budget prunes q and d, builds a new
     index with `build_index(docs, doc_ids)` and searches it; measures and sparsity are those of the pruned vectors."""
     per_query: dict[str, dict[str, float]] = {}

@@ -3,6 +3,7 @@
 Which queries are measured: those with at least one positive grade in the qrels (`judged_queries`). ir_measures would
 score a query whose judgments are all 0 as 0 on every measure and average it in; here such a query is left out.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -37,9 +38,7 @@ def _parse_measures(measures: Sequence[str]) -> dict[Any, str]:
 
 
 def per_query_metrics(
-    run: dict[str, dict[str, float]],
-    qrels: dict[str, dict[str, int]],
-    measures: Sequence[str] = DEFAULT_MEASURES,
+    run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], measures: Sequence[str] = DEFAULT_MEASURES
 ) -> dict[str, dict[str, float]]:
     """{measure key: {query id: value}} for every query with a positive grade (`judged_queries`; the input of paired
     significance tests).
@@ -66,9 +65,7 @@ def _means(per_query: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
 
 
 def compute_metrics(
-    run: dict[str, dict[str, float]],
-    qrels: dict[str, dict[str, int]],
-    measures: Sequence[str] = DEFAULT_MEASURES,
+    run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], measures: Sequence[str] = DEFAULT_MEASURES
 ) -> dict[str, float]:
     """Mean of each measure over every query with a positive grade (`per_query_metrics`, averaged: such a query with
     no run entry counts as 0, so the mean divides by the number of judged queries)."""

@@ -10,6 +10,7 @@ Which queries are measured: those with at least one positive grade in the qrels 
 average it in; here such a query is left out of the means and of per_query.json (with a warning), and a collection
 with no positive grade at all is refused before encoding: it can measure nothing.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -24,13 +25,7 @@ import scipy.sparse as sp
 from vtlab.data.collections import Collection, judged_queries
 from vtlab.errors import DataError, VtlabError
 from vtlab.evaluation.budgets import Budget, parse_budgets, search_budgets
-from vtlab.evaluation.metrics import (
-    DEFAULT_MEASURES,
-    _means,
-    _parse_measures,
-    per_query_metrics,
-    sparsity_stats,
-)
+from vtlab.evaluation.metrics import DEFAULT_MEASURES, _means, _parse_measures, per_query_metrics, sparsity_stats
 from vtlab.evaluation.outputs import _bad_trec_field, write_outputs
 from vtlab.index import index_factory, index_names
 from vtlab.index.inverted import InvertedIndex, to_run
@@ -48,13 +43,8 @@ class SparseEncoder(Protocol):
     vocab_size: int
 
     def encode(
-        self,
-        texts: Sequence[str],
-        side: Literal["query", "doc"],
-        batch_size: int = 64,
-        show_progress: bool = True,
+        self, texts: Sequence[str], side: Literal["query", "doc"], batch_size: int = 64, show_progress: bool = True
     ) -> sp.csr_matrix: ...
-
 
 
 # ---------------------------------------------------------------------------------------------------- evaluate
@@ -69,17 +59,25 @@ def _check_collection(collection: Collection, trec_ids: bool) -> list[str]:
         raise DataError(f"collection {name!r} has {len(collection.queries)} queries and {len(collection.corpus)} docs")
     judged = judged_queries(collection.qrels)
     if not judged:
-        raise DataError(f"collection {name!r}: no query has a positive relevance grade in its qrels "
-                        f"({len(collection.qrels)} queries in them, every grade 0 or less): nothing can be measured")
+        raise DataError(
+            f"collection {name!r}: no query has a positive relevance grade in its qrels "
+            f"({len(collection.qrels)} queries in them, every grade 0 or less): nothing can be measured"
+        )
     if trec_ids:
         for what, ids in (("query id", collection.queries), ("document id", collection.corpus)):
             bad = next((i for i in ids if _bad_trec_field(str(i))), None)
             if bad is not None:
-                raise DataError(f"collection {name!r}: {what} {bad!r} is empty or contains whitespace: expected ids "
-                                "without spaces, tabs or newlines (run.trec separates its fields by whitespace)")
+                raise DataError(
+                    f"collection {name!r}: {what} {bad!r} is empty or contains whitespace: expected ids "
+                    "without spaces, tabs or newlines (run.trec separates its fields by whitespace)"
+                )
     if len(judged) < len(collection.qrels):
-        log.warning("%s: %d of the %d queries in the qrels have no positive grade; they are left out of the measures",
-                    name, len(collection.qrels) - len(judged), len(collection.qrels))
+        log.warning(
+            "%s: %d of the %d queries in the qrels have no positive grade; they are left out of the measures",
+            name,
+            len(collection.qrels) - len(judged),
+            len(collection.qrels),
+        )
     return judged
 
 
@@ -92,9 +90,14 @@ def _check_encoded(x: Any, n: int, vocab_size: int, side: str) -> sp.csr_matrix:
     return x
 
 
-
-def _encode(encoder: SparseEncoder, texts: list[str], side: Literal["query", "doc"], vocab: int, batch_size: int,
-            show_progress: bool) -> tuple[sp.csr_matrix, float]:
+def _encode(
+    encoder: SparseEncoder,
+    texts: list[str],
+    side: Literal["query", "doc"],
+    vocab: int,
+    batch_size: int,
+    show_progress: bool,
+) -> tuple[sp.csr_matrix, float]:
     """(checked float32 csr matrix, seconds the encoder took)."""
     t = time.perf_counter()
     x = encoder.encode(texts, side=side, batch_size=batch_size, show_progress=show_progress)
@@ -102,8 +105,14 @@ def _encode(encoder: SparseEncoder, texts: list[str], side: Literal["query", "do
     return _check_encoded(x, len(texts), vocab, side), seconds
 
 
-def _retrieve(build_index: Callable[..., Any], q: sp.csr_matrix, d: sp.csr_matrix, query_ids: list[str],
-              doc_ids: list[str], top_k: int) -> tuple[Any, dict[str, dict[str, float]], float, float]:
+def _retrieve(
+    build_index: Callable[..., Any],
+    q: sp.csr_matrix,
+    d: sp.csr_matrix,
+    query_ids: list[str],
+    doc_ids: list[str],
+    top_k: int,
+) -> tuple[Any, dict[str, dict[str, float]], float, float]:
     """(index, run {query id: {doc id: score}}, index build seconds, search seconds)."""
     t = time.perf_counter()
     idx = build_index(d, doc_ids)
@@ -114,8 +123,9 @@ def _retrieve(build_index: Callable[..., Any], q: sp.csr_matrix, d: sp.csr_matri
     return idx, to_run(np.asarray(scores), np.asarray(indices), query_ids, doc_ids), index_build_s, search_s
 
 
-def _timings(encode_query_s: float, encode_doc_s: float, index_build_s: float, search_s: float, n_queries: int,
-             t_start: float) -> dict[str, float]:
+def _timings(
+    encode_query_s: float, encode_doc_s: float, index_build_s: float, search_s: float, n_queries: int, t_start: float
+) -> dict[str, float]:
     """The TIMING_KEYS; total_s runs from t_start (before fit_corpus) to now."""
     return {
         "encode_query_s": encode_query_s,
@@ -159,24 +169,29 @@ def evaluate(
         fit_corpus([collection.corpus[i] for i in doc_ids])
     vocab = int(encoder.vocab_size)  # after fit_corpus: BM25's vocabulary is the corpus's
 
-    q, encode_query_s = _encode(encoder, [collection.queries[i] for i in query_ids], "query", vocab, batch_size,
-                                show_progress)
-    d, encode_doc_s = _encode(encoder, [collection.corpus[i] for i in doc_ids], "doc", vocab, batch_size,
-                              show_progress)
+    q, encode_query_s = _encode(
+        encoder, [collection.queries[i] for i in query_ids], "query", vocab, batch_size, show_progress
+    )
+    d, encode_doc_s = _encode(encoder, [collection.corpus[i] for i in doc_ids], "doc", vocab, batch_size, show_progress)
     idx, run, index_build_s, search_s = _retrieve(build_index, q, d, query_ids, doc_ids, top_k)
 
     per_query = per_query_metrics(run, collection.qrels, measures)
     metrics: dict[str, float] = _means(per_query)
     metrics.update(sparsity_stats(q, d))
-    b_per_query, b_metrics = search_budgets(q, d, budgets, build_index, query_ids, doc_ids, collection.qrels,
-                                            measures, top_k)
+    b_per_query, b_metrics = search_budgets(
+        q, d, budgets, build_index, query_ids, doc_ids, collection.qrels, measures, top_k
+    )
     per_query.update(b_per_query)
     metrics.update(b_metrics)
     metrics.update(_timings(encode_query_s, encode_doc_s, index_build_s, search_s, len(query_ids), t_start))
 
     if out_dir is not None:
-        counts = {"name": collection.name, "n_docs": len(doc_ids), "n_queries": len(query_ids),
-                  "n_judged_queries": len(judged)}  # with a positive grade: the queries the means are over
+        counts = {
+            "name": collection.name,
+            "n_docs": len(doc_ids),
+            "n_queries": len(query_ids),
+            "n_judged_queries": len(judged),
+        }  # with a positive grade: the queries the means are over
         write_outputs(out_dir, run, per_query, metrics, counts, measures, top_k, budgets, idx)
     return metrics
 
@@ -247,8 +262,9 @@ class RetrievalEvaluation:
     def collection(self) -> Collection:
         if self._collection is None:
             loader = self._source
-            kwargs = {k: v for k, v in (("path", self.path), ("name", self._name)) if v is not None
-                      and _accepts(loader, k)}
+            kwargs = {
+                k: v for k, v in (("path", self.path), ("name", self._name)) if v is not None and _accepts(loader, k)
+            }
             loaded = loader(**kwargs)  # type: ignore[operator]
             if not isinstance(loaded, Collection):
                 raise TypeError(f"collection loader returned {type(loaded).__name__}, expected Collection")
@@ -265,11 +281,20 @@ class RetrievalEvaluation:
         """kwargs go to `evaluate` (show_progress=..., or index=<factory> to override eval.index)."""
         kwargs.setdefault("index", index_factory(self.index, self.index_options))
         kwargs.setdefault("budgets", self.budgets)
-        return evaluate(encoder, self.collection, out_dir=out_dir, measures=self.measures, top_k=self.top_k,
-                        batch_size=self.batch_size, **kwargs)
+        return evaluate(
+            encoder,
+            self.collection,
+            out_dir=out_dir,
+            measures=self.measures,
+            top_k=self.top_k,
+            batch_size=self.batch_size,
+            **kwargs,
+        )
 
     def __repr__(self) -> str:
         name = self._name or (self._collection.name if self._collection is not None else None)  # never loads
-        return (f"RetrievalEvaluation(name={name!r}, measures={self.measures}, top_k={self.top_k}, "
-                f"batch_size={self.batch_size}, index={self.index!r}"
-                + (f", budgets={[b.label for b in self.budgets]})" if self.budgets else ")"))
+        return (
+            f"RetrievalEvaluation(name={name!r}, measures={self.measures}, top_k={self.top_k}, "
+            f"batch_size={self.batch_size}, index={self.index!r}"
+            + (f", budgets={[b.label for b in self.budgets]})" if self.budgets else ")")
+        )

@@ -15,6 +15,7 @@ set), then the mean over seeds. Its null distribution is every sign pattern over
 2^16, sampled beyond), so n seeds cannot give a p-value below 2 / 2^n (3 seeds: 0.25). `holm` adjusts a table's
 seed-level p-values for the number of contrasts it claims.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,13 +39,16 @@ class StatsError(VtlabError):
     """Per-query inputs that cannot be paired (different query sets, no queries)."""
 
 
-def paired_arrays(a: Mapping[str, float], b: Mapping[str, float], what: str = "the two systems"
-                  ) -> tuple[list[str], np.ndarray, np.ndarray]:
+def paired_arrays(
+    a: Mapping[str, float], b: Mapping[str, float], what: str = "the two systems"
+) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(query ids, a's values, b's values), paired by query id; the query sets must be equal."""
     if set(a) != set(b):
         only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
-        raise StatsError(f"{what}: query sets differ ({len(only_a)} only in the first, e.g. {only_a[:3]}; "
-                         f"{len(only_b)} only in the second, e.g. {only_b[:3]})")
+        raise StatsError(
+            f"{what}: query sets differ ({len(only_a)} only in the first, e.g. {only_a[:3]}; "
+            f"{len(only_b)} only in the second, e.g. {only_b[:3]})"
+        )
     if not a:
         raise StatsError(f"{what}: no queries")
     ids = sorted(a)
@@ -59,21 +63,23 @@ def mean_over_seeds(per_seed: Sequence[Mapping[str, float]], what: str = "seeds"
     ids = set(per_seed[0])
     for i, seed in enumerate(per_seed[1:], start=1):
         if set(seed) != ids:
-            raise StatsError(f"{what}: seed {i} has other queries than seed 0 "
-                             f"({len(set(seed) ^ ids)} differ, e.g. {sorted(set(seed) ^ ids)[:3]})")
+            raise StatsError(
+                f"{what}: seed {i} has other queries than seed 0 "
+                f"({len(set(seed) ^ ids)} differ, e.g. {sorted(set(seed) ^ ids)[:3]})"
+            )
     return {q: float(np.mean([seed[q] for seed in per_seed])) for q in sorted(ids)}
 
 
-def randomization_test(a: np.ndarray, b: np.ndarray, n_permutations: int = N_PERMUTATIONS, seed: int = SEED
-                       ) -> float:
+def randomization_test(a: np.ndarray, b: np.ndarray, n_permutations: int = N_PERMUTATIONS, seed: int = SEED) -> float:
     """Two-sided p-value of the paired sign-flip test of mean(a - b) = 0, from `n_permutations` random sign vectors.
 
     p = (1 + #{|mean(s·d)| ≥ |mean(d)|}) / (1 + n_permutations): counting the observed assignment keeps the Monte
     Carlo p-value valid (never 0; Phipson & Smyth 2010).
     """
     if np.ndim(a) != 1 or np.shape(a) != np.shape(b) or np.size(a) == 0:
-        raise StatsError(f"randomization test: expected two equal-length 1-d arrays, got shapes "
-                         f"{np.shape(a)} and {np.shape(b)}")
+        raise StatsError(
+            f"randomization test: expected two equal-length 1-d arrays, got shapes {np.shape(a)} and {np.shape(b)}"
+        )
     d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     if n_permutations < 1:
         raise StatsError(f"randomization test: n_permutations must be >= 1, got {n_permutations}")
@@ -119,14 +125,26 @@ class PairedComparison:
     p_t: float
 
 
-def compare(a: Mapping[str, float], b: Mapping[str, float], n_permutations: int = N_PERMUTATIONS,
-            seed: int = SEED, what: str = "the two systems") -> PairedComparison:
+def compare(
+    a: Mapping[str, float],
+    b: Mapping[str, float],
+    n_permutations: int = N_PERMUTATIONS,
+    seed: int = SEED,
+    what: str = "the two systems",
+) -> PairedComparison:
     """Both tests and the CI for per-query values {query id: value} of two systems on the same queries."""
     _, x, y = paired_arrays(a, b, what)
     p_t, low, high = t_test(x, y)
-    return PairedComparison(n=x.size, mean_a=float(x.mean()), mean_b=float(y.mean()), delta=float((x - y).mean()),
-                            ci_low=low, ci_high=high, p_randomization=randomization_test(x, y, n_permutations, seed),
-                            p_t=p_t)
+    return PairedComparison(
+        n=x.size,
+        mean_a=float(x.mean()),
+        mean_b=float(y.mean()),
+        delta=float((x - y).mean()),
+        ci_low=low,
+        ci_high=high,
+        p_randomization=randomization_test(x, y, n_permutations, seed),
+        p_t=p_t,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- seed level
@@ -145,14 +163,14 @@ def seed_differences(a: PerSeed, b: PerSeed, what: str = "the two systems") -> t
     for s in seeds:
         if sorted(a[s]) != sets or sorted(b[s]) != sets:
             raise StatsError(f"{what}: seed {s} has other sets than seed {seeds[0]} ({sets})")
-        diffs = [np.mean(np.subtract(*paired_arrays(a[s][k], b[s][k], f"{what} on {k}, seed {s}")[1:]))
-                 for k in sets]
+        diffs = [np.mean(np.subtract(*paired_arrays(a[s][k], b[s][k], f"{what} on {k}, seed {s}")[1:])) for k in sets]
         per_seed.append(float(np.mean(diffs)))
     return seeds, np.array(per_seed)
 
 
-def seed_sign_flip_test(per_seed: np.ndarray, n_permutations: int = N_PERMUTATIONS, seed: int = SEED
-                        ) -> tuple[float, bool]:
+def seed_sign_flip_test(
+    per_seed: np.ndarray, n_permutations: int = N_PERMUTATIONS, seed: int = SEED
+) -> tuple[float, bool]:
     """(two-sided p-value of mean(per_seed) = 0 under sign flips of whole seeds, whether every pattern was listed).
 
     scipy.stats.permutation_test with one sample flips signs; it enumerates all 2^n patterns when n_resamples ≥ 2^n
@@ -166,8 +184,14 @@ def seed_sign_flip_test(per_seed: np.ndarray, n_permutations: int = N_PERMUTATIO
         return 1.0, True
     exact = per_seed.size <= MAX_EXACT_SEEDS
     result = scipy_stats.permutation_test(
-        (per_seed,), np.mean, permutation_type="samples", vectorized=True, alternative="two-sided",
-        n_resamples=2 ** per_seed.size if exact else n_permutations, rng=np.random.default_rng(seed))
+        (per_seed,),
+        np.mean,
+        permutation_type="samples",
+        vectorized=True,
+        alternative="two-sided",
+        n_resamples=2**per_seed.size if exact else n_permutations,
+        rng=np.random.default_rng(seed),
+    )
     return float(result.pvalue), exact
 
 
@@ -206,13 +230,15 @@ class SeedComparison:
         return min(1.0, 2.0 ** (1 - self.n))
 
 
-def compare_seeds(a: PerSeed, b: PerSeed, n_permutations: int = N_PERMUTATIONS, seed: int = SEED,
-                  what: str = "the two systems") -> SeedComparison:
+def compare_seeds(
+    a: PerSeed, b: PerSeed, n_permutations: int = N_PERMUTATIONS, seed: int = SEED, what: str = "the two systems"
+) -> SeedComparison:
     """The seed-level test for per-seed, per-set, per-query values {seed: {set: {query id: value}}} of two arms."""
     seeds, per_seed = seed_differences(a, b, what)
     p, exact = seed_sign_flip_test(per_seed, n_permutations, seed)
-    return SeedComparison(tuple(seeds), tuple(float(x) for x in per_seed), float(per_seed.mean()), p, exact,
-                          seed_t_test(per_seed))
+    return SeedComparison(
+        tuple(seeds), tuple(float(x) for x in per_seed), float(per_seed.mean()), p, exact, seed_t_test(per_seed)
+    )
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

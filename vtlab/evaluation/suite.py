@@ -4,6 +4,7 @@ The paper reports nDCG@10 per BEIR dataset and the average; `vtlab.report` build
 `eval/<name>/metrics.json` files this writes, so the layout is
 the same whether a run evaluates one set or thirteen.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,9 @@ class EvaluationSuite:
     when non-empty they replace the members' own `budgets`.
     """
 
-    def __init__(self, evaluations: Mapping[str, Any], name: str = "suite",
-                 budgets: Sequence[Mapping[str, Any]] | None = None) -> None:
+    def __init__(
+        self, evaluations: Mapping[str, Any], name: str = "suite", budgets: Sequence[Mapping[str, Any]] | None = None
+    ) -> None:
         if not evaluations:
             raise VtlabError("eval.evaluations is empty: list at least one collection")
         self.evaluations = dict(evaluations)
@@ -36,8 +38,9 @@ class EvaluationSuite:
         if parsed:
             for key, evaluation in self.evaluations.items():
                 if not hasattr(evaluation, "budgets"):
-                    raise VtlabError(f"eval.budgets: eval.evaluations.{key} ({type(evaluation).__name__}) "
-                                     "takes no budgets")
+                    raise VtlabError(
+                        f"eval.budgets: eval.evaluations.{key} ({type(evaluation).__name__}) takes no budgets"
+                    )
                 evaluation.budgets = parsed
 
     def items(self) -> list[tuple[str, Any]]:

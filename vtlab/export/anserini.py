@@ -8,6 +8,7 @@ JsonVectorCollection -impact -pretokenized`) and writes the TREC run <dir>/anser
 -topicreader TsvString -impact -pretokenized`): each score is Σ query count × document integer weight. The jar is the
 `anserini-jar` asset (`python -m vtlab.assets install`); Java 11 or newer must be on PATH.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,10 +50,29 @@ def index(docs: Path, index_dir: Path, threads: int = 1) -> Path:
     with tempfile.TemporaryDirectory(dir=index_dir.parent) as tmp:
         # IndexCollection reads a directory: give it one holding only this file
         (Path(tmp) / docs.name).symlink_to(docs.resolve())
-        _run([java(), "-cp", str(asset_path("anserini-jar")), INDEXER, "-collection", "JsonVectorCollection",
-              "-input", tmp, "-index", str(index_dir), "-generator", "DefaultLuceneDocumentGenerator",
-              "-threads", str(threads), "-impact", "-pretokenized", "-optimize"],
-             "IndexCollection", index_dir.parent / "index.log")
+        _run(
+            [
+                java(),
+                "-cp",
+                str(asset_path("anserini-jar")),
+                INDEXER,
+                "-collection",
+                "JsonVectorCollection",
+                "-input",
+                tmp,
+                "-index",
+                str(index_dir),
+                "-generator",
+                "DefaultLuceneDocumentGenerator",
+                "-threads",
+                str(threads),
+                "-impact",
+                "-pretokenized",
+                "-optimize",
+            ],
+            "IndexCollection",
+            index_dir.parent / "index.log",
+        )
     return index_dir
 
 
@@ -60,9 +80,28 @@ def search(index_dir: Path, topics: Path, run: Path, hits: int = 100) -> Path:
     """TREC run of pretokenized TSV `topics` against an impact index (scores: integer dot products)."""
     if not topics.is_file():
         raise VtlabError(f"{topics}: no such file (stage=export export.vectors.queries=true writes it)")
-    _run([java(), "-cp", str(asset_path("anserini-jar")), SEARCHER, "-index", str(index_dir), "-topics", str(topics),
-          "-topicreader", "TsvString", "-output", str(run), "-impact", "-pretokenized", "-hits", str(hits)],
-         "SearchCollection", run.with_suffix(".log"))
+    _run(
+        [
+            java(),
+            "-cp",
+            str(asset_path("anserini-jar")),
+            SEARCHER,
+            "-index",
+            str(index_dir),
+            "-topics",
+            str(topics),
+            "-topicreader",
+            "TsvString",
+            "-output",
+            str(run),
+            "-impact",
+            "-pretokenized",
+            "-hits",
+            str(hits),
+        ],
+        "SearchCollection",
+        run.with_suffix(".log"),
+    )
     return run
 
 

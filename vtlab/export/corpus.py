@@ -1,5 +1,6 @@
 """What export encodes: export.vectors.corpus (the eval collection, or a BEIR corpus.jsonl streamed) and the eval
 collection's queries, with the one line that tells the user which collection, from which config, how many."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable

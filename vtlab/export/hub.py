@@ -1,5 +1,6 @@
 """The Hugging Face Hub side of an export: hub ids of the base model and datasets a run names (for the model card's
 front matter), and `export.push_to_hub` (refused before any work when the Hub cannot be reached)."""
+
 from __future__ import annotations
 
 import logging
@@ -73,12 +74,15 @@ def check_push(repo: str, out: Path) -> None:
     try:
         validate_repo_id(repo)
     except HFValidationError as exc:
-        raise VtlabError(f"export.push_to_hub={repo}: not a Hub repo id ({str(exc).splitlines()[0]}); expected "
-                         "<user or org>/<name>") from None
+        raise VtlabError(
+            f"export.push_to_hub={repo}: not a Hub repo id ({str(exc).splitlines()[0]}); expected <user or org>/<name>"
+        ) from None
     reason = _offline_reason()
     if reason is not None:
-        raise VtlabError(f"export.push_to_hub={repo}: the Hugging Face Hub is not reachable ({reason}); export "
-                         f"without it and upload later with `hf upload {repo} {out}`")
+        raise VtlabError(
+            f"export.push_to_hub={repo}: the Hugging Face Hub is not reachable ({reason}); export "
+            f"without it and upload later with `hf upload {repo} {out}`"
+        )
 
 
 def push_to_hub(out: Path, repo: str, private: bool) -> str:
@@ -89,11 +93,17 @@ def push_to_hub(out: Path, repo: str, private: bool) -> str:
     api = HfApi()
     try:
         url = api.create_repo(repo, private=private, exist_ok=True, repo_type="model")
-        api.upload_folder(repo_id=repo, folder_path=str(out), repo_type="model",
-                          commit_message="Upload sparse encoder exported by vtlab")
+        api.upload_folder(
+            repo_id=repo,
+            folder_path=str(out),
+            repo_type="model",
+            commit_message="Upload sparse encoder exported by vtlab",
+        )
     except Exception as exc:  # noqa: BLE001 - the hub client raises many types; all mean "not uploaded"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise VtlabError(f"export.push_to_hub={repo}: upload failed ({type(exc).__name__}: {first}); the export is "
-                         f"complete in {out}: upload it with `hf upload {repo} {out}`") from None
+        raise VtlabError(
+            f"export.push_to_hub={repo}: upload failed ({type(exc).__name__}: {first}); the export is "
+            f"complete in {out}: upload it with `hf upload {repo} {out}`"
+        ) from None
     log.info("export: uploaded %s to %s", out, url)
     return str(url)

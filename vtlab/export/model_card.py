@@ -6,6 +6,7 @@ its quality (retrieval measures and sparsity) apart from its timings, and how to
 A card leaves the machine that wrote it: it holds no absolute path. Files of the same export are given relative to
 the card, commands with `<run dir>` for the trained run's directory and `.../<name>` for any other absolute path.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,14 @@ TASK = {"type": "sparse-information-retrieval", "name": "Sparse Information Retr
 # ir_measures names → sentence-transformers' metric ids (dot: the similarity; nDCG@10 → dot_ndcg@10)
 METRIC_IDS = {"nDCG": "ndcg", "RR": "mrr", "R": "recall", "P": "precision", "AP": "map"}
 QUALITY_FORMATS = {"query_active_dims": "{:.1f}", "doc_active_dims": "{:.1f}", "flops": "{:.3f}"}
-TIMING_FORMATS = {"encode_query_s": "{:.1f} s", "encode_query_ms_per_query": "{:.2f} ms", "encode_doc_s": "{:.1f} s",
-                  "index_build_s": "{:.2f} s", "search_ms_per_query": "{:.3f} ms", "total_s": "{:.1f} s"}
+TIMING_FORMATS = {
+    "encode_query_s": "{:.1f} s",
+    "encode_query_ms_per_query": "{:.2f} ms",
+    "encode_doc_s": "{:.1f} s",
+    "index_build_s": "{:.2f} s",
+    "search_ms_per_query": "{:.3f} ms",
+    "total_s": "{:.1f} s",
+}
 # Hydra's default run directory name is <HH-MM-SS>-<name>: a title never shows the time
 _TIMESTAMP = re.compile(r"^\d{2}-\d{2}-\d{2}-")
 # an absolute path inside a command-line override: after =, [, {, a comma, a colon, a quote or a blank (not a URL)
@@ -106,19 +113,26 @@ def card_title(name: str | None, run_dir: Path | None) -> str:
     return stripped if stripped and not stripped.isdigit() else "vtlab-sparse-encoder"
 
 
-def card_info(run: RunConfig, *, name: str | None, run_dir: Path | None, trained: bool, license: str | None,
-              repo_id: str | None) -> CardInfo:
+def card_info(
+    run: RunConfig, *, name: str | None, run_dir: Path | None, trained: bool, license: str | None, repo_id: str | None
+) -> CardInfo:
     """The card's facts from the describing config (`run`: the trained run's recorded one, or the export's own);
     training datasets only for a trained model (`trained`)."""
     run_name = _text(run.value("name"))
     train = hub_datasets(run.value("data.train")) if trained else {}
     evals = hub_datasets(run.value("eval"))
     return CardInfo(
-        title=card_title(name or run_name, run_dir), run=run_name if trained or run_dir else None,
-        backbone=_text(run.value("backbone.name")), base_model=hub_model_id(run.value("backbone.name_or_path")),
-        vocab=_text(run.value("vocab.name")), init=_text(run.value("init.name")),
+        title=card_title(name or run_name, run_dir),
+        run=run_name if trained or run_dir else None,
+        backbone=_text(run.value("backbone.name")),
+        base_model=hub_model_id(run.value("backbone.name_or_path")),
+        vocab=_text(run.value("vocab.name")),
+        init=_text(run.value("init.name")),
         train_datasets=tuple(dict.fromkeys(i for ids in train.values() for i in ids)),
-        eval_datasets={coll: ids[0] for coll, ids in evals.items()}, license=license or None, repo_id=repo_id)
+        eval_datasets={coll: ids[0] for coll, ids in evals.items()},
+        license=license or None,
+        repo_id=repo_id,
+    )
 
 
 # ---- portable paths and commands ------------------------------------------------------------------------------------
@@ -189,17 +203,22 @@ def metric_id(key: str) -> str:
 
 def model_index(title: str, metrics: Mapping[str, Mapping[str, float]], hub_ids: Mapping[str, str]) -> list[dict]:
     """The Hub's `model-index`: one retrieval result per evaluated collection, its quality values as recorded."""
-    results = [{"task": dict(TASK), "dataset": {"name": coll, "type": hub_ids.get(coll, coll)},
-                "metrics": [{"type": metric_id(k), "value": float(ms[k]), "name": k} for k in quality_keys(ms)]}
-               for coll, ms in metrics.items() if quality_keys(ms)]
+    results = [
+        {
+            "task": dict(TASK),
+            "dataset": {"name": coll, "type": hub_ids.get(coll, coll)},
+            "metrics": [{"type": metric_id(k), "value": float(ms[k]), "name": k} for k in quality_keys(ms)],
+        }
+        for coll, ms in metrics.items()
+        if quality_keys(ms)
+    ]
     return [{"name": title, "results": results}] if results else []
 
 
 def front_matter(info: CardInfo, kind: str, metrics: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
     tags = ["sentence-transformers", "sparse-encoder", "sparse", "splade", "vtlab"]
     tags += [t for t in (kind if kind != "siamese" else None, info.backbone, info.vocab) if t and t not in tags]
-    meta: dict[str, Any] = {"library_name": "sentence-transformers", "pipeline_tag": "feature-extraction",
-                            "tags": tags}
+    meta: dict[str, Any] = {"library_name": "sentence-transformers", "pipeline_tag": "feature-extraction", "tags": tags}
     if info.base_model:
         meta["base_model"] = info.base_model
     datasets = list(dict.fromkeys([*info.train_datasets, *info.eval_datasets.values()]))
@@ -213,8 +232,13 @@ def front_matter(info: CardInfo, kind: str, metrics: Mapping[str, Mapping[str, f
     return meta
 
 
-def _table(header: tuple[str, str], metrics: Mapping[str, Mapping[str, float]], keys: Any,
-           formats: Mapping[str, str], default: str) -> list[str]:
+def _table(
+    header: tuple[str, str],
+    metrics: Mapping[str, Mapping[str, float]],
+    keys: Any,
+    formats: Mapping[str, str],
+    default: str,
+) -> list[str]:
     lines = [f"| collection | {header[0]} | {header[1]} |", "|---|---|---|"]
     for coll, ms in metrics.items():
         lines += [f"| {coll} | {k} | {formats.get(_base(k), default).format(ms[k])} |" for k in keys(ms)]
@@ -222,10 +246,20 @@ def _table(header: tuple[str, str], metrics: Mapping[str, Mapping[str, float]], 
 
 
 # ---- the card -------------------------------------------------------------------------------------------------------
-def model_card(info: CardInfo, encoder: dict[str, Any], *, train_overrides: Sequence[str] | None,
-               export_overrides: Sequence[str] | None, metrics: dict[str, dict[str, float]],
-               vector_files: Mapping[str, Path], vectors_of: str | None, onnx_dir: str | None, card_dir: Path,
-               run_dir: Path | None, formats: Sequence[str] = ()) -> str:
+def model_card(
+    info: CardInfo,
+    encoder: dict[str, Any],
+    *,
+    train_overrides: Sequence[str] | None,
+    export_overrides: Sequence[str] | None,
+    metrics: dict[str, dict[str, float]],
+    vector_files: Mapping[str, Path],
+    vectors_of: str | None,
+    onnx_dir: str | None,
+    card_dir: Path,
+    run_dir: Path | None,
+    formats: Sequence[str] = (),
+) -> str:
     """The README.md text. `encoder`: vtlab.export.sentence_transformers.encoder_settings(); `vector_files`: format →
     path written by the same export (of the collection `vectors_of`); `formats`: every export.vectors.formats choice
     (vtlab.export.vectors.format_names); `onnx_dir`: the ONNX subdirectory, if exported;
@@ -234,29 +268,49 @@ def model_card(info: CardInfo, encoder: dict[str, Any], *, train_overrides: Sequ
     lengths = encoder.get("max_length", {})
     activation = "log1p(log1p(relu(·)))" if encoder.get("double_log") else "log1p(relu(·))"
     meta = front_matter(info, kind, metrics)
-    base = (f"[{info.base_model}](https://huggingface.co/{info.base_model})" if info.base_model
-            else f"`{info.backbone}` (no Hub id: an offline asset or a local model)" if info.backbone else "unknown")
-    lines = ["---", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip(), "---", "",
-             f"# {info.title}", "",
-             f"A {kind} SPLADE sparse encoder exported by vtlab: each text becomes a "
-             f"{encoder.get('vocab_size')}-dimensional sparse vector over the tokenizer's vocabulary, w = {activation} "
-             "of the max over token positions of the masked-LM logits; relevance is the dot product of a query vector "
-             "and a document vector."]
+    base = (
+        f"[{info.base_model}](https://huggingface.co/{info.base_model})"
+        if info.base_model
+        else f"`{info.backbone}` (no Hub id: an offline asset or a local model)"
+        if info.backbone
+        else "unknown"
+    )
+    lines = [
+        "---",
+        yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip(),
+        "---",
+        "",
+        f"# {info.title}",
+        "",
+        f"A {kind} SPLADE sparse encoder exported by vtlab: each text becomes a "
+        f"{encoder.get('vocab_size')}-dimensional sparse vector over the tokenizer's vocabulary, w = {activation} "
+        "of the max over token positions of the masked-LM logits; relevance is the dot product of a query vector "
+        "and a document vector.",
+    ]
     if kind == "inference-free":
         lines.append("Queries run no network: a query is its distinct tokens weighted by relu(idf).")
-    lines += ["", "## Model details", "",
-              f"- **Model type:** SPLADE sparse encoder ({kind})",
-              f"- **Base model:** {base}",
-              f"- **Vocabulary:** `vocab={info.vocab or 'unknown'}`" + (f", `init={info.init}`" if info.init else ""),
-              f"- **Output dimensionality:** {encoder.get('vocab_size')} (the vocabulary)",
-              f"- **Maximum length:** queries {lengths.get('query')}, documents {lengths.get('doc')} tokens",
-              "- **Similarity:** dot product"]
+    lines += [
+        "",
+        "## Model details",
+        "",
+        f"- **Model type:** SPLADE sparse encoder ({kind})",
+        f"- **Base model:** {base}",
+        f"- **Vocabulary:** `vocab={info.vocab or 'unknown'}`" + (f", `init={info.init}`" if info.init else ""),
+        f"- **Output dimensionality:** {encoder.get('vocab_size')} (the vocabulary)",
+        f"- **Maximum length:** queries {lengths.get('query')}, documents {lengths.get('doc')} tokens",
+        "- **Similarity:** dot product",
+    ]
     if info.train_datasets:
-        lines.append("- **Training data:** " + ", ".join(
-            f"[{d}](https://huggingface.co/datasets/{d})" for d in info.train_datasets))
-    lines.append(f"- **License:** {info.license}" if info.license else
-                 "- **License:** not stated (vtlab does not know the terms of the base model and data; set "
-                 "`export.license`)")
+        lines.append(
+            "- **Training data:** "
+            + ", ".join(f"[{d}](https://huggingface.co/datasets/{d})" for d in info.train_datasets)
+        )
+    lines.append(
+        f"- **License:** {info.license}"
+        if info.license
+        else "- **License:** not stated (vtlab does not know the terms of the base model and data; set "
+        "`export.license`)"
+    )
     if info.run:
         lines.append(f"- **vtlab run:** `{info.run}`")
     lines += ["", "## How it was made", "", "```bash"]
@@ -268,20 +322,39 @@ def model_card(info: CardInfo, encoder: dict[str, Any], *, train_overrides: Sequ
         lines += _table(("measure", "value"), metrics, quality_keys, QUALITY_FORMATS, "{:.4f}")
         timed = {coll: ms for coll, ms in metrics.items() if any(_base(k) in TIMING_KEYS for k in ms)}
         if timed:
-            lines += ["", "### Timings", "",
-                      "Wall-clock times of that evaluation, on the machine that ran it (not comparable across "
-                      "machines):", ""]
-            lines += _table(("timing", "value"), timed, lambda ms: [k for k in ms if _base(k) in TIMING_KEYS],
-                            TIMING_FORMATS, "{:.4g}")
+            lines += [
+                "",
+                "### Timings",
+                "",
+                "Wall-clock times of that evaluation, on the machine that ran it (not comparable across machines):",
+                "",
+            ]
+            lines += _table(
+                ("timing", "value"),
+                timed,
+                lambda ms: [k for k in ms if _base(k) in TIMING_KEYS],
+                TIMING_FORMATS,
+                "{:.4g}",
+            )
     else:
         lines.append("No evaluation was recorded for this run (no eval/*/metrics.json).")
     model_id = info.repo_id or "path/to/this/directory"
-    lines += ["", "## sentence-transformers", "", "```python", "from sentence_transformers import SparseEncoder", "",
-              f'model = SparseEncoder("{model_id}")',
-              'queries = model.encode_query(["what is vocabulary transfer?"])',
-              'docs = model.encode_document(["Vocabulary transfer moves a model to a new tokenizer."])',
-              "print(model.similarity(queries, docs))", "```", "",
-              "## Search engines", ""]
+    lines += [
+        "",
+        "## sentence-transformers",
+        "",
+        "```python",
+        "from sentence_transformers import SparseEncoder",
+        "",
+        f'model = SparseEncoder("{model_id}")',
+        'queries = model.encode_query(["what is vocabulary transfer?"])',
+        'docs = model.encode_document(["Vocabulary transfer moves a model to a new tokenizer."])',
+        "print(model.similarity(queries, docs))",
+        "```",
+        "",
+        "## Search engines",
+        "",
+    ]
     if vector_files:
         of = f" of {vectors_of}" if vectors_of else ""
         lines.append(f"The same export wrote the vectors{of} (paths relative to this card):")
@@ -293,17 +366,24 @@ def model_card(info: CardInfo, encoder: dict[str, Any], *, train_overrides: Sequ
         "it with `IndexCollection -collection JsonVectorCollection -impact -pretokenized`, and search with query "
         "vectors quantized the same way.",
         "- OpenSearch / Elasticsearch: `export.vectors.formats=[opensearch]` writes `_bulk` NDJSON for a "
-        "`rank_features` field (mapping.json beside it; \".\" in token names escaped as %2E); query with the same "
+        '`rank_features` field (mapping.json beside it; "." in token names escaped as %2E); query with the same '
         "token names and weights.",
     ]
     if formats:
         lines.append(f"- Every engine format vtlab writes (`export.vectors.formats`): {', '.join(formats)}.")
     if onnx_dir:
-        lines += ["", "## ONNX", "",
-                  f"`{onnx_dir}/` holds ONNX graphs (see its onnx.json) with the SPLADE pooling inside: inputs "
-                  "`input_ids`, `attention_mask` (int64, [batch, sequence]), output `sparse_embedding` "
-                  "[batch, vocabulary], the same vectors as above (tested to 1e-4 with ONNX Runtime).", "",
-                  "```python", "from vtlab.export.onnx import OnnxSparseEncoder", "",
-                  f'vectors = OnnxSparseEncoder("path/to/this/directory/{onnx_dir}").encode(["a text"], side="doc")',
-                  "```"]
+        lines += [
+            "",
+            "## ONNX",
+            "",
+            f"`{onnx_dir}/` holds ONNX graphs (see its onnx.json) with the SPLADE pooling inside: inputs "
+            "`input_ids`, `attention_mask` (int64, [batch, sequence]), output `sparse_embedding` "
+            "[batch, vocabulary], the same vectors as above (tested to 1e-4 with ONNX Runtime).",
+            "",
+            "```python",
+            "from vtlab.export.onnx import OnnxSparseEncoder",
+            "",
+            f'vectors = OnnxSparseEncoder("path/to/this/directory/{onnx_dir}").encode(["a text"], side="doc")',
+            "```",
+        ]
     return "\n".join(lines) + "\n"

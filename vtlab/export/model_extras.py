@@ -1,5 +1,6 @@
 """What goes into the SparseEncoder directory besides sentence-transformers' modules: ONNX graphs (export.onnx) and
 the model card README.md (export.model_card), with the run's command, the export's command and the run's metrics."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,8 +24,16 @@ def this_run_overrides(cfg: DictConfig) -> list[str] | None:
     return run_overrides(Path(cfg.paths.run_dir))
 
 
-def model_extras(cfg: DictConfig, encoder: Any, run: RunConfig, base: Path, out: Path, trained: bool,
-                 vector_files: dict[str, Path], vectors_of: str | None) -> list[Callable[[Path], Any]]:
+def model_extras(
+    cfg: DictConfig,
+    encoder: Any,
+    run: RunConfig,
+    base: Path,
+    out: Path,
+    trained: bool,
+    vector_files: dict[str, Path],
+    vectors_of: str | None,
+) -> list[Callable[[Path], Any]]:
     """The writers of the SparseEncoder directory's extras (each called with that directory): ONNX graphs
     (export.onnx) and the model card README.md (export.model_card)."""
     ex = cfg.export
@@ -33,13 +42,26 @@ def model_extras(cfg: DictConfig, encoder: Any, run: RunConfig, base: Path, out:
         extras.append(lambda model_dir: export_onnx(encoder, model_dir / "onnx"))
     if ex.get("model_card", True):
         run_dir = Path(str(cfg.run_dir)) if cfg.get("run_dir") else None
-        info = card_info(run, name=ex.get("name"), run_dir=run_dir or base, trained=trained,
-                         license=ex.get("license"), repo_id=ex.get("push_to_hub"))
+        info = card_info(
+            run,
+            name=ex.get("name"),
+            run_dir=run_dir or base,
+            trained=trained,
+            license=ex.get("license"),
+            repo_id=ex.get("push_to_hub"),
+        )
         card = model_card(
-            info, encoder_settings(encoder), train_overrides=run_overrides(run_dir),
+            info,
+            encoder_settings(encoder),
+            train_overrides=run_overrides(run_dir),
             export_overrides=this_run_overrides(cfg),
-            metrics=run_metrics(base), vector_files=vector_files, vectors_of=vectors_of,
-            onnx_dir="onnx" if ex.get("onnx") else None, card_dir=out, run_dir=base,
-            formats=format_names(ex.vectors))
+            metrics=run_metrics(base),
+            vector_files=vector_files,
+            vectors_of=vectors_of,
+            onnx_dir="onnx" if ex.get("onnx") else None,
+            card_dir=out,
+            run_dir=base,
+            formats=format_names(ex.vectors),
+        )
         extras.append(lambda model_dir: (model_dir / "README.md").write_text(card))
     return extras

@@ -14,6 +14,7 @@ SparseEncoder's static table.
 The graph is traced with torch's TorchScript-based exporter (`dynamo=False`): it needs no onnxscript and traces the
 Hugging Face masked LMs vtlab uses with dynamic batch and sequence axes.
 """
+
 from __future__ import annotations
 
 import copy
@@ -68,18 +69,29 @@ class SpladeGraph(nn.Module):
 
 def _export_graph(network: nn.Module, double_log: bool, tokenizer: Any, path: Path) -> None:
     net = copy.deepcopy(network).float().cpu().eval()  # the caller's network keeps its device, dtype and mode
-    sample = tokenizer(["a first sample text", "and a second, longer sample text to trace"], padding=True,
-                       return_tensors="pt")
+    sample = tokenizer(
+        ["a first sample text", "and a second, longer sample text to trace"], padding=True, return_tensors="pt"
+    )
     args = tuple(sample[name] for name in INPUTS)
     axes = {name: {0: "batch", 1: "sequence"} for name in INPUTS} | {OUTPUT: {0: "batch"}}
     with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
         warnings.simplefilter("ignore")  # TracerWarnings about shape-dependent Python branches of HF code
         try:
-            torch.onnx.export(SpladeGraph(net, double_log), args, str(path), input_names=list(INPUTS),
-                              output_names=[OUTPUT], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+            torch.onnx.export(
+                SpladeGraph(net, double_log),
+                args,
+                str(path),
+                input_names=list(INPUTS),
+                output_names=[OUTPUT],
+                dynamic_axes=axes,
+                opset_version=OPSET,
+                dynamo=False,
+            )
         except Exception as exc:  # the exporter raises many types; the user needs the model and the reason
-            raise VtlabError(f"export.onnx: torch.onnx.export failed for {type(network).__name__} "
-                             f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]})") from exc
+            raise VtlabError(
+                f"export.onnx: torch.onnx.export failed for {type(network).__name__} "
+                f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]})"
+            ) from exc
 
 
 def export_onnx(encoder: Any, out_dir: str | Path) -> Path:
@@ -105,11 +117,19 @@ def export_onnx(encoder: Any, out_dir: str | Path) -> Path:
         sides["query"] = "query.onnx"
     else:
         sides["query"] = "doc.onnx"
-    manifest = {"encoder": encoder_settings(encoder), "sides": sides, "inputs": list(INPUTS), "output": OUTPUT,
-                "opset": OPSET, "graph_version": GRAPH_VERSION, "prompt": " " if blank else "",
-                "pad_id": int(pad_id), "pad_token": str(pad_token),
-                "pooling": "log1p(relu(max over positions with attention_mask=1 of the MLM logits))"
-                           + (", log1p again (double_log)" if encoder.double_log else "")}
+    manifest = {
+        "encoder": encoder_settings(encoder),
+        "sides": sides,
+        "inputs": list(INPUTS),
+        "output": OUTPUT,
+        "opset": OPSET,
+        "graph_version": GRAPH_VERSION,
+        "prompt": " " if blank else "",
+        "pad_id": int(pad_id),
+        "pad_token": str(pad_token),
+        "pooling": "log1p(relu(max over positions with attention_mask=1 of the MLM logits))"
+        + (", log1p again (double_log)" if encoder.double_log else ""),
+    }
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     log.info("export: ONNX encoder written to %s", out_dir)
     return out_dir

@@ -1,6 +1,7 @@
 """Encoding with an `export.onnx=true` directory through ONNX Runtime, without torch or transformers (what a serving
 process needs: onnxruntime, the tokenizers library, numpy/scipy). The graphs and onnx.json are written by
 vtlab.export.onnx.export_onnx."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ def onnxruntime_module() -> Any:
     try:
         import onnxruntime
     except ImportError:
-        raise VtlabError("ONNX: the onnxruntime package is not installed (pip install -e '.[onnx]'), or set "
-                         "export.onnx=false") from None
+        raise VtlabError(
+            "ONNX: the onnxruntime package is not installed (pip install -e '.[onnx]'), or set export.onnx=false"
+        ) from None
     return onnxruntime
 
 
@@ -53,28 +55,38 @@ class OnnxSparseEncoder:
         if threads:
             options.intra_op_num_threads = int(threads)
             options.inter_op_num_threads = 1
-        self.sessions = {name: ort.InferenceSession(str(self.path / name), options, providers=["CPUExecutionProvider"])
-                         for name in dict.fromkeys(n for n in self.manifest["sides"].values() if n is not None)}
+        self.sessions = {
+            name: ort.InferenceSession(str(self.path / name), options, providers=["CPUExecutionProvider"])
+            for name in dict.fromkeys(n for n in self.manifest["sides"].values() if n is not None)
+        }
 
     def features(self, texts: Sequence[str], side: str) -> dict[str, np.ndarray]:
         """input_ids and attention_mask as the exporting tokenizer makes them (truncated to the side's length)."""
         self.tokenizer.enable_truncation(self.max_length[side])
         prompt = self.manifest.get("prompt", "")
         encodings = self.tokenizer.encode_batch([prompt + t for t in texts])
-        return {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-                "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64)}
+        return {
+            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+        }
 
     def encode(self, texts: Sequence[str], side: str = "doc", batch_size: int = 64) -> sp.csr_matrix:
         name = self.manifest["sides"].get(side)
         if name is None:
-            raise VtlabError(f"{self.path}: no ONNX graph for side={side!r} (an inference-free model's queries are "
-                             "weighted by the SparseEncoder's static table)")
+            raise VtlabError(
+                f"{self.path}: no ONNX graph for side={side!r} (an inference-free model's queries are "
+                "weighted by the SparseEncoder's static table)"
+            )
         session = self.sessions[name]
         # longest texts first (as sentence-transformers and vtlab batch): similar lengths share a batch, less padding
         order = np.argsort([-len(t) for t in texts], kind="stable")
-        rows = [sp.csr_matrix(session.run([OUTPUT], self.features([texts[i] for i in order[s : s + batch_size]],
-                                                                   side))[0], dtype=np.float32)
-                for s in range(0, len(texts), batch_size)]
+        rows = [
+            sp.csr_matrix(
+                session.run([OUTPUT], self.features([texts[i] for i in order[s : s + batch_size]], side))[0],
+                dtype=np.float32,
+            )
+            for s in range(0, len(texts), batch_size)
+        ]
         if not rows:
             return sp.csr_matrix((0, self.vocab_size), dtype=np.float32)
         inverse = np.empty_like(order)

@@ -6,6 +6,7 @@
 the command's own. Every node taken from R is checked (vtlab/export/safe_config.py: exact allowed targets, no remote
 code), raw and resolved, and all the nodes export may instantiate are checked before any one of them is returned.
 """
+
 from __future__ import annotations
 
 import copy
@@ -41,8 +42,9 @@ class RunConfig:
     """The config describing the exported model: `run_dir`'s recorded one when there is one, else `command` (the
     export's own config). `overrides`: the export command line (None: none recorded, nothing overrides the run)."""
 
-    def __init__(self, command: DictConfig, run_dir: Path | None = None,
-                 overrides: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, command: DictConfig, run_dir: Path | None = None, overrides: Sequence[str] | None = None
+    ) -> None:
         self.command = command
         path = None if run_dir is None else Path(run_dir) / ".hydra" / "config.yaml"
         self.path = path if path is not None and path.is_file() else None
@@ -151,19 +153,22 @@ class EvalSource:
             node, origin = self._read()
             evaluation = instantiate(node) if node is not None else None
             if evaluation is None:
-                raise VtlabError(f"{what} comes from the eval collection, but {origin} is none (eval=none); "
-                                 f"set {fix}")
+                raise VtlabError(f"{what} comes from the eval collection, but {origin} is none (eval=none); set {fix}")
             members = dict(evaluation.items()) if not hasattr(evaluation, "collection") else None
             if members is not None:  # an evaluation suite (eval=testbed, eval=beir13)
                 if self.member is None or self.member not in members:
                     given = "" if self.member is None else f"export.vectors.collection={self.member} is not one; "
-                    raise VtlabError(f"{what} comes from the eval collection, but {origin} is an evaluation "
-                                     f"suite ({', '.join(members)}): {given}pick one with "
-                                     f"export.vectors.collection=<name>, or set {fix}")
+                    raise VtlabError(
+                        f"{what} comes from the eval collection, but {origin} is an evaluation "
+                        f"suite ({', '.join(members)}): {given}pick one with "
+                        f"export.vectors.collection=<name>, or set {fix}"
+                    )
                 evaluation = members[self.member]
             elif self.member is not None:
-                raise VtlabError(f"export.vectors.collection={self.member}: {origin} is one collection, not an "
-                                 "evaluation suite (set export.vectors.collection=null)")
+                raise VtlabError(
+                    f"export.vectors.collection={self.member}: {origin} is one collection, not an "
+                    "evaluation suite (set export.vectors.collection=null)"
+                )
             self._evaluation = evaluation
         return self._evaluation
 

@@ -1,5 +1,6 @@
 """The trained encoder of a run directory: its saved Hugging Face model, rebuilt with the run's own `model.encoder`
 settings (read by vtlab/export/run_config.py, checked by vtlab/export/safe_config.py)."""
+
 from __future__ import annotations
 
 import logging
@@ -21,8 +22,10 @@ def model_dir_of(run_dir: Path) -> Path:
     for candidate in (run_dir / "model", run_dir):
         if (candidate / "config.json").is_file():
             return candidate
-    raise VtlabError(f"run_dir={run_dir}: no model/config.json (the model a training run writes) and no "
-                     "config.json in the directory itself")
+    raise VtlabError(
+        f"run_dir={run_dir}: no model/config.json (the model a training run writes) and no "
+        "config.json in the directory itself"
+    )
 
 
 def encoder_from_run(run_dir: Path, cfg: DictConfig, run: RunConfig | None = None) -> tuple[Any, dict[str, Any]]:

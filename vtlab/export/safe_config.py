@@ -12,6 +12,7 @@ Export is the only place vtlab instantiates a config it did not compose itself: 
 (vtlab.runs.reuse, vtlab.callbacks.resume_state, vtlab.report, vtlab.export.model_card) compare or print values and
 instantiate nothing. A new one goes through `check_targets` first (tests/test_security.py checks the code for it).
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,25 +29,27 @@ from vtlab.errors import VtlabError
 # and the conf/eval nodes name (tests/test_security.py keeps this equal to what conf/ uses). Nothing that loads a
 # pickle, writes, copies or imports code: the collection loaders read text/parquet data only. The backbone is not
 # here: export loads the run's saved model itself (RunConfig drops the recorded model.encoder.backbone).
-ALLOWED_TARGETS: frozenset[str] = frozenset({
-    # encoders
-    "vtlab.models.encoder.SpladeEncoder.from_backbone",
-    "vtlab.models.inference_free.InferenceFreeEncoder.from_backbone",
-    "vtlab.models.bm25.BM25Encoder",
-    "vtlab.vocab.targets.Normalizer",
-    # evaluations and their collection loaders
-    "vtlab.evaluation.retrieval.RetrievalEvaluation",
-    "vtlab.evaluation.suite.EvaluationSuite",
-    "vtlab.data.collections.load_beir",
-    "vtlab.data.collections.load_hf_beir",
-    "vtlab.data.collections.load_mteb",
-    "vtlab.data.collections.subsampled",
-    "vtlab.data.boolq.boolq_collection",
-    "vtlab.data.clean.boolq_clean_collection",
-    "vtlab.data.olmo_eval.squad_collection",
-    "vtlab.data.olmo_eval.sciriff_collection",
-    "vtlab.data.olmo_eval.qasper_collection",
-})
+ALLOWED_TARGETS: frozenset[str] = frozenset(
+    {
+        # encoders
+        "vtlab.models.encoder.SpladeEncoder.from_backbone",
+        "vtlab.models.inference_free.InferenceFreeEncoder.from_backbone",
+        "vtlab.models.bm25.BM25Encoder",
+        "vtlab.vocab.targets.Normalizer",
+        # evaluations and their collection loaders
+        "vtlab.evaluation.retrieval.RetrievalEvaluation",
+        "vtlab.evaluation.suite.EvaluationSuite",
+        "vtlab.data.collections.load_beir",
+        "vtlab.data.collections.load_hf_beir",
+        "vtlab.data.collections.load_mteb",
+        "vtlab.data.collections.subsampled",
+        "vtlab.data.boolq.boolq_collection",
+        "vtlab.data.clean.boolq_clean_collection",
+        "vtlab.data.olmo_eval.squad_collection",
+        "vtlab.data.olmo_eval.sciriff_collection",
+        "vtlab.data.olmo_eval.qasper_collection",
+    }
+)
 
 # Targets renamed since runs were recorded: the canonical name a recorded config may hold -> the current one. A run
 # directory keeps the config it ran with, so a run from before vtlab/evaluation.py and vtlab/eval_suite.py became the
@@ -61,8 +64,10 @@ RENAMED_TARGETS: dict[str, str] = {
 # Keys whose true value makes a Backbone import a model directory's own Python: never from a file on disk.
 REMOTE_CODE_KEYS: tuple[str, ...] = ("allow_remote_code", "trust_remote_code")
 
-_ALLOWED_HINT = "a config read from a run directory may only name an encoder, an evaluation or a collection loader " \
-                "(vtlab.export.safe_config.ALLOWED_TARGETS)"
+_ALLOWED_HINT = (
+    "a config read from a run directory may only name an encoder, an evaluation or a collection loader "
+    "(vtlab.export.safe_config.ALLOWED_TARGETS)"
+)
 
 
 def locate(name: str) -> Any:
@@ -83,7 +88,7 @@ def locate(name: str) -> Any:
         if not (isinstance(obj, ModuleType) and hasattr(obj, "__path__") and obj.__name__ == ".".join(parts[:i])):
             raise LookupError(name)
         try:
-            obj = import_module(".".join(parts[:i + 1]))
+            obj = import_module(".".join(parts[: i + 1]))
         except ImportError as exc:
             raise LookupError(name) from exc
     return obj
@@ -100,8 +105,9 @@ def qualified_name(obj: Any) -> str:
     """`module.qualname` of a function, class or bound classmethod (what a target really is, for messages)."""
     owner = obj.__self__ if isinstance(obj, MethodType) else None
     if owner is not None:
-        return f"{getattr(owner, '__module__', '?')}.{getattr(owner, '__qualname__', type(owner).__name__)}." \
-               f"{obj.__name__}"
+        return (
+            f"{getattr(owner, '__module__', '?')}.{getattr(owner, '__qualname__', type(owner).__name__)}.{obj.__name__}"
+        )
     if isinstance(obj, ModuleType):
         return f"the module {obj.__name__}"
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
@@ -152,8 +158,10 @@ def check_targets(node: Any, where: str) -> None:
     for prefix, d in _dicts(tree):
         for flag in REMOTE_CODE_KEYS:
             if d.get(flag):  # any truthy value: Backbone takes bool(...) of it
-                raise VtlabError(f"{where}: {prefix}{flag}={d[flag]!r} is refused (expected false): a config read "
-                                 "from a run directory never makes vtlab import a model's own Python code")
+                raise VtlabError(
+                    f"{where}: {prefix}{flag}={d[flag]!r} is refused (expected false): a config read "
+                    "from a run directory never makes vtlab import a model's own Python code"
+                )
     for prefix, d in _dicts(tree):
         if "_target_" in d:
             problem = target_problem(d["_target_"])

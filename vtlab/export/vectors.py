@@ -22,6 +22,7 @@ quantized weight times: Anserini counts repeats as the query-side weight) and Qd
 Documents are encoded `chunk_size` at a time and each chunk is written before the next is encoded, so memory does not
 grow with the corpus. Every file is written through a temp file renamed into place at the end (all or nothing).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -42,6 +43,7 @@ from vtlab.atomic import atomic_write, write_json
 from vtlab.errors import VtlabError
 from vtlab.logs import interactive
 from vtlab.models.idf import id_to_token
+
 
 def escape_feature(token: str, dot: str = "percent") -> str:
     """A `rank_features` feature name for `token`: no "." (see the module docstring for the two schemes)."""
@@ -113,8 +115,10 @@ class AnseriniJsonVectors(VectorFormat):
     def lines(self, doc_id: str, text: str, ids: np.ndarray, weights: np.ndarray) -> str:
         q = quantize(weights, self.scale)
         vector = {self.tokens[i]: int(w) for i, w in zip(ids.tolist(), q.tolist()) if w > 0}
-        return json.dumps({"id": doc_id, "contents": text if self.contents else "", "vector": vector},
-                          ensure_ascii=False) + "\n"
+        return (
+            json.dumps({"id": doc_id, "contents": text if self.contents else "", "vector": vector}, ensure_ascii=False)
+            + "\n"
+        )
 
     def queries(self, path: str | Path) -> VectorFormat:
         return AnseriniQueries(path, scale=self.scale)
@@ -132,8 +136,10 @@ class AnseriniQueries(VectorFormat):
         # the whitespace analyzer would split a token holding a space (or a tab, the TSV separator) into others
         bad = next((t for t in tokens if not t or any(c.isspace() for c in t)), None)
         if bad is not None:
-            raise VtlabError(f"export.vectors.anserini: vocabulary token {bad!r} is empty or holds whitespace; "
-                             "Anserini's pretokenized queries cannot name it")
+            raise VtlabError(
+                f"export.vectors.anserini: vocabulary token {bad!r} is empty or holds whitespace; "
+                "Anserini's pretokenized queries cannot name it"
+            )
         super().prepare(tokens)
 
     def lines(self, doc_id: str, text: str, ids: np.ndarray, weights: np.ndarray) -> str:
@@ -150,13 +156,23 @@ class OpenSearchBulk(VectorFormat):
     FILE = "bulk.ndjson"
     FIELD_TYPES = ("rank_features", "sparse_vector")
 
-    def __init__(self, path: str | Path, index: str | None = None, field: str = "sparse_embedding",
-                 text_field: str | None = "text", dot: str = "percent", decimals: int = 5,
-                 scale: float | None = None, field_type: str = "rank_features") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        index: str | None = None,
+        field: str = "sparse_embedding",
+        text_field: str | None = "text",
+        dot: str = "percent",
+        decimals: int = 5,
+        scale: float | None = None,
+        field_type: str = "rank_features",
+    ) -> None:
         super().__init__(path)
         if field_type not in self.FIELD_TYPES:
-            raise VtlabError(f"export.vectors.(opensearch|elasticsearch).field_type={field_type!r}: expected one of "
-                             f"{', '.join(self.FIELD_TYPES)}")
+            raise VtlabError(
+                f"export.vectors.(opensearch|elasticsearch).field_type={field_type!r}: expected one of "
+                f"{', '.join(self.FIELD_TYPES)}"
+            )
         self.field_type = field_type
         if not field or "." in field:
             raise VtlabError(f"export.vectors.opensearch.field={field!r}: must be a non-empty name without '.'")
@@ -175,8 +191,10 @@ class OpenSearchBulk(VectorFormat):
             seen: dict[str, str] = {}
             for token, name in zip(tokens, names):
                 if seen.setdefault(name, token) != token:
-                    raise VtlabError(f"export.vectors.opensearch.dot={self.dot!r}: tokens {seen[name]!r} and "
-                                     f"{token!r} both become feature {name!r}; use dot=percent")
+                    raise VtlabError(
+                        f"export.vectors.opensearch.dot={self.dot!r}: tokens {seen[name]!r} and "
+                        f"{token!r} both become feature {name!r}; use dot=percent"
+                    )
         super().prepare(names)
 
     def lines(self, doc_id: str, text: str, ids: np.ndarray, weights: np.ndarray) -> str:
@@ -189,8 +207,7 @@ class OpenSearchBulk(VectorFormat):
         action = {"_id": doc_id} if self.index is None else {"_index": self.index, "_id": doc_id}
         source: dict[str, Any] = {} if self.text_field is None else {self.text_field: text}
         source[self.field] = features
-        return (json.dumps({"index": action}, ensure_ascii=False) + "\n"
-                + json.dumps(source, ensure_ascii=False) + "\n")
+        return json.dumps({"index": action}, ensure_ascii=False) + "\n" + json.dumps(source, ensure_ascii=False) + "\n"
 
     def finish(self) -> None:
         props: dict[str, Any] = {self.field: {"type": self.field_type}}
@@ -248,8 +265,10 @@ class QdrantQueries(VectorFormat):
         self.vector = vector
 
     def lines(self, doc_id: str, text: str, ids: np.ndarray, weights: np.ndarray) -> str:
-        return json.dumps({"query_id": doc_id, "using": self.vector, "query": _sparse(ids, weights)},
-                          ensure_ascii=False) + "\n"
+        return (
+            json.dumps({"query_id": doc_id, "using": self.vector, "query": _sparse(ids, weights)}, ensure_ascii=False)
+            + "\n"
+        )
 
 
 def format_names(vectors: DictConfig) -> list[str]:
@@ -271,8 +290,9 @@ def vector_formats(cfg: DictConfig, out_dir: Path) -> tuple[list[VectorFormat], 
             raise VtlabError(f"export.vectors.formats: unknown format {name!r} (choose from {', '.join(choices)})")
         writer = instantiate(v[name], _partial_=True)  # functools.partial(<VectorFormat class>, **options)
         if not (isinstance(writer.func, type) and issubclass(writer.func, VectorFormat)):
-            raise VtlabError(f"export.vectors.{name}._target_={v[name]._target_!r}: not a vtlab.export.vectors "
-                             "VectorFormat")
+            raise VtlabError(
+                f"export.vectors.{name}._target_={v[name]._target_!r}: not a vtlab.export.vectors VectorFormat"
+            )
         fmt = writer(out_dir / name / writer.func.FILE)
         formats.append(fmt)
         if v.get("queries") and writer.func.QUERIES_FILE is not None:
@@ -286,11 +306,13 @@ def vector_formats(cfg: DictConfig, out_dir: Path) -> tuple[list[VectorFormat], 
 
 def _write_all(paths: Sequence[Path], body: Any) -> None:
     """Open every path atomically (nested temp files) and call body(list of file objects)."""
+
     def nest(i: int, files: list[TextIO]) -> None:
         if i == len(paths):
             body(files)
         else:
             atomic_write(paths[i], lambda f: nest(i + 1, [*files, f]))
+
     nest(0, [])
 
 
@@ -320,15 +342,16 @@ def write_vectors(
     def body(files: list[TextIO]) -> None:
         nonlocal count
         it = iter(docs)
-        bar = tqdm(desc=f"export {side} vectors", unit=side, disable=not (show_progress and interactive()),
-                   leave=False)
+        bar = tqdm(desc=f"export {side} vectors", unit=side, disable=not (show_progress and interactive()), leave=False)
         while chunk := list(itertools.islice(it, chunk_size)):
             ids = [str(d) for d, _ in chunk]
             texts = [t for _, t in chunk]
             matrix = encoder.encode(texts, side=side, batch_size=batch_size, show_progress=False)
             if not sp.issparse(matrix) or matrix.shape != (len(texts), encoder.vocab_size):
-                raise VtlabError(f"export.vectors: encode returned {type(matrix).__name__} of shape "
-                                 f"{getattr(matrix, 'shape', None)}, expected ({len(texts)}, {encoder.vocab_size})")
+                raise VtlabError(
+                    f"export.vectors: encode returned {type(matrix).__name__} of shape "
+                    f"{getattr(matrix, 'shape', None)}, expected ({len(texts)}, {encoder.vocab_size})"
+                )
             matrix = sp.csr_matrix(matrix)
             matrix.sort_indices()
             for row, (doc_id, text) in enumerate(zip(ids, texts)):

@@ -3,6 +3,7 @@
 `eval.index=<name>` names a node of indexes.yaml (beside this file): a `_target_` partial taking (docs, doc_ids) that
 `index_factory` instantiates with eval.index_options. A new backend is a new node there, not new code here.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache

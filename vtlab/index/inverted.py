@@ -20,6 +20,7 @@ exceeded the true 10th score for 85% of the blocks (median query), and for 8-doc
 lists were then as long as the postings themselves. The time goes into touching ~2.4M postings per query, which
 the kernel does at a few ns each (scipy: ~11 ns), see README "Performance".
 """
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,13 @@ class InvertedIndex:
     builds, else scipy. Both return the same ranking, with bitwise-equal scores.
     """
 
-    def __init__(self, docs: sp.csr_matrix, doc_ids: Sequence[str] | None = None, backend: Backend = "auto",
-                 block_docs: int = NATIVE_BLOCK_DOCS) -> None:
+    def __init__(
+        self,
+        docs: sp.csr_matrix,
+        doc_ids: Sequence[str] | None = None,
+        backend: Backend = "auto",
+        block_docs: int = NATIVE_BLOCK_DOCS,
+    ) -> None:
         if backend not in ("auto", "native", "scipy"):
             raise ValueError(f"backend must be auto, native or scipy, got {backend!r}")
         docs = _as_csr(docs, "docs")
@@ -158,20 +164,25 @@ class InvertedIndex:
                 list(pool.map(run_batch, starts))  # list() re-raises a worker's exception
         return scores, indices
 
-    def _search_native(self, queries: sp.csr_matrix, k: int, scores: np.ndarray, indices: np.ndarray,
-                       threads: int) -> None:
+    def _search_native(
+        self, queries: sp.csr_matrix, k: int, scores: np.ndarray, indices: np.ndarray, threads: int
+    ) -> None:
         p = self._postings
         post = (self._indptr64, p.indices, p.data)
-        qs = (queries.indptr.astype(np.int64), queries.indices.astype(np.int32, copy=False),
-              queries.data.astype(np.float32, copy=False))
+        qs = (
+            queries.indptr.astype(np.int64),
+            queries.indices.astype(np.int32, copy=False),
+            queries.data.astype(np.float32, copy=False),
+        )
         n_q = queries.shape[0]
         # small slices keep both threads busy to the end; ctypes drops the GIL during each call
         step = max(1, min(64, -(-n_q // (4 * threads))))
         starts = range(0, n_q, step)
 
         def run(start: int) -> int:
-            return native.taat_topk(self._lib, post, self._n_docs, qs, start, min(start + step, n_q), k, scores,
-                                    indices, self.block_docs)
+            return native.taat_topk(
+                self._lib, post, self._n_docs, qs, start, min(start + step, n_q), k, scores, indices, self.block_docs
+            )
 
         if threads <= 1 or len(starts) == 1:
             for start in starts:
@@ -188,7 +199,7 @@ def topk_rows(acc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         # stable sort of -score keeps ascending column order among ties
         idx = np.argsort(-acc, axis=1, kind="stable")
     else:
-        idx = np.argpartition(acc, n - k, axis=1)[:, n - k:]
+        idx = np.argpartition(acc, n - k, axis=1)[:, n - k :]
         vals = np.take_along_axis(acc, idx, axis=1)
         thr = vals.min(axis=1)
         # argpartition picks an arbitrary subset of the docs tied at the k-th score; where some tied docs were
@@ -208,11 +219,7 @@ def topk_rows(acc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def to_run(
-    scores: np.ndarray,
-    indices: np.ndarray,
-    query_ids: Sequence[str],
-    doc_ids: Sequence[str],
-    drop_zeros: bool = True,
+    scores: np.ndarray, indices: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str], drop_zeros: bool = True
 ) -> dict[str, dict[str, float]]:
     """Search output -> ir_measures run {query_id: {doc_id: score}} (rows keep their ranked order).
 

@@ -8,6 +8,7 @@ kill the process with SIGBUS) means rebuild, with one warning naming the file. W
 uses do not race. Without a compiler or a trustworthy directory `load()` returns None and the index falls back to
 scipy (same results, slower): nothing in vtlab requires the kernel.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -61,8 +62,11 @@ def private_dir() -> Path:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
         raise UntrustedDir(f"{path} is not a directory owned by uid {uid} (owner uid {st.st_uid})")
     if stat.S_IMODE(st.st_mode) & 0o077:
-        log.warning("%s was open to other users (mode %o): its contents are discarded and it is made 0700", path,
-                    stat.S_IMODE(st.st_mode))
+        log.warning(
+            "%s was open to other users (mode %o): its contents are discarded and it is made 0700",
+            path,
+            stat.S_IMODE(st.st_mode),
+        )
         for child in path.iterdir():
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child)
@@ -94,8 +98,9 @@ def _build(cc: str, lib_path: Path) -> None:
     falls back to scipy on them."""
     # mode=None: the library keeps the mode the compiler gave it
     with atomic_path(lib_path, suffix=".so", mode=None, disk_errors=False) as tmp:
-        subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(SOURCE)], check=True, capture_output=True, text=True,
-                       timeout=120)
+        subprocess.run(
+            [cc, *CFLAGS, "-o", str(tmp), str(SOURCE)], check=True, capture_output=True, text=True, timeout=120
+        )
         with atomic_path(lib_path.with_name(lib_path.name + ".sha256"), disk_errors=False) as digest_tmp:
             digest_tmp.write_text(sha256_file(tmp) + "\n")
 
@@ -158,8 +163,23 @@ def taat_topk(
     acc = np.zeros(min(block, max(n_docs, 1)), dtype=np.float32)
     cursor = np.empty(max(longest, 1), dtype=np.int64)
     heap = (Hit * max(k, 1))()
-    return int(lib.vt_taat_topk(
-        _ptr(p_indptr), _ptr(p_docs), _ptr(p_w), n_docs, _ptr(q_indptr), _ptr(q_terms), _ptr(q_w), q_begin, q_end,
-        k, acc.size, _ptr(acc), _ptr(cursor), ctypes.cast(heap, ctypes.c_void_p), _ptr(scores[q_begin:]),
-        _ptr(indices[q_begin:]),
-    ))
+    return int(
+        lib.vt_taat_topk(
+            _ptr(p_indptr),
+            _ptr(p_docs),
+            _ptr(p_w),
+            n_docs,
+            _ptr(q_indptr),
+            _ptr(q_terms),
+            _ptr(q_w),
+            q_begin,
+            q_end,
+            k,
+            acc.size,
+            _ptr(acc),
+            _ptr(cursor),
+            ctypes.cast(heap, ctypes.c_void_p),
+            _ptr(scores[q_begin:]),
+            _ptr(indices[q_begin:]),
+        )
+    )

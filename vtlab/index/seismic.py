@@ -10,6 +10,7 @@ Defaults are tuned on the synthetic 1M-doc collection of `make bench` (README "P
 (3.9 GB RSS rise), and query_cut 10, heap_factor 0.8 then gave recall@10 0.9945 against exact search (query_cut 5,
 heap_factor 0.7: 0.963; query_cut 20, heap_factor 0.9: 0.997 at 1.2x the query time).
 """
+
 from __future__ import annotations
 
 import os
@@ -53,13 +54,22 @@ class SeismicIndex:
         self._n_docs = int(docs.shape[0])
         self.query_cut, self.heap_factor = int(query_cut), float(heap_factor)
         self.n_threads = int(n_threads or min(os.cpu_count() or 1, 8))
-        self.params = {"n_postings": int(n_postings), "centroid_fraction": float(centroid_fraction),
-                       "summary_energy": float(summary_energy), "min_cluster_size": int(min_cluster_size),
-                       "doc_cut": int(doc_cut), "max_fraction": float(max_fraction)}
+        self.params = {
+            "n_postings": int(n_postings),
+            "centroid_fraction": float(centroid_fraction),
+            "summary_energy": float(summary_energy),
+            "min_cluster_size": int(min_cluster_size),
+            "doc_cut": int(doc_cut),
+            "max_fraction": float(max_fraction),
+        }
         dataset = seismic.SeismicDataset(dim=self.vocab_size)
         # string doc ids are row numbers: results map back to rows without a dictionary
-        dataset.add_documents_by_id([str(i) for i in range(self._n_docs)], docs.indices.astype(np.int64),
-                                    docs.data.astype(np.float32), docs.indptr.astype(np.int64))
+        dataset.add_documents_by_id(
+            [str(i) for i in range(self._n_docs)],
+            docs.indices.astype(np.int64),
+            docs.data.astype(np.float32),
+            docs.indptr.astype(np.int64),
+        )
         self._index = seismic.SeismicIndex.build_from_dataset(dataset, num_threads=self.n_threads, **self.params)
         self._nnz = int(docs.nnz)
 
@@ -68,11 +78,19 @@ class SeismicIndex:
         return self._n_docs
 
     def stats(self) -> dict[str, float]:
-        return {"n_docs": self._n_docs, "vocab_size": self.vocab_size, "postings": self._nnz, "backend": "seismic",
-                **self.params, "query_cut": self.query_cut, "heap_factor": self.heap_factor}
+        return {
+            "n_docs": self._n_docs,
+            "vocab_size": self.vocab_size,
+            "postings": self._nnz,
+            "backend": "seismic",
+            **self.params,
+            "query_cut": self.query_cut,
+            "heap_factor": self.heap_factor,
+        }
 
-    def search(self, queries: sp.csr_matrix, k: int, n_threads: int | None = None, **_: object
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, queries: sp.csr_matrix, k: int, n_threads: int | None = None, **_: object
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Approximate top-k by dot product: (scores float32 [Q, k'], doc indices int64 [Q, k']),
         k' = min(k, n_docs)."""
         queries = _as_csr(queries, "queries")
@@ -88,10 +106,17 @@ class SeismicIndex:
         import seismic
 
         text = seismic.get_seismic_string()  # the fixed-width string dtype its bindings require
-        comps = [queries.indices[queries.indptr[r]:queries.indptr[r + 1]].astype(text) for r in rows]
-        vals = [queries.data[queries.indptr[r]:queries.indptr[r + 1]].astype(np.float32) for r in rows]
-        results = self._index.batch_search(np.array([str(r) for r in rows], dtype=text), comps, vals, k, self.query_cut,
-                                           self.heap_factor, num_threads=n_threads or self.n_threads)
+        comps = [queries.indices[queries.indptr[r] : queries.indptr[r + 1]].astype(text) for r in rows]
+        vals = [queries.data[queries.indptr[r] : queries.indptr[r + 1]].astype(np.float32) for r in rows]
+        results = self._index.batch_search(
+            np.array([str(r) for r in rows], dtype=text),
+            comps,
+            vals,
+            k,
+            self.query_cut,
+            self.heap_factor,
+            num_threads=n_threads or self.n_threads,
+        )
         # result lists do not come back in query order (parallel search): each hit names its query
         for hits in results:
             for j, (qid, score, doc) in enumerate(hits[:k]):

@@ -3,6 +3,7 @@
 Every loss is called as `loss(q, d, teacher_scores)` with q: [B, V], d: [B*(1+n), V] (row b*(1+n) is query b's
 positive, the next n rows its negatives) and teacher_scores: [B, 1+n] or None.
 """
+
 from vtlab.losses.base import RankingLoss, group_scores
 from vtlab.losses.infonce import InfoNCE
 from vtlab.losses.kl_div import KLDivergence

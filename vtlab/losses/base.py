@@ -1,4 +1,5 @@
 """Shared scoring for ranking losses."""
+
 from __future__ import annotations
 
 import math
@@ -11,8 +12,12 @@ from vtlab.regularizers.base import gather_with_grad
 
 def check_temperature(temperature: float) -> None:
     """loss.temperature divides the scores: a positive finite number (0 or NaN would make every step NaN)."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) \
-            or temperature <= 0:
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)
+        or temperature <= 0
+    ):
         raise ConfigError(f"loss.temperature must be a finite number > 0, got {temperature!r}")
 
 

@@ -1,4 +1,5 @@
 """InfoNCE: softmax cross-entropy of the positive against hard (and optionally in-batch) negatives."""
+
 from __future__ import annotations
 
 import torch
@@ -15,8 +16,13 @@ class InfoNCE(RankingLoss):
     candidates are the query's positive and every negative of the batch.
     """
 
-    def __init__(self, temperature: float = 1.0, in_batch_negatives: bool = True, in_batch_positives: bool = True,
-                 gather: bool = True) -> None:
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        in_batch_negatives: bool = True,
+        in_batch_positives: bool = True,
+        gather: bool = True,
+    ) -> None:
         super().__init__(gather)
         check_temperature(temperature)
         self.temperature = temperature

@@ -1,4 +1,5 @@
 """KL-divergence distillation: KL(softmax(teacher/τ) ‖ softmax(student/τ)) over each query's document group."""
+
 from __future__ import annotations
 
 import torch.nn.functional as F

@@ -1,4 +1,5 @@
 """MarginMSE distillation: match the student's positive–negative margins to the teacher's."""
+
 from __future__ import annotations
 
 import torch.nn.functional as F

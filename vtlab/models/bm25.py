@@ -8,6 +8,7 @@ A query is its term counts; a document is its BM25 term weights, so their dot pr
 (bm25s's default "lucene" variant). The vocabulary and the statistics (N, df, avgdl) come from `fit_corpus`, which the
 evaluation calls with each collection's documents before encoding, so every collection gets its own.
 """
+
 from __future__ import annotations
 
 import re
@@ -49,8 +50,14 @@ class BM25Encoder:
             indices.extend(counts)
             data.extend(counts.values())
             indptr.append(len(indices))
-        m = sp.csr_matrix((np.asarray(data, dtype=np.float64), np.asarray(indices, dtype=np.int64),
-                           np.asarray(indptr, dtype=np.int64)), shape=(len(texts), self.vocab_size))
+        m = sp.csr_matrix(
+            (
+                np.asarray(data, dtype=np.float64),
+                np.asarray(indices, dtype=np.int64),
+                np.asarray(indptr, dtype=np.int64),
+            ),
+            shape=(len(texts), self.vocab_size),
+        )
         m.sort_indices()
         return m, np.asarray(lengths, dtype=np.float64)
 
@@ -68,8 +75,9 @@ class BM25Encoder:
         self.idf = np.log1p((n - df + 0.5) / (df + 0.5))
         self.avgdl = float(lengths.mean())
 
-    def encode(self, texts: Sequence[str], side: Literal["query", "doc"], batch_size: int = 64,
-               show_progress: bool = True) -> sp.csr_matrix:
+    def encode(
+        self, texts: Sequence[str], side: Literal["query", "doc"], batch_size: int = 64, show_progress: bool = True
+    ) -> sp.csr_matrix:
         """Queries: term counts. Documents: BM25 weights (words outside the fitted vocabulary are dropped: no query
         can contain them). batch_size and show_progress are accepted for the interface and unused (no network)."""
         if not self.vocab:

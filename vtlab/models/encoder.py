@@ -1,4 +1,5 @@
 """The SPLADE encoder: any HF masked-LM → sparse vocabulary-sized vectors."""
+
 from __future__ import annotations
 
 import contextlib
@@ -55,8 +56,9 @@ class SpladeEncoder(nn.Module):
         super().__init__()
         prec.check_precision(precision)  # a bad value fails here, not at the first encode
         # a length past the model's positions fails here, not in the forward pass of the first text that long
-        check_input_lengths(model, {"model.encoder.query_max_length": query_max_length,
-                                    "model.encoder.doc_max_length": doc_max_length})
+        check_input_lengths(
+            model, {"model.encoder.query_max_length": query_max_length, "model.encoder.doc_max_length": doc_max_length}
+        )
         self.precision = precision  # of encode(): auto (vtlab.models.precision), fp32, bf16 or int8
         self._reset_caches()
         self.model = model
@@ -84,8 +86,10 @@ class SpladeEncoder(nn.Module):
 
     def train(self, mode: bool = True) -> SpladeEncoder:
         if mode and getattr(self, "precision", None) == "int8":
-            raise VtlabError("model.encoder.precision=int8 is for encoding only (int8 weights cannot be trained): "
-                             "train with auto, fp32 or bf16")
+            raise VtlabError(
+                "model.encoder.precision=int8 is for encoding only (int8 weights cannot be trained): "
+                "train with auto, fp32 or bf16"
+            )
         return super().train(mode)
 
     @classmethod
@@ -189,11 +193,13 @@ class SpladeEncoder(nn.Module):
         device = torch.device(device)
         return RUNNERS[self.resolved_precision(device)](self, device.type)
 
-    def _probe_trial(self, precision: str, queries: Sequence[str], docs: Sequence[str],
-                     reference: dict[str, sp.csr_matrix]) -> prec.Trial:
+    def _probe_trial(
+        self, precision: str, queries: Sequence[str], docs: Sequence[str], reference: dict[str, sp.csr_matrix]
+    ) -> prec.Trial:
         """One precision on the probe: its vectors (vs the fp32 ones in `reference`, which the fp32 trial, run first,
         fills) and its passages/s, timed on a second pass over the same batches."""
         run = self._encode_as
+
         # the networks as such, whatever a subclass does on the query side (inference-free: no network there)
         def fwd(ids: Tensor, mask: Tensor, side: Side) -> Tensor:
             return splade_activation(self.max_logits(ids, mask, side), self.double_log)
@@ -222,10 +228,16 @@ class SpladeEncoder(nn.Module):
 
     def _fingerprint(self) -> str:
         """Cache key of auto's check: the weights and what shapes the vectors, and the machine it was timed on."""
-        meta = {"class": type(self).__name__, "max_length": self.max_length, "double_log": self.double_log,
-                "tokens": len(self.tokenizer), "torch": torch.__version__,
-                "flags": sorted((prec.BF16_NATIVE_FLAGS | prec.INT8_NATIVE_FLAGS) & prec.cpu_flags()),
-                "check": prec.CHECK_VERSION, "probe": prec.PROBE_PAIRS}
+        meta = {
+            "class": type(self).__name__,
+            "max_length": self.max_length,
+            "double_log": self.double_log,
+            "tokens": len(self.tokenizer),
+            "torch": torch.__version__,
+            "flags": sorted((prec.BF16_NATIVE_FLAGS | prec.INT8_NATIVE_FLAGS) & prec.cpu_flags()),
+            "check": prec.CHECK_VERSION,
+            "probe": prec.PROBE_PAIRS,
+        }
 
         def chunks() -> Iterator[Any]:
             yield json.dumps(meta, sort_keys=True).encode()
@@ -258,8 +270,13 @@ class SpladeEncoder(nn.Module):
         texts = [self.preprocess(t) for t in texts] if self.preprocess is not None else list(texts)
         if not texts:
             return
-        ids = self.tokenizer(texts, truncation=True, max_length=self.max_length[side], return_attention_mask=False,
-                             return_token_type_ids=False)["input_ids"]
+        ids = self.tokenizer(
+            texts,
+            truncation=True,
+            max_length=self.max_length[side],
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )["input_ids"]
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         order = np.argsort(-lengths, kind="stable")
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -287,15 +304,21 @@ class SpladeEncoder(nn.Module):
         return self._encode_as(self.resolved_precision(device), texts, side, batch_size, show_progress, self)
 
     @torch.inference_mode()
-    def _encode_as(self, precision: str, texts: Sequence[str], side: Side, batch_size: int, show_progress: bool,
-                   forward: Forward) -> sp.csr_matrix:
+    def _encode_as(
+        self, precision: str, texts: Sequence[str], side: Side, batch_size: int, show_progress: bool, forward: Forward
+    ) -> sp.csr_matrix:
         was_training = self.training
         self.eval()
         device = next(self.parameters()).device
         rows: list[sp.csr_matrix] = []
         positions: list[np.ndarray] = []
-        bar = tqdm(total=len(texts), desc="encode queries" if side == "query" else "encode docs", unit=side,
-                   disable=not (show_progress and interactive()), leave=False)  # no \r frames in a log file
+        bar = tqdm(
+            total=len(texts),
+            desc="encode queries" if side == "query" else "encode docs",
+            unit=side,
+            disable=not (show_progress and interactive()),
+            leave=False,
+        )  # no \r frames in a log file
         try:
             for idx, input_ids, mask in self.batches(texts, side, batch_size):
                 with RUNNERS[precision](self, device.type):

@@ -5,6 +5,7 @@ After vocabulary transfer a table computed for the old tokenizer is meaningless 
 tables are derived from a corpus under the tokenizer the model runs with, cached per (tokenizer, corpus, options),
 and saved as `idf.json` ({token: weight}, the format OpenSearch and sentence-transformers load).
 """
+
 from __future__ import annotations
 
 import json
@@ -73,8 +74,14 @@ class IdfTable:
     source: str = ""
 
     @classmethod
-    def from_corpus(cls, tokenizer: Any, texts: Sequence[str], lowercase: bool = False,
-                    preprocess: Callable[[str], str] | None = None, cache: bool = True) -> "IdfTable":
+    def from_corpus(
+        cls,
+        tokenizer: Any,
+        texts: Sequence[str],
+        lowercase: bool = False,
+        preprocess: Callable[[str], str] | None = None,
+        cache: bool = True,
+    ) -> "IdfTable":
         """Compute (or load from the cache) the table of `texts` under `tokenizer`."""
         texts = list(texts)
         if not texts:
@@ -90,8 +97,13 @@ class IdfTable:
                 atomic_write_bytes(path, lambda f: np.savez(f, df=df, n_docs=n_docs))
         weights = idf_from_df(df, n_docs).astype(np.float32)
         weights[_special_ids(tokenizer)] = 0.0
-        return cls(tokens=id_to_token(tokenizer), weights=weights, n_docs=n_docs, df=df,
-                   source=f"{n_docs} documents{' (lowercased)' if lowercase else ''}, cache key {key}")
+        return cls(
+            tokens=id_to_token(tokenizer),
+            weights=weights,
+            n_docs=n_docs,
+            df=df,
+            source=f"{n_docs} documents{' (lowercased)' if lowercase else ''}, cache key {key}",
+        )
 
     @classmethod
     def from_json(cls, path: str | Path, tokenizer: Any) -> "IdfTable":
@@ -109,8 +121,10 @@ class IdfTable:
         weights = np.zeros(len(tokenizer), dtype=np.float32)
         for token, w in table.items():
             if token not in vocab:
-                raise DataError(f"{path}: token {token!r} is not in the model's vocabulary (an IDF table from "
-                                f"another tokenizer? recompute it under this one)")
+                raise DataError(
+                    f"{path}: token {token!r} is not in the model's vocabulary (an IDF table from "
+                    f"another tokenizer? recompute it under this one)"
+                )
             if not isinstance(w, (int, float)) or isinstance(w, bool) or not np.isfinite(w):
                 raise DataError(f"{path}: token {token!r} has weight {w!r}, expected a finite number")
             weights[vocab[token]] = w
@@ -126,8 +140,11 @@ class IdfTable:
         """Coverage: how many vocabulary entries never occur in the corpus (df = 0: they get the maximal idf)."""
         out: dict[str, Any] = {"vocab_size": len(self.tokens), "source": self.source}
         nz = self.weights[self.weights > 0]
-        out.update(nonzero_weights=int(nz.size), min_weight=float(nz.min()) if nz.size else 0.0,
-                   max_weight=float(nz.max()) if nz.size else 0.0)
+        out.update(
+            nonzero_weights=int(nz.size),
+            min_weight=float(nz.min()) if nz.size else 0.0,
+            max_weight=float(nz.max()) if nz.size else 0.0,
+        )
         if self.df is not None:
             unseen = (self.df == 0) & (self.weights > 0)  # special tokens (weight 0) are never counted
             out.update(n_docs=self.n_docs, zero_df=int(unseen.sum()), zero_df_share=float(unseen.mean()))
@@ -141,8 +158,13 @@ def _load_cached(path: Path, vocab_size: int, n_texts: int) -> tuple[np.ndarray,
     try:
         with np.load(path) as z:
             df, n_docs = np.asarray(z["df"]), int(z["n_docs"])
-        if df.shape != (vocab_size,) or df.dtype.kind not in "iu" or n_docs != n_texts or (df < 0).any() \
-                or (df > n_docs).any():
+        if (
+            df.shape != (vocab_size,)
+            or df.dtype.kind not in "iu"
+            or n_docs != n_texts
+            or (df < 0).any()
+            or (df > n_docs).any()
+        ):
             raise ValueError(f"df of shape {df.shape}, {n_docs} documents; expected ({vocab_size},), {n_texts}")
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
@@ -179,7 +201,8 @@ def _key_parts(tokenizer: Any, texts: Sequence[str], lowercase: bool, preprocess
         yield json.dumps(state, sort_keys=True).encode()
     else:
         yield (type(tokenizer).__name__ + json.dumps(tokenizer.get_vocab(), sort_keys=True)).encode()
-    yield json.dumps([lowercase, getattr(preprocess, "__qualname__", repr(preprocess)) if preprocess else None,
-                      len(texts)]).encode()
+    yield json.dumps(
+        [lowercase, getattr(preprocess, "__qualname__", repr(preprocess)) if preprocess else None, len(texts)]
+    ).encode()
     for t in texts:
         yield t.encode("utf-8", "surrogatepass") + b"\0"

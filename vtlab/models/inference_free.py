@@ -5,6 +5,7 @@ one entry per distinct query token (special tokens 0) times relu(idf[token]), or
 "woidf" runs). The IDF table is computed under the model's current tokenizer (vtlab/models/idf.py) and can be
 trained with its own learning rate.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,8 +55,15 @@ class InferenceFreeEncoder(SpladeEncoder):
     ) -> None:
         if kwargs.get("query_model") is not None:
             raise VtlabError("model.encoder: inference-free SPLADE has no query network (query_model must be None)")
-        super().__init__(model, tokenizer, query_max_length=query_max_length, doc_max_length=doc_max_length,
-                         double_log=double_log, preprocess=preprocess, **kwargs)
+        super().__init__(
+            model,
+            tokenizer,
+            query_max_length=query_max_length,
+            doc_max_length=doc_max_length,
+            double_log=double_log,
+            preprocess=preprocess,
+            **kwargs,
+        )
         self.use_idf, self.count_repeats, self.idf_lowercase = bool(use_idf), bool(count_repeats), bool(idf_lowercase)
         self.trainable_idf = False
         self._reset_query_side()
@@ -81,24 +89,30 @@ class InferenceFreeEncoder(SpladeEncoder):
                 from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
                 cached = try_to_load_from_cache(source, IDF_FILE, revision=backbone.revision)
-                offline_hint = ("; run once with network, set model.encoder.idf_path=FILE, or "
-                                "model.encoder.use_idf=false")
+                offline_hint = (
+                    "; run once with network, set model.encoder.idf_path=FILE, or model.encoder.use_idf=false"
+                )
                 if isinstance(cached, str):
                     kwargs["idf_path"] = cached
                 elif cached is not _CACHED_NO_EXIST:  # unknown: ask the hub (a known-absent file needs no ask)
                     if hub.offline() or not hub.reachable():
-                        raise VtlabError(f"{field}={source!r}: cannot check the hub for its {IDF_FILE} (offline)"
-                                         + offline_hint)
+                        raise VtlabError(
+                            f"{field}={source!r}: cannot check the hub for its {IDF_FILE} (offline)" + offline_hint
+                        )
                     try:
                         kwargs["idf_path"] = hf_hub_download(source, IDF_FILE, revision=backbone.revision)
                     except LocalEntryNotFoundError as exc:  # before EntryNotFoundError: it is a subclass
-                        raise VtlabError(f"{field}={source!r}: could not download {IDF_FILE} (offline)"
-                                         + offline_hint) from exc
+                        raise VtlabError(
+                            f"{field}={source!r}: could not download {IDF_FILE} (offline)" + offline_hint
+                        ) from exc
                     except EntryNotFoundError:
                         pass  # the repo has no table: one is computed from the training / evaluation corpus
                     except OSError as exc:
-                        why = ("hub unreachable" + offline_hint if hub.is_connection_error(exc)
-                               else (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+                        why = (
+                            "hub unreachable" + offline_hint
+                            if hub.is_connection_error(exc)
+                            else (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                        )
                         raise VtlabError(f"{field}={source!r}: could not download {IDF_FILE}: {why}") from exc
         return cls(model, tokenizer, **kwargs)
 
@@ -147,8 +161,10 @@ class InferenceFreeEncoder(SpladeEncoder):
     def query_weights(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """[B, V]: distinct (or counted) non-special query tokens × relu(idf); differentiable in `idf` only."""
         if self.needs_idf:
-            raise VtlabError("inference-free query side has no IDF table for this tokenizer: fit_idf(texts) first, "
-                             "or set model.encoder.idf_path (or model.encoder.use_idf=false)")
+            raise VtlabError(
+                "inference-free query side has no IDF table for this tokenizer: fit_idf(texts) first, "
+                "or set model.encoder.idf_path (or model.encoder.use_idf=false)"
+            )
         counts = torch.zeros(input_ids.shape[0], self.vocab_size, device=input_ids.device)
         counts.scatter_add_(1, input_ids, attention_mask.to(counts.dtype))
         if not self.count_repeats:
@@ -181,14 +197,24 @@ class InferenceFreeModule(SpladeModule):
     """SPLADE training with an inference-free encoder: doc-side regularization only; an optionally trainable IDF with
     its own learning rate (the authors' `idf_lr`) in a separate optimizer parameter group."""
 
-    def __init__(self, encoder: InferenceFreeEncoder, *args: Any, trainable_idf: bool = False,
-                 idf_lr: float | None = None, query_regularizer: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        encoder: InferenceFreeEncoder,
+        *args: Any,
+        trainable_idf: bool = False,
+        idf_lr: float | None = None,
+        query_regularizer: Any = None,
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(encoder, InferenceFreeEncoder):
-            raise VtlabError(f"model.encoder: inference-free training needs an InferenceFreeEncoder, got "
-                             f"{type(encoder).__name__}")
+            raise VtlabError(
+                f"model.encoder: inference-free training needs an InferenceFreeEncoder, got {type(encoder).__name__}"
+            )
         if query_regularizer is not None:
-            raise VtlabError("model.query_regularizer: inference-free SPLADE has no query network to regularize; "
-                             "set it to null (regularize documents with model.doc_regularizer)")
+            raise VtlabError(
+                "model.query_regularizer: inference-free SPLADE has no query network to regularize; "
+                "set it to null (regularize documents with model.doc_regularizer)"
+            )
         if trainable_idf and not encoder.use_idf:
             raise VtlabError("model.trainable_idf=true needs model.encoder.use_idf=true (there is no table to train)")
         super().__init__(encoder, *args, query_regularizer=None, **kwargs)
@@ -199,5 +225,6 @@ class InferenceFreeModule(SpladeModule):
         groups = {}
         if self.encoder.trainable_idf:  # its own group: no weight decay pulling weights to 0, and its own lr
             groups["encoder.idf"] = {"weight_decay": 0.0, **({"lr": float(self.idf_lr)} if self.idf_lr else {})}
-        return configure_optimizers(self, self.optimizer_factory, self.scheduler_factory, self.weight_decay,
-                                    own_groups=groups)
+        return configure_optimizers(
+            self, self.optimizer_factory, self.scheduler_factory, self.weight_decay, own_groups=groups
+        )

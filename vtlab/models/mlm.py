@@ -1,6 +1,7 @@
 """Masked-LM training of an HF masked LM (MLM adaptation after vocabulary transfer, and the pretraining replicas):
 the LightningModule, and `train_cached`, which trains once per (start, recipe, preprocessing, seed, precision) into
 $VTLAB_CACHE/mlm and loads the cached model afterwards."""
+
 from __future__ import annotations
 
 import functools
@@ -30,6 +31,7 @@ from vtlab.errors import VtlabError
 from vtlab.models.optim import configure_optimizers
 
 log = logging.getLogger("vtlab")
+
 
 # ---- model ----------------------------------------------------------------------------------------------------------
 class MLMModule(pl.LightningModule):
@@ -76,12 +78,19 @@ class MLMModule(pl.LightningModule):
             raise FloatingPointError(f"non-finite MLM loss at step {self.global_step}")
         with torch.no_grad():
             real = target != -100
-            acc = ((logits[real].argmax(-1) == target[real]).float().mean() if bool(real.any())
-                   else torch.zeros((), device=loss.device))
+            acc = (
+                (logits[real].argmax(-1) == target[real]).float().mean()
+                if bool(real.any())
+                else torch.zeros((), device=loss.device)
+            )
         lr = self.optimizers().param_groups[0]["lr"] if self._trainer is not None else 0.0
         n = batch["labels"].shape[0]
-        self.log_dict({"mlm/loss": loss.detach(), "mlm/accuracy": acc, "mlm/lr": float(lr)},
-                      on_step=True, on_epoch=False, batch_size=n)
+        self.log_dict(
+            {"mlm/loss": loss.detach(), "mlm/accuracy": acc, "mlm/lr": float(lr)},
+            on_step=True,
+            on_epoch=False,
+            batch_size=n,
+        )
         self.log("loss", loss.detach(), prog_bar=True, on_step=True, on_epoch=False, batch_size=n, logger=False)
         return loss
 
@@ -97,26 +106,56 @@ _NOT_IN_KEY = ("log_every_n_steps", "num_workers")  # do not change the trained 
 
 def _cache_key(start: Backbone, mlm: dict[str, Any], preprocess: Any, seed: int, precision: str) -> str:
     mlm = {k: v for k, v in mlm.items() if k not in _NOT_IN_KEY}
-    blob = json.dumps({"recipe": _RECIPE, "backbone": start.cache_key(), "mlm": mlm, "preprocess": repr(preprocess),
-                       "seed": seed, "precision": precision}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {
+            "recipe": _RECIPE,
+            "backbone": start.cache_key(),
+            "mlm": mlm,
+            "preprocess": repr(preprocess),
+            "seed": seed,
+            "precision": precision,
+        },
+        sort_keys=True,
+        default=str,
+    )
     return stable_hash(blob)
 
 
-def _train(m: Any, start: Backbone, preprocess: Any, out: Path, log_dir: Path, seed: int,
-           trainer_cfg: Mapping[str, Any], loggers: list[Logger]) -> pl.Trainer:
+def _train(
+    m: Any,
+    start: Backbone,
+    preprocess: Any,
+    out: Path,
+    log_dir: Path,
+    seed: int,
+    trainer_cfg: Mapping[str, Any],
+    loggers: list[Logger],
+) -> pl.Trainer:
     steps = int(m.steps)
     model = start.load_model()
     tokenizer = start.load_tokenizer()
-    data = TextDataModule(instantiate(m.corpus), tokenizer, max_length=int(m.max_length),
-                          batch_size=int(m.batch_size), mlm_probability=float(m.mlm_probability), seed=seed,
-                          num_workers=int(m.get("num_workers", 0)), preprocess=preprocess)
-    optimizer = functools.partial(torch.optim.AdamW, lr=float(m.lr), betas=tuple(m.get("betas", (0.9, 0.999))),
-                                  eps=float(m.get("eps", 1e-8)))
+    data = TextDataModule(
+        instantiate(m.corpus),
+        tokenizer,
+        max_length=int(m.max_length),
+        batch_size=int(m.batch_size),
+        mlm_probability=float(m.mlm_probability),
+        seed=seed,
+        num_workers=int(m.get("num_workers", 0)),
+        preprocess=preprocess,
+    )
+    optimizer = functools.partial(
+        torch.optim.AdamW, lr=float(m.lr), betas=tuple(m.get("betas", (0.9, 0.999))), eps=float(m.get("eps", 1e-8))
+    )
     scheduler = None
     if m.scheduler is not None:
         try:
-            get_scheduler(str(m.scheduler), torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0),
-                          num_warmup_steps=1, num_training_steps=2)  # fail on a bad name before loading data
+            get_scheduler(
+                str(m.scheduler),
+                torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0),
+                num_warmup_steps=1,
+                num_training_steps=2,
+            )  # fail on a bad name before loading data
         except (ValueError, KeyError) as e:
             raise VtlabError(f"mlm.scheduler={m.scheduler!r}: {e}") from None
         scheduler = functools.partial(get_scheduler, str(m.scheduler), num_warmup_steps=int(m.warmup_steps))
@@ -124,22 +163,43 @@ def _train(m: Any, start: Backbone, preprocess: Any, out: Path, log_dir: Path, s
     module = MLMModule(model, optimizer, scheduler, weight_decay=float(m.weight_decay))
     t = trainer_cfg
     trainer = pl.Trainer(
-        accelerator=t.get("accelerator", "auto"), devices=t.get("devices", "auto"), strategy=t.get("strategy", "auto"),
-        precision=t.get("precision", "32-true"), max_steps=steps, max_epochs=-1,
+        accelerator=t.get("accelerator", "auto"),
+        devices=t.get("devices", "auto"),
+        strategy=t.get("strategy", "auto"),
+        precision=t.get("precision", "32-true"),
+        max_steps=steps,
+        max_epochs=-1,
         accumulate_grad_batches=int(m.get("accumulate_grad_batches", 1)),
-        gradient_clip_val=m.get("gradient_clip_val"), limit_val_batches=0, num_sanity_val_steps=0,
-        enable_checkpointing=False, logger=loggers, log_every_n_steps=int(m.get("log_every_n_steps", 50)),
-        default_root_dir=str(log_dir), enable_model_summary=False, callbacks=[progress_bar()],
+        gradient_clip_val=m.get("gradient_clip_val"),
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
+        logger=loggers,
+        log_every_n_steps=int(m.get("log_every_n_steps", 50)),
+        default_root_dir=str(log_dir),
+        enable_model_summary=False,
+        callbacks=[progress_bar()],
     )
     began = time.perf_counter()
     trainer.fit(module, datamodule=data)
     seconds = time.perf_counter() - began
     if trainer.is_global_zero:
-        _save(module.model, tokenizer, out, {
-            "recipe": _RECIPE, "start": start.cache_key(), "steps": trainer.global_step, "seconds": round(seconds, 1),
-            "docs": data.num_docs, "tokens": data.num_tokens, "spans": len(data.dataset),
-            "mlm": OmegaConf.to_container(m, resolve=True) if OmegaConf.is_config(m) else dict(m), "seed": seed,
-        })
+        _save(
+            module.model,
+            tokenizer,
+            out,
+            {
+                "recipe": _RECIPE,
+                "start": start.cache_key(),
+                "steps": trainer.global_step,
+                "seconds": round(seconds, 1),
+                "docs": data.num_docs,
+                "tokens": data.num_tokens,
+                "spans": len(data.dataset),
+                "mlm": OmegaConf.to_container(m, resolve=True) if OmegaConf.is_config(m) else dict(m),
+                "seed": seed,
+            },
+        )
     trainer.strategy.barrier()  # other ranks wait for rank 0's directory
     for lg in loggers:
         if type(lg).__name__ == "WandbLogger" and getattr(lg, "_experiment", None) is not None:
@@ -170,9 +230,15 @@ def check_recipe(m: Any) -> None:
         raise VtlabError(f"mlm.mlm_probability={m.mlm_probability!r} must be in (0, 1)")
 
 
-def train_cached(start: Backbone, m: Any, seed: int, preprocess: Any = None,
-                 trainer_cfg: Mapping[str, Any] | None = None, log_dir: Path | None = None,
-                 loggers: Callable[[Path], list[Logger]] | None = None) -> tuple[Path, dict[str, Any]]:
+def train_cached(
+    start: Backbone,
+    m: Any,
+    seed: int,
+    preprocess: Any = None,
+    trainer_cfg: Mapping[str, Any] | None = None,
+    log_dir: Path | None = None,
+    loggers: Callable[[Path], list[Logger]] | None = None,
+) -> tuple[Path, dict[str, Any]]:
     """MLM-train `start` with recipe `m` (a resolved `mlm` config), once per (start, recipe, preprocessing, seed,
     precision): later calls — other jobs of a sweep, other rows of a table — load the cached model. Concurrent callers
     wait on a lock instead of training twice. Returns (model directory, training report)."""
@@ -204,6 +270,7 @@ def train_cached(start: Backbone, m: Any, seed: int, preprocess: Any = None,
 
 def _save(model: Any, tokenizer: Any, out: Path, report: dict[str, Any]) -> None:
     """Write into a temp dir next to `out` and rename: a crash never leaves a half model that looks done."""
+
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

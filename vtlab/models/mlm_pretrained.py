@@ -5,6 +5,7 @@ conf/mlm/testbed-build.yaml).
 Training runs once per (start, recipe, seed) through `vtlab.models.mlm.train_cached` and is shared by every row
 and every job of a sweep that names the same backbone.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,14 @@ from vtlab.models.mlm import train_cached
 class MLMPretrained(Backbone):
     """`start` (e.g. SPLADE-tiny) after `mlm.steps` of masked-LM pretraining with recipe `mlm`."""
 
-    def __init__(self, start: Backbone | Mapping[str, Any], mlm: Mapping[str, Any], name: str, seed: int = 0,
-                 precision: str = "32-true") -> None:
+    def __init__(
+        self,
+        start: Backbone | Mapping[str, Any],
+        mlm: Mapping[str, Any],
+        name: str,
+        seed: int = 0,
+        precision: str = "32-true",
+    ) -> None:
         self.start = start if isinstance(start, Backbone) else instantiate(start)  # config `_recursive_: false`
         self.mlm = OmegaConf.to_container(mlm, resolve=True) if OmegaConf.is_config(mlm) else dict(mlm)
         self.seed = int(seed)
@@ -32,8 +39,9 @@ class MLMPretrained(Backbone):
         super().__init__(name_or_path=f"pretrained:{name}", family=self.start.family, name=name)
 
     def cache_key(self) -> str:
-        recipe = json.dumps({"mlm": self.mlm, "seed": self.seed, "precision": self.precision}, sort_keys=True,
-                            default=str)
+        recipe = json.dumps(
+            {"mlm": self.mlm, "seed": self.seed, "precision": self.precision}, sort_keys=True, default=str
+        )
         return f"mlm-pretrained:{self.start.cache_key()}:{stable_hash(recipe, 12)}"
 
     def _source(self, tokenizer: bool) -> tuple[str, str]:
@@ -41,7 +49,11 @@ class MLMPretrained(Backbone):
 
     def materialize(self) -> Path:
         """Pretrain into the cache if absent (other jobs wait on its lock); return the model directory."""
-        out, _ = train_cached(self.start, self.mlm, self.seed, trainer_cfg={"precision": self.precision,
-                                                                           "accelerator": "auto", "devices": 1})
+        out, _ = train_cached(
+            self.start,
+            self.mlm,
+            self.seed,
+            trainer_cfg={"precision": self.precision, "accelerator": "auto", "devices": 1},
+        )
         self.name_or_path = str(out)
         return out

@@ -1,4 +1,5 @@
 """Optimizer wiring shared by the Lightning modules: AdamW-style groups without decay on biases and norms."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -10,8 +11,9 @@ import torch
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
 
 
-def parameter_groups(module: torch.nn.Module, weight_decay: float,
-                     own_groups: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+def parameter_groups(
+    module: torch.nn.Module, weight_decay: float, own_groups: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """Decay / no-decay groups; a parameter named in `own_groups` gets a group of its own with those options
     (e.g. {"encoder.idf": {"lr": 1e-3}}: a trainable IDF at its own learning rate)."""
     own_groups = dict(own_groups or {})
@@ -26,13 +28,16 @@ def parameter_groups(module: torch.nn.Module, weight_decay: float,
     missing = sorted(set(own_groups) - set(own))
     if missing:
         raise ValueError(f"optimizer groups name no trainable parameter: {missing}")
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0},
-            *own.values()]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}, *own.values()]
 
 
-def configure_optimizers(module: pl.LightningModule, optimizer: Callable[..., torch.optim.Optimizer],
-                         scheduler: Callable[..., Any] | None, weight_decay: float,
-                         own_groups: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
+def configure_optimizers(
+    module: pl.LightningModule,
+    optimizer: Callable[..., torch.optim.Optimizer],
+    scheduler: Callable[..., Any] | None,
+    weight_decay: float,
+    own_groups: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Any:
     """`optimizer`/`scheduler` are Hydra partials; the scheduler gets the run's total number of optimizer steps."""
     opt = optimizer(parameter_groups(module, weight_decay, own_groups))
     if scheduler is None:

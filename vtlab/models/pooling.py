@@ -22,6 +22,7 @@ gradient is non-zero only where the term is active (relu'(z) = 0 elsewhere), typ
 so backward recomputes the logits of just those terms over the positions to find the argmax, and the gradient w.r.t.
 the hidden states and the decoder weight is a sparse scatter instead of a dense B×L×V product.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -60,9 +61,14 @@ class TileLogits(Protocol):
     def logits(self, prepared: Any, v0: int, v1: int, cols: int) -> Tensor: ...
 
 
-def _tiled_max(hidden: Tensor, mask: Tensor, vocab: int, chunk_bytes: int,
-               prepare: Callable[[Tensor, Tensor | None], Any],
-               logits: Callable[[Any, int, int, int, Tensor], Tensor]) -> Tensor:
+def _tiled_max(
+    hidden: Tensor,
+    mask: Tensor,
+    vocab: int,
+    chunk_bytes: int,
+    prepare: Callable[[Tensor, Tensor | None], Any],
+    logits: Callable[[Any, int, int, int, Tensor], Tensor],
+) -> Tensor:
     """best[b, v] = max over positions with mask of logits(...)[row, v - v0], one cache-sized tile at a time (see the
     module). prepare(x [rows, H], real-row mask or None) runs once per tile of positions; logits(prepared, v0, v1,
     cols, out) returns the tile's [rows, v1 - v0] logits (in `out`, or a tensor of its own)."""
@@ -107,8 +113,14 @@ class MaskedMaxLogits(torch.autograd.Function):
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, mask: Tensor, chunk_bytes: int) -> Tensor:
         w = weight.to(hidden.dtype)
         mask = mask.bool()
-        best = _tiled_max(hidden, mask, w.shape[0], chunk_bytes, lambda x, real: x,
-                          lambda x, v0, v1, cols, out: torch.mm(x, w[v0:v1].t(), out=out))
+        best = _tiled_max(
+            hidden,
+            mask,
+            w.shape[0],
+            chunk_bytes,
+            lambda x, real: x,
+            lambda x, v0, v1, cols, out: torch.mm(x, w[v0:v1].t(), out=out),
+        )
         # the running max may be bf16/fp16 (mixed precision); the bias and everything after it are fp32
         best = best.to(torch.promote_types(hidden.dtype, torch.float32))
         if bias is not None:
@@ -177,8 +189,14 @@ def max_logits(
 def tiled_max_logits(hidden: Tensor, head: TileLogits, mask: Tensor, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tensor:
     """max_logits for a decoder that is no fp32 weight matrix (int8: vtlab.models.quantize), inference only: the
     same tiles, the max on `head`'s logits of each tile, the bias added after the max."""
-    best = _tiled_max(hidden, mask, head.vocab_size, chunk_bytes, head.prepare,
-                      lambda prepared, v0, v1, cols, out: head.logits(prepared, v0, v1, cols))
+    best = _tiled_max(
+        hidden,
+        mask,
+        head.vocab_size,
+        chunk_bytes,
+        head.prepare,
+        lambda prepared, v0, v1, cols, out: head.logits(prepared, v0, v1, cols),
+    )
     return best if head.bias is None else best + head.bias
 
 

@@ -16,6 +16,7 @@ CPU runs natively and that holds quality.
 `VTLAB_AUTO_PRECISION=fp32|bf16|int8` makes `auto` mean that precision whatever the CPU (no check): the test suite runs
 once each way, so a test that only passes where auto happens to pick fp32 shows up on any machine.
 """
+
 from __future__ import annotations
 
 import functools
@@ -112,8 +113,7 @@ def auto_candidates(device: str | torch.device = "cpu", flags: Iterable[str] | N
     return tuple(p for p in PREFERENCE if native(p, flags))
 
 
-def resolve_precision(precision: str, device: str | torch.device = "cpu",
-                      flags: Iterable[str] | None = None) -> str:
+def resolve_precision(precision: str, device: str | torch.device = "cpu", flags: Iterable[str] | None = None) -> str:
     """`precision` (fp32 / bf16 / int8) as given, or what `auto` runs on `device` without checking a model: the first
     of its candidates that needs no check (bf16 where native, else fp32), or what $VTLAB_AUTO_PRECISION forces.
     Where int8 is a candidate too, the encoder's `choose_auto` may take it instead (after `int8_agrees`)."""
@@ -130,8 +130,10 @@ def auto_override() -> str | None:
     if not value:
         return None
     if value not in FORCEABLE:
-        raise VtlabError(f"{AUTO_ENV}={value!r}: expected {', '.join(FORCEABLE[:-1])} or {FORCEABLE[-1]} "
-                         f"(or unset: auto follows the CPU)")
+        raise VtlabError(
+            f"{AUTO_ENV}={value!r}: expected {', '.join(FORCEABLE[:-1])} or {FORCEABLE[-1]} "
+            f"(or unset: auto follows the CPU)"
+        )
     return value
 
 
@@ -157,9 +159,11 @@ class Agreement:
         return self.doc_cosine >= MIN_DOC_COSINE and self.top10_overlap >= MIN_TOP10_OVERLAP
 
     def words(self) -> str:
-        return (f"doc cosine {self.doc_cosine:.4f} {'≥' if self.doc_cosine >= MIN_DOC_COSINE else '<'} "
-                f"{MIN_DOC_COSINE}, top-10 overlap {self.top10_overlap:.3f} "
-                f"{'≥' if self.top10_overlap >= MIN_TOP10_OVERLAP else '<'} {MIN_TOP10_OVERLAP}")
+        return (
+            f"doc cosine {self.doc_cosine:.4f} {'≥' if self.doc_cosine >= MIN_DOC_COSINE else '<'} "
+            f"{MIN_DOC_COSINE}, top-10 overlap {self.top10_overlap:.3f} "
+            f"{'≥' if self.top10_overlap >= MIN_TOP10_OVERLAP else '<'} {MIN_TOP10_OVERLAP}"
+        )
 
 
 def row_cosines(a: sp.csr_matrix, b: sp.csr_matrix) -> np.ndarray:
@@ -182,8 +186,9 @@ def top_k_overlap(ref: np.ndarray, other: np.ndarray, k: int = 10) -> float:
     return float(np.mean([len(set(r) & set(o)) / k for r, o in zip(top_ref, top_other)]))
 
 
-def agreement(ref_queries: sp.csr_matrix, ref_docs: sp.csr_matrix, queries: sp.csr_matrix,
-              docs: sp.csr_matrix) -> Agreement:
+def agreement(
+    ref_queries: sp.csr_matrix, ref_docs: sp.csr_matrix, queries: sp.csr_matrix, docs: sp.csr_matrix
+) -> Agreement:
     """A precision's vectors vs fp32's on the same probe: passage cosines, and top-10 retrieval of the questions."""
     ref_scores = (ref_queries @ ref_docs.T).toarray()
     scores = (queries @ docs.T).toarray()
@@ -209,8 +214,10 @@ def choose(candidates: tuple[str, ...], trials: Mapping[str, Trial]) -> Choice:
     """auto's decision (pure: tests fake the trials). Without trials (no check ran): the first candidate. With them
     (every candidate measured): the fastest whose vectors agree with fp32's, and only if faster than fp32 itself."""
     if not trials:
-        return Choice(candidates[0], "native on this CPU, no check needed" if candidates[0] != "fp32"
-                      else "no native bf16/int8 on this device")
+        return Choice(
+            candidates[0],
+            "native on this CPU, no check needed" if candidates[0] != "fp32" else "no native bf16/int8 on this device",
+        )
     fp32 = trials["fp32"]
     rejected: list[str] = []
     passed = [fp32]
@@ -242,8 +249,10 @@ def load_trials(path: Path) -> dict[str, Trial] | None:
         raw = json.loads(path.read_text())
         if raw.get("version") != CHECK_VERSION:
             return None
-        return {p: Trial(p, float(t["docs_per_s"]), Agreement(**t["agreement"]) if t.get("agreement") else None)
-                for p, t in raw["trials"].items()}
+        return {
+            p: Trial(p, float(t["docs_per_s"]), Agreement(**t["agreement"]) if t.get("agreement") else None)
+            for p, t in raw["trials"].items()
+        }
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -255,8 +264,13 @@ def save_trials(path: Path, trials: Mapping[str, Trial]) -> None:
         log.debug("precision check not cached (%s)", e)
 
 
-def choose_auto(candidates: tuple[str, ...], measure: Callable[[str], Trial], cache_key: str | None,
-                why_not_int8: str | None = None, flags: Iterable[str] | None = None) -> Choice:
+def choose_auto(
+    candidates: tuple[str, ...],
+    measure: Callable[[str], Trial],
+    cache_key: str | None,
+    why_not_int8: str | None = None,
+    flags: Iterable[str] | None = None,
+) -> Choice:
     """auto's choice for a model among `candidates` (auto_candidates). With int8 among them (and `why_not_int8`
     None: this torch runs it), the check: `measure` each candidate, fp32 first, cached under `cache_key`; else the
     first candidate. Says which and why in one log line."""
@@ -278,6 +292,10 @@ def choose_auto(candidates: tuple[str, ...], measure: Callable[[str], Trial], ca
     choice = Choice(forced, f"{AUTO_ENV}={forced}") if forced else choose(candidates, trials)
     reason = choice.reason + (f"; int8 not possible: {why_not_int8}" if why_not_int8 else "")
     relevant = sorted((BF16_NATIVE_FLAGS | INT8_NATIVE_FLAGS) & set(cpu_flags() if flags is None else flags))
-    log.info("model.encoder.precision=auto → %s: %s (CPU: %s)", choice.precision, reason,
-             ", ".join(relevant) or "no bf16/int8 flags")
+    log.info(
+        "model.encoder.precision=auto → %s: %s (CPU: %s)",
+        choice.precision,
+        reason,
+        ", ".join(relevant) or "no bf16/int8 flags",
+    )
     return Choice(choice.precision, reason)

@@ -7,6 +7,7 @@ spills each process's vectors to `shard-r<rank>-<part>.npz` files, and rank 0 me
 batch the sampler repeated to even out the shards is kept once). The merged matrix does not depend on the number of
 processes: every batch is the same batch, whichever process encodes it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -26,8 +27,9 @@ from vtlab.models.encoder import SpladeEncoder, dense_to_csr
 class TextBatches(Dataset):
     """Item i = batch i of texts (longest first, by characters), tokenized on access."""
 
-    def __init__(self, texts: Sequence[str], tokenizer: Any, max_length: int, batch_size: int,
-                 preprocess: Any = None) -> None:
+    def __init__(
+        self, texts: Sequence[str], tokenizer: Any, max_length: int, batch_size: int, preprocess: Any = None
+    ) -> None:
         self.texts = [preprocess(t) for t in texts] if preprocess is not None else list(texts)
         self.tokenizer, self.max_length = tokenizer, int(max_length)
         order = np.argsort(-np.fromiter(map(len, self.texts), dtype=np.int64, count=len(self.texts)), kind="stable")
@@ -38,10 +40,14 @@ class TextBatches(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         idx = self.batches[i]
-        enc = self.tokenizer([self.texts[j] for j in idx], padding=True, truncation=True,
-                             max_length=self.max_length, return_tensors="pt")
-        return {"positions": torch.from_numpy(idx), "input_ids": enc["input_ids"],
-                "attention_mask": enc["attention_mask"]}
+        enc = self.tokenizer(
+            [self.texts[j] for j in idx], padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        return {
+            "positions": torch.from_numpy(idx),
+            "input_ids": enc["input_ids"],
+            "attention_mask": enc["attention_mask"],
+        }
 
 
 class EncodeModule(pl.LightningModule):
@@ -71,9 +77,16 @@ class ShardWriter(BasePredictionWriter):
         self._pending: list[tuple[np.ndarray, sp.csr_matrix]] = []
         self._part = 0
 
-    def write_on_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, prediction: Any,
-                           batch_indices: Sequence[int] | None, batch: Any, batch_idx: int,
-                           dataloader_idx: int = 0) -> None:
+    def write_on_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        prediction: Any,
+        batch_indices: Sequence[int] | None,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         self._pending.append(prediction)
         if sum(m.shape[0] for _, m in self._pending) >= self.rows:
             self._flush(trainer.global_rank)
@@ -131,11 +144,14 @@ def encode_corpus(
     for old in shard_dir.glob("shard-r*.npz"):  # a previous run's shards would be merged in
         old.unlink()
     data = TextBatches(texts, encoder.tokenizer, encoder.max_length[side], batch_size, encoder.preprocess)
-    loader = DataLoader(data, batch_size=None, shuffle=False, num_workers=num_workers,
-                        persistent_workers=False)
+    loader = DataLoader(data, batch_size=None, shuffle=False, num_workers=num_workers, persistent_workers=False)
     kwargs = {"accelerator": "cpu", "devices": 1, **(trainer_kwargs or {})}
-    kwargs.update(logger=False, enable_checkpointing=False, enable_model_summary=False,
-                  callbacks=[ShardWriter(shard_dir, shard_rows)])
+    kwargs.update(
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        callbacks=[ShardWriter(shard_dir, shard_rows)],
+    )
     kwargs.setdefault("enable_progress_bar", False)
     trainer = pl.Trainer(**kwargs)
     trainer.predict(EncodeModule(encoder, side, threads), dataloaders=loader, return_predictions=False)

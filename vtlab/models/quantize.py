@@ -25,6 +25,7 @@ oneDNN held to AVX512_CORE_VNNI (a VNNI CPU without bf16, e.g. Cascade Lake): fp
 The fp32 network is never modified: `Int8Network` is a copy whose nn.Linear modules are replaced and whose other
 tensors (embeddings, LayerNorms, the fp32 decoder the pooling bypasses) are shared with the original.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -59,8 +60,10 @@ def _engine() -> Iterator[str]:
     engines = torch.backends.quantized.supported_engines
     engine = next((e for e in ENGINES if e in engines), None)
     if engine is None:
-        raise VtlabError(f"model.encoder.precision=int8: this torch build has no x86/fbgemm quantized engine "
-                         f"(has {', '.join(engines) or 'none'}); use fp32 or bf16")
+        raise VtlabError(
+            f"model.encoder.precision=int8: this torch build has no x86/fbgemm quantized engine "
+            f"(has {', '.join(engines) or 'none'}); use fp32 or bf16"
+        )
     before = torch.backends.quantized.engine
     torch.backends.quantized.engine = engine
     try:
@@ -108,8 +111,9 @@ class Int8Linear(nn.Module):
         s = weight_scales(linear.weight)
         bias = None if linear.bias is None else linear.bias.detach().float().clone()
         with _quiet_deprecation(), _engine():
-            qw = torch.quantize_per_channel(linear.weight.detach().float(), s.double(),
-                                            torch.zeros_like(s, dtype=torch.long), 0, torch.qint8)
+            qw = torch.quantize_per_channel(
+                linear.weight.detach().float(), s.double(), torch.zeros_like(s, dtype=torch.long), 0, torch.qint8
+            )
             self._packed = torch.ops.quantized.linear_prepack(qw, bias)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -139,10 +143,13 @@ class Int8Decoder:
         if cols not in self._blocks:
             V = self.vocab_size
             self._blocks[cols] = [
-                (torch.ops.onednn.qlinear_prepack(self.weight_int8[v0 : v0 + cols].contiguous(), None),
-                 self.scales[v0 : v0 + cols].contiguous(),
-                 torch.zeros(min(cols, V - v0), dtype=torch.long))
-                for v0 in range(0, V, cols)]
+                (
+                    torch.ops.onednn.qlinear_prepack(self.weight_int8[v0 : v0 + cols].contiguous(), None),
+                    self.scales[v0 : v0 + cols].contiguous(),
+                    torch.zeros(min(cols, V - v0), dtype=torch.long),
+                )
+                for v0 in range(0, V, cols)
+            ]
         return self._blocks[cols]
 
     def prepare(self, x: Tensor, real: Tensor | None = None) -> tuple[Tensor, float, int]:
@@ -158,8 +165,9 @@ class Int8Decoder:
         packed, scales, zps = self._packed(cols)[v0 // cols]
         if zps.numel() != v1 - v0:
             raise ValueError(f"block [{v0}, {v1}) does not match the packed width {cols}")
-        return torch.ops.onednn.qlinear_pointwise(q, scale, zp, packed, scales, zps, None, 1.0, 0, torch.float32,
-                                                  "none", [], "")
+        return torch.ops.onednn.qlinear_pointwise(
+            q, scale, zp, packed, scales, zps, None, 1.0, 0, torch.float32, "none", [], ""
+        )
 
 
 @dataclass
@@ -213,8 +221,10 @@ def int8_unavailable() -> str | None:
         except VtlabError as e:
             reason = str(e)
         except (RuntimeError, AttributeError, NotImplementedError) as e:
-            reason = (f"model.encoder.precision=int8: this torch build cannot run int8 linear layers "
-                      f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); use fp32 or bf16")
+            reason = (
+                f"model.encoder.precision=int8: this torch build cannot run int8 linear layers "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); use fp32 or bf16"
+            )
         _AVAILABLE.append(reason)
     return _AVAILABLE[0]
 

@@ -1,4 +1,5 @@
 """SPLADE fine-tuning as a LightningModule: ranking loss + per-side sparsity regularizers + retrieval validation."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -18,7 +19,6 @@ from vtlab.losses import RankingLoss
 from vtlab.models.encoder import SpladeEncoder, dense_to_csr
 from vtlab.models.optim import configure_optimizers
 from vtlab.regularizers import Regularizer
-
 
 
 class SpladeModule(pl.LightningModule):
@@ -101,8 +101,9 @@ class SpladeModule(pl.LightningModule):
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             gathered: list[Any] = [None] * dist.get_world_size()
             dist.all_gather_object(gathered, parts)
-            parts = {k: ([i for g in gathered for i in g[k][0]], [m for g in gathered for m in g[k][1]])
-                     for k in (0, 1)}
+            parts = {
+                k: ([i for g in gathered for i in g[k][0]], [m for g in gathered for m in g[k][1]]) for k in (0, 1)
+            }
         (q_ids, q_mats), (d_ids, d_mats) = parts[0], parts[1]
         if not q_ids or not d_ids:
             return
@@ -131,10 +132,13 @@ class SpladeModule(pl.LightningModule):
 def _non_finite_message(step: int, logs: dict[str, Any], last_finite: tuple[int, float] | None) -> str:
     """One line: the step, every loss part of that step (which one blew up), the last finite loss, what to try."""
     parts = ", ".join(f"{k}={float(v):.4g}" for k, v in logs.items())
-    before = (f"last finite loss {last_finite[1]:.4g} at step {last_finite[0]}" if last_finite
-              else "no finite step before it")
-    return (f"training stopped: non-finite loss at step {step} ({parts}); {before}. Lower model.optimizer.lr, set "
-            "trainer.gradient_clip_val, or check the data and loss.temperature")
+    before = (
+        f"last finite loss {last_finite[1]:.4g} at step {last_finite[0]}" if last_finite else "no finite step before it"
+    )
+    return (
+        f"training stopped: non-finite loss at step {step} ({parts}); {before}. Lower model.optimizer.lr, set "
+        "trainer.gradient_clip_val, or check the data and loss.temperature"
+    )
 
 
 def _first_occurrence(ids: Sequence[str]) -> np.ndarray:

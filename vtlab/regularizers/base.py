@@ -1,4 +1,5 @@
 """Regularizer base: λ schedule and cross-device gathering."""
+
 from __future__ import annotations
 
 import math

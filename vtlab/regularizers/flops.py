@@ -1,4 +1,5 @@
 """FLOPS regularizer (Paria et al. 2020): Σ_v (mean_d |w_dv|)², optionally only on texts over an ℓ0 threshold."""
+
 from __future__ import annotations
 
 from torch import Tensor
@@ -20,12 +21,21 @@ class Flops(Regularizer):
     `group` times the global value when the positions look alike, so λ_d keeps the authors' meaning.
     """
 
-    def __init__(self, weight: float, warmup_steps: int = 0, delay_steps: int = 0, threshold: int | None = None,
-                 gather: bool = True, normalize: str = "global") -> None:
+    def __init__(
+        self,
+        weight: float,
+        warmup_steps: int = 0,
+        delay_steps: int = 0,
+        threshold: int | None = None,
+        gather: bool = True,
+        normalize: str = "global",
+    ) -> None:
         super().__init__(weight, warmup_steps, delay_steps, gather)
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0):
-            raise ConfigError(f"regularizer threshold (ℓ0: active terms before a text is penalized) must be an "
-                              f"integer >= 0 or null, got {threshold!r}")
+            raise ConfigError(
+                f"regularizer threshold (ℓ0: active terms before a text is penalized) must be an "
+                f"integer >= 0 or null, got {threshold!r}"
+            )
         if normalize not in NORMALIZATIONS:
             raise ConfigError(f"regularizer normalize must be one of {list(NORMALIZATIONS)}, got {normalize!r}")
         self.threshold = threshold

@@ -1,4 +1,5 @@
 """L1 regularizer: mean over texts of Σ_v |w_v| (used on queries by Efficient SPLADE)."""
+
 from __future__ import annotations
 
 from torch import Tensor

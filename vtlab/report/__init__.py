@@ -33,24 +33,95 @@ The package, by job: vtlab.report.discovery (the sweep's jobs and their results,
 CSV, LaTeX), .plot (tradeoff.png) and .cli (the command line; `python -m vtlab.report` runs it). The names below are
 re-exported so that `from vtlab.report import ...` keeps working.
 """
+
 from __future__ import annotations
 
 from vtlab.report.cli import main
 from vtlab.report.contrasts import FULL, POOLED, ContrastLine, Contrasts, add_cli_contrast, build_contrasts
-from vtlab.report.discovery import (CONTRAST_KEY, PRIMARY_KEY, SEED_KEY, Job, ReportError, State, collect_jobs,
-                                    expand_sweep, override_key, read_job, read_metrics)
+from vtlab.report.discovery import (
+    CONTRAST_KEY,
+    PRIMARY_KEY,
+    SEED_KEY,
+    Job,
+    ReportError,
+    State,
+    collect_jobs,
+    expand_sweep,
+    override_key,
+    read_job,
+    read_metrics,
+)
 from vtlab.report.plot import tradeoff_points, write_tradeoff
-from vtlab.report.render import (CONTRAST_HEADERS, CONTRAST_NAMES, MAX_NOTE_CHARS, OUTPUT_NAMES, contrasts_csv,
-                                 contrasts_markdown, latex_escape, to_csv, to_latex, to_markdown, write_contrasts,
-                                 write_table, write_text)
-from vtlab.report.tables import (COLLECTION_KEYS, DEFAULT_MEASURE, STD_NOTE, Cell, Column, Row, Table, add_contrast,
-                                 build_table, make_columns)
+from vtlab.report.render import (
+    CONTRAST_HEADERS,
+    CONTRAST_NAMES,
+    MAX_NOTE_CHARS,
+    OUTPUT_NAMES,
+    contrasts_csv,
+    contrasts_markdown,
+    latex_escape,
+    to_csv,
+    to_latex,
+    to_markdown,
+    write_contrasts,
+    write_table,
+    write_text,
+)
+from vtlab.report.tables import (
+    COLLECTION_KEYS,
+    DEFAULT_MEASURE,
+    STD_NOTE,
+    Cell,
+    Column,
+    Row,
+    Table,
+    add_contrast,
+    build_table,
+    make_columns,
+)
 
 __all__ = [
-    "DEFAULT_MEASURE", "SEED_KEY", "COLLECTION_KEYS", "OUTPUT_NAMES", "CONTRAST_NAMES", "CONTRAST_KEY", "PRIMARY_KEY",
-    "FULL", "MAX_NOTE_CHARS", "STD_NOTE", "ReportError", "State", "Job", "override_key", "read_metrics", "read_job",
-    "expand_sweep", "collect_jobs", "Cell", "Column", "Row", "Table", "make_columns", "build_table", "add_contrast",
-    "POOLED", "ContrastLine", "Contrasts", "build_contrasts", "add_cli_contrast", "to_markdown", "to_csv",
-    "latex_escape", "to_latex", "CONTRAST_HEADERS", "contrasts_markdown", "contrasts_csv", "tradeoff_points",
-    "write_tradeoff", "write_text", "write_table", "write_contrasts", "main",
+    "DEFAULT_MEASURE",
+    "SEED_KEY",
+    "COLLECTION_KEYS",
+    "OUTPUT_NAMES",
+    "CONTRAST_NAMES",
+    "CONTRAST_KEY",
+    "PRIMARY_KEY",
+    "FULL",
+    "MAX_NOTE_CHARS",
+    "STD_NOTE",
+    "ReportError",
+    "State",
+    "Job",
+    "override_key",
+    "read_metrics",
+    "read_job",
+    "expand_sweep",
+    "collect_jobs",
+    "Cell",
+    "Column",
+    "Row",
+    "Table",
+    "make_columns",
+    "build_table",
+    "add_contrast",
+    "POOLED",
+    "ContrastLine",
+    "Contrasts",
+    "build_contrasts",
+    "add_cli_contrast",
+    "to_markdown",
+    "to_csv",
+    "latex_escape",
+    "to_latex",
+    "CONTRAST_HEADERS",
+    "contrasts_markdown",
+    "contrasts_csv",
+    "tradeoff_points",
+    "write_tradeoff",
+    "write_text",
+    "write_table",
+    "write_contrasts",
+    "main",
 ]

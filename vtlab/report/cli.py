@@ -1,5 +1,6 @@
 """The command line of `python -m vtlab.report SWEEP_DIR [SWEEP_DIR ...]` (see vtlab.report): every table read before
 anything is written, then per sweep table.md/.csv/.tex, contrasts.md/.csv and tradeoff.png; exit 2 on any problem."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,18 +30,39 @@ def _out_dirs(sweeps: Sequence[Path], out: Path | None) -> list[Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m vtlab.report",
-        description="Tables (markdown, CSV, LaTeX) from finished vtlab Hydra sweeps: mean ± sample std over seeds.")
-    parser.add_argument("sweeps", nargs="+", type=Path, metavar="SWEEP_DIR",
-                        help="outputs/multirun/<date>/<time>-<name>; one table each")
-    parser.add_argument("--measure", default=DEFAULT_MEASURE,
-                        help=f"measure shown per collection and averaged (default {DEFAULT_MEASURE})")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="where table.md/.csv/.tex go (default: the sweep dir; one sub-directory per sweep "
-                             "when several are given)")
-    parser.add_argument("--contrast", action="append", default=[], metavar="A,B",
-                        help=f"a contrast of two row labels, besides the sweeps' {CONTRAST_KEY} (repeatable)")
-    parser.add_argument("--permutations", type=int, default=stats.N_PERMUTATIONS,
-                        help=f"sign flips of the randomization test (default {stats.N_PERMUTATIONS:,})")
+        description="Tables (markdown, CSV, LaTeX) from finished vtlab Hydra sweeps: mean ± sample std over seeds.",
+    )
+    parser.add_argument(
+        "sweeps",
+        nargs="+",
+        type=Path,
+        metavar="SWEEP_DIR",
+        help="outputs/multirun/<date>/<time>-<name>; one table each",
+    )
+    parser.add_argument(
+        "--measure",
+        default=DEFAULT_MEASURE,
+        help=f"measure shown per collection and averaged (default {DEFAULT_MEASURE})",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where table.md/.csv/.tex go (default: the sweep dir; one sub-directory per sweep when several are given)",
+    )
+    parser.add_argument(
+        "--contrast",
+        action="append",
+        default=[],
+        metavar="A,B",
+        help=f"a contrast of two row labels, besides the sweeps' {CONTRAST_KEY} (repeatable)",
+    )
+    parser.add_argument(
+        "--permutations",
+        type=int,
+        default=stats.N_PERMUTATIONS,
+        help=f"sign flips of the randomization test (default {stats.N_PERMUTATIONS:,})",
+    )
     args = parser.parse_args(argv)
     try:
         if args.permutations < 1:

@@ -1,6 +1,7 @@
 """Paired contrasts between rows of a table: per collection, pooled and at each term budget; query level (per-query
 values, sign-flip and t-test) beside seed level (matched seeds, sign-flip), Holm over the table's contrasts and the
 reading of each contrast's headline line (see vtlab.report, vtlab.evaluation.stats)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,8 +51,15 @@ def _key(measure: str, budget: str) -> str:
 
 def _budgets(rows: Sequence[Row], measure: str) -> list[str]:
     """Budget labels of `measure` that any finished job of the rows evaluated, in the order the runs list them."""
-    labels = [split_budget_key(k)[1] for r in rows for j in r.jobs if j.state is State.DONE
-              for m in j.metrics.values() for k in m if split_budget_key(k)[0] == measure]
+    labels = [
+        split_budget_key(k)[1]
+        for r in rows
+        for j in r.jobs
+        if j.state is State.DONE
+        for m in j.metrics.values()
+        for k in m
+        if split_budget_key(k)[0] == measure
+    ]
     return list(dict.fromkeys(b for b in labels if b is not None))
 
 
@@ -62,8 +70,11 @@ def _row_per_seed(row: Row, dataset: str, key: str) -> tuple[dict[str, dict[str,
         jobs = [j for j in seed_jobs if dataset in j.metrics]
         found = [pq[key] for j in jobs if (pq := j.per_query(dataset)) is not None and key in pq]
         if len(found) != len(jobs):  # a subset of the seeds would be another system than the table's cell
-            return None, f"{row.label}: no per-query {key} on {dataset} for seed {jobs[0].seed} (per_query.json " \
-                         f"missing or without this key: a run from before per-query metrics, or another budget)"
+            return (
+                None,
+                f"{row.label}: no per-query {key} on {dataset} for seed {jobs[0].seed} (per_query.json "
+                f"missing or without this key: a run from before per-query metrics, or another budget)",
+            )
         if found:  # the same collection evaluated twice for one seed is averaged, as in the table
             label = seed_jobs[0].seed if seed_jobs[0].seed is not None else f"job{seed_jobs[0].num}"
             per_seed[label] = stats.mean_over_seeds(found, what=f"{row.label} seed {jobs[0].seed} on {dataset}")
@@ -78,9 +89,14 @@ def _by_seed(per_set: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[
     return {s: {d: per_set[d][s] for d in per_set} for s in seeds}
 
 
-def _seed_level(table: Table, a: str, b: str, per_set_a: dict[str, dict[str, dict[str, float]]],
-                per_set_b: dict[str, dict[str, dict[str, float]]], n_permutations: int
-                ) -> tuple[stats.SeedComparison | None, str]:
+def _seed_level(
+    table: Table,
+    a: str,
+    b: str,
+    per_set_a: dict[str, dict[str, dict[str, float]]],
+    per_set_b: dict[str, dict[str, dict[str, float]]],
+    n_permutations: int,
+) -> tuple[stats.SeedComparison | None, str]:
     """The seed-level comparison over the given sets (None and why when the rows share no seed)."""
     by_a, by_b = _by_seed(per_set_a), _by_seed(per_set_b)
     if not set(by_a) & set(by_b):
@@ -100,12 +116,15 @@ def _contrast_lines(table: Table, a: str, b: str, budget: str, n_permutations: i
     for dataset in table.datasets:
         try:
             (sa, why_a), (sb, why_b) = (_row_per_seed(r, dataset, key) for r in pair)
-            va, vb = (stats.mean_over_seeds(list(x.values()), what=f"{r.label} on {dataset}") if x else None
-                      for x, r in ((sa, pair[0]), (sb, pair[1])))
+            va, vb = (
+                stats.mean_over_seeds(list(x.values()), what=f"{r.label} on {dataset}") if x else None
+                for x, r in ((sa, pair[0]), (sb, pair[1]))
+            )
         except stats.StatsError as exc:  # a row's seeds evaluated different queries
             raise ReportError(f"{table.sweep}: contrast {a} vs {b}: {exc}") from exc
-        line = ContrastLine(a, b, dataset, budget, len(sa or ()), len(sb or ()), None,
-                            "; ".join(w for w in (why_a, why_b) if w))
+        line = ContrastLine(
+            a, b, dataset, budget, len(sa or ()), len(sb or ()), None, "; ".join(w for w in (why_a, why_b) if w)
+        )
         if va is not None and vb is not None:
             per_set[dataset] = (sa, sb)
             line.result = _compare(table, a, b, dataset, va, vb, n_permutations)
@@ -119,11 +138,25 @@ def _contrast_lines(table: Table, a: str, b: str, budget: str, n_permutations: i
     return lines
 
 
-def _pooled_line(table: Table, a: str, b: str, budget: str, per_set: dict[str, tuple[dict, dict]],
-                 missing: list[str], n_permutations: int) -> ContrastLine:
+def _pooled_line(
+    table: Table,
+    a: str,
+    b: str,
+    budget: str,
+    per_set: dict[str, tuple[dict, dict]],
+    missing: list[str],
+    n_permutations: int,
+) -> ContrastLine:
     """Query level: every collection's queries as one sample; seed level: stratified by collection (the avg column)."""
-    line = ContrastLine(a, b, POOLED, budget, min((len(sa) for sa, _ in per_set.values()), default=0),
-                        min((len(sb) for _, sb in per_set.values()), default=0), None)
+    line = ContrastLine(
+        a,
+        b,
+        POOLED,
+        budget,
+        min((len(sa) for sa, _ in per_set.values()), default=0),
+        min((len(sb) for _, sb in per_set.values()), default=0),
+        None,
+    )
     if missing:
         line.note = f"not pooled: no per-query values on {', '.join(missing)}"
         return line
@@ -131,8 +164,14 @@ def _pooled_line(table: Table, a: str, b: str, budget: str, per_set: dict[str, t
     pooled_a = {f"{d}/{q}": v for d, (va, _) in means.items() for q, v in va.items()}
     pooled_b = {f"{d}/{q}": v for d, (_, vb) in means.items() for q, v in vb.items()}
     line.result = _compare(table, a, b, POOLED, pooled_a, pooled_b, n_permutations)
-    line.seed, line.note = _seed_level(table, a, b, {d: sa for d, (sa, _) in per_set.items()},
-                                       {d: sb for d, (_, sb) in per_set.items()}, n_permutations)
+    line.seed, line.note = _seed_level(
+        table,
+        a,
+        b,
+        {d: sa for d, (sa, _) in per_set.items()},
+        {d: sb for d, (_, sb) in per_set.items()},
+        n_permutations,
+    )
     return line
 
 
@@ -143,14 +182,16 @@ def _headline(lines: Sequence[ContrastLine], n_datasets: int) -> ContrastLine | 
 
 
 def _reading(line: ContrastLine) -> str:
-    """"confirmed" only where the Holm-adjusted seed-level t p is below ALPHA; otherwise why not. A confirmation the
+    """ "confirmed" only where the Holm-adjusted seed-level t p is below ALPHA; otherwise why not. A confirmation the
     distribution-free sign flip cannot back (few seeds) says so beside it."""
     if line.seed is None or line.p_seed_holm is None:
         return "not testable at seed level" + (f" ({line.seed.n} matched seed)" if line.seed is not None else "")
     caveat = ""
     if line.seed.min_p >= stats.ALPHA:
-        caveat = (f" (seed-level t with {line.seed.n} seeds assumes normal seed differences; the sign flip cannot go "
-                  f"below {line.seed.min_p:.3g})")
+        caveat = (
+            f" (seed-level t with {line.seed.n} seeds assumes normal seed differences; the sign flip cannot go "
+            f"below {line.seed.min_p:.3g})"
+        )
     if line.p_seed_holm < stats.ALPHA:
         return f"confirmed: A {'>' if line.seed.delta > 0 else '<'} B" + caveat
     reasons = []
@@ -175,8 +216,11 @@ def build_contrasts(table: Table, n_permutations: int = stats.N_PERMUTATIONS) ->
     lines: list[ContrastLine] = []
     heads: list[ContrastLine] = []
     for a, b, _ in table.contrasts:
-        mine = [x for budget in [FULL, *_budgets((table.row(a), table.row(b)), table.measure)]
-                for x in _contrast_lines(table, a, b, budget, n_permutations)]
+        mine = [
+            x
+            for budget in [FULL, *_budgets((table.row(a), table.row(b)), table.measure)]
+            for x in _contrast_lines(table, a, b, budget, n_permutations)
+        ]
         for x in mine:
             x.primary = (a, b) == table.primary
         head = _headline(mine, len(table.datasets))
@@ -204,24 +248,31 @@ def _contrast_footer(table: Table, n_heads: int, n_permutations: int, budgets: b
         f"({n_permutations:,} patterns), the distribution-free check",
         f"p seed Holm: Holm's adjustment of p seed (t) over the table's {n_heads} contrasts, on each contrast's "
         "headline line "
-        f"({POOLED if len(table.datasets) > 1 else 'its collection'}, {FULL}); reading: \"confirmed\" only where it "
+        f'({POOLED if len(table.datasets) > 1 else "its collection"}, {FULL}); reading: "confirmed" only where it '
         f"is below {stats.ALPHA}",
     ]
     if table.primary is not None:
-        footer.append(f"(primary): the contrast the experiment config declares primary (report.primary: "
-                      f"{table.primary[0]} − {table.primary[1]}), decided before the runs; adjusted with the others")
+        footer.append(
+            f"(primary): the contrast the experiment config declares primary (report.primary: "
+            f"{table.primary[0]} − {table.primary[1]}), decided before the runs; adjusted with the others"
+        )
     if len(table.datasets) > 1:
-        footer.append(f"{POOLED}: query level, the queries of every collection as one sample, each query weighing the "
-                      "same (a query-weighted Δ); seed level, stratified by collection (Δ seeds is the avg column's)")
+        footer.append(
+            f"{POOLED}: query level, the queries of every collection as one sample, each query weighing the "
+            "same (a query-weighted Δ); seed level, stratified by collection (Δ seeds is the avg column's)"
+        )
     if budgets:
-        footer.append("budget qK-dK: every query (doc) pruned to its K largest weights after encoding, then searched "
-                      f"again (eval.budgets); {FULL}: each run's own sparsity")
+        footer.append(
+            "budget qK-dK: every query (doc) pruned to its K largest weights after encoding, then searched "
+            f"again (eval.budgets); {FULL}: each run's own sparsity"
+        )
     footer += [f"not computed: {p}" for p in table.problems]
     return footer
 
 
-def _compare(table: Table, a: str, b: str, dataset: str, va: dict[str, float], vb: dict[str, float],
-             n_permutations: int) -> stats.PairedComparison:
+def _compare(
+    table: Table, a: str, b: str, dataset: str, va: dict[str, float], vb: dict[str, float], n_permutations: int
+) -> stats.PairedComparison:
     try:
         return stats.compare(va, vb, n_permutations=n_permutations, what=f"{a} vs {b} on {dataset}")
     except stats.StatsError as exc:
@@ -230,7 +281,7 @@ def _compare(table: Table, a: str, b: str, dataset: str, va: dict[str, float], v
 
 def _split_contrast(text: str, labels: set[str]) -> tuple[str, str]:
     """`A,B` -> (A, B); a label may itself hold a comma (`lr=1,2`): the split whose two sides are both row labels."""
-    splits = [(text[:i], text[i + 1:]) for i, c in enumerate(text) if c == ","]
+    splits = [(text[:i], text[i + 1 :]) for i, c in enumerate(text) if c == ","]
     known = [(a, b) for a, b in splits if a in labels and b in labels]
     if len(known) == 1:
         return known[0]
@@ -252,5 +303,3 @@ def add_cli_contrast(tables: Sequence[Table], text: str) -> None:
 
 def format_p(p: float) -> str:
     return "" if p != p else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")  # p != p: NaN (one query)
-
-

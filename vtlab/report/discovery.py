@@ -1,6 +1,7 @@
 """Finding a sweep's jobs and reading their results: the job directories present (status.json, .hydra/, eval/),
 and the jobs expected from multirun.yaml, expanded through Hydra's own override parser and BasicSweeper (see
 vtlab.report)."""
+
 from __future__ import annotations
 
 import enum
@@ -94,7 +95,7 @@ def read_metrics(path: Path) -> dict[str, Any]:
     """The "metrics" object of an `eval/<collection>/metrics.json` (see vtlab.evaluation.evaluate)."""
     metrics = _load_json(path, "metrics.json").get("metrics")
     if not isinstance(metrics, dict):
-        raise ReportError(f"{path}: malformed metrics.json (no \"metrics\" object)")
+        raise ReportError(f'{path}: malformed metrics.json (no "metrics" object)')
     return metrics
 
 
@@ -102,7 +103,7 @@ def _read_per_query(path: Path) -> dict[str, dict[str, float]]:
     data = _load_json(path, "per_query.json")
     for key, values in data.items():
         if not isinstance(values, dict) or not all(_number(v) is not None for v in values.values()):
-            raise ReportError(f"{path}: malformed per_query.json (\"{key}\" is not an object of query id -> number)")
+            raise ReportError(f'{path}: malformed per_query.json ("{key}" is not an object of query id -> number)')
     return data
 
 
@@ -112,7 +113,8 @@ def _config_contrasts(cfg: Any, path: Path) -> tuple[tuple[str, str], ...]:
         return ()
     pairs = OmegaConf.to_container(raw) if isinstance(raw, (DictConfig, ListConfig)) else raw
     if not isinstance(pairs, list) or not all(
-            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs
+    ):
         raise ReportError(f"{path}: {CONTRAST_KEY} must be a list of [row A, row B] pairs of row labels, got {pairs!r}")
     return tuple((a, b) for a, b in pairs)
 
@@ -190,10 +192,19 @@ def read_job(job_dir: Path, num: int) -> Job:
         primary = _config_primary(cfg, config_yaml)
     except ReportError as exc:
         problems.append(str(exc))
-    return Job(num=num, overrides=overrides, state=_job_state(status, bool(metrics)),
-               name=str(name) if name is not None else (status or {}).get("name"),
-               seed=seed, error=(status or {}).get("error"), metrics=metrics, path=job_dir,
-               contrasts=contrasts, primary=primary, problems=tuple(problems))
+    return Job(
+        num=num,
+        overrides=overrides,
+        state=_job_state(status, bool(metrics)),
+        name=str(name) if name is not None else (status or {}).get("name"),
+        seed=seed,
+        error=(status or {}).get("error"),
+        metrics=metrics,
+        path=job_dir,
+        contrasts=contrasts,
+        primary=primary,
+        problems=tuple(problems),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- expected jobs
@@ -267,8 +278,11 @@ def collect_jobs(sweep: Path) -> tuple[list[Job], str]:
         present.append(read_job(d, num))
     expected, note = _expected_jobs(sweep, present)
     by_num = {j.num: j for j in present}
-    missing = [Job(num=i, overrides=o, state=State.MISSING, seed=_override_value(o, SEED_KEY))
-               for i, o in enumerate(expected or []) if i not in by_num]
+    missing = [
+        Job(num=i, overrides=o, state=State.MISSING, seed=_override_value(o, SEED_KEY))
+        for i, o in enumerate(expected or [])
+        if i not in by_num
+    ]
     return sorted(present + missing, key=lambda j: j.num), note
 
 

@@ -1,4 +1,5 @@
 """tradeoff.png: each row's average measure against its average FLOPS, one point per seed (see vtlab.report)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,12 +14,14 @@ from vtlab.report.tables import Table, _seed_metrics
 
 def tradeoff_points(table: Table) -> dict[str, list[tuple[float, float]]]:
     """Per row, one (avg FLOPS, avg measure) point per seed that has both."""
-    flops, measure = (next(c for c in table.columns if c.header == h)
-                      for h in ("avg FLOPS", f"avg {table.measure}"))
+    flops, measure = (next(c for c in table.columns if c.header == h) for h in ("avg FLOPS", f"avg {table.measure}"))
     points: dict[str, list[tuple[float, float]]] = {}
     for row in table.rows:
-        pairs = [(x, y) for seed in _seed_metrics(row.jobs)
-                 if (x := flops.value(seed)) is not None and (y := measure.value(seed)) is not None]
+        pairs = [
+            (x, y)
+            for seed in _seed_metrics(row.jobs)
+            if (x := flops.value(seed)) is not None and (y := measure.value(seed)) is not None
+        ]
         if pairs:
             points[row.label] = pairs
     return points
@@ -36,8 +39,15 @@ def write_tradeoff(table: Table, path: str | Path) -> Path | None:
         xs, ys = zip(*pairs)
         color = f"C{i % 10}"
         ax.scatter(xs, ys, s=14, alpha=0.5, color=color)
-        ax.scatter([np.mean(xs)], [np.mean(ys)], s=80, marker="D", color=color, edgecolor="black",
-                   label=f"{label} (n={len(pairs)})")
+        ax.scatter(
+            [np.mean(xs)],
+            [np.mean(ys)],
+            s=80,
+            marker="D",
+            color=color,
+            edgecolor="black",
+            label=f"{label} (n={len(pairs)})",
+        )
     flops = [x for pairs in points.values() for x, _ in pairs]
     if min(flops) > 0 and max(flops) / min(flops) > 10:  # rows an order of magnitude apart in cost
         ax.set_xscale("log")

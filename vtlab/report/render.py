@@ -1,5 +1,6 @@
 """The table and its contrasts as text: markdown (also printed), CSV (numbers unrounded, full error text) and a
 booktabs LaTeX table, each written atomically (see vtlab.report)."""
+
 from __future__ import annotations
 
 import csv
@@ -15,7 +16,6 @@ from vtlab.report.tables import Cell, Row, Table
 OUTPUT_NAMES = ("table.md", "table.csv", "table.tex")
 CONTRAST_NAMES = ("contrasts.md", "contrasts.csv")
 MAX_NOTE_CHARS = 200  # errors are cut in markdown/LaTeX cells (the CSV keeps them whole)
-
 
 
 def _fmt(x: float | None, decimals: int) -> str:
@@ -65,9 +65,22 @@ def to_csv(table: Table) -> str:
     return out.getvalue()
 
 
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "|": r"\textbar{}",
-                  "<": r"\textless{}", ">": r"\textgreater{}", "±": r"$\pm$"}
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "|": r"\textbar{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+    "±": r"$\pm$",
+}
 _LATEX_RE = re.compile("|".join(re.escape(c) for c in _LATEX_SPECIAL))
 
 
@@ -79,10 +92,15 @@ def to_latex(table: Table) -> str:
     """A booktabs `table` with a `tabular`: the markdown's rows and cells, footer as the caption."""
     headers = _headers(table)
     spec = "l" + "r" * (len(headers) - 2) + "l"
-    lines = [r"\begin{table}[t]", r"\centering", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
-             " & ".join(latex_escape(h) for h in headers) + r" \\", r"\midrule"]
-    lines += [" & ".join(latex_escape(c) or "--" for c in _row_texts(table, row, " ± ")) + r" \\"
-              for row in table.rows]
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        rf"\begin{{tabular}}{{{spec}}}",
+        r"\toprule",
+        " & ".join(latex_escape(h) for h in headers) + r" \\",
+        r"\midrule",
+    ]
+    lines += [" & ".join(latex_escape(c) or "--" for c in _row_texts(table, row, " ± ")) + r" \\" for row in table.rows]
     caption = latex_escape(f"{table.title}: {table.footer[0]}.")
     lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{caption}}}", r"\end{table}"]
     return "\n".join([f"% {' '.join(f.split())}" for f in table.footer[1:]] + lines) + "\n"
@@ -108,13 +126,41 @@ def _contrast_texts(line: ContrastLine) -> list[str]:
     if r is None:
         return [*head, "", f"{line.seeds_a}/{line.seeds_b}", "", "", "", "", "", "", *_seed_texts(line), line.note]
     ci = f"[{_signed(r.ci_low)}, {_signed(r.ci_high)}]" if r.ci_low == r.ci_low else ""
-    return [*head, str(r.n), f"{line.seeds_a}/{line.seeds_b}", f"{r.mean_a:.4f}", f"{r.mean_b:.4f}",
-            _signed(r.delta), ci, format_p(r.p_randomization), format_p(r.p_t), *_seed_texts(line), line.note]
+    return [
+        *head,
+        str(r.n),
+        f"{line.seeds_a}/{line.seeds_b}",
+        f"{r.mean_a:.4f}",
+        f"{r.mean_b:.4f}",
+        _signed(r.delta),
+        ci,
+        format_p(r.p_randomization),
+        format_p(r.p_t),
+        *_seed_texts(line),
+        line.note,
+    ]
 
 
-CONTRAST_HEADERS = ("A − B", "set", "budget", "queries", "seeds A/B", "A {m}", "B {m}", "Δ", "95% CI",
-                    "p query (sign-flip)", "p query (t)", "matched seeds", "Δ seeds", "p seed (t)",
-                    "p seed (sign-flip)", "p seed Holm", "reading", "note")
+CONTRAST_HEADERS = (
+    "A − B",
+    "set",
+    "budget",
+    "queries",
+    "seeds A/B",
+    "A {m}",
+    "B {m}",
+    "Δ",
+    "95% CI",
+    "p query (sign-flip)",
+    "p query (t)",
+    "matched seeds",
+    "Δ seeds",
+    "p seed (t)",
+    "p seed (sign-flip)",
+    "p seed Holm",
+    "reading",
+    "note",
+)
 
 
 def contrasts_markdown(contrasts: Contrasts) -> str:
@@ -131,17 +177,46 @@ def contrasts_csv(contrasts: Contrasts) -> str:
     writer = csv.writer(out, lineterminator="\n")
     fields = ("n", "mean_a", "mean_b", "delta", "ci_low", "ci_high", "p_randomization", "p_t")
     seed_fields = ("matched_seeds", "delta_seeds", "p_seed_t", "p_seed", "p_seed_exact")
-    writer.writerow(["a", "b", "set", "budget", "seeds_a", "seeds_b", "measure", *fields, *seed_fields,
-                     "p_seed_holm", "primary", "reading", "note"])
+    writer.writerow(
+        [
+            "a",
+            "b",
+            "set",
+            "budget",
+            "seeds_a",
+            "seeds_b",
+            "measure",
+            *fields,
+            *seed_fields,
+            "p_seed_holm",
+            "primary",
+            "reading",
+            "note",
+        ]
+    )
     for x in contrasts.lines:
         numbers = ["" if x.result is None else repr(getattr(x.result, f)) for f in fields]
         s = x.seed
         seeds = ["", "", "", "", ""] if s is None else [s.n, repr(s.delta), repr(s.p_t), repr(s.p), s.exact]
         holm = "" if x.p_seed_holm is None else repr(x.p_seed_holm)
-        writer.writerow([x.a, x.b, x.dataset, x.budget, x.seeds_a, x.seeds_b, contrasts.measure, *numbers, *seeds,
-                         holm, x.primary, x.reading, x.note])
+        writer.writerow(
+            [
+                x.a,
+                x.b,
+                x.dataset,
+                x.budget,
+                x.seeds_a,
+                x.seeds_b,
+                contrasts.measure,
+                *numbers,
+                *seeds,
+                holm,
+                x.primary,
+                x.reading,
+                x.note,
+            ]
+        )
     return out.getvalue()
-
 
 
 def write_text(path: str | Path, text: str) -> Path:

@@ -7,6 +7,7 @@ own config plus its chosen values, with every tried value's dev score recorded u
 table's sweep then runs at all seeds. A job that failed or did not score leaves its arm without a choice: the arm is
 named in the error, nothing is guessed.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,10 @@ def choose(sweep: Path, keys: list[str], dataset: str, measure: str) -> dict[str
         raise ReportError(f"selection: no job under {sweep}")
     unscored = sorted(arm for arm, runs in tried.items() if any(score is None for _, score in runs))
     if unscored:
-        raise ReportError(f"selection: {', '.join(unscored)} under {sweep} have a setting without a {dataset} "
-                          f"{measure} (failed or missing jobs): every arm must be scored on the whole grid")
+        raise ReportError(
+            f"selection: {', '.join(unscored)} under {sweep} have a setting without a {dataset} "
+            f"{measure} (failed or missing jobs): every arm must be scored on the whole grid"
+        )
     out = {}
     for arm, runs in tried.items():
         values, score = max(runs, key=lambda r: r[1])  # max keeps the first of equal scores
@@ -72,14 +75,20 @@ def write_selected(choices: dict[str, Choice], experiments: dict[str, str], root
             for part in parents:
                 node = node.setdefault(part, {})
             node[leaf] = value
-        body["report"] = {"selection": {"score": choice.score,
-                                        "tried": [{**v, "score": s} for v, s in choice.tried]}}
-        text = (f"# @package _global_\n# Written by vtlab.reproduce: {experiment} with the setting chosen on dev "
-                f"(report.selection: every setting tried and its dev score).\n"
-                + yaml.safe_dump(body, sort_keys=False))
+        body["report"] = {"selection": {"score": choice.score, "tried": [{**v, "score": s} for v, s in choice.tried]}}
+        text = (
+            f"# @package _global_\n# Written by vtlab.reproduce: {experiment} with the setting chosen on dev "
+            f"(report.selection: every setting tried and its dev score).\n" + yaml.safe_dump(body, sort_keys=False)
+        )
         (folder / f"{stem}.yaml").write_text(text)
         out[arm] = f"{group}/{stem}"
-    (root / "selection.json").write_text(json.dumps(
-        {arm: {"values": c.values, "score": c.score, "tried": [[v, s] for v, s in c.tried]}
-         for arm, c in choices.items()}, indent=1))
+    (root / "selection.json").write_text(
+        json.dumps(
+            {
+                arm: {"values": c.values, "score": c.score, "tried": [[v, s] for v, s in c.tried]}
+                for arm, c in choices.items()
+            },
+            indent=1,
+        )
+    )
     return out

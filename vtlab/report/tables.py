@@ -1,6 +1,7 @@
 """The table of a sweep: rows (jobs that differ only in seed or collection), columns (a measure per collection, its
 average, FLOPS and active dims), cells (mean ± sample std over seeds), and the contrasts asked of it
 (see vtlab.report)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,8 +10,18 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from vtlab.report.discovery import (CONTRAST_KEY, PRIMARY_KEY, SEED_KEY, Job, ReportError, State, _number,
-                                    _override_value, collect_jobs, override_key)
+from vtlab.report.discovery import (
+    CONTRAST_KEY,
+    PRIMARY_KEY,
+    SEED_KEY,
+    Job,
+    ReportError,
+    State,
+    _number,
+    _override_value,
+    collect_jobs,
+    override_key,
+)
 
 DEFAULT_MEASURE = "nDCG@10"
 # overrides that choose the collection: jobs differing only in these fill different columns of the same row
@@ -96,10 +107,12 @@ def _average_value(datasets: Sequence[str], key: str) -> Callable[[dict[str, dic
 
 def make_columns(datasets: Sequence[str], measure: str) -> list[Column]:
     cols = [Column(f"{d} {measure}", 4, _dataset_value(d, measure)) for d in datasets]
-    return cols + [Column(f"avg {measure}", 4, _average_value(datasets, measure)),
-                   Column("avg FLOPS", 3, _average_value(datasets, "flops")),
-                   Column("avg q dims", 1, _average_value(datasets, "query_active_dims")),
-                   Column("avg d dims", 1, _average_value(datasets, "doc_active_dims"))]
+    return cols + [
+        Column(f"avg {measure}", 4, _average_value(datasets, measure)),
+        Column("avg FLOPS", 3, _average_value(datasets, "flops")),
+        Column("avg q dims", 1, _average_value(datasets, "query_active_dims")),
+        Column("avg d dims", 1, _average_value(datasets, "doc_active_dims")),
+    ]
 
 
 def _seeds(jobs: Sequence[Job]) -> list[list[Job]]:
@@ -177,8 +190,10 @@ def build_table(sweep: str | Path, measure: str = DEFAULT_MEASURE) -> Table:
         rows.append(Row(label, len(seeds), cells, notes, jobs=group))
     names = {j.name for j in jobs if j.name is not None}
     title = names.pop() if len(names) == 1 else f"{sweep.parent.name}/{sweep.name}"
-    footer = [STD_NOTE + f"; avg: mean over {', '.join(datasets) or 'the collections'} per seed",
-              f"sweep: {sweep}; {jobs_note}"]
+    footer = [
+        STD_NOTE + f"; avg: mean over {', '.join(datasets) or 'the collections'} per seed",
+        f"sweep: {sweep}; {jobs_note}",
+    ]
     table = Table(title, sweep, columns, rows, footer, measure=measure, datasets=datasets)
     for job in jobs:  # the experiment configs' contrasts, in sweep order, each once
         table.problems += [p for p in job.problems if p not in table.problems]
@@ -200,8 +215,10 @@ def _set_primary(table: Table, jobs: Sequence[Job]) -> None:
     if len(declared) > 1:
         table.problems.append(f"{where}: the jobs declare different primary contrasts {declared}; none is marked")
     elif declared[0] not in [(a, b) for a, b, _ in table.contrasts]:
-        table.problems.append(f"{where}: {list(declared[0])} is not one of the table's contrasts "
-                              f"({', '.join(f'{a} − {b}' for a, b, _ in table.contrasts) or 'none'})")
+        table.problems.append(
+            f"{where}: {list(declared[0])} is not one of the table's contrasts "
+            f"({', '.join(f'{a} − {b}' for a, b, _ in table.contrasts) or 'none'})"
+        )
     else:
         table.primary = declared[0]
 

@@ -9,6 +9,7 @@ that do not come through the pipeline.
 A key that is absent, or still `???` (reported by whoever reads it), is not checked; a null parent (eval=none,
 regularizer=none) ends the walk. `*` in a key matches every child of a mapping (eval.evaluations.*.top_k).
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,22 @@ from vtlab.runs.paths import check_paths
 # pytorch_lightning.Trainer(precision=...): lightning_fabric's _PRECISION_INPUT (tests/test_bad_inputs_2.py keeps them
 # equal), the usual ones first.
 LIGHTNING_PRECISIONS: tuple[str | int, ...] = (
-    "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "transformer-engine",
-    "transformer-engine-float16", "32", "16", "64", "bf16", 32, 16, 64)
+    "32-true",
+    "bf16-mixed",
+    "16-mixed",
+    "bf16-true",
+    "16-true",
+    "64-true",
+    "transformer-engine",
+    "transformer-engine-float16",
+    "32",
+    "16",
+    "64",
+    "bf16",
+    32,
+    16,
+    64,
+)
 ENCODER_PRECISIONS = ("auto", "fp32", "bf16", "int8")  # vtlab.models.precision.PRECISIONS
 INDEXES = ("exact", "scipy", "seismic")  # vtlab.index.index_names(): the nodes of vtlab/index/indexes.yaml
 
@@ -59,8 +74,9 @@ def integer(low: int, high: int | None = None, *, also: int | None = None, note:
     return Rule(words, lambda v: _is_int(v) and (low <= v and (high is None or v <= high) or v == also))
 
 
-def number(low: float, high: float | None = None, *, low_open: bool = False, high_open: bool = False,
-           note: str = "") -> Rule:
+def number(
+    low: float, high: float | None = None, *, low_open: bool = False, high_open: bool = False, note: str = ""
+) -> Rule:
     """A finite int or float between `low` and `high` (each bound included unless open)."""
     if high is None:
         words = f"a finite number {'>' if low_open else '>='} {low:g}"
@@ -80,8 +96,10 @@ def number(low: float, high: float | None = None, *, low_open: bool = False, hig
 
 def one_of(*choices: Any) -> Rule:
     """Exactly one of `choices` (as given: 32 and '32' are different values)."""
-    return Rule(f"one of {', '.join(dict.fromkeys(map(str, choices)))}",
-                lambda v: any(type(v) is type(c) and v == c for c in choices))
+    return Rule(
+        f"one of {', '.join(dict.fromkeys(map(str, choices)))}",
+        lambda v: any(type(v) is type(c) and v == c for c in choices),
+    )
 
 
 def either(first: Rule, second: Rule) -> Rule:
@@ -112,8 +130,9 @@ CHECKS: dict[str, Rule] = {
     # trainer: pytorch_lightning.Trainer's arguments
     "trainer.max_steps": MAX_STEPS,
     "trainer.max_epochs": nullable(MAX_STEPS),
-    "trainer.val_check_interval": nullable(either(integer(1, note="batches"),
-                                                  number(0, 1, low_open=True, note="a fraction of an epoch"))),
+    "trainer.val_check_interval": nullable(
+        either(integer(1, note="batches"), number(0, 1, low_open=True, note="a fraction of an epoch"))
+    ),
     "trainer.limit_val_batches": either(integer(0, note="batches"), number(0, 1, note="a fraction")),
     "trainer.check_val_every_n_epoch": nullable(POSITIVE),
     "trainer.log_every_n_steps": POSITIVE,
@@ -175,7 +194,7 @@ def values(cfg: DictConfig, key: str) -> Iterator[tuple[str, Any]]:
         if not isinstance(node, DictConfig):
             return  # a null parent, or a scalar where the key expects a mapping
         head, rest = parts[0], parts[1:]
-        for name in (list(node.keys()) if head == "*" else [head]):
+        for name in list(node.keys()) if head == "*" else [head]:
             if name not in node:  # absent, or `???`
                 continue
             try:

@@ -7,6 +7,7 @@ finished, a resume whose config changed) runs there too, so a refused run change
 Limit: a sweep's job directories are made and written by Hydra (`.hydra/`, job log) before any callback sees the job
 (on_job_start comes after), so a reused job directory is locked and checked by the pipeline only: its earlier
 results and status.json are kept, Hydra's record of the earlier job is not."""
+
 from __future__ import annotations
 
 import contextlib
@@ -74,14 +75,18 @@ def check_run_dir(run_dir: Path, resume: Any = "auto", overwrite: Any = False) -
     if found:
         raise RunDirError(_refusal(run_dir, found, finished, last.is_file()))
     if resume is True:
-        raise RunDirError(f"resume=true: nothing to resume in {run_dir} (no {LAST_CKPT}); pass the directory of the "
-                          "run to continue as hydra.run.dir=... (or paths.run_dir=...)")
+        raise RunDirError(
+            f"resume=true: nothing to resume in {run_dir} (no {LAST_CKPT}); pass the directory of the "
+            "run to continue as hydra.run.dir=... (or paths.run_dir=...)"
+        )
     return None, False
 
 
 def _in_use(run_dir: Path) -> RunDirError:
-    return RunDirError(f"run directory {run_dir} is in use by another vtlab process (it holds the directory's lock); "
-                       "wait for it to end, or choose another hydra.run.dir")
+    return RunDirError(
+        f"run directory {run_dir} is in use by another vtlab process (it holds the directory's lock); "
+        "wait for it to end, or choose another hydra.run.dir"
+    )
 
 
 def check_dir_path(run_dir: Path, key: str) -> None:
@@ -90,8 +95,9 @@ def check_dir_path(run_dir: Path, key: str) -> None:
     for path in (run_dir, *run_dir.parents):
         if os.path.lexists(path) and not path.is_dir():  # a file, or a link to nothing
             what = "exists and is not a directory" if path == run_dir else f"{path} is a file, not a directory"
-            raise RunDirError(f"{key}={run_dir}: {what}; a run directory is a new directory or an earlier run's: "
-                              f"choose another {key}")
+            raise RunDirError(
+                f"{key}={run_dir}: {what}; a run directory is a new directory or an earlier run's: choose another {key}"
+            )
 
 
 def held_from_start(run_dir: Path) -> bool:
@@ -157,8 +163,9 @@ def prepare_run_dir(cfg: DictConfig) -> Path | None:
     run_dir = Path(str(cfg.paths.run_dir))
     resume_from, clear = check_run_dir(run_dir, cfg.get("resume", "auto"), cfg.get("overwrite", False))
     if clear:
-        log.warning("overwrite=true: replacing the earlier run in %s (%s)", run_dir,
-                    ", ".join(earlier_outputs(run_dir)[:5]))
+        log.warning(
+            "overwrite=true: replacing the earlier run in %s (%s)", run_dir, ", ".join(earlier_outputs(run_dir)[:5])
+        )
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     if resume_from is not None:
         log.info("resuming the interrupted run in %s from %s", run_dir, resume_from)
@@ -176,8 +183,9 @@ class RunDirGuard(Callback):
 
     def __init__(self, resume_check: ResumeCheck | Iterable[ResumeCheck] | None = None) -> None:
         # one check or several (conf/ lists them), each `(config, checkpoint)` raising RunDirError to refuse
-        self.resume_checks = [] if resume_check is None else [resume_check] if callable(resume_check) else list(
-            resume_check)
+        self.resume_checks = (
+            [] if resume_check is None else [resume_check] if callable(resume_check) else list(resume_check)
+        )
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -211,8 +219,12 @@ class RunDirInside(RunDirGuard):
     beside what it writes into that run, instead of in a new run directory that would hold nothing else. Without a
     source Hydra's run dir stays as configured. Then RunDirGuard's checks and lock, on the directory used."""
 
-    def __init__(self, source: str | None = None, subdir: str = "exports",
-                 resume_check: ResumeCheck | Iterable[ResumeCheck] | None = None) -> None:
+    def __init__(
+        self,
+        source: str | None = None,
+        subdir: str = "exports",
+        resume_check: ResumeCheck | Iterable[ResumeCheck] | None = None,
+    ) -> None:
         super().__init__(resume_check)
         self.source, self.subdir = source, subdir
 
@@ -233,6 +245,7 @@ def _refusal(run_dir: Path, found: list[str], finished: list[str], has_last: boo
         why = "holds an interrupted run and resume=false"
     else:
         why = f"holds an earlier run's outputs but no {LAST_CKPT} to resume from"
-    return (f"run directory {run_dir} {why} ({shown}); it is never overwritten: choose another hydra.run.dir, "
-            "or pass overwrite=true to replace it"
-            + ("" if finished or not has_last else ", or resume=auto to continue it"))
+    return (
+        f"run directory {run_dir} {why} ({shown}); it is never overwritten: choose another hydra.run.dir, "
+        "or pass overwrite=true to replace it" + ("" if finished or not has_last else ", or resume=auto to continue it")
+    )

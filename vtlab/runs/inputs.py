@@ -15,6 +15,7 @@ MiB (a multi-GB triplet file is not read whole at every start). A file hashed wh
 size or content differ (a `touch` or a copy is the same input); a larger one also when its mtime differs, since an
 edit between its first and last MiB cannot be ruled out otherwise.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -89,8 +90,10 @@ def difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     if (old.get("sha256_first_mib"), old.get("sha256_last_mib")) != (new["sha256_first_mib"], new["sha256_last_mib"]):
         return "same size, other content (sha256 of its first or last MiB differs)"
     if old.get("mtime_ns") != new.get("mtime_ns"):
-        return ("modified since (mtime differs; only its first and last MiB are hashed, so an edit in between cannot "
-                "be ruled out)")
+        return (
+            "modified since (mtime differs; only its first and last MiB are hashed, so an edit in between cannot "
+            "be ruled out)"
+        )
     return None
 
 
@@ -111,21 +114,27 @@ def _recorded(path: Path) -> dict[str, dict[str, Any]] | None:
         if not isinstance(files, dict):
             raise TypeError(f"'files' is a {type(files).__name__}")
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise RunDirError(f"{path}: unreadable ({type(e).__name__}: {e}); the resumed run's inputs cannot be compared "
-                          "with the interrupted run's: pass overwrite=true to start over") from None
+        raise RunDirError(
+            f"{path}: unreadable ({type(e).__name__}: {e}); the resumed run's inputs cannot be compared "
+            "with the interrupted run's: pass overwrite=true to start over"
+        ) from None
     return files
 
 
-def check_resume(run_dir: Path, resume_from: str | Path, current: dict[str, dict[str, Any]],
-                 with_changes: bool = False) -> None:
+def check_resume(
+    run_dir: Path, resume_from: str | Path, current: dict[str, dict[str, Any]], with_changes: bool = False
+) -> None:
     """Refuse (RunDirError, one line naming the file) resuming `resume_from` when a file the interrupted run read
     changed or is gone (`current`: this run's `fingerprints`); `with_changes` (resume_with_changes=true) continues
     with a warning and records the new fingerprints. A file the config names differently than the interrupted run's
     is a config change, which vtlab.callbacks.resume_state refuses by key."""
     recorded = _recorded(run_dir / INPUTS_JSON)
     if recorded is None:
-        log.warning("%s records no input fingerprints (a run from before %s): the resumed inputs are not checked; "
-                    "recorded now", run_dir, INPUTS_JSON)
+        log.warning(
+            "%s records no input fingerprints (a run from before %s): the resumed inputs are not checked; recorded now",
+            run_dir,
+            INPUTS_JSON,
+        )
         record(run_dir, current)
         return
     changed: list[tuple[str, str]] = []  # (file and key, what happened)
@@ -141,9 +150,11 @@ def check_resume(run_dir: Path, resume_from: str | Path, current: dict[str, dict
     (name, what), more = changed[0], f"; and {len(changed) - 1} more file(s)" if len(changed) > 1 else ""
     shown = f"{name} is gone" if what == "is gone" else f"{name} changed ({what})"
     if not with_changes:
-        raise RunDirError(f"{shown} since the interrupted run in {run_dir} started{more}; a resume must read the "
-                          "inputs it started with: restore the file, pass resume_with_changes=true to continue on the "
-                          "new inputs, or overwrite=true to start over")
+        raise RunDirError(
+            f"{shown} since the interrupted run in {run_dir} started{more}; a resume must read the "
+            "inputs it started with: restore the file, pass resume_with_changes=true to continue on the "
+            "new inputs, or overwrite=true to start over"
+        )
     log.warning("resume_with_changes=true: continuing %s on changed inputs: %s%s", resume_from, shown, more)
     record(run_dir, {**recorded, **current})
 
@@ -151,5 +162,6 @@ def check_resume(run_dir: Path, resume_from: str | Path, current: dict[str, dict
 def check_resume_inputs(cfg: DictConfig, resume_from: str) -> None:
     """check_resume for a hook called as `(config, checkpoint)` (the shape of RunDirGuard's `resume_check`): the run
     directory is the checkpoint's (<run_dir>/checkpoints/last.ckpt)."""
-    check_resume(Path(resume_from).parent.parent, resume_from, fingerprints(cfg),
-                 bool(cfg.get("resume_with_changes", False)))
+    check_resume(
+        Path(resume_from).parent.parent, resume_from, fingerprints(cfg), bool(cfg.get("resume_with_changes", False))
+    )

@@ -11,6 +11,7 @@ any directory is made (RunDirGuard, before Hydra creates the run directory) and 
   and this command's own run directory are where exports go.
 - export.overwrite=true replaces only an earlier export (a directory holding EXPORT_MANIFEST) or an empty directory.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,9 +66,11 @@ def check_name(key: str, value: Any) -> None:
         return
     text = str(value)
     if text in ("", ".", "..") or "/" in text or "\0" in text:
-        raise ConfigError(f"{key}={text!r}: expected a plain name (no '/', not empty, '.' or '..'): it becomes a "
-                          "directory or file name (the run directory under outputs/, eval/<name>/, cache entries)",
-                          key=key)
+        raise ConfigError(
+            f"{key}={text!r}: expected a plain name (no '/', not empty, '.' or '..'): it becomes a "
+            "directory or file name (the run directory under outputs/, eval/<name>/, cache entries)",
+            key=key,
+        )
 
 
 def check_names(cfg: DictConfig) -> None:
@@ -95,8 +98,10 @@ def export_targets(cfg: DictConfig, this: Path | None) -> dict[str, tuple[Path, 
         return {}
     source = _select(cfg, "run_dir")
     base = Path(str(source)) if source else this
-    wanted = {"export.out": bool(ex.get("sentence_transformers", True)),
-              "export.vectors.dir": bool(_select(cfg, "export.vectors.formats"))}
+    wanted = {
+        "export.out": bool(ex.get("sentence_transformers", True)),
+        "export.vectors.dir": bool(_select(cfg, "export.vectors.formats")),
+    }
     targets: dict[str, tuple[Path, Path | None]] = {}
     for key, sub in EXPORT_SUBDIRS.items():
         given = _select(cfg, key)
@@ -107,8 +112,9 @@ def export_targets(cfg: DictConfig, this: Path | None) -> dict[str, tuple[Path, 
     return targets
 
 
-def output_problem(path: Path, *, source: Path | None, this: Path | None, default: Path | None,
-                   inputs: dict[str, Path], replaces: bool) -> str | None:
+def output_problem(
+    path: Path, *, source: Path | None, this: Path | None, default: Path | None, inputs: dict[str, Path], replaces: bool
+) -> str | None:
     """Why `path` may not be written (None if it may). `source`: the run being exported; `this`: this command's run
     directory; `default`: the output's default in the run (always allowed there); `inputs`: other paths read (the
     cache, the corpus), by what names them; `replaces`: the output replaces `path` as a whole."""
@@ -124,8 +130,10 @@ def output_problem(path: Path, *, source: Path | None, this: Path | None, defaul
         if _within(s, p):
             return f"{'is' if p == s else 'holds'} the run being exported (run_dir={source})"
         if _within(p, s) and not (own or is_default):
-            return (f"is inside the run being exported (run_dir={source}), where only its "
-                    f"{default.name if default is not None else 'default'}/ is written")
+            return (
+                f"is inside the run being exported (run_dir={source}), where only its "
+                f"{default.name if default is not None else 'default'}/ is written"
+            )
     if replaces and this is not None and _within(_real(this), p) and p != _real(this):
         return f"holds this run's own directory {this}"
     if not (own or is_default):
@@ -148,15 +156,21 @@ def check_export_target(out: Path, overwrite: bool, key: str = "export.out") -> 
         return False
     earlier = (out / EXPORT_MANIFEST).is_file()
     if not overwrite:
-        fix = ("set export.overwrite=true to replace it" if earlier else
-               f"it is no earlier export (no {EXPORT_MANIFEST}), so export.overwrite=true would not replace it "
-               "either: choose a new or empty directory")
+        fix = (
+            "set export.overwrite=true to replace it"
+            if earlier
+            else f"it is no earlier export (no {EXPORT_MANIFEST}), so export.overwrite=true would not replace it "
+            "either: choose a new or empty directory"
+        )
         raise ConfigError(f"{key}={out}: exists and is not empty ({fix})", key=key)
     if not earlier:
         shown = ", ".join(sorted(c.name for c in out.iterdir())[:3])
-        raise ConfigError(f"{key}={out}: export.overwrite=true replaces only an earlier export (a directory holding "
-                          f"{EXPORT_MANIFEST}) or an empty directory, and this one holds {shown}: choose a new or "
-                          "empty directory", key=key)
+        raise ConfigError(
+            f"{key}={out}: export.overwrite=true replaces only an earlier export (a directory holding "
+            f"{EXPORT_MANIFEST}) or an empty directory, and this one holds {shown}: choose a new or "
+            "empty directory",
+            key=key,
+        )
     return True
 
 
@@ -174,8 +188,11 @@ def check_export_paths(cfg: DictConfig, this: Path | None = None) -> None:
         replaces = key == "export.out"
         why = output_problem(path, source=source, this=this, default=default, inputs=inputs, replaces=replaces)
         if why is not None:
-            raise ConfigError(f"{key}={path}: {why}; an export never replaces or writes into an input or another "
-                              "run: choose a new directory", key=key)
+            raise ConfigError(
+                f"{key}={path}: {why}; an export never replaces or writes into an input or another "
+                "run: choose a new directory",
+                key=key,
+            )
         if replaces:
             check_export_target(path, overwrite, key)
 

@@ -12,6 +12,7 @@ A training run whose config differs from a finished one's only in `eval` takes t
 evaluation is not, and the caller evaluates the copied model on this run's own eval — the testbed's selection job at
 the chosen setting is the table's seed 0, trained once, scored on dev for the choice and on the test sets for the table.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,8 +56,13 @@ def _is_done(job: Path) -> bool:
         return False
 
 
-def find_equal_run(cfg: DictConfig, dirs: list[str | Path], exclude: Path | None = None,
-                   ignored: tuple[str, ...] = IGNORED, holding: Path | None = None) -> Path | None:
+def find_equal_run(
+    cfg: DictConfig,
+    dirs: list[str | Path],
+    exclude: Path | None = None,
+    ignored: tuple[str, ...] = IGNORED,
+    holding: Path | None = None,
+) -> Path | None:
     """The first finished job under `dirs` whose recorded config equals `cfg` (up to `ignored`) and, with `holding`,
     that holds that file; or None."""
     want = comparable(cfg, ignored)
@@ -86,8 +92,11 @@ def reuse(cfg: DictConfig) -> Path | None:
     src = find_equal_run(cfg, dirs, exclude=run_dir)
     if src is not None:
         copy_results(src, run_dir)
-        log.info("reuse: the config equals the finished run %s (up to %s): its results copied, no stage run",
-                 src, ", ".join(IGNORED))
+        log.info(
+            "reuse: the config equals the finished run %s (up to %s): its results copied, no stage run",
+            src,
+            ", ".join(IGNORED),
+        )
     return src
 
 
@@ -102,6 +111,7 @@ def reuse_training(cfg: DictConfig) -> Path | None:
     src = find_equal_run(cfg, dirs, exclude=run_dir, ignored=(*IGNORED, EVALUATION), holding=SAVED_MODEL)
     if src is not None:
         copy_results(src, run_dir, skip=(EVALUATION,))
-        log.info("reuse: the training equals the finished run %s's (its eval differs): its model copied, evaluated "
-                 "here", src)
+        log.info(
+            "reuse: the training equals the finished run %s's (its eval differs): its model copied, evaluated here", src
+        )
     return src

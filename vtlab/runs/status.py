@@ -7,6 +7,7 @@ tells a failed job from one that is still running or never started. Format:
  "seconds": float | null, "error": str | null}
 While a run is running the file ends in RESERVE trailing spaces: room for the final record on a disk that fills up.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -39,8 +40,15 @@ def _now() -> str:
 class RunStatus:
     def __init__(self, run_dir: str | Path, name: str, overrides: Sequence[str] = ()) -> None:
         self.path = Path(run_dir) / STATUS_FILE
-        self.record: dict[str, Any] = {"status": "running", "name": name, "overrides": list(overrides),
-                                       "started": _now(), "finished": None, "seconds": None, "error": None}
+        self.record: dict[str, Any] = {
+            "status": "running",
+            "name": name,
+            "overrides": list(overrides),
+            "started": _now(),
+            "finished": None,
+            "seconds": None,
+            "error": None,
+        }
         self._t0 = time.perf_counter()
 
     def _text(self) -> str:
@@ -84,7 +92,7 @@ class RunStatus:
         data = json.dumps(record, indent=2).encode()
         overflow = len(data) + 1 - size
         if overflow > 0 and isinstance(record.get("error"), str):
-            record["error"] = record["error"][:max(0, len(record["error"]) - overflow - 1)] + "…"
+            record["error"] = record["error"][: max(0, len(record["error"]) - overflow - 1)] + "…"
             data = json.dumps(record, separators=(",", ":")).encode()
         if len(data) + 1 > size:
             return None
@@ -96,8 +104,11 @@ class RunStatus:
         try:
             self._write(**update)
         except DiskError as err:
-            print(f"vtlab: error: {self.path}: could not record the run as {update['status']!r}, it still says "
-                  f"'running': {_what(err)}", file=sys.stderr)
+            print(
+                f"vtlab: error: {self.path}: could not record the run as {update['status']!r}, it still says "
+                f"'running': {_what(err)}",
+                file=sys.stderr,
+            )
 
     def start(self) -> None:
         """Written with RESERVE bytes of room to spare (see RESERVE); a DiskError when the run dir cannot take it."""
@@ -109,12 +120,17 @@ class RunStatus:
         self._write(status="done", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1))
 
     def fail(self, exc: BaseException) -> None:
-        self._finish(status="failed", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1),
-                     error=error_line(exc))
+        self._finish(
+            status="failed", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1), error=error_line(exc)
+        )
 
     def interrupted(self, signum: int) -> None:
-        self._finish(status="interrupted", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1),
-                     error=f"interrupted by {signal.Signals(signum).name}")
+        self._finish(
+            status="interrupted",
+            finished=_now(),
+            seconds=round(time.perf_counter() - self._t0, 1),
+            error=f"interrupted by {signal.Signals(signum).name}",
+        )
 
 
 def _what(err: DiskError) -> str:
@@ -163,8 +179,10 @@ def exit_code(exc: BaseException) -> int:
 
 
 def interrupted_line(signum: int, run_dir: str | Path) -> str:
-    return (f"vtlab: interrupted by {signal.Signals(signum).name} (exit {128 + signum}); {run_dir} keeps what was "
-            "written: rerun the same command to resume from its last checkpoint")
+    return (
+        f"vtlab: interrupted by {signal.Signals(signum).name} (exit {128 + signum}); {run_dir} keeps what was "
+        "written: rerun the same command to resume from its last checkpoint"
+    )
 
 
 class SweepExitCode(Callback):
@@ -177,9 +195,12 @@ class SweepExitCode(Callback):
         states = {job.name: _state(job) for job in jobs}
         bad = [f"{name} ({state})" for name, state in states.items() if state != "done"]
         if bad:
-            print(f"vtlab: error: {len(bad)} of {len(jobs)} jobs of the sweep {sweep} did not finish: "
-                  f"{', '.join(bad[:10])}{' …' if len(bad) > 10 else ''}; their status.json says why "
-                  f"(python -m vtlab.report {sweep})", file=sys.stderr)
+            print(
+                f"vtlab: error: {len(bad)} of {len(jobs)} jobs of the sweep {sweep} did not finish: "
+                f"{', '.join(bad[:10])}{' …' if len(bad) > 10 else ''}; their status.json says why "
+                f"(python -m vtlab.report {sweep})",
+                file=sys.stderr,
+            )
             sys.exit(1)
 
 
@@ -209,5 +230,7 @@ def read_status(run_dir: str | Path) -> dict[str, Any] | None:
 
 def job_dirs(sweep: Path) -> list[Path]:
     """Direct children with a `.hydra/` folder (vtlab's `hydra.sweep.subdir` is the job number)."""
-    return sorted((p for p in sweep.iterdir() if (p / ".hydra").is_dir()),
-                  key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name))
+    return sorted(
+        (p for p in sweep.iterdir() if (p / ".hydra").is_dir()),
+        key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name),
+    )

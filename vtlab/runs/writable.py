@@ -1,6 +1,7 @@
 """A run directory that cannot be written (a read-only or full file system, no permission) is refused with one line
 before Hydra writes into it: Hydra makes the directory, configures its job log `<run_dir>/<job>.log` and writes
 `.hydra/` before the job runs, and fails there with a traceback ("Unable to configure handler 'file'")."""
+
 from __future__ import annotations
 
 import os
@@ -29,7 +30,7 @@ def check_writable(directory: Path) -> None:
         fd, name = tempfile.mkstemp(dir=where, prefix=".vtlab-write-probe-")
         data = memoryview(b"\0" * PROBE_BYTES)
         while data:  # a disk that fills up mid-write returns a short count first, ENOSPC on the next write
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
     except OSError as exc:
         err = disk_error(directory, exc)
         if err is None:

@@ -1,4 +1,5 @@
 """Stage `apc`: calibrate the (vocabulary-transferred) backbone's MLM output bias and save it as an HF directory."""
+
 from __future__ import annotations
 
 import logging

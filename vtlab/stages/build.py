@@ -1,6 +1,7 @@
 """What several stages build from a run's config, in one place: the transfer's parts, the run's backbone (moved to the
 run's vocabulary when `vocab` changes it, unless an earlier stage already handed one on) and the encoder to evaluate,
 calibrate, diagnose, encode or export without training."""
+
 from __future__ import annotations
 
 from typing import Any

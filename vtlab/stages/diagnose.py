@@ -5,6 +5,7 @@ APC is probed, max_logits.png (APC's histogram). In a multirun every job also re
 of the sweep so far into <sweep_dir>/diagnose/ (complete after the last job); `python -m vtlab.diagnose DIR` rebuilds
 it from the jobs' diagnose.json files.
 """
+
 from __future__ import annotations
 
 import logging
@@ -85,12 +86,21 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
 
     apc_name = _choice(cfg, "apc") if cfg.get("apc") is not None else "off"
     result = {
-        "candidate": {"label": label, "backbone": _choice(cfg, "backbone"), "vocab": _choice(cfg, "vocab"),
-                      "init": _choice(cfg, "init"), "apc": apc_name, "apc_enabled": bool(apc and apc.enabled),
-                      # generated test backbones (backbones/tiny.py) are random-init unless a stage trained them
-                      "random_init": backbone.random_init and "backbone" not in state,
-                      "transfers": vocab.transfers, "backbone_name": backbone.name, "vocab_size": len(tokenizer),
-                      "tokenizer_kind": tokenizer_kind(tokenizer), "preprocess": repr(vocab.preprocess)},
+        "candidate": {
+            "label": label,
+            "backbone": _choice(cfg, "backbone"),
+            "vocab": _choice(cfg, "vocab"),
+            "init": _choice(cfg, "init"),
+            "apc": apc_name,
+            "apc_enabled": bool(apc and apc.enabled),
+            # generated test backbones (backbones/tiny.py) are random-init unless a stage trained them
+            "random_init": backbone.random_init and "backbone" not in state,
+            "transfers": vocab.transfers,
+            "backbone_name": backbone.name,
+            "vocab_size": len(tokenizer),
+            "tokenizer_kind": tokenizer_kind(tokenizer),
+            "preprocess": repr(vocab.preprocess),
+        },
         "corpus": {"name": corpus_name(settings.corpus), "docs": len(texts)},
         "fit": fit,
         "redundancy": red,

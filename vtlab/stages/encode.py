@@ -6,6 +6,7 @@ over processes, merged into one index.
 
 Writes <run_dir>/index/: docs.npz (CSR [n_docs, vocab], float32, corpus order), doc_ids.json, encode.json.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,18 +35,29 @@ def run(cfg: Any, state: dict[str, Any]) -> dict[str, Any]:
     out = Path(cfg.paths.run_dir) / "index"
     trainer_kwargs = {k: cfg.trainer[k] for k in _TRAINER_KEYS if cfg.trainer.get(k) is not None}
     began = time.perf_counter()
-    docs = encode_corpus(encoder, [collection.corpus[i] for i in doc_ids], out, trainer_kwargs,
-                         batch_size=int(opts.get("batch_size", 64)), num_workers=int(opts.get("num_workers", 0)),
-                         threads=opts.get("threads"))
+    docs = encode_corpus(
+        encoder,
+        [collection.corpus[i] for i in doc_ids],
+        out,
+        trainer_kwargs,
+        batch_size=int(opts.get("batch_size", 64)),
+        num_workers=int(opts.get("num_workers", 0)),
+        threads=opts.get("threads"),
+    )
     seconds = time.perf_counter() - began
     if docs is None:  # not rank 0 (ddp launched as subprocesses): rank 0 writes the index
         return state
     sp.save_npz(out / "docs.npz", docs, compressed=False)
     (out / "doc_ids.json").write_text(json.dumps(doc_ids))
-    report = {"collection": collection.name, "n_docs": len(doc_ids), "seconds": round(seconds, 2),
-              "docs_per_s": round(len(doc_ids) / seconds, 1),
-              "doc_active_dims": round(docs.nnz / max(len(doc_ids), 1), 1),
-              "processes": trainer_kwargs.get("devices", 1), "strategy": str(trainer_kwargs.get("strategy", "auto"))}
+    report = {
+        "collection": collection.name,
+        "n_docs": len(doc_ids),
+        "seconds": round(seconds, 2),
+        "docs_per_s": round(len(doc_ids) / seconds, 1),
+        "doc_active_dims": round(docs.nnz / max(len(doc_ids), 1), 1),
+        "processes": trainer_kwargs.get("devices", 1),
+        "strategy": str(trainer_kwargs.get("strategy", "auto")),
+    }
     write_json(out / "encode.json", report)
     print(f"encoded {len(doc_ids)} docs in {seconds:.1f}s → {out / 'docs.npz'}")
     return {**state, "encoder": encoder, "doc_vectors": docs, "doc_ids": doc_ids, "index_dir": out}

@@ -1,4 +1,5 @@
 """Stage `evaluate`: encode the collection(s), exact retrieval from the inverted index, ir-measures metrics."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,10 @@ _KEYED_AS: dict[str, str] = {new: old for old, new in RENAMED_TARGETS.items()}
 def _keyed_targets(tree: Any) -> Any:
     """A plain config tree with each `_target_` under its cache-key name (_KEYED_AS)."""
     if isinstance(tree, dict):
-        return {k: _KEYED_AS.get(v, v) if k == "_target_" and isinstance(v, str) else _keyed_targets(v)
-                for k, v in tree.items()}
+        return {
+            k: _KEYED_AS.get(v, v) if k == "_target_" and isinstance(v, str) else _keyed_targets(v)
+            for k, v in tree.items()
+        }
     if isinstance(tree, list):
         return [_keyed_targets(v) for v in tree]
     return tree
@@ -40,13 +43,16 @@ def _keyed_targets(tree: Any) -> Any:
 
 def baseline_metrics(cfg: DictConfig, evaluation, dataset: str) -> dict[str, float]:
     """The plain backbone (native vocabulary, no APC, no training) on the same collection, cached per configuration."""
-    key = json_hash({
-        "backbone": instantiate(cfg.backbone).cache_key(),
-        "eval": _keyed_targets(OmegaConf.to_container(cfg.eval, resolve=True)),
-        "dataset": dataset,
-        "encoder": {k: v for k, v in OmegaConf.to_container(cfg.model.encoder, resolve=True).items()
-                    if k != "backbone"},  # the model type (siamese / inference-free), lengths, activation
-    })
+    key = json_hash(
+        {
+            "backbone": instantiate(cfg.backbone).cache_key(),
+            "eval": _keyed_targets(OmegaConf.to_container(cfg.eval, resolve=True)),
+            "dataset": dataset,
+            "encoder": {
+                k: v for k, v in OmegaConf.to_container(cfg.model.encoder, resolve=True).items() if k != "backbone"
+            },  # the model type (siamese / inference-free), lengths, activation
+        }
+    )
     path = cache_dir("evals") / f"{key}.json"
     cached = _cached_metrics(path) if path.exists() else None
     if cached is not None:
@@ -68,8 +74,9 @@ def _cached_metrics(path: Path) -> dict[str, float] | None:
             raise ValueError(f"{bad!r} is {metrics[bad]!r}, expected a number")
     except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-        log.warning("baseline cache %s is damaged (%s: %s): evaluating the baseline again", path, type(e).__name__,
-                    first)
+        log.warning(
+            "baseline cache %s is damaged (%s: %s): evaluating the baseline again", path, type(e).__name__, first
+        )
         return None
     return metrics
 
@@ -89,13 +96,25 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         out_dir = run_dir / "eval" / name
         coll = getattr(ev, "collection", None)
         if coll is not None:  # what was read, before minutes of encoding
-            log.info("evaluating %s: %d queries (%d judged) over %d documents -> %s", name, len(coll.queries),
-                     len(judged_queries(coll.qrels)), len(coll.corpus), out_dir)
+            log.info(
+                "evaluating %s: %d queries (%d judged) over %d documents -> %s",
+                name,
+                len(coll.queries),
+                len(judged_queries(coll.qrels)),
+                len(coll.corpus),
+                out_dir,
+            )
         metrics = ev(encoder, out_dir=out_dir)
         results[name] = metrics
         baseline = baseline_metrics(cfg, ev, name) if with_baseline else None
-        console.print(results_table(metrics, title=f"{cfg.name}: {name}", baseline=baseline,
-                                    baseline_label=f"{cfg.backbone.get('name', 'backbone')} as is"))
+        console.print(
+            results_table(
+                metrics,
+                title=f"{cfg.name}: {name}",
+                baseline=baseline,
+                baseline_label=f"{cfg.backbone.get('name', 'backbone')} as is",
+            )
+        )
         if baseline is not None:
             write_json(out_dir / "baseline_metrics.json", baseline)
     summary = average(results) if len(results) > 1 else next(iter(results.values()))

@@ -5,6 +5,7 @@ With `run_dir=R`, what describes the run comes from R's recorded config (vtlab/e
 settings and its eval collection, with this command line's overrides under `model.encoder` / `eval` on top.
 The library code is in vtlab/export/: run_encoder.py (a run's trained encoder), corpus.py (what is encoded),
 vectors.py (the writers), model_extras.py (ONNX graphs, the model card), hub.py (the upload)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,27 +32,35 @@ def load_encoder(cfg: DictConfig, run: RunConfig) -> tuple[Any, dict[str, Any]]:
     """The encoder to export: run_dir's trained one, or the one this command's config builds."""
     if cfg.get("run_dir"):
         return encoder_from_run(Path(str(cfg.run_dir)), cfg, run)
-    return build_encoder(cfg), {"backbone": OmegaConf.to_container(cfg.backbone, resolve=True),
-                                "vocab": str(cfg.vocab.get("name", "")), "init": str(cfg.init.get("name", ""))}
+    return build_encoder(cfg), {
+        "backbone": OmegaConf.to_container(cfg.backbone, resolve=True),
+        "vocab": str(cfg.vocab.get("name", "")),
+        "init": str(cfg.init.get("name", "")),
+    }
+
 
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     ex = cfg.export
     if not ex.sentence_transformers and not ex.vectors.formats:
-        raise VtlabError("stage=export: nothing to export (export.sentence_transformers=false and no "
-                         "export.vectors.formats)")
+        raise VtlabError(
+            "stage=export: nothing to export (export.sentence_transformers=false and no export.vectors.formats)"
+        )
     base = Path(str(cfg.run_dir)) if cfg.get("run_dir") else Path(cfg.paths.run_dir)
     out = Path(ex.out) if ex.out else base / "sparse-encoder"
     repo = str(ex.push_to_hub) if ex.get("push_to_hub") else None
     if repo is not None:  # before any work: an export meant for the Hub must not run for nothing
         if not ex.sentence_transformers:
-            raise VtlabError(f"export.push_to_hub={repo} uploads the SparseEncoder directory: set "
-                             "export.sentence_transformers=true")
+            raise VtlabError(
+                f"export.push_to_hub={repo} uploads the SparseEncoder directory: set export.sentence_transformers=true"
+            )
         check_push(repo, out.absolute())
     # config and target errors before any model is loaded
     formats, query_formats = vector_formats(cfg, Path(ex.vectors.dir) if ex.vectors.dir else base / "vectors")
     if ex.get("onnx") and not ex.sentence_transformers:
-        raise VtlabError("export.onnx=true writes <export.out>/onnx inside the SparseEncoder directory: set "
-                         "export.sentence_transformers=true")
+        raise VtlabError(
+            "export.onnx=true writes <export.out>/onnx inside the SparseEncoder directory: set "
+            "export.sentence_transformers=true"
+        )
     if ex.sentence_transformers:
         check_target(out.absolute(), bool(ex.overwrite), "export.out")
     trained = state.get("encoder") is not None or bool(cfg.get("run_dir"))
@@ -73,22 +82,42 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         if getattr(encoder, "needs_idf", False):  # as stage=evaluate does for an untrained inference-free model
             encoder.fit_corpus(list(source.collection("the inference-free query IDF", IDF_FIX).corpus.values()))
         vectors_of = (corpus.name if corpus is not None else source.name) if formats else None
-        extras = model_extras(cfg, encoder, run_cfg, base, out, trained,
-                              {type(f).__name__: f.path for f in formats + query_formats}, vectors_of)
-        result["export_dir"] = export_sentence_transformers(encoder, out, overwrite=bool(ex.overwrite),
-                                                            source=portable_values(src, out, base), extras=extras)
+        extras = model_extras(
+            cfg,
+            encoder,
+            run_cfg,
+            base,
+            out,
+            trained,
+            {type(f).__name__: f.path for f in formats + query_formats},
+            vectors_of,
+        )
+        result["export_dir"] = export_sentence_transformers(
+            encoder, out, overwrite=bool(ex.overwrite), source=portable_values(src, out, base), extras=extras
+        )
         console.print(f"sentence-transformers: {out.resolve()}  (SparseEncoder({str(out)!r}))")
     if formats:
         console.print(line, soft_wrap=True, markup=False, highlight=False)  # one line, whatever the terminal width
-        n = write_vectors(encoder, corpus_docs(corpus, source), formats, chunk_size=int(ex.vectors.chunk_size),
-                          batch_size=int(ex.vectors.batch_size))
+        n = write_vectors(
+            encoder,
+            corpus_docs(corpus, source),
+            formats,
+            chunk_size=int(ex.vectors.chunk_size),
+            batch_size=int(ex.vectors.batch_size),
+        )
         result["vector_files"] = [f.path for f in formats]
         for f in formats:
             console.print(f"vectors ({type(f).__name__}, {n} documents): {f.path.resolve()}")
     if query_formats:
         queries = source.collection("export.vectors.queries=true: the queries", QUERIES_FIX).queries.items()
-        n = write_vectors(encoder, queries, query_formats, chunk_size=int(ex.vectors.chunk_size),
-                          batch_size=int(ex.vectors.batch_size), side="query")
+        n = write_vectors(
+            encoder,
+            queries,
+            query_formats,
+            chunk_size=int(ex.vectors.chunk_size),
+            batch_size=int(ex.vectors.batch_size),
+            side="query",
+        )
         result["query_vector_files"] = [f.path for f in query_formats]
         for f in query_formats:
             console.print(f"query vectors ({type(f).__name__}, {n} queries): {f.path.resolve()}")

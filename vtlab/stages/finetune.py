@@ -5,6 +5,7 @@ restores weights, optimizer, scheduler and loop counters; the training DataLoade
 (vtlab.data.datamodule.ResumableDataLoader); ResumeState (vtlab.callbacks.resume_state) restores the global RNG
 streams (dropout). Checkpoint reading, writing and sizing: vtlab.callbacks.checkpoints.
 """
+
 from __future__ import annotations
 
 import logging
@@ -91,8 +92,14 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     if trainer.is_global_zero:
         with atomic_dir(model_dir) as tmp:  # a kill mid-save leaves no half-written model/
             encoder.save_pretrained(tmp)
-    return {**state, "module": module, "encoder": encoder, "model_dir": model_dir, "checkpoint": ckpt,
-            "trainer": trainer}
+    return {
+        **state,
+        "module": module,
+        "encoder": encoder,
+        "model_dir": model_dir,
+        "checkpoint": ckpt,
+        "trainer": trainer,
+    }
 
 
 def _check_teacher_scores(module: pl.LightningModule, datamodule: Any, cfg: DictConfig) -> None:
@@ -103,7 +110,8 @@ def _check_teacher_scores(module: pl.LightningModule, datamodule: Any, cfg: Dict
         raise ConfigError(
             f"loss={type(loss).__name__} needs teacher scores, and the training data "
             f"({OmegaConf.select(cfg, 'data.train._target_', default='data.train')}) has none: add 'scores' to the "
-            "triplets (or data.train.scores_path=FILE), or use loss=infonce")
+            "triplets (or data.train.scores_path=FILE), or use loss=infonce"
+        )
 
 
 def _chosen_checkpoint(trainer: pl.Trainer) -> str | None:

@@ -3,6 +3,7 @@
 The adapted model is cached under $VTLAB_CACHE/mlm per (starting backbone, resolved `mlm` config, preprocessing,
 seed), linked as <run_dir>/mlm/model, and handed on as `state["backbone"]`. `mlm.steps=0` is the paper's no-MLM
 variant: the stage does nothing."""
+
 from __future__ import annotations
 
 import logging
@@ -44,8 +45,9 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         return state  # the no-MLM variant
     run_dir = Path(cfg.paths.run_dir)
     start, preprocess = _starting_point(cfg, state)
-    out, report = train_cached(start, m, int(cfg.seed), preprocess, cfg.trainer, log_dir=run_dir / "mlm",
-                               loggers=lambda d: _loggers(cfg, d))
+    out, report = train_cached(
+        start, m, int(cfg.seed), preprocess, cfg.trainer, log_dir=run_dir / "mlm", loggers=lambda d: _loggers(cfg, d)
+    )
     link = run_dir / "mlm" / "model"
     link.parent.mkdir(parents=True, exist_ok=True)
     if link.is_symlink() and Path(os.readlink(link)) != out:
@@ -53,5 +55,9 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     if not link.is_symlink() and not link.exists():
         os.symlink(out, link, target_is_directory=True)
     print(f"MLM-adapted model: {link} -> {out} ({report['steps']} steps)")
-    return {**state, "backbone": Backbone(str(out), family=start.family, name=f"{start.name}-mlm{steps}"),
-            "mlm_dir": out, "mlm_report": report}
+    return {
+        **state,
+        "backbone": Backbone(str(out), family=start.family, name=f"{start.name}-mlm{steps}"),
+        "mlm_dir": out,
+        "mlm_report": report,
+    }

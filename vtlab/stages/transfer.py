@@ -1,4 +1,5 @@
 """Stage `transfer`: write the transferred HF model directory + transfer_report.json (cached per configuration)."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,10 @@ log = logging.getLogger("vtlab")
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     backbone, vocab, init, options = transfer_parts(cfg)
     if not vocab.transfers:
-        raise VtlabError(f"stage=transfer: vocab={vocab.name} keeps the backbone's vocabulary; choose e.g. "
-                         "vocab=bert-uncased or vocab=corpus-wordpiece")
+        raise VtlabError(
+            f"stage=transfer: vocab={vocab.name} keeps the backbone's vocabulary; choose e.g. "
+            "vocab=bert-uncased or vocab=corpus-wordpiece"
+        )
     cached = cached_transfer(backbone, vocab, init, options)
     out = Path(cfg.paths.run_dir) / "transfer"
     atomic_symlink(cached, out)

@@ -2,6 +2,7 @@
 they track beyond Lightning's per-step curves: the run's resolved config, final metrics as the wandb summary,
 per-dataset results as a wandb Table and the run's PNGs (APC histograms) as images — so a wandb project shows a sweep
 (its `group`) as one comparison. Loggers other than wandb get the same metrics through `log_metrics`."""
+
 from __future__ import annotations
 
 import sys
@@ -63,8 +64,11 @@ def finish_runs(exit_code: int = 0) -> None:
 
 def configured_loggers(cfg: DictConfig) -> list[Logger]:
     """Every logger under `logger` (entries that are settings, like `online`, are skipped)."""
-    return [instantiate_logger(cfg, c) for c in (cfg.get("logger") or {}).values()
-            if OmegaConf.is_dict(c) and "_target_" in c]
+    return [
+        instantiate_logger(cfg, c)
+        for c in (cfg.get("logger") or {}).values()
+        if OmegaConf.is_dict(c) and "_target_" in c
+    ]
 
 
 def run_loggers(cfg: DictConfig, state: Mapping[str, Any]) -> list[Logger]:
@@ -77,11 +81,13 @@ def run_loggers(cfg: DictConfig, state: Mapping[str, Any]) -> list[Logger]:
     return loggers
 
 
-def log_results(loggers: list[Logger], results: Mapping[str, Mapping[str, float]], run_dir: str | Path,
-                step: int = 0) -> None:
+def log_results(
+    loggers: list[Logger], results: Mapping[str, Mapping[str, float]], run_dir: str | Path, step: int = 0
+) -> None:
     """results: {dataset: metrics}. Summary keys `eval/<dataset>/<metric>` (+ `eval/avg/...` with > 1 dataset)."""
-    flat = {f"eval/{ds}/{k}": float(v) for ds, m in results.items() for k, v in m.items()
-            if isinstance(v, (int, float))}
+    flat = {
+        f"eval/{ds}/{k}": float(v) for ds, m in results.items() for k, v in m.items() if isinstance(v, (int, float))
+    }
     for lg in loggers:
         if isinstance(lg, WandbLogger):
             _wandb_results(lg, results, flat, Path(run_dir))
@@ -90,16 +96,20 @@ def log_results(loggers: list[Logger], results: Mapping[str, Mapping[str, float]
             lg.save()
 
 
-def _wandb_results(lg: WandbLogger, results: Mapping[str, Mapping[str, float]], flat: dict[str, float],
-                   run_dir: Path) -> None:
+def _wandb_results(
+    lg: WandbLogger, results: Mapping[str, Mapping[str, float]], flat: dict[str, float], run_dir: Path
+) -> None:
     import wandb
 
     exp = lg.experiment
     exp.summary.update(flat)
     columns = sorted({k for m in results.values() for k in m})
-    table = wandb.Table(columns=["dataset", *columns],
-                        data=[[ds, *[m.get(c) for c in columns]] for ds, m in results.items()])
-    images = {f"images/{p.relative_to(run_dir).with_suffix('').as_posix()}": wandb.Image(str(p))
-              for p in sorted(run_dir.rglob("*.png")) if "wandb" not in p.parts}
+    table = wandb.Table(
+        columns=["dataset", *columns], data=[[ds, *[m.get(c) for c in columns]] for ds, m in results.items()]
+    )
+    images = {
+        f"images/{p.relative_to(run_dir).with_suffix('').as_posix()}": wandb.Image(str(p))
+        for p in sorted(run_dir.rglob("*.png"))
+        if "wandb" not in p.parts
+    }
     exp.log({"eval/results": table, **images})
-

@@ -1,5 +1,6 @@
 """A CSV training log that survives a resume: Lightning's CSVLogger, except that a run restarted in the same directory
 keeps the rows logged before the interrupt (conf/logger/csv.yaml; the CSV beside wandb in conf/logger/wandb.yaml)."""
+
 from __future__ import annotations
 
 import csv
@@ -92,8 +93,13 @@ class KeepingWriter(ExperimentWriter):
         kept = [r for r in earlier if (s := _step(r)) is not None and s < step]
         new = [r for r in self.metrics if r["step"] >= drop_new_before]
         if len(kept) < len(earlier) or len(new) < len(self.metrics):
-            log.info("%s: %d earlier rows kept, %d from step %s on dropped (logged again from here)",
-                     self.metrics_file_path, len(kept), len(earlier) - len(kept), step)
+            log.info(
+                "%s: %d earlier rows kept, %d from step %s on dropped (logged again from here)",
+                self.metrics_file_path,
+                len(kept),
+                len(earlier) - len(kept),
+                step,
+            )
         self.metrics = [*kept, *new]
         self._record_new_keys()
         rows, self.metrics, self._earlier = self.metrics, [], None

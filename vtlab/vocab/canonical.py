@@ -5,6 +5,7 @@ token stands for, with "▁" in front when the token starts a word. So WordPiece
 SentencePiece "▁apple" are all "▁apple"; WordPiece "##ing", byte-level "ing" and SentencePiece "ing" are all "ing".
 A target row whose canonical form equals a source row's copies that row's embedding; the rest are new tokens.
 """
+
 from __future__ import annotations
 
 import json
@@ -140,8 +141,11 @@ def tokenizer_kind(tokenizer: PreTrainedTokenizerBase) -> TokenizerKind:
     if "ByteLevel" in around:
         return "bytelevel"
     # Metaspace: the usual SentencePiece conversion; Llama-style BPE instead replaces " " by "▁" in the normalizer.
-    if ("Metaspace" in around or model.get("type") == "Unigram"
-            or WORD_START in json.dumps(spec.get("normalizer"), ensure_ascii=False)):
+    if (
+        "Metaspace" in around
+        or model.get("type") == "Unigram"
+        or WORD_START in json.dumps(spec.get("normalizer"), ensure_ascii=False)
+    ):
         return "sentencepiece"
     raise VtlabError(
         f"{type(tokenizer).__name__}: unrecognised vocabulary format (model {model.get('type')}, components "

@@ -13,6 +13,7 @@ remaining "new" target rows are filled:
 
 Each returns `(matrix, stats)`; stats count the rows filled by each rule and are JSON-serializable.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,15 @@ import torch
 from torch import Tensor
 
 from vtlab.errors import VtlabError
-from vtlab.vocab.canonical import (BYTES_MARK, WORD_START, Overlap, added_token_form, canonical_form, special_ids,
-                                   tokenizer_kind)
+from vtlab.vocab.canonical import (
+    BYTES_MARK,
+    WORD_START,
+    Overlap,
+    added_token_form,
+    canonical_form,
+    special_ids,
+    tokenizer_kind,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +81,23 @@ class Initializer:
         if len(new_ids) == 0:
             return out, _stats(copied=len(np.unique(tgt_ids)))
         rows, stats = self._fill(
-            src, tgt_ids, src_ids, new_ids,
-            source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
-            target_embeddings=target_embeddings, initializer_range=initializer_range, generator=generator,
+            src,
+            tgt_ids,
+            src_ids,
+            new_ids,
+            source_tokenizer=source_tokenizer,
+            target_tokenizer=target_tokenizer,
+            target_embeddings=target_embeddings,
+            initializer_range=initializer_range,
+            generator=generator,
         )
         out[torch.from_numpy(new_ids)] = rows
         stats["copied"] = len(np.unique(tgt_ids))
         return out, stats
 
-    def _fill(self, src: Tensor, tgt_ids: np.ndarray, src_ids: np.ndarray, new_ids: np.ndarray,
-              **ctx: Any) -> tuple[Tensor, dict[str, Any]]:
+    def _fill(
+        self, src: Tensor, tgt_ids: np.ndarray, src_ids: np.ndarray, new_ids: np.ndarray, **ctx: Any
+    ) -> tuple[Tensor, dict[str, Any]]:
         """Rows for `new_ids` (in that order) and the stats."""
         raise NotImplementedError
 
@@ -95,8 +110,9 @@ def _overlap_ids(overlap: Overlap, target_size: int, source_size: int) -> tuple[
     if len(tgt) and (tgt.min() < 0 or tgt.max() >= target_size):
         raise VtlabError(f"overlap target id out of range [0, {target_size})")
     if len(src) and (src.min() < 0 or src.max() >= source_size):
-        raise VtlabError(f"overlap source id out of range [0, {source_size}): the source model has "
-                         f"{source_size} embedding rows")
+        raise VtlabError(
+            f"overlap source id out of range [0, {source_size}): the source model has {source_size} embedding rows"
+        )
     return tgt, src
 
 
@@ -138,8 +154,18 @@ class AllRandom(Initializer):
 
     name: str = field(default="all-random", kw_only=True)
 
-    def __call__(self, source_embeddings, overlap, *, target_size, source_tokenizer=None, target_tokenizer=None,
-                 target_embeddings=None, initializer_range=0.02, generator=None):
+    def __call__(
+        self,
+        source_embeddings,
+        overlap,
+        *,
+        target_size,
+        source_tokenizer=None,
+        target_tokenizer=None,
+        target_embeddings=None,
+        initializer_range=0.02,
+        generator=None,
+    ):
         out = _normal(target_size, source_embeddings.shape[1], initializer_range, generator)
         return out, _stats(random=target_size)
 
@@ -175,14 +201,18 @@ class Semantic(Initializer):
 
     def _fill(self, src, tgt_ids, src_ids, new_ids, *, target_embeddings, **ctx):
         if target_embeddings is None:
-            raise VtlabError("init=semantic needs a target model with input embeddings (vocab.embedding_model); "
-                             "this vocabulary has none — use init=subword or init=mean")
+            raise VtlabError(
+                "init=semantic needs a target model with input embeddings (vocab.embedding_model); "
+                "this vocabulary has none — use init=subword or init=mean"
+            )
         if len(tgt_ids) == 0:
             raise VtlabError("init=semantic needs at least one token shared by the source and target vocabularies")
         T = target_embeddings.detach().float()
         if T.shape[0] <= max(int(tgt_ids.max()), int(new_ids.max())):
-            raise VtlabError(f"target embeddings have {T.shape[0]} rows; the target vocabulary needs "
-                             f"{max(int(tgt_ids.max()), int(new_ids.max())) + 1}")
+            raise VtlabError(
+                f"target embeddings have {T.shape[0]} rows; the target vocabulary needs "
+                f"{max(int(tgt_ids.max()), int(new_ids.max())) + 1}"
+            )
         start = time.perf_counter()
         t_ov = T[torch.from_numpy(tgt_ids)]
         t_new = T[torch.from_numpy(new_ids)]
@@ -214,8 +244,8 @@ class Semantic(Initializer):
                 expected = w @ ov_norms
                 out *= (expected / (out.norm(dim=1) + _RESCALE_EPS)).unsqueeze(1)
             support.append((w > 0).sum(dim=1))
-            good_rows[lo:lo + len(out)] = out
-            bad[lo:lo + len(out)] = ~finite
+            good_rows[lo : lo + len(out)] = out
+            bad[lo : lo + len(out)] = ~finite
         idx = torch.nonzero(ok).squeeze(1)
         keep = ~bad
         rows[idx[keep]] = good_rows[keep]
@@ -245,7 +275,7 @@ def _chunks(t_new: Tensor, t_ov: Tensor, chunk_rows: int) -> Iterator[tuple[int,
     """(start row, S[start:start+chunk]) with S = t_new @ t_ov.T (cosine when both are row-normalized)."""
     t_ov_t = t_ov.T.contiguous()
     for lo in range(0, t_new.shape[0], chunk_rows):
-        yield lo, t_new[lo:lo + chunk_rows] @ t_ov_t
+        yield lo, t_new[lo : lo + chunk_rows] @ t_ov_t
 
 
 def _sparsemax(scores: Tensor) -> Tensor:
@@ -280,7 +310,7 @@ def _pmi_transform(t_new: Tensor, t_ov: Tensor, chunk_rows: int):
     col_s = torch.zeros(m, dtype=torch.float64)
     for lo, s in _chunks(t_new, t_ov, chunk_rows):
         lo_v, hi_v = min(lo_v, float(s.min())), max(hi_v, float(s.max()))
-        row_s[lo:lo + s.shape[0]] = s.sum(dim=1, dtype=torch.float64)
+        row_s[lo : lo + s.shape[0]] = s.sum(dim=1, dtype=torch.float64)
         col_s += s.sum(dim=0, dtype=torch.float64)
     span = hi_v - lo_v
     if not np.isfinite(span) or span <= 0:
@@ -295,7 +325,7 @@ def _pmi_transform(t_new: Tensor, t_ov: Tensor, chunk_rows: int):
 
     def transform(lo: int, s: Tensor) -> Tensor:
         x = (s - lo_v) / span
-        pmi = torch.log(x) - log_row[lo:lo + s.shape[0]].unsqueeze(1) - log_col.unsqueeze(0)
+        pmi = torch.log(x) - log_row[lo : lo + s.shape[0]].unsqueeze(1) - log_col.unsqueeze(0)
         return torch.where(x > 0, pmi, torch.zeros_like(pmi)).clamp_min_(0.0)
 
     return transform
@@ -315,7 +345,7 @@ def _zscore_transform(t_new: Tensor, t_ov: Tensor, chunk_rows: int):
         s1 += s64.sum(dim=0)
         s2 += (s64 * s64).sum(dim=0)
     mean = s1 / n
-    std = ((s2 / n - mean * mean).clamp_min(0.0).sqrt() + _ZSCORE_EPS)
+    std = (s2 / n - mean * mean).clamp_min(0.0).sqrt() + _ZSCORE_EPS
     mean, std = mean.float(), std.float()
 
     def transform(lo: int, s: Tensor) -> Tensor:
@@ -408,8 +438,9 @@ class Auto(Initializer):
     similarity: str = "cosine"
     name: str = field(default="auto", kw_only=True)
 
-    def __call__(self, source_embeddings: Tensor, overlap: Overlap, *, target_embeddings: Tensor | None = None,
-                 **kwargs: Any) -> tuple[Tensor, dict[str, Any]]:
+    def __call__(
+        self, source_embeddings: Tensor, overlap: Overlap, *, target_embeddings: Tensor | None = None, **kwargs: Any
+    ) -> tuple[Tensor, dict[str, Any]]:
         chosen = Semantic(similarity=self.similarity) if target_embeddings is not None else Subword()
         rows, stats = chosen(source_embeddings, overlap, target_embeddings=target_embeddings, **kwargs)
         return rows, {**stats, "chosen": chosen.name}

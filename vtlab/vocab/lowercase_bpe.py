@@ -22,6 +22,7 @@ special tokens by role (cls, sep, pad, mask, unk) only, so OLMo's role-less spec
 specials by text there would make the overlap 100%, and then `Initializer.__call__` returns before any fill rule.
 Built once into `cache_dir("vocab")`; the key holds the source's cache key, the recipe and the tokenizers version.
 """
+
 from __future__ import annotations
 
 import json
@@ -105,8 +106,10 @@ class LowercaseBPE(CachedTokenizerVocab):
     def __init__(self, name: str, source: "str | Backbone", preprocess: Preprocess | None = None) -> None:
         super().__init__(name, preprocess)
         if not source:
-            raise VtlabError(f"vocab.source must name a byte-level BPE tokenizer (a backbone, hub id, directory or "
-                             f"asset:NAME) for {name}")
+            raise VtlabError(
+                f"vocab.source must name a byte-level BPE tokenizer (a backbone, hub id, directory or "
+                f"asset:NAME) for {name}"
+            )
         self.source = source
 
     def _params(self) -> dict[str, object]:
@@ -152,11 +155,17 @@ class LowercaseBPE(CachedTokenizerVocab):
         tk = Tokenizer.from_str(json.dumps(spec))
         tk.normalizer = normalizers.Sequence(steps + ([source_normalizer] if source_normalizer is not None else []))
         tk = Tokenizer.from_str(tk.to_str())  # rebuilt: added tokens' match patterns come from the final normalizer
-        tokenizer = PreTrainedTokenizerFast(tokenizer_object=tk, model_max_length=src.model_max_length,
-                                            **src.special_tokens_map)
-        stats = {"source_size": len(src), "kept": len(kept_ids), "dropped": len(src) - len(kept_ids),
-                 "source_merges": len(pairs), "kept_merges": len(spec["model"]["merges"]),
-                 "dropped_added": sorted(a["content"] for i, a in added.items() if i not in new_id)}
+        tokenizer = PreTrainedTokenizerFast(
+            tokenizer_object=tk, model_max_length=src.model_max_length, **src.special_tokens_map
+        )
+        stats = {
+            "source_size": len(src),
+            "kept": len(kept_ids),
+            "dropped": len(src) - len(kept_ids),
+            "source_merges": len(pairs),
+            "kept_merges": len(spec["model"]["merges"]),
+            "dropped_added": sorted(a["content"] for i, a in added.items() if i not in new_id),
+        }
         return tokenizer, stats
 
     def _write(self, tmp: Path) -> None:
@@ -173,7 +182,9 @@ class LowercaseBPE(CachedTokenizerVocab):
 
     def describe(self) -> str:
         s, source = self.stats(), getattr(self.source, "name", self.source)
-        return (f"vocab={self.name}: {source}'s byte-level BPE restricted to its lowercase tokens, input "
-                f"lowercased with one leading blank; kept {s['kept']:,} of {s['source_size']:,} ids (dropped "
-                f"{s['dropped']:,} with an uppercase letter) and {s['kept_merges']:,} of {s['source_merges']:,} "
-                f"merges; every token is a source token, so VT onto it copies rows")
+        return (
+            f"vocab={self.name}: {source}'s byte-level BPE restricted to its lowercase tokens, input "
+            f"lowercased with one leading blank; kept {s['kept']:,} of {s['source_size']:,} ids (dropped "
+            f"{s['dropped']:,} with an uppercase letter) and {s['kept_merges']:,} of {s['source_merges']:,} "
+            f"merges; every token is a source token, so VT onto it copies rows"
+        )

@@ -15,6 +15,7 @@ collators feed random ids as noise inputs (10% of the masked positions), cased o
 an amount on the order of lr × steps, far too little to lift its logit from -1e4. A per-term APC (apc.per_term)
 would undo the bias, though: it shifts each term to its own percentile.
 """
+
 from __future__ import annotations
 
 import time
@@ -37,8 +38,11 @@ def cased_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Ids of the tokens whose text holds an uppercase letter, never a special token. A byte-level token is read as the
     UTF-8 text of its bytes: a piece of a multi-byte character ("Ã", byte 0xC3) has no letters; added tokens
     ("|||IP_ADDRESS|||") are read as their literal text."""
-    return sorted(i for i, form in canonical_vocab(tokenizer).items()
-                  if not form.startswith(BYTES_MARK) and any(c.isupper() for c in form))
+    return sorted(
+        i
+        for i, form in canonical_vocab(tokenizer).items()
+        if not form.startswith(BYTES_MARK) and any(c.isupper() for c in form)
+    )
 
 
 class CasedOutputsMasked(TargetVocab):
@@ -55,8 +59,10 @@ class CasedOutputsMasked(TargetVocab):
     def __init__(self, name: str, preprocess: Preprocess | None = LOWERCASE_INPUT) -> None:
         # the masked tokens must be the ones the input can never hold: otherwise their rows would be live inputs
         if preprocess is None or any(c.isupper() for c in preprocess(_PROBE)):
-            raise VocabConfigError(f"vocab.preprocess={preprocess!r} must lowercase the input for vocab={name} (its "
-                                   "cased output rows are masked), e.g. vtlab.vocab.targets.Normalizer(lowercase=true)")
+            raise VocabConfigError(
+                f"vocab.preprocess={preprocess!r} must lowercase the input for vocab={name} (its "
+                "cased output rows are masked), e.g. vtlab.vocab.targets.Normalizer(lowercase=true)"
+            )
         super().__init__(name, preprocess)
 
     @property
@@ -83,7 +89,10 @@ class CasedOutputsMasked(TargetVocab):
             decoder.bias[rows] = MASKED_BIAS
         size = decoder.weight.shape[0]
         return {
-            "recipe": RECIPE, "masked_outputs": len(ids), "vocab_size": size, "output_bias": MASKED_BIAS,
+            "recipe": RECIPE,
+            "masked_outputs": len(ids),
+            "vocab_size": size,
+            "output_bias": MASKED_BIAS,
             "tied_input_rows": decoder.weight is model.get_input_embeddings().weight,
             "examples": tokenizer.convert_ids_to_tokens(ids[:: max(1, len(ids) // 8)][:8]),
             # the keys stage transfer prints
@@ -93,5 +102,7 @@ class CasedOutputsMasked(TargetVocab):
         }
 
     def describe(self) -> str:
-        return (f"vocab={self.name}: the backbone's own tokenizer, input preprocessed by {self.preprocess!r}, every "
-                f"output row of a token with an uppercase letter masked (weight 0, bias {MASKED_BIAS:g})")
+        return (
+            f"vocab={self.name}: the backbone's own tokenizer, input preprocessed by {self.preprocess!r}, every "
+            f"output row of a token with an uppercase letter masked (weight 0, bias {MASKED_BIAS:g})"
+        )

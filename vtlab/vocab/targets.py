@@ -3,6 +3,7 @@
 `conf/vocab/<name>.yaml` instantiates one of these. `NativeVocab` keeps the backbone's tokenizer (optionally with a
 `Normalizer` as the input-normalization baselines); `PretrainedVocab` and `CorpusWordPiece` are transfer targets.
 """
+
 from __future__ import annotations
 
 import functools
@@ -52,7 +53,9 @@ class Normalizer:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Normalizer) and (self.lowercase, self.blank_prefix) == (
-            other.lowercase, other.blank_prefix)
+            other.lowercase,
+            other.blank_prefix,
+        )
 
     def __hash__(self) -> int:
         return hash((self.lowercase, self.blank_prefix))
@@ -142,12 +145,18 @@ class PretrainedVocab(TargetVocab):
 
     CACHE_ID = "pretrained"
 
-    def __init__(self, name: str, tokenizer: "str | Backbone", embedding_model: "str | Backbone | None" = None,
-                 preprocess: Preprocess | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        tokenizer: "str | Backbone",
+        embedding_model: "str | Backbone | None" = None,
+        preprocess: Preprocess | None = None,
+    ) -> None:
         super().__init__(name, preprocess)
         if not tokenizer:
-            raise VocabConfigError("vocab.tokenizer must name a tokenizer (hub id, directory or asset:NAME) "
-                                   f"for {name}")
+            raise VocabConfigError(
+                f"vocab.tokenizer must name a tokenizer (hub id, directory or asset:NAME) for {name}"
+            )
         self.tokenizer = tokenizer
         self.embedding_model = embedding_model
 
@@ -199,8 +208,9 @@ class CachedTokenizerVocab(TargetVocab):
         damage = integrity.problem(final) if final.exists() else "absent"
         if damage is not None:
             if damage != "absent":
-                log.warning("vocab=%s: cached tokenizer %s is not usable (%s): %sing it", self.name, final, damage,
-                            self.REBUILD)
+                log.warning(
+                    "vocab=%s: cached tokenizer %s is not usable (%s): %sing it", self.name, final, damage, self.REBUILD
+                )
             integrity.build(final, self._write)  # racing builds are safe: the first valid entry wins
         return final
 
@@ -211,8 +221,9 @@ class CachedTokenizerVocab(TargetVocab):
         try:
             return PreTrainedTokenizerFast.from_pretrained(str(path))
         except (OSError, ValueError) as e:
-            raise AssetError(f"vocab={self.name}: cached tokenizer {path} is unreadable ({e}); delete it to "
-                             f"{self.REBUILD}")
+            raise AssetError(
+                f"vocab={self.name}: cached tokenizer {path} is unreadable ({e}); delete it to {self.REBUILD}"
+            )
 
 
 # -- a WordPiece trained on a corpus -----------------------------------------------------------------------------------
@@ -249,9 +260,16 @@ class CorpusWordPiece(CachedTokenizerVocab):
 
     REBUILD = "retrain"
 
-    def __init__(self, name: str, vocab_size: int = 20000,
-                 corpus: Callable[[], Iterable[str]] | Iterable[str] | None = None, lowercase: bool = True,
-                 strip_accents: bool = True, min_frequency: int = 5, preprocess: Preprocess | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        vocab_size: int = 20000,
+        corpus: Callable[[], Iterable[str]] | Iterable[str] | None = None,
+        lowercase: bool = True,
+        strip_accents: bool = True,
+        min_frequency: int = 5,
+        preprocess: Preprocess | None = None,
+    ) -> None:
         super().__init__(name, preprocess)
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not MIN_VOCAB <= vocab_size <= MAX_VOCAB:
             raise VocabConfigError(f"vocab.vocab_size={vocab_size!r} must be an integer in [{MIN_VOCAB}, {MAX_VOCAB}]")
@@ -268,9 +286,15 @@ class CorpusWordPiece(CachedTokenizerVocab):
     def _params(self) -> dict[str, object]:
         import tokenizers
 
-        return {"recipe": _RECIPE, "tokenizers": tokenizers.__version__, "vocab_size": self.vocab_size,
-                "corpus": _corpus_id(self.corpus), "lowercase": self.lowercase,
-                "strip_accents": self.strip_accents, "min_frequency": self.min_frequency}
+        return {
+            "recipe": _RECIPE,
+            "tokenizers": tokenizers.__version__,
+            "vocab_size": self.vocab_size,
+            "corpus": _corpus_id(self.corpus),
+            "lowercase": self.lowercase,
+            "strip_accents": self.strip_accents,
+            "min_frequency": self.min_frequency,
+        }
 
     def _texts(self) -> Iterable[str]:
         texts = self.corpus() if callable(self.corpus) else self.corpus
@@ -284,10 +308,12 @@ class CorpusWordPiece(CachedTokenizerVocab):
         from transformers import PreTrainedTokenizerFast
 
         def tokenizer(vocab: dict[str, int] | None = None) -> Tokenizer:
-            tk = Tokenizer(WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##",
-                                     max_input_chars_per_word=100))
-            tk.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                       strip_accents=self.strip_accents, lowercase=self.lowercase)
+            tk = Tokenizer(
+                WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##", max_input_chars_per_word=100)
+            )
+            tk.normalizer = normalizers.BertNormalizer(
+                clean_text=True, handle_chinese_chars=True, strip_accents=self.strip_accents, lowercase=self.lowercase
+            )
             tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
             tk.decoder = decoders.WordPiece(prefix="##")
             return tk
@@ -299,29 +325,55 @@ class CorpusWordPiece(CachedTokenizerVocab):
         # the "##c", sorted, as special tokens fixes all their ids, so every merge is chosen the same way (the same
         # tokens as the unpinned recipe up to its tie-breaking: 3 of 20,000 differ on BoolQ); the tokenizer is then
         # rebuilt with only SPECIALS as special tokens.
-        words = {word for text in self._texts()
-                 for word, _ in tk.pre_tokenizer.pre_tokenize_str(tk.normalizer.normalize_str(text))}
+        words = {
+            word
+            for text in self._texts()
+            for word, _ in tk.pre_tokenizer.pre_tokenize_str(tk.normalizer.normalize_str(text))
+        }
         pinned = sorted({c for w in words for c in w}) + [f"##{c}" for c in sorted({c for w in words for c in w[1:]})]
-        trainer = WordPieceTrainer(vocab_size=self.vocab_size, min_frequency=self.min_frequency,
-                                   special_tokens=[*SPECIALS, *pinned], continuing_subword_prefix="##",
-                                   show_progress=False)
+        trainer = WordPieceTrainer(
+            vocab_size=self.vocab_size,
+            min_frequency=self.min_frequency,
+            special_tokens=[*SPECIALS, *pinned],
+            continuing_subword_prefix="##",
+            show_progress=False,
+        )
         tk.train_from_iterator(self._texts(), trainer=trainer)
         if tk.get_vocab_size() <= len(SPECIALS) + len(pinned):
             raise VtlabError(f"vocab={self.name}: the corpus {self._corpus_name()} gave no tokens (is it empty?)")
         tk = tokenizer(tk.get_vocab(with_added_tokens=True))
         tk.add_special_tokens(list(SPECIALS))
         if tk.get_vocab_size() < self.vocab_size:
-            log.warning("vocab=%s: the corpus only supports %d of vocab.vocab_size=%d tokens",
-                        self.name, tk.get_vocab_size(), self.vocab_size)
+            log.warning(
+                "vocab=%s: the corpus only supports %d of vocab.vocab_size=%d tokens",
+                self.name,
+                tk.get_vocab_size(),
+                self.vocab_size,
+            )
         cls_id, sep_id = tk.token_to_id("[CLS]"), tk.token_to_id("[SEP]")
-        tk.post_processor = TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-                                               special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
-        return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                                       sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
+        tk.post_processor = TemplateProcessing(
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+        )
+        return PreTrainedTokenizerFast(
+            tokenizer_object=tk,
+            pad_token="[PAD]",
+            unk_token="[UNK]",
+            cls_token="[CLS]",
+            sep_token="[SEP]",
+            mask_token="[MASK]",
+            model_max_length=512,
+        )
 
     def _write(self, tmp: Path) -> None:
-        log.info("vocab=%s: training a %d-token WordPiece on %s -> %s", self.name, self.vocab_size,
-                 self._corpus_name(), self.cache_path())
+        log.info(
+            "vocab=%s: training a %d-token WordPiece on %s -> %s",
+            self.name,
+            self.vocab_size,
+            self._corpus_name(),
+            self.cache_path(),
+        )
         self._train().save_pretrained(tmp)
         (tmp / "vtlab_vocab.json").write_text(json.dumps(self._params(), indent=1, sort_keys=True))
 
@@ -330,7 +382,9 @@ class CorpusWordPiece(CachedTokenizerVocab):
         return describe() if callable(describe) else _corpus_id(self.corpus)
 
     def describe(self) -> str:
-        return (f"vocab={self.name}: {self.vocab_size}-token WordPiece trained on {self._corpus_name()} "
-                f"(lowercase={self.lowercase}, strip_accents={self.strip_accents}); no pretrained model has embeddings "
-                f"in this vocabulary, so semantic init / set_bias are unavailable: use an init that needs only the "
-                f"source model (e.g. sub-token mean or random)")
+        return (
+            f"vocab={self.name}: {self.vocab_size}-token WordPiece trained on {self._corpus_name()} "
+            f"(lowercase={self.lowercase}, strip_accents={self.strip_accents}); no pretrained model has embeddings "
+            f"in this vocabulary, so semantic init / set_bias are unavailable: use an init that needs only the "
+            f"source model (e.g. sub-token mean or random)"
+        )

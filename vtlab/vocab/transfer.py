@@ -9,6 +9,7 @@ and the bias are rescaled by one scalar so
 overlap tokens have the target model's mean norm (`target_norm`). The encoder and the MLM head transform stay the
 source model's. Results are cached by (backbone, vocab, init, options).
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,10 @@ def zscore_map(target_bias: Tensor, source_bias: Tensor) -> Tensor:
     t, s = target_bias.double(), source_bias.double()
     std_t = t.std()
     if not torch.isfinite(std_t) or std_t == 0:
-        raise VtlabError("transfer.bias=zmap: the target model's MLM bias is constant (untrained head?); "
-                         "use transfer.bias=init or transfer.bias=zeros")
+        raise VtlabError(
+            "transfer.bias=zmap: the target model's MLM bias is constant (untrained head?); "
+            "use transfer.bias=init or transfer.bias=zeros"
+        )
     return ((t - t.mean()) / std_t * s.std() + s.mean()).float()
 
 
@@ -123,9 +126,14 @@ def apply_transfer(
     # pieces, random) fills it exactly as it fills that token's embedding
     source_rows = torch.cat([source_emb, source_bias.unsqueeze(1)], 1) if bias_mode == "init" else source_emb
     new_rows, init_stats = init(
-        source_rows, overlap, target_size=len(target_tokenizer), source_tokenizer=source_tokenizer,
-        target_tokenizer=target_tokenizer, target_embeddings=target_embeddings,
-        initializer_range=float(getattr(model.config, "initializer_range", 0.02)), generator=generator,
+        source_rows,
+        overlap,
+        target_size=len(target_tokenizer),
+        source_tokenizer=source_tokenizer,
+        target_tokenizer=target_tokenizer,
+        target_embeddings=target_embeddings,
+        initializer_range=float(getattr(model.config, "initializer_range", 0.02)),
+        generator=generator,
     )
     new_emb = new_rows[:, : source_emb.shape[1]]
     V, H = new_emb.shape
@@ -172,11 +180,16 @@ def apply_transfer(
             "source_mean": float(source_emb.norm(dim=1).mean()),
             "new_mean": float(emb_norms.mean()),
             "new_overlap_mean": float(emb_norms[torch.as_tensor(overlap.target_ids, dtype=torch.long)].mean())
-            if len(overlap.target_ids) else None,
+            if len(overlap.target_ids)
+            else None,
             "target_mean": float(target_embeddings.norm(dim=1).mean()) if target_embeddings is not None else None,
         },
-        "bias": {"mode": bias_mode, "source_mean": float(source_bias.mean()), "new_mean": float(bias.mean()),
-                 "new_std": float(bias.std())},
+        "bias": {
+            "mode": bias_mode,
+            "source_mean": float(source_bias.mean()),
+            "new_mean": float(bias.mean()),
+            "new_std": float(bias.std()),
+        },
         "position_table_shifted": shifted,
         "seconds": time.perf_counter() - start,
     }
@@ -190,15 +203,23 @@ def _target_model_tensors(vocab: TargetVocab, options: TransferOptions) -> tuple
     model = (source if isinstance(source, Backbone) else Backbone(source)).load_model()
     emb = model.get_input_embeddings().weight.detach().float().clone()
     dec = model.get_output_embeddings()
-    bias = (dec.bias.detach().float().clone()
-            if (options.bias == "zmap" and dec is not None and dec.bias is not None) else None)
+    bias = (
+        dec.bias.detach().float().clone()
+        if (options.bias == "zmap" and dec is not None and dec.bias is not None)
+        else None
+    )
     return emb, bias
 
 
 def _cache_key(backbone: Backbone, vocab: TargetVocab, init: Initializer, options: TransferOptions) -> str:
     blob = json.dumps(
-        {"backbone": backbone.cache_key(), "vocab": vocab.cache_key(), "init": repr(init), "options": asdict(options),
-         "version": 1},
+        {
+            "backbone": backbone.cache_key(),
+            "vocab": vocab.cache_key(),
+            "init": repr(init),
+            "options": asdict(options),
+            "version": 1,
+        },
         sort_keys=True,
     )
     return stable_hash(blob, length=16)
@@ -206,8 +227,9 @@ def _cache_key(backbone: Backbone, vocab: TargetVocab, init: Initializer, option
 
 def _derived_key(backbone: Backbone, vocab: TargetVocab) -> str:
     # init and transfer options do not touch a derived model; the vocabulary's key carries its recipe version
-    return stable_hash(json.dumps({"backbone": backbone.cache_key(), "vocab": vocab.cache_key()}, sort_keys=True),
-                       length=16)
+    return stable_hash(
+        json.dumps({"backbone": backbone.cache_key(), "vocab": vocab.cache_key()}, sort_keys=True), length=16
+    )
 
 
 def check_compatible(vocab: TargetVocab, init: Initializer) -> None:
@@ -220,16 +242,18 @@ def check_compatible(vocab: TargetVocab, init: Initializer) -> None:
         )
 
 
-def cached_transfer(backbone: Backbone, vocab: TargetVocab, init: Initializer,
-                    options: TransferOptions = TransferOptions()) -> Path:
+def cached_transfer(
+    backbone: Backbone, vocab: TargetVocab, init: Initializer, options: TransferOptions = TransferOptions()
+) -> Path:
     """HF model directory of `backbone` transferred to `vocab` with `init`, computed once per configuration. A
     vocabulary with DERIVES_MODEL makes its model from the source one itself (`TargetVocab.derive_model`, e.g.
     vtlab/vocab/masked_outputs.py), cached per (backbone, vocab) alone: `init` and `options` are not used."""
     check_compatible(vocab, init)
     if vocab.DERIVES_MODEL:
         out = cache_dir("transfers") / f"{vocab.name}-{_derived_key(backbone, vocab)}"
-        return _cached_model(out, backbone, vocab,
-                             lambda model, source_tok, target_tok: vocab.derive_model(model, source_tok))
+        return _cached_model(
+            out, backbone, vocab, lambda model, source_tok, target_tok: vocab.derive_model(model, source_tok)
+        )
 
     def transfer(model: nn.Module, source_tok: Any, target_tok: Any) -> dict[str, Any]:
         target_emb, target_bias = _target_model_tensors(vocab, options)
@@ -239,8 +263,9 @@ def cached_transfer(backbone: Backbone, vocab: TargetVocab, init: Initializer,
     return _cached_model(out, backbone, vocab, transfer)
 
 
-def _cached_model(out: Path, backbone: Backbone, vocab: TargetVocab,
-                  make: Callable[[nn.Module, Any, Any], dict[str, Any]]) -> Path:
+def _cached_model(
+    out: Path, backbone: Backbone, vocab: TargetVocab, make: Callable[[nn.Module, Any, Any], dict[str, Any]]
+) -> Path:
     """`out` when it is a usable cache entry; else `backbone`'s model changed in place by `make(model, source
     tokenizer, vocab's tokenizer)` (its report), saved there with that tokenizer and transfer_report.json."""
     if out.exists():
@@ -253,19 +278,27 @@ def _cached_model(out: Path, backbone: Backbone, vocab: TargetVocab,
     target_tok = vocab.load_tokenizer(source_tok)
     report = make(model, source_tok, target_tok)
     report.update(backbone=backbone.name_or_path, vocab=vocab.name)
+
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
         target_tok.save_pretrained(tmp)
         (tmp / "transfer_report.json").write_text(json.dumps(report, indent=2))
 
     integrity.build(out, write)
-    log.info("vocabulary transfer: %s → %s in %.1fs (%s): %s", backbone.name_or_path, vocab.name, report["seconds"],
-             out.name, report["overlap"])
+    log.info(
+        "vocabulary transfer: %s → %s in %.1fs (%s): %s",
+        backbone.name_or_path,
+        vocab.name,
+        report["seconds"],
+        out.name,
+        report["overlap"],
+    )
     return out
 
 
-def transferred_backbone(backbone: Backbone, vocab: TargetVocab, init: Initializer,
-                         options: TransferOptions = TransferOptions()) -> Backbone:
+def transferred_backbone(
+    backbone: Backbone, vocab: TargetVocab, init: Initializer, options: TransferOptions = TransferOptions()
+) -> Backbone:
     """The backbone a run should load: the transferred directory when `vocab` changes the vocabulary."""
     if not vocab.transfers:
         return backbone
