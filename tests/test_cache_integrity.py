@@ -18,7 +18,7 @@ from vtlab.vocab.init import Mean
 from vtlab.vocab.targets import SPECIALS, CorpusWordPiece, PretrainedVocab
 from vtlab.vocab.transfer import cached_transfer
 
-from helpers import ROOT, compose_cfg
+from helpers import ROOT
 
 pytestmark = pytest.mark.usefixtures("empty_cache")  # every test builds, damages and rebuilds its own entries
 
@@ -197,25 +197,31 @@ def test_damaged_idf_cache_is_recomputed_with_one_warning(tmp_path: Path, caplog
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]  # now used as it is
 
 
-def test_damaged_baseline_eval_cache_is_evaluated_again(tmp_path: Path, caplog) -> None:
+def test_damaged_baseline_eval_cache_is_evaluated_again(caplog) -> None:
     from vtlab.assets import cache_dir
-    from vtlab.stages.evaluate import baseline_metrics
+    from vtlab.evaluation.baseline import baseline_metrics
 
-    cfg = compose_cfg([f"paths.run_dir={tmp_path}", "backbone=splade-tiny"])
     calls = []
 
     def evaluation(encoder):
         calls.append(encoder)
         return {"nDCG@10": 0.5, "R@10": 0.75, "n_queries": 3}
 
-    assert baseline_metrics(cfg, evaluation, "boolq") == {"nDCG@10": 0.5, "R@10": 0.75, "n_queries": 3}
+    def cached(dataset: str) -> dict[str, float]:
+        config = {"_target_": "vtlab.evaluation.retrieval.RetrievalEvaluation", "k": 10}
+        encoder = {"backbone": {"name": "splade-tiny"}, "max_length": 32}
+        return baseline_metrics(
+            evaluation, object, backbone_key="tiny", eval_config=config, encoder_config=encoder, dataset=dataset
+        )
+
+    assert cached("boolq") == {"nDCG@10": 0.5, "R@10": 0.75, "n_queries": 3}
     [path] = list(cache_dir("evals").glob("*.json"))
-    assert baseline_metrics(cfg, evaluation, "boolq")["R@10"] == 0.75 and len(calls) == 1  # cached
+    assert cached("boolq")["R@10"] == 0.75 and len(calls) == 1  # cached
     for damaged in (path.read_text()[:20], '{"nDCG@10": "0.5"}', "[]"):
         path.write_text(damaged)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="vtlab"):
-            assert baseline_metrics(cfg, evaluation, "boolq") == {"nDCG@10": 0.5, "R@10": 0.75, "n_queries": 3}
+            assert cached("boolq") == {"nDCG@10": 0.5, "R@10": 0.75, "n_queries": 3}
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1 and warnings[0].startswith(f"baseline cache {path} is damaged ("), damaged
         assert warnings[0].endswith("): evaluating the baseline again")

@@ -750,7 +750,7 @@ def test_targets_renamed_since_a_run_was_recorded_map_to_allowed_names_and_keep_
     from omegaconf import OmegaConf
 
     from vtlab.export.safe_config import ALLOWED_TARGETS, RENAMED_TARGETS, check_targets, rename_targets
-    from vtlab.stages.evaluate import _keyed_targets
+    from vtlab.evaluation.baseline import _keyed_targets
 
     for old, new in RENAMED_TARGETS.items():
         assert new in ALLOWED_TARGETS and old not in ALLOWED_TARGETS

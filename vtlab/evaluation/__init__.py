@@ -5,12 +5,14 @@
 - `budgets`: matched term budgets, re-searched after pruning;
 - `outputs`: run.trec, per_query.json, metrics.json and the results table;
 - `suite`: `EvaluationSuite`, several evaluations as one (BEIR-13), and `average`;
+- `baseline`: `baseline_metrics`, the plain backbone's evaluation, cached per configuration (the evaluate stage's
+  comparison);
 - `stats`: paired significance between two systems' runs (query level and seed level, Holm), which the report's
   contrasts read.
 
 conf/ names the classes by their module (`vtlab.evaluation.retrieval.RetrievalEvaluation`,
-`vtlab.evaluation.suite.EvaluationSuite`); the names below are the public API (`stats` is used as a module:
-`vtlab.evaluation.stats`).
+`vtlab.evaluation.suite.EvaluationSuite`); the names below are the public API (`stats` and `baseline` are used as
+modules: `vtlab.evaluation.stats`, `vtlab.evaluation.baseline`).
 """
 
 from vtlab.evaluation.budgets import BUDGET_KEY, Budget, budget_key, parse_budgets, prune_top_k, split_budget_key
