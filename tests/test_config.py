@@ -10,7 +10,8 @@ from omegaconf import OmegaConf, open_dict
 
 from helpers import CONF, ROOT, compose_cfg
 
-GROUPS = sorted(d.name for d in CONF.iterdir() if d.is_dir() and d.name != "hydra")  # hydra/: Hydra's own groups
+GROUPS = sorted(d.name for d in CONF.iterdir() if d.is_dir() and d.name not in ("hydra", "tables"))  # hydra/: Hydra's
+# own groups; tables/: what vtlab.reproduce runs, read by it (not a group of the run's config)
 # keys a user must fill for some choices (`???` in the YAML); everything else must resolve as composed
 REQUIRED = {
     ("eval", "beir"): {"eval.path"},

@@ -5,8 +5,8 @@ contrast, no checkpoint selection, and tables whose contrasts name their own row
 import pytest
 from omegaconf import OmegaConf
 
-from vtlab.reproduce import TABLES, main_rows, sweeps
-from helpers import compose_cfg
+from vtlab.reproduce import main_rows, scales, sweeps, tables_of
+from helpers import CONF, compose_cfg
 
 MAIN = main_rows("testbed")
 SAME = [
@@ -114,7 +114,7 @@ def test_no_checkpoint_selection_and_no_evaluation_set_as_dev():
 
 
 def test_seeds_per_table_and_ablations_reuse_the_main_table(tmp_path):
-    planned = sweeps("testbed", None, list(TABLES["testbed"]), tmp_path)
+    planned = sweeps("testbed", None, list(tables_of("testbed")), tmp_path)
     assert "seed=0,1,2" in planned["main"] and "seed=0" in planned["references"]
     for table in ("ablation-init", "ablation-apc", "ablation-target"):
         assert "seed=0,1" in planned[table] and any(o.startswith("reuse_runs=") for o in planned[table])
@@ -152,3 +152,24 @@ def test_the_default_run_selects_on_dev_before_the_main_table_and_runs_jobs_side
     assert f"reuse_runs=['{tmp_path.resolve()}/select']" in main_table
     assert f"hydra.searchpath=[file://{tmp_path.resolve()}/selected]" in main_table
     assert all("hydra/launcher=parallel" in c for c in commands)
+
+
+@pytest.mark.parametrize("scale", scales())
+def test_every_row_file_is_in_its_table_and_every_table_has_its_configs(scale):
+    # conf/tables/<scale>.yaml is the one place a table is defined: a row file it does not list would never run
+    assert scales() == ["paper", "testbed"]
+    for table, spec in tables_of(scale).items():
+        if "rows" in spec:
+            files = {p.stem for p in (CONF / "experiment" / scale / table).glob("*.yaml")}
+            assert sorted(spec["rows"]) == sorted(files) and len(set(spec["rows"])) == len(spec["rows"])
+        else:
+            assert (CONF / "experiment" / scale / f"{table}.yaml").is_file()
+        assert isinstance(spec["seeds"], int) and spec["seeds"] >= 1
+
+
+def test_an_unknown_table_names_the_tables_file(capsys):
+    from vtlab.reproduce import main
+
+    assert main(["--dry-run", "--tables", "main,ablation-nothing"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vtlab: error: --tables: ['ablation-nothing']") and "conf/tables/testbed.yaml" in err

@@ -5,8 +5,9 @@
                                                        # 3 seeds for the main table, 2 for ablations, sanity gates
     python -m vtlab.reproduce --scale paper            # the authors' recipe through hydra/launcher=slurm (GPUs, hub)
 
-Tables whose rows are files (conf/experiment/<scale>/main/, references/) run those files in the paper's row order;
-each ablation is one experiment config whose `hydra.sweeper.params` lists its values. Sweeps write to <out>/<table>/
+Each scale's tables, in run order, with their rows and default seeds, are defined in conf/tables/<scale>.yaml: a
+table of rows runs those files of conf/experiment/<scale>/<table>/ in that order; each ablation is one experiment
+config whose `hydra.sweeper.params` lists its values. Sweeps write to <out>/<table>/
 — one directory per table — and a rerun into the same directory overwrites it, so pass another --out to keep an
 earlier run. At the testbed scale the gates of vtlab/gates.py run first (the case gate, before any row) and last (the
 quality gate); a failed gate exits 3 with one line.
@@ -33,51 +34,34 @@ from vtlab.paths import CONF_DIR
 from vtlab.report import State, collect_jobs, selection
 
 CONF = CONF_DIR / "experiment"
-ROW_ORDER = [
-    "bm25",
-    "splade-tiny",
-    "wp-native",
-    "unc-native",
-    "bpe-native",
-    "bpe-lowercase",
-    "bpe-lowercase-masked",
-    "bpe-vt-unc",
-    "bpe-vt",
-    "bpe-lowercase-inference-free",
-    "bpe-vt-unc-inference-free",
-    "bert-native",
-    "modernbert-native",
-    "modernbert-native-mlm",
-    "modernbert-lowercase",
-    "modernbert-lowercase-masked",
-    "modernbert-vt",
-    "roberta-large-native",
-    "roberta-large-vt",
-    "bert-inference-free",
-    "modernbert-inference-free",
-    "modernbert-vt-inference-free",
-]
-ABLATIONS = ["ablation-init", "ablation-apc"]
-# Per scale: the tables in run order and each one's default number of seeds (--seeds overrides them all). The testbed's
-# ablations are outside its 60-minute default (`--tables main,references,ablation-init`); the target-space one
-# compares with a privileged target (SPLADE-tiny's own embeddings).
-OPTIONAL = {"testbed": {"ablation-init", "ablation-apc", "ablation-target"}}
-TABLES = {
-    "testbed": {"references": 1, "main": 3, "ablation-init": 2, "ablation-apc": 2, "ablation-target": 2},
-    "paper": {"main": 1, **dict.fromkeys(ABLATIONS, 1)},
-}
+TABLES = CONF_DIR / "tables"  # <scale>.yaml: that scale's tables, rows, default seeds (the one place they are defined)
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-ROW_TABLES = ("main", "references")  # tables whose rows are the files of conf/experiment/<scale>/<table>/
+
+
+def scales() -> list[str]:
+    return sorted(p.stem for p in TABLES.glob("*.yaml"))
+
+
+def tables_of(scale: str) -> dict[str, dict[str, Any]]:
+    """conf/tables/<scale>.yaml in run order: table → {rows: [...] (a table of row files), seeds, optional}."""
+    return OmegaConf.to_container(OmegaConf.load(TABLES / f"{scale}.yaml"), resolve=True)
 
 
 def main_rows(scale: str, table: str = "main") -> list[str]:
-    present = {p.stem for p in (CONF / scale / table).glob("*.yaml")}
-    ordered = [r for r in ROW_ORDER if r in present] + sorted(present - set(ROW_ORDER))
-    return [f"{scale}/{table}/{r}" for r in ordered]
+    """The `experiment=` names of a row table's rows, in its order (conf/tables/<scale>.yaml); [] for none."""
+    return [f"{scale}/{table}/{r}" for r in tables_of(scale).get(table, {}).get("rows", [])]
+
+
+def _is_row_table(scale: str, table: str) -> bool:
+    return "rows" in tables_of(scale)[table]
 
 
 def _exists(scale: str, table: str) -> bool:
-    return (CONF / scale / table).is_dir() if table in ROW_TABLES else (CONF / scale / f"{table}.yaml").is_file()
+    if table not in tables_of(scale):
+        return False
+    if _is_row_table(scale, table):
+        return all((CONF / f"{row}.yaml").is_file() for row in main_rows(scale, table))
+    return (CONF / scale / f"{table}.yaml").is_file()
 
 
 def sweeps(scale: str, seeds: int | None, tables: list[str], out: Path | None = None) -> dict[str, list[str]]:
@@ -86,11 +70,12 @@ def sweeps(scale: str, seeds: int | None, tables: list[str], out: Path | None = 
     a main row (vtlab/runs/reuse.py)."""
     sweeps_ = {}
     for table in tables:
-        n = seeds if seeds is not None else TABLES.get(scale, {}).get(table, 1)
+        n = seeds if seeds is not None else tables_of(scale)[table]["seeds"]
         seed = "seed=" + ",".join(str(s) for s in range(n))
-        experiment = ",".join(main_rows(scale, table)) if table in ROW_TABLES else f"{scale}/{table}"
+        rows = _is_row_table(scale, table)
+        experiment = ",".join(main_rows(scale, table)) if rows else f"{scale}/{table}"
         sweeps_[table] = [f"experiment={experiment}", seed]
-        if out is not None and table not in ROW_TABLES and "main" in tables:
+        if out is not None and not rows and "main" in tables:
             sweeps_[table].append(f"reuse_runs=['{(out / 'main').resolve()}']")
     return sweeps_
 
@@ -110,7 +95,7 @@ def row_metric(sweep: Path, name: str, dataset: str = gates.GATE_DATASET, measur
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m vtlab.reproduce", description=__doc__.split("\n\n")[0])
-    p.add_argument("--scale", choices=list(TABLES), default="testbed")
+    p.add_argument("--scale", choices=scales(), default="testbed")
     p.add_argument(
         "--seeds",
         type=int,
@@ -228,11 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds is not None and args.seeds < 1:
         print(f"vtlab: error: --seeds={args.seeds}: expected >= 1", file=sys.stderr)
         return 2
-    default = [t for t in TABLES[args.scale] if t not in OPTIONAL.get(args.scale, set())]
+    default = [t for t, spec in tables_of(args.scale).items() if not spec.get("optional", False)]
     tables = [t for t in args.tables.split(",") if t] if args.tables else default
     unknown = [t for t in tables if not _exists(args.scale, t)]
     if unknown:
-        print(f"vtlab: error: --tables: no experiment config for {unknown} under {CONF / args.scale}", file=sys.stderr)
+        print(
+            f"vtlab: error: --tables: {unknown}: expected tables of {TABLES / (args.scale + '.yaml')} with their "
+            f"experiment configs under {CONF / args.scale}: {', '.join(tables_of(args.scale))}",
+            file=sys.stderr,
+        )
         return 2
     out = args.out or Path("outputs") / "reproduce" / args.scale
     launcher = args.launcher or ("slurm" if args.scale == "paper" else "parallel" if args.jobs > 1 else None)
@@ -278,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                     + [o for o in overrides if not o.startswith("experiment=")]
                     + [f"reuse_runs=['{(out / 'select').resolve()}']"]
                 )
-            elif table not in ROW_TABLES:
+            elif not _is_row_table(args.scale, table):
                 overrides = overrides + _chosen_for(table, args.scale, chosen)
             dirs.append(out / table)
             run(overrides, out / table)
