@@ -25,33 +25,11 @@ from vtlab.diagnose.summary import console_summary
 from vtlab.diagnose.tokenizer_fit import tokenize_corpus, tokenizer_fit
 from vtlab.atomic import write_json
 from vtlab.errors import VtlabError
+from vtlab.runs.job import config_choice, sweep_dir
 from vtlab.stages.build import build_encoder
 from vtlab.vocab.canonical import tokenizer_kind
 
 log = logging.getLogger("vtlab")
-
-
-def _choice(cfg: DictConfig, group: str) -> str:
-    """The config name the user chose for `group` (what a suggested command must say), else the node's `name`."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        choice = HydraConfig.get().runtime.choices.get(group)
-        if choice:
-            return str(choice)
-    node = cfg.get(group)
-    return str(node.get("name", "?")) if node is not None else "none"
-
-
-def sweep_dir() -> Path | None:
-    """The multirun's sweep directory, None for a single run (or outside Hydra)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized():
-        return None
-    hc = HydraConfig.get()
-    return Path(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
 
 
 def _apc(cfg: DictConfig, settings: DictConfig) -> APC:
@@ -75,7 +53,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         tokenizer = encoder.tokenizer
     else:
         tokenizer = vocab.load_tokenizer(backbone.load_tokenizer())
-    label = f"{_choice(cfg, 'backbone')} · {_choice(cfg, 'vocab')}"
+    label = f"{config_choice(cfg, 'backbone')} · {config_choice(cfg, 'vocab')}"
     print(f"diagnose {label}: {len(texts):,} documents from {corpus_name(settings.corpus)}")
 
     corpus = tokenize_corpus(tokenizer, texts, vocab.preprocess)
@@ -84,13 +62,13 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     activity = output_activity(encoder, texts, apc, float(settings.activity.always_on)) if encoder else None
     samples = activity.pop("_samples") if activity else None
 
-    apc_name = _choice(cfg, "apc") if cfg.get("apc") is not None else "off"
+    apc_name = config_choice(cfg, "apc") if cfg.get("apc") is not None else "off"
     result = {
         "candidate": {
             "label": label,
-            "backbone": _choice(cfg, "backbone"),
-            "vocab": _choice(cfg, "vocab"),
-            "init": _choice(cfg, "init"),
+            "backbone": config_choice(cfg, "backbone"),
+            "vocab": config_choice(cfg, "vocab"),
+            "init": config_choice(cfg, "init"),
             "apc": apc_name,
             "apc_enabled": bool(apc and apc.enabled),
             # generated test backbones (backbones/tiny.py) are random-init unless a stage trained them
