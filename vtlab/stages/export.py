@@ -3,8 +3,9 @@ sparse vectors for Anserini, OpenSearch, Elasticsearch and Qdrant (conf/stage/ex
 
 With `run_dir=R`, what describes the run comes from R's recorded config (vtlab/export/run_config.py): its encoder
 settings and its eval collection, with this command line's overrides under `model.encoder` / `eval` on top.
-The library code is in vtlab/export/: run_encoder.py (a run's trained encoder), corpus.py (what is encoded),
-vectors.py (the writers), model_extras.py (ONNX graphs, the model card), hub.py (the upload)."""
+The library code is in vtlab/export/: outputs.py (what is written where, checked first), run_encoder.py (a run's
+trained encoder), corpus.py (what is encoded), vectors.py (the writers), model_extras.py (ONNX graphs, the model card),
+hub.py (the upload)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,15 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from vtlab.errors import VtlabError
 from vtlab.export.corpus import IDF_FIX, QUERIES_FIX, corpus_docs, corpus_path, encoding_line
-from vtlab.export.hub import check_push, push_to_hub
+from vtlab.export.hub import push_to_hub
 from vtlab.export.model_card import portable_values
 from vtlab.export.model_extras import model_extras, this_run_overrides
+from vtlab.export.outputs import export_outputs
 from vtlab.export.run_config import EvalSource, RunConfig
 from vtlab.export.run_encoder import encoder_from_run
-from vtlab.export.sentence_transformers import check_target, export_sentence_transformers
-from vtlab.export.vectors import vector_formats, write_vectors
+from vtlab.export.sentence_transformers import export_sentence_transformers
+from vtlab.export.vectors import write_vectors
 from vtlab.stages.build import build_encoder
 
 __all__ = ["run"]
@@ -41,28 +42,8 @@ def load_encoder(cfg: DictConfig, run: RunConfig) -> tuple[Any, dict[str, Any]]:
 
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     ex = cfg.export
-    if not ex.sentence_transformers and not ex.vectors.formats:
-        raise VtlabError(
-            "stage=export: nothing to export (export.sentence_transformers=false and no export.vectors.formats)"
-        )
     base = Path(str(cfg.run_dir)) if cfg.get("run_dir") else Path(cfg.paths.run_dir)
-    out = Path(ex.out) if ex.out else base / "sparse-encoder"
-    repo = str(ex.push_to_hub) if ex.get("push_to_hub") else None
-    if repo is not None:  # before any work: an export meant for the Hub must not run for nothing
-        if not ex.sentence_transformers:
-            raise VtlabError(
-                f"export.push_to_hub={repo} uploads the SparseEncoder directory: set export.sentence_transformers=true"
-            )
-        check_push(repo, out.absolute())
-    # config and target errors before any model is loaded
-    formats, query_formats = vector_formats(cfg, Path(ex.vectors.dir) if ex.vectors.dir else base / "vectors")
-    if ex.get("onnx") and not ex.sentence_transformers:
-        raise VtlabError(
-            "export.onnx=true writes <export.out>/onnx inside the SparseEncoder directory: set "
-            "export.sentence_transformers=true"
-        )
-    if ex.sentence_transformers:
-        check_target(out.absolute(), bool(ex.overwrite), "export.out")
+    out, repo, formats, query_formats = export_outputs(cfg, base)  # config and target errors before any model loads
     trained = state.get("encoder") is not None or bool(cfg.get("run_dir"))
     run_cfg = RunConfig(cfg, Path(str(cfg.run_dir)) if cfg.get("run_dir") else None, this_run_overrides(cfg))
     source = EvalSource(run_cfg, member=ex.vectors.get("collection"))
