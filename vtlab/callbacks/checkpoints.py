@@ -1,6 +1,6 @@
 """Lightning checkpoints as vtlab writes and reads them: weights-only loading (a crafted file runs nothing), a shape
-check before a resume, the global RNG streams as plain values, writes renamed into place beside the target, and the
-disk space a training run's checkpoints need."""
+check before a resume, the global RNG streams as plain values, writes renamed into place beside the target, the
+disk space a training run's checkpoints need, and the checkpoint a finished training chose."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -18,6 +18,9 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from vtlab.atomic import atomic_write_bytes
 from vtlab.errors import DiskError, RunDirError, gib
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
 
 
 # AdamW (conf/model, vtlab's one optimizer) keeps two states per parameter: exp_avg and exp_avg_sq.
@@ -114,6 +117,15 @@ def load_checkpoint(path: str | os.PathLike[str], mmap: bool = False) -> dict[st
             "or pass overwrite=true to start over"
         )
     return ckpt
+
+
+def chosen_checkpoint(trainer: pl.Trainer) -> str | None:
+    """The checkpoint the trainer's checkpoint callback chose: the best by the dev metric, else the last one; None
+    when there is no callback or it wrote nothing."""
+    cb = trainer.checkpoint_callback
+    if cb is None:
+        return None
+    return cb.best_model_path or cb.last_model_path or None
 
 
 def _unreadable(path: str | os.PathLike[str], e: BaseException) -> str:

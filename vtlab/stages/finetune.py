@@ -20,7 +20,7 @@ from vtlab.atomic import atomic_dir
 from vtlab.callbacks.resume_state import ResumeState, resume_configs
 from vtlab.callbacks.run_config import RunConfigLogger
 from vtlab.callbacks.vocab_transfer import VocabTransferCallback
-from vtlab.callbacks.checkpoints import SameDirCheckpointIO, check_free_space, load_checkpoint
+from vtlab.callbacks.checkpoints import SameDirCheckpointIO, check_free_space, chosen_checkpoint, load_checkpoint
 from vtlab.errors import ConfigError
 from vtlab.tracking.loggers import configured_loggers, resolved_config
 from vtlab.stages.build import transfer_parts
@@ -83,7 +83,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         log.info("resuming training from %s", resume_from)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
 
-    ckpt = _chosen_checkpoint(trainer)
+    ckpt = chosen_checkpoint(trainer)
     if ckpt is not None:
         # the final evaluation uses the checkpoint chosen by the dev metric, not the last weights
         module.load_state_dict(load_checkpoint(ckpt)["state_dict"])
@@ -112,10 +112,3 @@ def _check_teacher_scores(module: pl.LightningModule, datamodule: Any, cfg: Dict
             f"({OmegaConf.select(cfg, 'data.train._target_', default='data.train')}) has none: add 'scores' to the "
             "triplets (or data.train.scores_path=FILE), or use loss=infonce"
         )
-
-
-def _chosen_checkpoint(trainer: pl.Trainer) -> str | None:
-    cb = trainer.checkpoint_callback
-    if cb is None:
-        return None
-    return cb.best_model_path or cb.last_model_path or None
