@@ -10,7 +10,7 @@ from argparse import Namespace
 import numpy as np
 import pytest
 
-from vtlab.bench.__main__ import TARGETS, judge, summarize
+from vtlab.bench.summary import TARGETS, judge, summarize
 from vtlab.bench.synthetic import synthetic_collection
 
 
@@ -136,7 +136,7 @@ def _encode_parts(auto: str) -> dict:
 
 @pytest.mark.parametrize("auto, speedup", [("fp32", 1.0), ("bf16", 0.1)])
 def test_onnx_runtime_row_and_precision_auto_in_summary_and_table(auto, speedup):
-    from vtlab.bench.__main__ import table
+    from vtlab.bench.summary import table
 
     parts = {"encode": _encode_parts(auto)}
     s = summarize(parts, Namespace(threads=2))
