@@ -223,7 +223,7 @@ def test_an_encoder_longer_than_the_model_is_refused_when_built():
             "data.doc_max_length='two': expected an integer >= 3 (tokens, special ones included)",
         ),
         (["data.num_negatives=-1"], "data.num_negatives=-1: expected an integer >= 0"),
-        (["model.encoder.precision=fp16"], "model.encoder.precision='fp16': expected one of auto, fp32, bf16"),
+        (["model.encoder.precision=fp16"], "model.encoder.precision='fp16': expected one of auto, native, fp32, bf16"),
         (["seed=-1"], "seed=-1: expected an integer in [0, 4294967295]"),
         (["eval.top_k=0"], "eval.top_k=0: expected an integer >= 1"),
         (

@@ -41,7 +41,9 @@ def test_explicit_choices_and_devices():
     assert prec.resolve_precision("bf16", "cpu", flags=flags) == "bf16"  # asked for: honoured
     assert prec.resolve_precision("fp32", "cpu", flags=prec.parse_cpu_flags(SAPPHIRE)) == "fp32"
     assert prec.resolve_precision("auto", "cuda", flags=prec.parse_cpu_flags(SAPPHIRE)) == "fp32"
-    with pytest.raises(VtlabError, match=r"model.encoder.precision='fp16': expected one of auto, fp32, bf16, int8"):
+    with pytest.raises(
+        VtlabError, match=r"model.encoder.precision='fp16': expected one of auto, native, fp32, bf16, int8"
+    ):
         prec.resolve_precision("fp16")
 
 
@@ -88,6 +90,32 @@ def test_encoder_applies_the_resolved_precision(splade_tiny, monkeypatch):
     # auto follows the (faked) CPU: native bf16 (no VNNI: no int8 check) → the bf16 vectors, AVX2-only → the fp32 ones
     enc.precision = "auto"
     monkeypatch.setattr(prec, "cpu_flags", lambda: prec.parse_cpu_flags(ZEN4))
+    np.testing.assert_array_equal(enc.encode(texts, show_progress=False).toarray(), bf16)
+    monkeypatch.setattr(prec, "cpu_flags", lambda: prec.parse_cpu_flags(AVX2_ONLY))
+    np.testing.assert_array_equal(enc.encode(texts, show_progress=False).toarray(), fp32)
+
+
+@pytest.mark.parametrize("cpuinfo, expected", [(AVX2_ONLY, "fp32"), (SAPPHIRE, "bf16"), (ZEN4, "bf16"), (ARM, "fp32")])
+def test_native_follows_the_cpu_flags_alone(monkeypatch, cpuinfo, expected):
+    """`native` never times anything and never takes int8 (SAPPHIRE has amx_int8), and $VTLAB_AUTO_PRECISION, which
+    is about auto, does not move it: every model on one machine is encoded alike."""
+    flags = prec.parse_cpu_flags(cpuinfo)
+    for forced in ("int8", "fp32", "bf16"):
+        monkeypatch.setenv(prec.AUTO_ENV, forced)
+        assert prec.resolve_precision("native", "cpu", flags=flags) == expected
+    assert prec.resolve_precision("native", "cuda", flags=flags) == "fp32"
+
+
+def test_encoder_with_native_encodes_as_the_flags_say(splade_tiny, monkeypatch):
+    texts = ["the cat sat on the mat", "vocabulary transfer for sparse retrieval"]
+    enc = SpladeEncoder(*splade_tiny, precision="bf16")
+    bf16 = enc.encode(texts, show_progress=False).toarray()
+    enc.precision = "fp32"
+    fp32 = enc.encode(texts, show_progress=False).toarray()
+    enc.precision = "native"
+    monkeypatch.setattr(prec, "cpu_flags", lambda: prec.parse_cpu_flags(SAPPHIRE))
+    monkeypatch.setattr(prec, "choose_auto", lambda *a, **k: pytest.fail("native must not run auto's timing probe"))
+    assert enc.resolved_precision() == "bf16"
     np.testing.assert_array_equal(enc.encode(texts, show_progress=False).toarray(), bf16)
     monkeypatch.setattr(prec, "cpu_flags", lambda: prec.parse_cpu_flags(AVX2_ONLY))
     np.testing.assert_array_equal(enc.encode(texts, show_progress=False).toarray(), fp32)

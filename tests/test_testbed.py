@@ -24,6 +24,7 @@ SAME = [
     "seed",
     "selection",
     "model.optimizer",
+    "model.encoder.precision",
 ]
 
 
@@ -105,6 +106,11 @@ def test_vt_uses_an_independent_target_space_and_the_privileged_one_is_an_ablati
     assert vt.transfer.bias == "init"  # MiniLM's MLM bias is untrained: no z-map
     target = _cfg("testbed/ablation-target", hydra=True).hydra.sweeper.params.vocab.split(",")
     assert target == ["minilm-bert-uncased", "bert-uncased"]
+
+
+def test_every_arm_is_encoded_in_the_precision_the_cpu_flags_give():
+    # not auto: its per-model timing probe can encode one arm in int8 and the next in bf16
+    assert {_cfg(row).model.encoder.precision for row in MAIN} == {"native"}
 
 
 def test_no_checkpoint_selection_and_no_evaluation_set_as_dev():

@@ -21,12 +21,16 @@ import scipy.sparse as sp
 
 from vtlab.data.mining import TOKEN_PATTERN
 from vtlab.errors import VtlabError
+from vtlab.models.precision import check_precision
 
 
 class BM25Encoder:
     """Encoder for `vtlab.evaluation.evaluate`; `vocab_size` is 0 until `fit_corpus` has built the vocabulary."""
 
-    def __init__(self, k1: float = 0.9, b: float = 0.4) -> None:
+    def __init__(self, k1: float = 0.9, b: float = 0.4, precision: str = "auto") -> None:
+        # `precision`: accepted like every encoder's (a table may set model.encoder.precision for all its rows);
+        # BM25 has no network, so it computes the same in every precision
+        check_precision(precision)
         if k1 < 0 or not 0 <= b <= 1:
             raise VtlabError(f"model.encoder: BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
         self.k1, self.b = float(k1), float(b)

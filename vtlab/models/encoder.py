@@ -59,7 +59,7 @@ class SpladeEncoder(nn.Module):
         check_input_lengths(
             model, {"model.encoder.query_max_length": query_max_length, "model.encoder.doc_max_length": doc_max_length}
         )
-        self.precision = precision  # of encode(): auto (vtlab.models.precision), fp32, bf16 or int8
+        self.precision = precision  # of encode(): auto or native (vtlab.models.precision), fp32, bf16 or int8
         self._reset_caches()
         self.model = model
         self.query_model = query_model  # None → shared (siamese) encoder
@@ -165,6 +165,8 @@ class SpladeEncoder(nn.Module):
             require_int8()
             if device.type != "cpu":
                 raise VtlabError(f"model.encoder.precision=int8 runs on CPU only (the encoder is on {device.type})")
+        if self.precision == "native":
+            return prec.native_precision(device)
         if self.precision != "auto":
             return self.precision
         candidates = prec.auto_candidates(device)

@@ -1,5 +1,7 @@
-"""Encoding precision: fp32, bf16 (autocast), int8 (vtlab.models.quantize), or `auto`: the fastest of them that this
-CPU runs natively and that holds quality.
+"""Encoding precision: fp32, bf16 (autocast), int8 (vtlab.models.quantize), `auto`: the fastest of them that this
+CPU runs natively and that holds quality, or `native`: bf16 where the CPU computes it natively, else fp32 — decided by
+the CPU's flags alone, no timing, so every model on one machine is encoded alike (what a table of compared models
+needs: auto's timing probe can pick int8 for one model and bf16 for the next when they run at similar speed).
 
 - bf16: measured with `make bench` on this project's machines, bf16 autocast encoding was 2.7× faster than fp32 on an
   AVX-512-bf16 CPU and ~9× slower on an AVX2-only one (oneDNN emulates bf16 there). Native: `avx512_bf16`/`amx_bf16`.
@@ -38,7 +40,7 @@ from vtlab.errors import VtlabError
 
 log = logging.getLogger("vtlab")
 
-PRECISIONS = ("auto", "fp32", "bf16", "int8")
+PRECISIONS = ("auto", "native", "fp32", "bf16", "int8")
 BF16_NATIVE_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # either one: bf16 matmuls in hardware
 # any one: int8 dot products in hardware, without vpmaddubsw's 16-bit saturation (vtlab.models.quantize)
 INT8_NATIVE_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
@@ -113,11 +115,21 @@ def auto_candidates(device: str | torch.device = "cpu", flags: Iterable[str] | N
     return tuple(p for p in PREFERENCE if native(p, flags))
 
 
+def native_precision(device: str | torch.device = "cpu", flags: Iterable[str] | None = None) -> str:
+    """`native`: bf16 where `device` is a CPU whose `flags` (default this one's) compute it in hardware, else fp32; not
+    changed by $VTLAB_AUTO_PRECISION (which is about `auto`)."""
+    if torch.device(device).type != "cpu":
+        return "fp32"  # GPUs choose via trainer.precision
+    return "bf16" if native_bf16(cpu_flags() if flags is None else flags) else "fp32"
+
+
 def resolve_precision(precision: str, device: str | torch.device = "cpu", flags: Iterable[str] | None = None) -> str:
     """`precision` (fp32 / bf16 / int8) as given, or what `auto` runs on `device` without checking a model: the first
     of its candidates that needs no check (bf16 where native, else fp32), or what $VTLAB_AUTO_PRECISION forces.
     Where int8 is a candidate too, the encoder's `choose_auto` may take it instead (after `int8_agrees`)."""
     check_precision(precision)
+    if precision == "native":
+        return native_precision(device, flags)
     if precision != "auto":
         return precision
     candidates = auto_candidates(device, flags)

@@ -43,7 +43,7 @@ LIGHTNING_PRECISIONS: tuple[str | int, ...] = (
     16,
     64,
 )
-ENCODER_PRECISIONS = ("auto", "fp32", "bf16", "int8")  # vtlab.models.precision.PRECISIONS
+ENCODER_PRECISIONS = ("auto", "native", "fp32", "bf16", "int8")  # vtlab.models.precision.PRECISIONS
 INDEXES = ("exact", "scipy", "seismic")  # vtlab.index.index_names(): the nodes of vtlab/index/indexes.yaml
 
 
