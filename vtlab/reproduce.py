@@ -16,6 +16,7 @@ quality gate); a failed gate exits 3 with one line.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -42,6 +43,7 @@ def scales() -> list[str]:
     return sorted(p.stem for p in TABLES.glob("*.yaml"))
 
 
+@functools.cache  # read once per process: every table lookup of a run asks it again
 def tables_of(scale: str) -> dict[str, dict[str, Any]]:
     """conf/tables/<scale>.yaml in run order: table → {rows: [...] (a table of row files), seeds, optional}."""
     return OmegaConf.to_container(OmegaConf.load(TABLES / f"{scale}.yaml"), resolve=True)
