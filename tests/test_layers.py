@@ -56,6 +56,7 @@ LAYERS: dict[str, list[str]] = {
         "vtlab.hub",
         "vtlab.integrity",
         "vtlab.logs",
+        "vtlab.native",
         "vtlab.paths",
         "vtlab.runs",
         "vtlab.runs.*",

@@ -25,11 +25,17 @@ the hidden states and the decoder weight is a sparse scatter instead of a dense 
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor
+
+from vtlab.models import amx
+from vtlab.native import Kernel
 
 # Bytes of one logits tile (rows × columns), reused for every tile of a call: small enough to stay in L2/L3.
 DEFAULT_CHUNK_BYTES = 4 * 2**20
@@ -37,6 +43,38 @@ DEFAULT_CHUNK_BYTES = 4 * 2**20
 TILE_COLUMNS = 2048
 # Gradient entries processed at once in backward (bounds the K×H temporaries).
 _BACKWARD_CHUNK = 65536
+# The max over positions of a bf16 tile in C (vtlab/models/maxpool.c); torch's amax without it and for fp32, where
+# torch's own (multi-threaded) amax is faster than one thread of the kernel.
+MAX_KERNEL = Kernel(
+    Path(__file__).with_name("maxpool.c"),
+    ("-O3", "-shared", "-fPIC", "-fno-math-errno"),
+    what="max-pooling kernel",
+    fallback="SPLADE pooling takes the max with torch",
+)
+
+
+@functools.cache
+def _bf16_max() -> Callable[..., None] | None:
+    lib = MAX_KERNEL.load()
+    if lib is None:
+        return None
+    i64, p = ctypes.c_int64, ctypes.c_void_p
+    lib.vt_max_bf16.argtypes, lib.vt_max_bf16.restype = [p, i64, i64, i64, p, i64, i64], None
+    return lib.vt_max_bf16
+
+
+def _max_into(tile: Tensor, best: Tensor, b0: int, b1: int, v0: int, init: bool) -> None:
+    """best[b0:b1, v0:v0+cols] = max(itself unless init, max over positions of tile [texts, positions, cols])."""
+    texts, rows, cols = tile.shape
+    target = best[b0:b1, v0 : v0 + cols]
+    fast = tile.dtype == torch.bfloat16 and tile.device.type == "cpu" and best.dtype == torch.float32
+    f = _bf16_max() if fast and tile.is_contiguous() and best.is_contiguous() else None
+    if f is not None:
+        f(tile.data_ptr(), texts, rows, cols, target.data_ptr(), best.shape[1], int(init))
+    elif init:
+        target.copy_(tile.amax(dim=1))
+    else:
+        torch.maximum(target, tile.amax(dim=1).to(target.dtype), out=target)
 
 
 def tile_shape(length: int, vocab: int, element_size: int, chunk_bytes: int) -> tuple[int, int, int]:
@@ -60,6 +98,10 @@ class TileLogits(Protocol):
 
     def logits(self, prepared: Any, v0: int, v1: int, cols: int) -> Tensor: ...
 
+    def fused_max(self, hidden: Tensor, mask: Tensor) -> Tensor | None:
+        """The whole masked max [B, V] (no bias) in one fused kernel where this CPU has one; None: run the tiles."""
+        ...
+
 
 def _tiled_max(
     hidden: Tensor,
@@ -77,7 +119,8 @@ def _tiled_max(
     mask = mask.bool()
     group, step, cols = tile_shape(L, V, hidden.element_size(), chunk_bytes)
     buf = hidden.new_empty(min(group * step, B * L) * cols)
-    best = hidden.new_full((B, V), float("-inf"))
+    # the running max is fp32 for bf16/fp16 logits too (exact: the max of widened values), fp64 for fp64
+    best = hidden.new_full((B, V), float("-inf"), dtype=torch.promote_types(hidden.dtype, torch.float32))
     for b0 in range(0, B, group):
         b1 = min(b0 + group, B)
         real = mask[b0:b1].any(dim=0).nonzero()
@@ -97,12 +140,7 @@ def _tiled_max(
                 out = logits(prepared, v0, v1, cols, buf[: x.shape[0] * (v1 - v0)].view(x.shape[0], v1 - v0))
                 if pad is not None:  # only the pad rows (a masked_fill would rewrite the whole tile)
                     out.index_fill_(0, pad, float("-inf"))
-                tile_max = out.view(b1 - b0, p1 - p0, v1 - v0).amax(dim=1)
-                target = best[b0:b1, v0:v1]
-                if p0 == lo_col:
-                    target.copy_(tile_max)
-                else:
-                    torch.maximum(target, tile_max, out=target)
+                _max_into(out.view(b1 - b0, p1 - p0, v1 - v0), best, b0, b1, v0, init=p0 == lo_col)
     return best
 
 
@@ -111,16 +149,18 @@ class MaskedMaxLogits(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, mask: Tensor, chunk_bytes: int) -> Tensor:
-        w = weight.to(hidden.dtype)
         mask = mask.bool()
-        best = _tiled_max(
-            hidden,
-            mask,
-            w.shape[0],
-            chunk_bytes,
-            lambda x, real: x,
-            lambda x, v0, v1, cols, out: torch.mm(x, w[v0:v1].t(), out=out),
-        )
+        best = amx.max_logits(hidden, weight, mask)  # bf16 on an AMX CPU: GEMM and max fused
+        if best is None:
+            w = weight.to(hidden.dtype)
+            best = _tiled_max(
+                hidden,
+                mask,
+                w.shape[0],
+                chunk_bytes,
+                lambda x, real: x,
+                lambda x, v0, v1, cols, out: torch.mm(x, w[v0:v1].t(), out=out),
+            )
         # the running max may be bf16/fp16 (mixed precision); the bias and everything after it are fp32
         best = best.to(torch.promote_types(hidden.dtype, torch.float32))
         if bias is not None:
@@ -188,15 +228,17 @@ def max_logits(
 
 def tiled_max_logits(hidden: Tensor, head: TileLogits, mask: Tensor, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tensor:
     """max_logits for a decoder that is no fp32 weight matrix (int8: vtlab.models.quantize), inference only: the
-    same tiles, the max on `head`'s logits of each tile, the bias added after the max."""
-    best = _tiled_max(
-        hidden,
-        mask,
-        head.vocab_size,
-        chunk_bytes,
-        head.prepare,
-        lambda prepared, v0, v1, cols, out: head.logits(prepared, v0, v1, cols),
-    )
+    same tiles (or `head`'s fused kernel), the max on `head`'s logits of each tile, the bias added after the max."""
+    best = head.fused_max(hidden, mask)
+    if best is None:
+        best = _tiled_max(
+            hidden,
+            mask,
+            head.vocab_size,
+            chunk_bytes,
+            head.prepare,
+            lambda prepared, v0, v1, cols, out: head.logits(prepared, v0, v1, cols),
+        )
     return best if head.bias is None else best + head.bias
 
 

@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from vtlab.backbones import decoder_site
 from vtlab.errors import VtlabError
+from vtlab.models import amx
 from vtlab.models.precision import INT8_NATIVE_FLAGS, cpu_flags
 
 # quantized engines that pack fbgemm's dynamic linear (x86 = fbgemm/oneDNN by shape), in order of preference
@@ -157,6 +158,12 @@ class Int8Decoder:
         (non-pad) rows only, when given (pad rows are clamped into it: their logits are discarded)."""
         scale, zp = activation_grid(x if real is None else x[real], self.reduce_range)
         return quantize_activations(x, scale, zp, self.reduce_range), scale, zp
+
+    def fused_max(self, hidden: Tensor, mask: Tensor) -> Tensor | None:
+        """On an AMX CPU: the masked max of the int8 logits in one fused kernel (vtlab.models.amx; activations
+        quantized per token there), times the per-channel weight scales (positive: the max commutes)."""
+        best = amx.max_logits_int8(hidden, self.weight_int8, mask)
+        return None if best is None else best * self.scales
 
     def logits(self, prepared: tuple[Tensor, float, int], v0: int, v1: int, cols: int) -> Tensor:
         """fp32 logits (no bias) [rows, v1 - v0] of a prepared tile for the block starting at v0 (a multiple of
