@@ -16,7 +16,7 @@ from vtlab.vocab.init import (
     NewRandom,
     Semantic,
     Subword,
-    _chunks,
+    _Similarities,
     _pmi_transform,
     _sparsemax,
     _zscore_transform,
@@ -181,12 +181,27 @@ def test_two_pass_scores_equal_whole_matrix_formula(make, reference):
     g = torch.Generator().manual_seed(2)
     a = torch.nn.functional.normalize(torch.randn(41, 6, generator=g), dim=1)
     b = torch.nn.functional.normalize(torch.randn(29, 6, generator=g), dim=1)
-    transform = make(a, b, 5)
-    got = torch.cat([transform(lo, s) for lo, s in _chunks(a, b, 5)]).numpy()
+    sims = _Similarities(a, b, 5, passes=2 if make is _pmi_transform else 1)
+    transform = make(sims)
+    got = torch.cat([transform(lo, s) for lo, s in sims]).numpy()
     want = reference(a.double().numpy() @ b.double().numpy().T)
     np.testing.assert_allclose(got, want, atol=2e-5)
     if make is _pmi_transform:
         assert (got == 0).mean() > 0.2 and got.min() == 0.0  # PPMI: negative PMI clamped
+
+
+@pytest.mark.parametrize("keep_bytes", [0, 2**30])
+def test_pmi_from_kept_or_recomputed_similarities_is_the_same(keep_bytes, monkeypatch):
+    """pmi's second pass reads the first pass's chunks when S fits the budget, else recomputes them: same scores."""
+    monkeypatch.setattr(_Similarities, "KEEP_BYTES", keep_bytes)
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(23, 8, generator=g), torch.randn(17, 8, generator=g)
+    sims = _Similarities(a, b, 4, passes=2)
+    transform = _pmi_transform(sims)
+    assert (sims._kept is not None) == (keep_bytes > 0)
+    got = torch.cat([transform(lo, s) for lo, s in sims]).numpy()
+    np.testing.assert_allclose(got, np_ppmi(a.double().numpy() @ b.double().numpy().T), atol=2e-5)
+    assert sims._kept is None  # released after the last pass
 
 
 @pytest.mark.parametrize("similarity", ["cosine", "pmi", "zscore"])

@@ -227,23 +227,26 @@ class Semantic(Initializer):
 
         rows = _overlap_mean(src, src_ids).expand(len(new_ids), -1).clone()
         good_rows = torch.empty(t_good.shape[0], src.shape[1])
-        transform = self._score_transform(t_good, t_ov)
+        sims = _Similarities(t_good, t_ov, self.chunk_rows, passes=2 if self.similarity == "pmi" else 1)
+        transform = self._score_transform(sims)
         ov_norms = e_ov.norm(dim=1) if self.rescale_norm else None
         support: list[Tensor] = []
         bad = torch.zeros(t_good.shape[0], dtype=torch.bool)
-        for lo, sims in _chunks(t_good, t_ov, self.chunk_rows):
-            scores = transform(lo, sims)
-            del sims
-            finite = torch.isfinite(scores).all(dim=1)
+        for lo, chunk in sims:
+            scores = transform(lo, chunk)
+            del chunk
+            # a NaN/inf score makes its row's sum non-finite: one reduction, no full-size mask
+            finite = torch.isfinite(scores.sum(dim=1))
             scores[~finite] = 0.0  # replaced by the mean below; keeps sparsemax NaN-free
             w = _sparsemax(scores)
             del scores
-            out = _weighted_rows(w, e_ov)
+            row_support = torch.count_nonzero(w, dim=1)  # sparsemax weights are ≥ 0
+            out = _weighted_rows(w, e_ov, int(row_support.sum()))
             if ov_norms is not None:
                 # The weighted average of unit-ish vectors shrinks; restore the norm the weights imply.
                 expected = w @ ov_norms
                 out *= (expected / (out.norm(dim=1) + _RESCALE_EPS)).unsqueeze(1)
-            support.append((w > 0).sum(dim=1))
+            support.append(row_support)
             good_rows[lo : lo + len(out)] = out
             bad[lo : lo + len(out)] = ~finite
         idx = torch.nonzero(ok).squeeze(1)
@@ -262,20 +265,46 @@ class Semantic(Initializer):
             log.warning("init=semantic: %d new rows had degenerate similarities and got the overlap mean", n_fallback)
         return rows, stats
 
-    def _score_transform(self, t_new: Tensor, t_ov: Tensor):
-        """A function (chunk start, raw similarity chunk) → scores; pmi/zscore first scan all chunks for stats."""
+    def _score_transform(self, sims: _Similarities):
+        """A function (chunk start, raw similarity chunk) → scores (it may overwrite the chunk); pmi first scans the
+        chunks for the global min and max."""
         if self.similarity == "cosine":
             return lambda lo, s: s
         if self.similarity == "pmi":
-            return _pmi_transform(t_new, t_ov, self.chunk_rows)
-        return _zscore_transform(t_new, t_ov, self.chunk_rows)
+            return _pmi_transform(sims)
+        return _zscore_transform(sims)
 
 
-def _chunks(t_new: Tensor, t_ov: Tensor, chunk_rows: int) -> Iterator[tuple[int, Tensor]]:
-    """(start row, S[start:start+chunk]) with S = t_new @ t_ov.T (cosine when both are row-normalized)."""
-    t_ov_t = t_ov.T.contiguous()
-    for lo in range(0, t_new.shape[0], chunk_rows):
-        yield lo, t_new[lo : lo + chunk_rows] @ t_ov_t
+class _Similarities:
+    """S = t_new @ t_ov.T (cosine when both are row-normalized), `chunk_rows` rows at a time, for `passes` passes
+    over it. The first pass's chunks are kept for the second when S fits KEEP_BYTES (pmi then costs one GEMM, not
+    two; S has at most (target vocabulary / 2)² entries: 0.9 GB for bert-base-uncased's), and each kept chunk is
+    released as the last pass yields it; a larger S is recomputed."""
+
+    KEEP_BYTES = 2**30
+
+    def __init__(self, t_new: Tensor, t_ov: Tensor, chunk_rows: int, passes: int = 1) -> None:
+        self.t_new, self.t_ov, self.chunk_rows, self.passes = t_new, t_ov, chunk_rows, passes
+        self._kept: list[Tensor] | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, Tensor]]:
+        self.passes -= 1
+        if self._kept is not None:
+            kept, self._kept = self._kept, None
+            for i in range(len(kept)):
+                chunk, kept[i] = kept[i], None  # the caller may overwrite it; nothing else holds it
+                yield i * self.chunk_rows, chunk
+            return
+        keep = self.passes > 0 and self.t_new.shape[0] * self.t_ov.shape[0] * 4 <= self.KEEP_BYTES
+        stored: list[Tensor] = []
+        t_ov_t = self.t_ov.T.contiguous()
+        for lo in range(0, self.t_new.shape[0], self.chunk_rows):
+            chunk = self.t_new[lo : lo + self.chunk_rows] @ t_ov_t
+            if keep:
+                stored.append(chunk.clone())
+            yield lo, chunk
+        if keep:
+            self._kept = stored
 
 
 def _sparsemax(scores: Tensor) -> Tensor:
@@ -285,9 +314,8 @@ def _sparsemax(scores: Tensor) -> Tensor:
     return entmax.sparsemax(scores, dim=-1, k=k)
 
 
-def _weighted_rows(w: Tensor, e_ov: Tensor) -> Tensor:
-    """w @ e_ov, through a sparse matrix when w is sparse (it usually has a handful of non-zeros per row)."""
-    nnz = int((w != 0).sum())
+def _weighted_rows(w: Tensor, e_ov: Tensor, nnz: int) -> Tensor:
+    """w @ e_ov, through a sparse matrix when w (with nnz non-zeros) is sparse (usually a handful per row)."""
     if nnz * 8 < w.numel():
         if not nnz:
             return torch.zeros(w.shape[0], e_ov.shape[1])
@@ -297,53 +325,50 @@ def _weighted_rows(w: Tensor, e_ov: Tensor) -> Tensor:
     return w @ e_ov
 
 
-def _pmi_transform(t_new: Tensor, t_ov: Tensor, chunk_rows: int):
+def _pmi_transform(sims: _Similarities):
     """PPMI of the whole matrix: X = (S−min)/(max−min), PMI = log(P / (Pi·Pj)) clamped at 0, with P = X/ΣX.
 
-    Pass 1 collects min, max and the raw row/column sums of S; the sums of X follow linearly from them
+    Pass 1 finds min and max of S. The raw row/column sums of S need no pass: S is a product, so its row sums are
+    t_new @ Σ_j t_ov[j] and its column sums t_ov @ Σ_i t_new[i] (in float64). The sums of X follow linearly
     (Σ_j X_ij = (Σ_j S_ij − |O|·min)/(max−min)), so pass 2 can emit PMI rows chunk by chunk. Since
     P/(Pi·Pj) = X·ΣX/(rowX·colX), the normalization by ΣX never has to be materialized.
     """
+    t_new, t_ov = sims.t_new.double(), sims.t_ov.double()
     n, m = t_new.shape[0], t_ov.shape[0]
     lo_v, hi_v = float("inf"), float("-inf")
-    row_s = torch.zeros(n, dtype=torch.float64)
-    col_s = torch.zeros(m, dtype=torch.float64)
-    for lo, s in _chunks(t_new, t_ov, chunk_rows):
-        lo_v, hi_v = min(lo_v, float(s.min())), max(hi_v, float(s.max()))
-        row_s[lo : lo + s.shape[0]] = s.sum(dim=1, dtype=torch.float64)
-        col_s += s.sum(dim=0, dtype=torch.float64)
+    for _, s in sims:
+        s_min, s_max = torch.aminmax(s)
+        lo_v, hi_v = min(lo_v, float(s_min)), max(hi_v, float(s_max))
     span = hi_v - lo_v
     if not np.isfinite(span) or span <= 0:
         # A constant matrix carries no information: all-zero PPMI, i.e. uniform weights (the overlap mean).
         return lambda lo, s: torch.zeros_like(s)
-    row_x = (row_s - m * lo_v) / span
-    col_x = (col_s - n * lo_v) / span
+    row_x = (t_new @ t_ov.sum(dim=0) - m * lo_v) / span
+    col_x = (t_ov @ t_new.sum(dim=0) - n * lo_v) / span
     log_total = float(np.log(float(row_x.sum())))
     # Empty rows/columns (all at the global min) only multiply X = 0 entries, which are 0 anyway.
     log_row = torch.log(row_x.clamp_min(1e-300)).float()
     log_col = (torch.log(col_x.clamp_min(1e-300)) - log_total).float()
 
     def transform(lo: int, s: Tensor) -> Tensor:
-        x = (s - lo_v) / span
-        pmi = torch.log(x) - log_row[lo : lo + s.shape[0]].unsqueeze(1) - log_col.unsqueeze(0)
-        return torch.where(x > 0, pmi, torch.zeros_like(pmi)).clamp_min_(0.0)
+        # in place, no temporaries: x = (s − min)/span ≥ 0, and log 0 = −inf is clamped to 0 with every negative PMI
+        x = s.sub_(lo_v).div_(span)
+        return x.log_().sub_(log_row[lo : lo + s.shape[0]].unsqueeze(1)).sub_(log_col.unsqueeze(0)).clamp_min_(0.0)
 
     return transform
 
 
-def _zscore_transform(t_new: Tensor, t_ov: Tensor, chunk_rows: int):
+def _zscore_transform(sims: _Similarities):
     """Z = (S − column mean)/(column std + eps) (population std), then each row divided by its max.
 
-    A row whose max is ≤ 0 (all z-scores negative: possible only in degenerate cases) is left undivided, since
-    dividing by a negative number would invert the ranking.
+    The column moments need no pass over S: Σ_i S_ij = t_ov[j] · Σ_i t_new[i] and Σ_i S_ij² = t_ov[j]ᵀ G t_ov[j]
+    with G = t_newᵀ t_new (float64). A row whose max is ≤ 0 (all z-scores negative: possible only in degenerate
+    cases) is left undivided, since dividing by a negative number would invert the ranking.
     """
-    n, m = t_new.shape[0], t_ov.shape[0]
-    s1 = torch.zeros(m, dtype=torch.float64)
-    s2 = torch.zeros(m, dtype=torch.float64)
-    for _, s in _chunks(t_new, t_ov, chunk_rows):
-        s64 = s.double()
-        s1 += s64.sum(dim=0)
-        s2 += (s64 * s64).sum(dim=0)
+    t_new, t_ov = sims.t_new.double(), sims.t_ov.double()
+    n = t_new.shape[0]
+    s1 = t_ov @ t_new.sum(dim=0)
+    s2 = ((t_ov @ (t_new.T @ t_new)) * t_ov).sum(dim=1)
     mean = s1 / n
     std = (s2 / n - mean * mean).clamp_min(0.0).sqrt() + _ZSCORE_EPS
     mean, std = mean.float(), std.float()
