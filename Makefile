@@ -36,8 +36,10 @@ test-fast: install
 clean-cache:
 	rm -rf $${VTLAB_CACHE:-$$HOME/.cache/vtlab}
 
-# vtlab vs sentence-transformers / scipy in one run, each tool in its own process: outputs/bench/summary.json + a table.
-# BENCH_ARGS: e.g. --quick (smoke run), --n-docs 200000 (smaller synthetic set), --only encode,train
+# vtlab vs sentence-transformers / ONNX Runtime (fp32, int8) / scipy in one run, each tool in its own process; encoding on
+# the testbed's four sets, with nDCG@10 of fp32, bf16, int8 and the ORT rows: outputs/bench/summary.json + a table.
+# BENCH_ARGS: e.g. --quick (smoke run), --n-docs 200000 (smaller synthetic set), --only encode,train, --st-docs 500
+# (sample sizes and the run's time budget: vtlab/bench/__main__.py)
 bench: install
 	HF_HUB_OFFLINE=1 $(PY) -m vtlab.bench $(BENCH_ARGS)
 

@@ -10,7 +10,8 @@ from argparse import Namespace
 import numpy as np
 import pytest
 
-from vtlab.bench.summary import TARGETS, judge, summarize
+from vtlab.bench.summary import TARGETS, base_key, judge, summarize
+from vtlab.bench.table import table
 from vtlab.bench.synthetic import synthetic_collection
 
 
@@ -20,28 +21,72 @@ def test_judge_reports_met_and_shortfall():
     assert j["met"] is False and j["shortfall"] == "needs 2.00x more" and j["target"] == ">= 4"
     assert judge("encode_rss_ratio_vs_st", 0.6)["shortfall"] == "2.00x over"
     assert "points of recall" in judge("seismic_recall_at_10", 0.98)["shortfall"]
+    assert judge("encode_int8_ndcg10_vs_fp32", 0.99)["shortfall"] == "0.50 points of fp32's nDCG@10 short"
+    assert judge("total_wall_s", 1000.0)["shortfall"] == "100 s over (1.11x)"
+    assert judge("total_wall_s", 899.0)["met"] is True
     assert judge("transfer_seconds", None) == {
         "value": None,
         "target": "<= 60",
         "met": False,
         "shortfall": "not measured",
     }
+    na = judge("encode_bf16_speedup_vs_fp32", 0.13, not_applicable="no native bf16 on this CPU")
+    assert na == {"value": 0.13, "target": ">= 3", "met": None, "not_applicable": "no native bf16 on this CPU"}
 
 
-def _side(per_s, wall_s):
-    return {"per_s": per_s, "wall_s": wall_s}
+SETS = ("squad", "sciriff", "qasper", "boolq-clean")
 
 
-def test_summary_has_every_required_key():
-    enc = {
-        "splade-tiny": {
-            "st": {"doc": _side(44.0, 66.8), "query": _side(450.0, 7.3), "peak_rss_mb": 5000.0},
-            "vtlab": {"doc": _side(200.0, 14.7), "query": _side(1500.0, 2.2), "peak_rss_mb": 1000.0},
-            "floor": {"doc": _side(220.0, 13.4), "query": _side(1600.0, 2.0), "peak_rss_mb": 900.0},
-            "equal_to_st_1e-5": True,
-            "vs_st": {},
-        }
+def _t(per_s: float, n: int, prefix: dict | None = None) -> dict:
+    """A worker's timing of n texts at per_s, with the prefixes it timed on their own ({n: per_s})."""
+    side = {"n": n, "per_s": per_s, "wall_s": n / per_s}
+    side["prefix"] = {str(k): {"n": k, "per_s": v, "wall_s": k / v} for k, v in (prefix or {}).items()}
+    return side
+
+
+def _row(doc: float, query: float, n: int, rss: float, prefix: dict | None = None) -> dict:
+    return {"doc": _t(doc, n, prefix), "query": _t(query, n, prefix), "peak_rss_mb": rss}
+
+
+def _encode(bf16_native: bool = False, int8_ratios: tuple = (1.0, 0.999, 0.996, 0.998), partial: bool = False) -> dict:
+    """Encode-part results as parts.encode_part lays them out: fp32 over all 2,800 texts, timed on the prefixes the
+    sampled rows encoded (500: ST and the floor; 256: bf16 where not native)."""
+    total = 2800
+    bf16_n = total if bf16_native else 256
+    tiny = {
+        "vtlab": _row(100.0, 900.0, total, 600.0, {500: 80.0, 256: 70.0}),
+        "st": _row(10.0, 200.0, 500, 4500.0),
+        "floor": _row(100.0, 1000.0, 500, 590.0),
+        "vtlab-int8": _row(190.0, 1500.0, total, 650.0),
+        "vtlab-bf16": _row(350.0 if bf16_native else 7.0, 2000.0, bf16_n, 600.0),
+        "onnx": _row(40.0, 450.0, total, 2200.0),
+        "onnx-int8": _row(50.0, 500.0, total, 2200.0),
+        "equal_to_st_1e-5": True,
+        "vs_st": {"doc": {"max_abs_diff": 4e-6}, "query": {"max_abs_diff": 3e-6}},
+        "equal_to_onnx_1e-4": True,
+        "vs_onnx": {"doc": 8e-6, "query": 6e-6},
+        "samples": {"st": 500, "vtlab": total, "floor": 500, "vtlab-int8": total, "vtlab-bf16": bf16_n},
     }
+    quality_tools = ["vtlab-int8", "onnx", "onnx-int8"] + (["vtlab-bf16"] if bf16_native else [])
+    fp32 = dict(zip(SETS, (0.90, 0.80, 0.30, 0.85)))
+    ndcg = {"vtlab": fp32, "vtlab-int8": {s: fp32[s] * r for s, r in zip(SETS, int8_ratios)}}
+    ndcg.update({t: dict(fp32) for t in quality_tools if t != "vtlab-int8"})
+    tiny["quality"] = {
+        "measure": "nDCG@10",
+        "sets": {s: {"docs": 700, "queries": 300} for s in SETS},
+        "ndcg10": ndcg,
+        "vs_fp32": {t: {s: v / fp32[s] for s, v in ndcg[t].items()} for t in quality_tools},
+        "not_measured": {} if bf16_native else {"vtlab-bf16": "not measured: bf16 not native on this CPU, sample only"},
+        "partial": partial,
+    }
+    return {
+        "texts": {"docs": total, "queries": 1300},
+        "cpu": {"bf16_native": bf16_native, "int8_native": True, "precision_auto": "bf16" if bf16_native else "fp32"},
+        "models": {"splade-tiny": tiny},
+    }
+
+
+def _parts(**kw) -> dict:
     tr = {"st": {"s_per_step": 0.9, "peak_rss_mb": 2000.0}, "vtlab": {"s_per_step": 0.3, "peak_rss_mb": 1000.0}}
     ret = {
         "synthetic": {
@@ -52,15 +97,59 @@ def test_summary_has_every_required_key():
             "exact_equals_scipy": True,
         }
     }
-    s = summarize(
-        {"encode": enc, "train": tr, "retrieval": ret, "transfer": {"transfer_s": 12.0, "peak_rss_gb": 2.3}},
-        Namespace(threads=2),
-    )
-    assert set(TARGETS) <= set(s) and set(s["targets"]) == set(TARGETS)
-    assert s["encode_speedup_vs_st"] == pytest.approx(200 / 44, abs=1e-4)  # rounded to 4 decimals
+    transfer = {"transfer_s": 12.0, "peak_rss_gb": 2.3}
+    return {"encode": _encode(**kw), "train": tr, "retrieval": ret, "transfer": transfer}
+
+
+def test_summary_has_every_required_key():
+    s = summarize(_parts(), Namespace(threads=2), {"total_wall_s": 850.0, "partial": ""})
+    bases = {base_key(k) for k in s["targets"]}
+    assert bases == set(TARGETS)  # every target judged, each testbed set's int8 quality on its own
+    assert {f"encode_int8_ndcg10_vs_fp32_{s.replace('-', '_')}" for s in SETS} <= set(s["targets"])
     assert s["exact_speedup_vs_scipy"] == 9.0 and s["exact_speedup_vs_scipy_same_threads"] == 5.0
     assert s["targets"]["seismic_speedup_vs_scipy"]["met"] is True  # 6.75x
+    assert s["targets"]["total_wall_s"]["met"] is True
+    assert s["encode_samples"]["st"] == 500 and s["encode_quality_sets"]["squad"] == {"docs": 700, "queries": 300}
     json.dumps(s)  # serializable as summary.json
+
+
+def test_summary_compares_each_pair_on_the_texts_both_encoded():
+    s = summarize({"encode": _encode()}, Namespace(threads=2))
+    assert s["encode_speedup_vs_st"] == 8.0  # fp32 on ST's 500 texts (80/s), not on all 2,800 (100/s)
+    assert s["encode_vs_floor"] == 1.25  # the floor's 500 texts: vtlab's wall (500/80) over the floor's (500/100)
+    assert s["encode_bf16_speedup_vs_fp32"] == 0.1  # bf16's 256 texts (7/s) vs fp32's first 256 (70/s)
+    assert s["encode_int8_speedup_vs_fp32"] == 1.9 and s["targets"]["encode_int8_speedup_vs_fp32"]["met"] is True
+    assert s["encode_speedup_vs_onnx"] == 2.5 and s["encode_onnx_int8_speedup_vs_onnx"] == 1.25
+    assert s["encode_query_speedup_vs_st"] == 0.4  # queries likewise: fp32's first 500 (80/s) vs ST's 200/s
+
+
+def test_summary_quality_and_applicability():
+    s = summarize({"encode": _encode(int8_ratios=(1.0, 0.99, 0.999, 0.9951))}, Namespace(threads=2))
+    t = s["targets"]
+    assert t["encode_int8_ndcg10_vs_fp32_squad"]["met"] is True
+    assert t["encode_int8_ndcg10_vs_fp32_sciriff"] == {
+        "value": 0.99,
+        "target": ">= 0.995",
+        "met": False,
+        "shortfall": "0.50 points of fp32's nDCG@10 short",
+    }
+    assert t["encode_int8_ndcg10_vs_fp32_boolq_clean"]["met"] is True
+    assert s["encode_onnx_ndcg10_vs_fp32_qasper"] == 1.0 and "encode_bf16_ndcg10_vs_fp32_qasper" not in s
+    assert s["encode_quality_not_measured"]["vtlab-bf16"].startswith("not measured: bf16 not native")
+    assert t["encode_bf16_speedup_vs_fp32"]["met"] is None  # no native bf16: reported, not judged
+    native = summarize({"encode": _encode(bf16_native=True)}, Namespace(threads=2))
+    assert native["targets"]["encode_bf16_speedup_vs_fp32"]["met"] is True  # 350 / 100
+    assert native["encode_bf16_ndcg10_vs_fp32_squad"] == 1.0 and native["encode_auto_speedup_vs_fp32"] == 3.5
+    partial = summarize(
+        {"encode": _encode(partial=True)}, Namespace(threads=2), {"total_wall_s": 95.0, "partial": "--quick"}
+    )
+    assert all(partial["targets"][f"encode_int8_ndcg10_vs_fp32_{k}"]["met"] is None for k in ("squad", "boolq_clean"))
+    assert (
+        partial["targets"]["total_wall_s"]["met"] is None
+        and "--quick" in partial["targets"]["total_wall_s"]["not_applicable"]
+    )
+    late = summarize({}, Namespace(threads=2), {"total_wall_s": 1000.0, "partial": ""})
+    assert late["targets"]["total_wall_s"]["shortfall"] == "100 s over (1.11x)"
 
 
 def test_synthetic_collection_shape():
@@ -113,43 +202,36 @@ def test_retrieval_worker_top10_is_the_brute_force_top10(tmp_path, monkeypatch, 
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
-def _nside(per_s, wall_s):
-    return {"per_s": per_s, "wall_s": wall_s, "n": int(per_s * wall_s)}
-
-
-def _encode_parts(auto: str) -> dict:
-    return {
-        "splade-tiny": {
-            "st": {"doc": _nside(44.0, 66.8), "query": _nside(450.0, 7.3), "peak_rss_mb": 5000.0},
-            "vtlab": {"doc": _nside(200.0, 14.7), "query": _nside(1500.0, 2.2), "peak_rss_mb": 1000.0},
-            "floor": {"doc": _nside(220.0, 13.4), "query": _nside(1600.0, 2.0), "peak_rss_mb": 900.0},
-            "onnx": {"doc": _nside(160.0, 18.4), "query": _nside(1200.0, 2.7), "peak_rss_mb": 800.0},
-            "vtlab-bf16": {"doc": _nside(20.0, 147.0), "query": _nside(150.0, 22.0), "peak_rss_mb": 1100.0},
-            "equal_to_st_1e-5": True,
-            "vs_st": {"doc": {"max_abs_diff": 0.0}},
-            "equal_to_onnx_1e-4": True,
-            "vs_onnx": {"doc": 3e-6, "query": 2e-6},
-            "precision_auto": auto,
-        }
-    }
-
-
-@pytest.mark.parametrize("auto, speedup", [("fp32", 1.0), ("bf16", 0.1)])
-def test_onnx_runtime_row_and_precision_auto_in_summary_and_table(auto, speedup):
-    from vtlab.bench.summary import table
-
-    parts = {"encode": _encode_parts(auto)}
-    s = summarize(parts, Namespace(threads=2))
-    assert s["encode_speedup_vs_onnx"] == 1.25 and s["encode_query_speedup_vs_onnx"] == 1.25  # vtlab / ORT
-    assert s["encode_rss_ratio_vs_onnx"] == 1.25 and s["encode_equal_to_onnx"] is True
-    assert s["encode_precision_auto"] == auto and s["encode_auto_speedup_vs_fp32"] == speedup
+@pytest.mark.parametrize("bf16_native", [False, True])
+def test_table_says_every_sample_and_verdict(bf16_native):
+    parts = {"encode": _encode(bf16_native=bf16_native)}
+    s = summarize(parts, Namespace(threads=2), {"total_wall_s": 1000.0, "partial": ""})
     text = table(parts, s, Namespace(threads=2))
-    assert "ORT 160.0" in text and "ORT 800" in text and "= ORT to 1e-4" in text
-    assert f"precision=auto → {auto}" in text
-    json.dumps(s)
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split(" | ")] for line in text.splitlines())}
+    assert rows["encode splade-tiny docs/s (first 500 of 2,800)"][:3] == ["80.0", "ST 10.0", "8.000"]  # same texts
+    assert rows["encode splade-tiny docs/s (2,800 texts)"][:3] == ["100.0", "ORT 40.0", "2.500"]
+    assert rows["encode splade-tiny doc pass s (first 500 of 2,800)"][:2] == ["6.25", "floor 5.00"]
+    assert rows["encode splade-tiny vtlab-int8 docs/s (2,800 texts)"] == [
+        "190.0",
+        "vtlab 100.0",
+        "1.900",
+        ">= 1.8: met",
+    ]
+    assert rows["encode splade-tiny onnx-int8 docs/s (2,800 texts)"][:3] == ["50.0", "onnx 40.0", "1.250"]
+    for name in SETS:
+        fp32, others, ratio, verdict = rows[f"nDCG@10 {name} (300 q, 700 docs): fp32; others"]
+        assert others.startswith("int8 ") and "ORT-int8" in others and verdict.startswith(">= 0.995: ")
+    assert rows["make bench wall s (all parts)"][-1] == "<= 900: MISSED (100 s over (1.11x))"
+    if bf16_native:
+        assert rows["encode splade-tiny vtlab-bf16 docs/s (2,800 texts)"][-1] == ">= 3: met"
+        assert "bf16 0.9000" in rows["nDCG@10 squad (300 q, 700 docs): fp32; others"][1]
+    else:
+        bf16 = rows["encode splade-tiny vtlab-bf16 docs/s (first 256 of 2,800)"]
+        assert bf16 == ["7.0", "vtlab 70.0", "0.100", ">= 3: n/a (no native bf16 on this CPU)"]
+        assert rows["nDCG@10 bf16"][1] == "not measured: bf16 not native on this CPU, sample only"
 
 
-def test_machine_reports_cpu_bf16_features_and_the_auto_choice(monkeypatch):
+def test_machine_reports_cpu_features_and_the_auto_choice(monkeypatch):
     from vtlab.bench.common import machine
     from vtlab.models.precision import AUTO_ENV
 
@@ -157,54 +239,111 @@ def test_machine_reports_cpu_bf16_features_and_the_auto_choice(monkeypatch):
 
     info = machine()
     with open("/proc/cpuinfo") as f:
-        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    assert info["avx512_bf16"] == ("avx512_bf16" in flags) and info["amx_bf16"] == ("amx_bf16" in flags)
-    assert info["precision_auto"] == ("bf16" if {"avx512_bf16", "amx_bf16"} & set(flags) else "fp32")
+        flags = set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    for flag in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"):
+        assert info[flag] == (flag in flags)
+    assert info["bf16_native"] == bool({"avx512_bf16", "amx_bf16"} & flags)
+    assert info["int8_native"] == bool({"avx512_vnni", "avx_vnni", "amx_int8"} & flags)
+    assert info["precision_auto"] == ("bf16" if info["bf16_native"] else "fp32")
 
 
-def test_onnx_encode_worker_runs_without_torch_and_matches_vtlab(tmp_path, monkeypatch):
-    pytest.importorskip("onnxruntime")
+# ---------------------------------------------------------------- the encode worker, for real, on a few testbed texts
+
+
+@pytest.fixture(scope="module")
+def texts(shared_cache, tmp_path_factory):
+    """The testbed's four sets cut to 16 passages each (with their questions' gold passages), as the bench's texts."""
+    from vtlab.bench.encode import write_texts
+    from vtlab.bench.testbed import testbed_sets
+
+    sets = testbed_sets(16)
+    path = tmp_path_factory.mktemp("bench-texts") / "texts.json"
+    write_texts(path, sets)
+    return path, sets
+
+
+def _worker(tool, texts_path, out_dir, *extra):
+    out = out_dir / f"{tool}.json"
+    args = ["--tool", tool, "--texts", str(texts_path), "--vectors", str(out_dir), "--out", str(out), "--batch", "8"]
+    subprocess.run([sys.executable, "-m", "vtlab.bench.encode", *args, *extra], check=True, env=dict(os.environ))
+    return json.loads(out.read_text())
+
+
+def test_vtlab_worker_times_prefixes_and_its_quality_is_the_evaluation_s(texts, tmp_path):
+    """One pass serves speed and quality: the worker's vectors of all four sets, cut per set by quality(), score what
+    vtlab's own evaluation path (evaluate: encode that set alone, search, measure) scores."""
     import scipy.sparse as sp
 
     from vtlab.backbones import Backbone
-    from vtlab.bench.encode import DOC_LEN, QUERY_LEN, onnx_dir, texts
+    from vtlab.bench.encode import DOC_LEN, QUERY_LEN
+    from vtlab.bench.testbed import quality
+    from vtlab.evaluation.retrieval import evaluate
     from vtlab.models.encoder import SpladeEncoder
 
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VTLAB_CACHE": str(tmp_path / "cache")}
-    monkeypatch.setenv("VTLAB_CACHE", env["VTLAB_CACHE"])
-    onnx_dir("splade-tiny")  # exported here, as the bench's parent does before its workers
-    out = tmp_path / "onnx.json"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vtlab.bench.encode",
-            "--tool",
-            "onnx",
-            "--model",
-            "splade-tiny",
-            "--docs",
-            "12",
-            "--queries",
-            "12",
-            "--batch",
-            "8",
-            "--vectors",
-            str(tmp_path),
-            "--out",
-            str(out),
-        ],
-        check=True,
-        env=env,
-    )
-    r = json.loads(out.read_text())
-    assert r["tool"] == "onnx" and r["doc"]["n"] == 12 and r["doc"]["per_s"] > 0 and r["peak_rss_mb"] > 0
-    assert r["torch_loaded"] is False  # the ORT row measures a process without torch
+    path, sets = texts
+    r = _worker("vtlab", path, tmp_path, "--splits", "20,40")
+    n_docs = sum(len(c.corpus) for c in sets.values())
+    assert r["doc"]["n"] == n_docs and set(r["doc"]["prefix"]) == {"20", "40"}
+    assert r["doc"]["prefix"]["20"]["n"] == 20 and r["doc"]["prefix"]["20"]["wall_s"] <= r["doc"]["wall_s"]
+    assert sp.load_npz(tmp_path / "vtlab-splade-tiny-doc.npz").shape[0] == n_docs
+    q = quality(tmp_path, "splade-tiny", {"vtlab": None, "vtlab-bf16": "not measured: sample only"}, sets)
+    assert q["not_measured"] == {"vtlab-bf16": "not measured: sample only"} and q["vs_fp32"] == {}
     b = Backbone("asset:splade-tiny")
     enc = SpladeEncoder(
         b.load_model(), b.load_tokenizer(), query_max_length=QUERY_LEN, doc_max_length=DOC_LEN, precision="fp32"
     )
-    docs, queries = texts(12, 12)
+    for name, c in sets.items():
+        want = evaluate(enc, c, measures=["nDCG@10"], show_progress=False)["nDCG@10"]
+        assert q["ndcg10"]["vtlab"][name] == pytest.approx(want, abs=1e-9), name
+    assert sum(v > 0 for v in q["ndcg10"]["vtlab"].values()) >= 3  # real retrieval, not a vacuous 0 = 0
+
+
+@pytest.mark.parametrize("reduce_range", [False, True])  # the graph for VNNI CPUs, and the one for CPUs without
+def test_onnx_workers_run_without_torch_fp32_equal_int8_close(texts, tmp_path, reduce_range):
+    """The ONNX Runtime rows: fp32 graphs equal vtlab's vectors to 1e-4; the int8 graphs (quantize_graphs) change
+    them, within the agreement vtlab's own int8 must show before precision=auto may pick it (MIN_DOC_COSINE,
+    MIN_TOP10_OVERLAP, derived in vtlab/models/precision.py); neither process loads torch."""
+    pytest.importorskip("onnxruntime")
+    import onnx
+    import scipy.sparse as sp
+
+    from vtlab.backbones import Backbone
+    from vtlab.bench.encode import DOC_LEN, QUERY_LEN, onnx_dir, onnx_int8_dir, read_texts
+    from vtlab.models.encoder import SpladeEncoder
+    from vtlab.models.precision import agreement
+
+    path, _ = texts
+    fp32_dir, int8_dir = onnx_dir("splade-tiny"), onnx_int8_dir("splade-tiny", reduce_range)
+    ops = {n.op_type for n in onnx.load(str(int8_dir / "doc.onnx")).graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
+    settings = json.loads((int8_dir / "onnx.json").read_text())["quantization"]
+    assert settings["weight_type"] == "QInt8" and settings["reduce_range"] is reduce_range
+    for tool, graphs in (("onnx", fp32_dir), ("onnx-int8", int8_dir)):
+        r = _worker(tool, path, tmp_path, "--graphs", str(graphs), "--splits", "10")
+        assert r["torch_loaded"] is False and r["doc"]["per_s"] > 0 and r["doc"]["prefix"]["10"]["n"] == 10
+    vec = {
+        (tool, side): sp.load_npz(tmp_path / f"{tool}-splade-tiny-{side}.npz").tocsr()
+        for tool in ("onnx", "onnx-int8")
+        for side in ("doc", "query")
+    }
+    b = Backbone("asset:splade-tiny")
+    enc = SpladeEncoder(
+        b.load_model(), b.load_tokenizer(), query_max_length=QUERY_LEN, doc_max_length=DOC_LEN, precision="fp32"
+    )
+    docs, queries = read_texts(path)
     for side, items in (("doc", docs), ("query", queries)):
-        theirs = sp.load_npz(tmp_path / f"onnx-splade-tiny-{side}.npz").toarray()
+        theirs = vec["onnx", side].toarray()
         assert np.abs(theirs - enc.encode(items, side, show_progress=False).toarray()).max() <= 1e-4
+        assert np.abs(vec["onnx-int8", side].toarray() - theirs).max() > 1e-3  # the int8 graphs did run
+    a = agreement(vec["onnx", "query"], vec["onnx", "doc"], vec["onnx-int8", "query"], vec["onnx-int8", "doc"])
+    assert a.holds(), a.words()
+
+
+def test_onnx_worker_refuses_a_missing_graph_directory(texts, tmp_path):
+    path, _ = texts
+    proc = subprocess.run(
+        [sys.executable, "-m", "vtlab.bench.encode", "--tool", "onnx-int8", "--texts", str(path), "--out", "x.json"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "--tool onnx-int8 needs --graphs DIR" in proc.stderr.splitlines()[-1]

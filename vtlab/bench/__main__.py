@@ -1,6 +1,7 @@
 """`make bench`: vtlab against its peers on the same model, data, batch and threads, in one run.
 
     python -m vtlab.bench [--quick] [--only encode,train,retrieval,transfer] [--n-docs 1000000] [--threads 2]
+                          [--st-docs 500] [--bf16-docs 256] [--minilm-docs 300] [--docs N]
 
 Every measurement runs in a fresh subprocess (peak RSS is per tool); vtlab and the peer of each row run back to back,
 so the ratios compare the two under the same machine load. Writes outputs/bench/<part>/*.json, the vectors and
@@ -19,7 +20,22 @@ from typing import Any
 
 from vtlab.bench.common import machine
 from vtlab.bench.parts import SEISMIC, Log, encode_part, retrieval_part, train_part, transfer_part
-from vtlab.bench.summary import summarize, table
+from vtlab.bench.summary import summarize
+from vtlab.bench.table import table
+
+# Budget of the whole run on 2 AVX2 cores (target total_wall_s <= 900), estimated, not measured: from the AVX2 run in
+# docs/performance.md (2,938 BoolQ-val passages = 349k tokens at <= 256, 3,270 questions = 37k tokens: vtlab fp32
+# 9.5k doc tokens/s, floor 11.2k, ONNX Runtime 4.5k, bf16 1.2k, sentence-transformers 1.3k; MiniLM-L6: vtlab 2.0k,
+# ORT 0.9k, ST 0.6k; int8 0.93x fp32 without VNNI) scaled to the testbed's texts (2,800 passages = 412k tokens,
+# 1,304 questions = 19k; the first 500 passages 82k tokens, 256: 42k, 300: 49k), plus ~8 s per worker to start and
+# load and its 64-text warm-up. ORT-int8 has no AVX2 figure yet: budgeted as ORT fp32.
+#   encode SPLADE-tiny, all texts: fp32 55 s, int8 59, ORT 102, ORT-int8 102;
+#          first 500: ST 85, floor 17; first 256: bf16 54 (all texts where bf16 is native); export/quality ~15 → ~490 s
+#   encode MiniLM, first 300: vtlab 41, ST 116, ORT 76, floor 38, export 15                                   → ~285 s
+#   train 108 s, retrieval 489 s (Seismic's 1M-doc build alone 323 s), transfer 55 s (unchanged)                 → 652 s
+#   total ≈ 1,430 s (34 min before). 900 s is out of reach with Seismic on 1M docs: the four full-set quality rows
+#   (318 s) plus train, retrieval and transfer are ~970 s before any sampled row; `--n-docs` (the synthetic set of
+#   the retrieval part) and `--models splade-tiny` are the remaining levers, at the cost of those measurements.
 
 
 def main() -> None:
@@ -29,17 +45,24 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-docs", type=int, default=1_000_000, help="synthetic collection size")
     ap.add_argument("--n-queries", type=int, default=1000)
-    ap.add_argument("--docs", type=int, default=None, help="encode only the first N passages / questions")
-    ap.add_argument("--models", default="splade-tiny,minilm", help="encode bench models (splade-tiny first)")
     ap.add_argument(
-        "--minilm-docs", type=int, default=1000, help="MiniLM encodes the first N passages / questions (0: all)"
+        "--docs", type=int, default=None, help="each testbed set cut to a seeded sample of N passages / questions"
     )
+    ap.add_argument("--models", default="splade-tiny,minilm", help="encode bench models (splade-tiny first)")
+    ap.add_argument("--st-docs", type=int, default=500, help="ST and the floor: the first N texts (0: all)")
+    ap.add_argument("--bf16-docs", type=int, default=256, help="bf16 without native bf16: the first N texts (0: all)")
+    ap.add_argument("--minilm-docs", type=int, default=300, help="MiniLM's rows: the first N texts (0: all)")
     ap.add_argument(
-        "--quick", action="store_true", help="a smoke run: SPLADE-tiny on 256 texts, 6 train steps, 20k synthetic docs"
+        "--quick", action="store_true", help="a smoke run: SPLADE-tiny on 64 passages per set, 6 train steps, 20k docs"
     )
     args = ap.parse_args()
+    least = {"threads": 1, "n_docs": 1, "n_queries": 1, "docs": 1, "st_docs": 0, "bf16_docs": 0, "minilm_docs": 0}
+    for name, low in least.items():
+        value = getattr(args, name)
+        if value is not None and value < low:
+            ap.error(f"--{name.replace('_', '-')} {value}: must be at least {low}")
     if args.quick:
-        args.docs = args.docs or 256
+        args.docs = args.docs or 64
         args.n_docs = min(args.n_docs, 20_000)
         args.n_queries = min(args.n_queries, 200)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -54,23 +77,28 @@ def main() -> None:
         "gpu": "not measured (no GPU in this environment)",
         "seismic": SEISMIC,
     }
-    for name in args.only.split(","):
+    only = args.only.split(",")
+    for name in only:
         if name not in runners:
             raise SystemExit(f"--only: unknown part {name!r} (choose from {', '.join(runners)})")
+    for name in only:
         began = time.perf_counter()
         parts[name] = runners[name](out, args, log)
         info[f"{name}_wall_s"] = round(time.perf_counter() - began, 1)
     info["machine_end"] = machine()
     info["total_wall_s"] = round(time.perf_counter() - log.t0, 1)
-    summary = summarize(parts, args)
+    # the total's target is the whole bench's, as defined by the defaults: any other setting makes the run partial
+    defaults = vars(ap.parse_args([]))
+    partial = [f"--{k.replace('_', '-')}" for k, v in defaults.items() if k != "out" and vars(args)[k] != v]
+    summary = summarize(parts, args, {"total_wall_s": info["total_wall_s"], "partial": ", ".join(partial)})
     (out / "details.json").write_text(json.dumps({"info": info, **parts}, indent=2, default=float) + "\n")
     (out / "summary.json").write_text(json.dumps({**summary, "info": info}, indent=2, default=float) + "\n")
     print(table(parts, summary, args))
     print(
         f"\nload average at start {info['machine_start']['loadavg_1_5_15']}, end "
         f"{info['machine_end']['loadavg_1_5_15']} on {info['machine_start'].get('cpus')} CPUs; GPU not measured; "
-        f"CPU native bf16 (avx512_bf16/amx_bf16): {info['machine_start'].get('avx512_bf16')}/"
-        f"{info['machine_start'].get('amx_bf16')}, precision=auto → {info['machine_start'].get('precision_auto')}; "
+        f"CPU native bf16 {info['machine_start']['bf16_native']}, native int8 {info['machine_start']['int8_native']}, "
+        f"precision=auto → {info['machine_start'].get('precision_auto')}; "
         f"total {info['total_wall_s']:.0f}s → {out / 'summary.json'}"
     )
 

@@ -125,13 +125,15 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    # what precision=auto decides from: the CPU's native-bf16 flags, and its choice here (imported here: it loads
-    # torch, which the workers that run without it, ONNX Runtime's, must not)
-    from vtlab.models.precision import BF16_NATIVE_FLAGS, cpu_flags, resolve_precision
+    # what the precisions run on: the CPU's vector, native-bf16 and native-int8 flags, and what precision=auto picks
+    # here without a model (imported here: it loads torch, which the workers that run without it, ONNX Runtime's,
+    # must not)
+    from vtlab.models.precision import NATIVE_FLAGS, cpu_flags, native, resolve_precision
 
     flags = cpu_flags()
-    info.update({flag: flag in flags for flag in sorted(BF16_NATIVE_FLAGS)})
-    info["avx2"], info["avx512f"] = "avx2" in flags, "avx512f" in flags
+    wanted = {"avx2", "avx512f"}.union(*NATIVE_FLAGS.values())
+    info.update({flag: flag in flags for flag in sorted(wanted)})
+    info.update({f"{p}_native": native(p, flags) for p in NATIVE_FLAGS})
     info["precision_auto"] = resolve_precision("auto", "cpu")
     try:
         import torch

@@ -1,6 +1,7 @@
 """The bench's parts, each run as fresh worker subprocesses (vtlab.bench.common.run_worker), vtlab and the peer of
-each row back to back: encode (vectors checked equal to sentence-transformers' and ONNX Runtime's, bf16 quality),
-train, retrieval (exact top-10 checked equal to scipy's, Seismic's recall against it) and transfer."""
+each row back to back: encode (the testbed's four sets; vectors checked equal to sentence-transformers' and ONNX
+Runtime's; nDCG@10 of each precision), train, retrieval (exact top-10 checked equal to scipy's, Seismic's recall
+against it) and transfer."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ from typing import Any
 import numpy as np
 
 from vtlab.bench.common import machine, run_worker
-from vtlab.bench.encode import model_dir, onnx_dir
+from vtlab.bench.encode import ONNX_TOOLS, model_dir, onnx_dir, onnx_int8_dir, write_texts
 from vtlab.bench.retrieval import synthetic_path
-from vtlab.data.boolq import boolq_collection
-from vtlab.evaluation import compute_metrics
-from vtlab.index import InvertedIndex, to_run
+from vtlab.bench.testbed import quality, testbed_sets
 
 # Seismic settings of the bench (tuned on the synthetic 1M set; see README "Performance")
 SEISMIC = {"n_postings": 2500, "centroid_fraction": 0.05, "summary_energy": 0.4, "query_cut": 10, "heap_factor": 0.8}
+QUALITY_TOOLS = ("vtlab", "vtlab-bf16", "vtlab-int8", "onnx", "onnx-int8")  # nDCG@10 on the four sets (SPLADE-tiny)
+# why a quality row that encoded only a sample (plan) has no nDCG@10
+SAMPLE_ONLY = {"vtlab-bf16": "not measured: bf16 not native on this CPU, sample only"}
 
 
 class Log:
@@ -34,6 +36,27 @@ class Log:
         print(f"[bench {time.perf_counter() - self.t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
+def plan(model: str, args: argparse.Namespace, bf16_native: bool, has_ort: bool) -> dict[str, int | None]:
+    """tool → how many of the texts (the first N passages and N questions) it encodes; None: all, in run order.
+
+    One encoding pass serves speed and quality: the rows whose quality is measured (QUALITY_TOOLS) encode every text.
+    The slow rows encode a fixed prefix: sentence-transformers and the floor the first --st-docs, bf16 where the CPU
+    has no bf16 units (~9x slower than fp32 on AVX2) the first --bf16-docs, MiniLM's rows (~4x SPLADE-tiny's cost per
+    text) the first --minilm-docs; fp32 times those prefixes too (encode.measure), so each ratio compares the same
+    texts."""
+    if model != "splade-tiny":
+        n = args.minilm_docs or None
+        return {"st": n, "vtlab": n, "floor": n, **({"onnx": n} if has_ort else {})}
+    rows: dict[str, int | None] = {
+        "st": args.st_docs or None,
+        "vtlab": None,
+        "floor": args.st_docs or None,
+        "vtlab-int8": None,
+        "vtlab-bf16": None if bf16_native else args.bf16_docs or None,
+    }
+    return {**rows, **({t: None for t in ONNX_TOOLS} if has_ort else {})}
+
+
 def encode_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]:
     import scipy.sparse as sp
 
@@ -41,35 +64,46 @@ def encode_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]
     has_ort = importlib.util.find_spec("onnxruntime") is not None
     if not has_ort:
         log("encode: onnxruntime is not installed (pip install -e '.[onnx]'): no ONNX Runtime rows")
-    res: dict[str, Any] = {}
+    cpu = machine()
+    log("encode: the testbed's four sets (conf/eval/testbed.yaml)")
+    sets = testbed_sets(args.docs)
+    texts = write_texts(out / "texts.json", sets)
+    total = len(texts["docs"])
+    res: dict[str, Any] = {
+        "texts": {"docs": total, "queries": len(texts["queries"]), "sets": texts["sets"], "per_set_limit": args.docs},
+        "cpu": {k: cpu[k] for k in ("bf16_native", "int8_native", "precision_auto")},
+        "models": {},
+    }
     models = ["splade-tiny"] if args.quick else args.models.split(",")
     for model in models:
-        # MiniLM-L6 (384 hidden, 6 layers) costs ~4x SPLADE-tiny per text: its three tools share a prefix of the
-        # collection so the whole bench fits its 20-minute budget; ratios compare the same texts
-        n = args.docs or (args.minilm_docs if model == "minilm" and args.minilm_docs else None)
-        limits = ["--docs", str(n), "--queries", str(n)] if n else []
+        rows = plan(model, args, cpu["bf16_native"], has_ort)
+        rows = {t: (n if n is not None and n < total else None) for t, n in rows.items()}  # a prefix ≥ all: all
         model_dir(model)  # materialize once, before the workers race for it
-        if has_ort:
+        graphs = {}
+        if "onnx" in rows:
             log(f"encode {model}: ONNX export (once, cached)")
-            onnx_dir(model)
-        tools = (
-            ["st", "vtlab", "floor"]
-            + (["onnx"] if has_ort else [])
-            + (["vtlab-bf16"] if model == "splade-tiny" else [])
-        )
-        r: dict[str, Any] = {}
-        for tool in tools:
-            log(f"encode {model} {tool}")
+            graphs["onnx"] = onnx_dir(model)
+        if "onnx-int8" in rows:
+            log(f"encode {model}: ONNX Runtime int8 quantization (once, cached)")
+            graphs["onnx-int8"] = onnx_int8_dir(model, reduce_range=not cpu["int8_native"])
+        samples = sorted({n for n in rows.values() if n is not None})
+        r: dict[str, Any] = {"samples": {t: n or total for t, n in rows.items()}}
+        for tool, n in rows.items():
+            log(f"encode {model} {tool}" + (f" (first {n:,} texts)" if n else ""))
+            limits = ["--docs", str(n), "--queries", str(n)] if n else []
+            splits = [str(s) for s in samples if n is None or s < n]
             r[tool] = run_worker(
                 "vtlab.bench.encode",
-                ["--tool", tool, "--model", model, "--threads", str(args.threads), "--vectors", str(vec), *limits],
+                ["--tool", tool, "--model", model, "--threads", str(args.threads), "--texts", str(out / "texts.json")]
+                + ["--vectors", str(vec), *limits, "--splits", ",".join(splits)]
+                + (["--graphs", str(graphs[tool])] if tool in graphs else []),
                 out / "encode" / f"{model}-{tool}.json",
                 args.threads,
             )
         check = {}
         for side in ("doc", "query"):
-            a = sp.load_npz(vec / f"vtlab-{model}-{side}.npz")
             b = sp.load_npz(vec / f"st-{model}-{side}.npz")
+            a = sp.load_npz(vec / f"vtlab-{model}-{side}.npz")[: b.shape[0]]  # the texts ST encoded
             diff = abs(a - b)
             check[side] = {
                 "max_abs_diff": float(diff.max()) if diff.nnz else 0.0,
@@ -83,11 +117,15 @@ def encode_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]
                 for side in ("doc", "query")
             }
             r["equal_to_onnx_1e-4"] = all(d <= 1e-4 for d in r["vs_onnx"].values())
-        res[model] = r
-    tiny = res["splade-tiny"]
-    tiny["precision_auto"] = machine()["precision_auto"]  # what SpladeEncoder(precision="auto") runs on this CPU
-    if "vtlab-bf16" in tiny:
-        tiny["bf16_quality"] = bf16_quality(vec)
+        if model == "splade-tiny":
+            log("encode: nDCG@10 of each precision on the four sets")
+            why = {
+                t: None if rows[t] is None else SAMPLE_ONLY.get(t, "not measured: sample only")
+                for t in QUALITY_TOOLS
+                if t in rows
+            }
+            r["quality"] = {**quality(vec, model, why, sets), "partial": args.docs is not None}
+        res["models"][model] = r
     return res
 
 
@@ -96,24 +134,6 @@ def max_abs_diff(a: Path, b: Path) -> float:
 
     diff = abs(sp.load_npz(a) - sp.load_npz(b))
     return float(diff.max()) if diff.nnz else 0.0
-
-
-def bf16_quality(vec: Path) -> dict[str, Any]:
-    """nDCG@10 on BoolQ-val of the fp32 and the bf16 vectors (exact retrieval)."""
-    import scipy.sparse as sp
-
-    c = boolq_collection("validation")
-    q_ids, d_ids = list(c.queries), list(c.corpus)
-    out = {}
-    for tool in ("vtlab", "vtlab-bf16"):
-        d = sp.load_npz(vec / f"{tool}-splade-tiny-doc.npz")
-        q = sp.load_npz(vec / f"{tool}-splade-tiny-query.npz")
-        if d.shape[0] != len(d_ids) or q.shape[0] != len(q_ids):
-            return {"skipped": "partial collection (--docs/--queries)"}
-        s, i = InvertedIndex(d).search(q, 100)
-        out[tool] = compute_metrics(to_run(s, i, q_ids, d_ids), c.qrels, ["nDCG@10"])["nDCG@10"]
-    out["delta_ndcg10"] = out["vtlab-bf16"] - out["vtlab"]
-    return out
 
 
 def train_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]:
@@ -136,9 +156,9 @@ def retrieval_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, A
     res: dict[str, Any] = {}
     collections = []
     if (out / "vectors" / "vtlab-splade-tiny-doc.npz").is_file():
-        collections.append(("boolq", ["--vectors", str(out / "vectors")]))
+        collections.append(("testbed", ["--vectors", str(out / "vectors")]))
     else:
-        log("retrieval: no BoolQ vectors (run the encode part first); BoolQ rows skipped")
+        log("retrieval: no SPLADE-tiny vectors of the testbed sets (run the encode part first); their rows skipped")
     n_docs = args.n_docs
     log(f"retrieval: synthetic collection of {n_docs:,} docs (generated once, cached)")
     synthetic_path(n_docs, args.n_queries)

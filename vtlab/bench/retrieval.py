@@ -1,6 +1,6 @@
 """Retrieval benchmark worker: one backend on one collection, in this (fresh) process; top-10 per query.
 
-    python -m vtlab.bench.retrieval --collection boolq|synthetic --method scipy|exact|seismic --out FILE
+    python -m vtlab.bench.retrieval --collection testbed|synthetic --method scipy|exact|seismic --out FILE
         [--vectors DIR] [--n-docs N] [--n-queries N] [--top DIR] [--seismic-* ...]
 
 - `scipy`: the peer baseline, the CSR product Q[16 at a time] @ Dᵀ → dense rows → argpartition, on 1 thread (the
@@ -27,7 +27,7 @@ from vtlab.bench.synthetic import DOC_DRAWS, synthetic_collection
 
 # vtlab.index (scipy and exact) and vtlab.index.seismic are imported after the RSS baseline of the build, and
 # vtlab.assets only where the synthetic collection is loaded (vtlab.index loads it, with hydra/omegaconf through
-# vtlab.errors): at module level they would move that import memory (~8 MB on BoolQ) out of the build's figures
+# vtlab.errors): at module level they would move that import memory (~8 MB) out of the build's figures
 # (rss_after_build_mb, build_peak_rise_mb), the scipy peer's included.
 
 K = 10
@@ -46,11 +46,11 @@ def synthetic_path(n_docs: int, n_queries: int, seed: int = 0) -> Path:
 
 
 def load(args: argparse.Namespace) -> tuple[sp.csr_matrix, sp.csr_matrix, dict[str, Any]]:
-    if args.collection == "boolq":
+    if args.collection == "testbed":
         vec = Path(args.vectors)
         docs = sp.load_npz(vec / "vtlab-splade-tiny-doc.npz").tocsr()
         queries = sp.load_npz(vec / "vtlab-splade-tiny-query.npz").tocsr()
-        info = {"source": "SPLADE-tiny vectors of BoolQ-val from the encode bench"}
+        info = {"source": "SPLADE-tiny vectors of the testbed's four sets (their passages and questions together)"}
     else:
         d = synthetic_path(args.n_docs, args.n_queries)
         docs, queries = sp.load_npz(d / "docs.npz").tocsr(), sp.load_npz(d / "queries.npz").tocsr()
@@ -86,7 +86,7 @@ def timed_search(index: Any, queries: sp.csr_matrix, **kwargs: Any) -> tuple[dic
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--collection", required=True, choices=["boolq", "synthetic"])
+    ap.add_argument("--collection", required=True, choices=["testbed", "synthetic"])
     ap.add_argument("--method", required=True, choices=["scipy", "exact", "seismic"])
     ap.add_argument("--vectors", default="outputs/bench/vectors")
     ap.add_argument("--n-docs", type=int, default=1_000_000)
