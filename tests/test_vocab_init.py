@@ -10,17 +10,8 @@ import torch
 
 from vtlab.errors import VtlabError
 from vtlab.vocab.canonical import Overlap
-from vtlab.vocab.init import (
-    AllRandom,
-    Mean,
-    NewRandom,
-    Semantic,
-    Subword,
-    _Similarities,
-    _pmi_transform,
-    _sparsemax,
-    _zscore_transform,
-)
+from vtlab.vocab.init import AllRandom, Mean, NewRandom, Semantic, Subword
+from vtlab.vocab.similarity import Similarities, pmi_transform, sparsemax, zscore_transform
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -38,7 +29,7 @@ def make_overlap(target_ids, source_ids, source_size: int, target_size: int) -> 
     )
 
 
-def np_sparsemax(z: np.ndarray) -> np.ndarray:
+def npsparsemax(z: np.ndarray) -> np.ndarray:
     """Martins & Astudillo (2016), Alg. 1, row by row in float64."""
     out = np.zeros_like(z, dtype=np.float64)
     for i, row in enumerate(z.astype(np.float64)):
@@ -70,26 +61,26 @@ def np_zscore(s: np.ndarray) -> np.ndarray:
 
 
 # -- sparsemax -----------------------------------------------------------------------------------------------------
-def test_sparsemax_hand_examples():
+def testsparsemax_hand_examples():
     # [2, 1, -1]: sorted z = 2, 1, -1; support test 1 + k·z_(k) > Σ_{j≤k} z_(j): k=1: 3 > 2 ✓; k=2: 3 > 3 ✗.
     #   So k = 1, τ = (2 − 1)/1 = 1 → max(z − 1, 0) = [1, 0, 0].
     # [1, 0.9, 0]: k=1: 2 > 1 ✓; k=2: 2.8 > 1.9 ✓; k=3: 1 > 1.9 ✗. τ = (1.9 − 1)/2 = 0.45 → [0.55, 0.45, 0].
-    w = _sparsemax(torch.tensor([[2.0, 1.0, -1.0], [1.0, 0.9, 0.0]]))
+    w = sparsemax(torch.tensor([[2.0, 1.0, -1.0], [1.0, 0.9, 0.0]]))
     torch.testing.assert_close(w, torch.tensor([[1.0, 0.0, 0.0], [0.55, 0.45, 0.0]]))
 
 
-def test_sparsemax_realistic_rows_are_sparse_distributions():
+def testsparsemax_realistic_rows_are_sparse_distributions():
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(64, 16, generator=g), torch.randn(3000, 16, generator=g)
     s = torch.nn.functional.normalize(a, dim=1) @ torch.nn.functional.normalize(b, dim=1).T
-    w = _sparsemax(s)  # 3000 columns: the partial-sort path, with doubling for wide supports
+    w = sparsemax(s)  # 3000 columns: the partial-sort path, with doubling for wide supports
     assert (w >= 0).all()
     torch.testing.assert_close(w.sum(dim=1), torch.ones(64))
     assert (w == 0).float().mean() > 0.9  # many exact zeros
-    np.testing.assert_allclose(w.numpy(), np_sparsemax(s.numpy()), atol=1e-5)
-    wide = _sparsemax(s * 0.01)  # flat scores: supports far beyond the initial partial sort
+    np.testing.assert_allclose(w.numpy(), npsparsemax(s.numpy()), atol=1e-5)
+    wide = sparsemax(s * 0.01)  # flat scores: supports far beyond the initial partial sort
     assert (wide > 0).sum(dim=1).min() > 256
-    np.testing.assert_allclose(wide.numpy(), np_sparsemax((s * 0.01).numpy()), atol=1e-6)
+    np.testing.assert_allclose(wide.numpy(), npsparsemax((s * 0.01).numpy()), atol=1e-6)
 
 
 # -- semantic ------------------------------------------------------------------------------------------------------
@@ -169,35 +160,35 @@ def test_semantic_matches_direct_numpy(similarity, transform):
         E, ov, target_size=size, source_tokenizer=None, target_tokenizer=None, target_embeddings=T
     )
     s = np_cosine(T.numpy()[new].astype(np.float64), T.numpy()[ov.target_ids].astype(np.float64))
-    w = np_sparsemax(transform(s))
+    w = npsparsemax(transform(s))
     np.testing.assert_allclose(out.numpy()[new], w @ E.numpy()[ov.source_ids], atol=1e-4)
     assert stats["semantic"] == len(new) and stats["mean_fallback"] == 0
     assert stats["support_mean"] < len(ov.target_ids)  # sparse weights
 
 
-@pytest.mark.parametrize("make,reference", [(_pmi_transform, np_ppmi), (_zscore_transform, np_zscore)])
+@pytest.mark.parametrize("make,reference", [(pmi_transform, np_ppmi), (zscore_transform, np_zscore)])
 def test_two_pass_scores_equal_whole_matrix_formula(make, reference):
     # The score matrices themselves (sparsemax hides e.g. the PPMI clamp whenever its threshold is positive).
     g = torch.Generator().manual_seed(2)
     a = torch.nn.functional.normalize(torch.randn(41, 6, generator=g), dim=1)
     b = torch.nn.functional.normalize(torch.randn(29, 6, generator=g), dim=1)
-    sims = _Similarities(a, b, 5, passes=2 if make is _pmi_transform else 1)
+    sims = Similarities(a, b, 5, passes=2 if make is pmi_transform else 1)
     transform = make(sims)
     got = torch.cat([transform(lo, s) for lo, s in sims]).numpy()
     want = reference(a.double().numpy() @ b.double().numpy().T)
     np.testing.assert_allclose(got, want, atol=2e-5)
-    if make is _pmi_transform:
+    if make is pmi_transform:
         assert (got == 0).mean() > 0.2 and got.min() == 0.0  # PPMI: negative PMI clamped
 
 
 @pytest.mark.parametrize("keep_bytes", [0, 2**30])
 def test_pmi_from_kept_or_recomputed_similarities_is_the_same(keep_bytes, monkeypatch):
     """pmi's second pass reads the first pass's chunks when S fits the budget, else recomputes them: same scores."""
-    monkeypatch.setattr(_Similarities, "KEEP_BYTES", keep_bytes)
+    monkeypatch.setattr(Similarities, "KEEP_BYTES", keep_bytes)
     g = torch.Generator().manual_seed(3)
     a, b = torch.randn(23, 8, generator=g), torch.randn(17, 8, generator=g)
-    sims = _Similarities(a, b, 4, passes=2)
-    transform = _pmi_transform(sims)
+    sims = Similarities(a, b, 4, passes=2)
+    transform = pmi_transform(sims)
     assert (sims._kept is not None) == (keep_bytes > 0)
     got = torch.cat([transform(lo, s) for lo, s in sims]).numpy()
     np.testing.assert_allclose(got, np_ppmi(a.double().numpy() @ b.double().numpy().T), atol=2e-5)
