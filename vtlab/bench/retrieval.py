@@ -1,10 +1,12 @@
 """Retrieval benchmark worker: one backend on one collection, in this (fresh) process; top-10 per query.
 
     python -m vtlab.bench.retrieval --collection testbed|synthetic --method scipy|exact|seismic --out FILE
-        [--vectors DIR] [--n-docs N] [--n-queries N] [--top DIR] [--seismic-* ...]
+        [--vectors DIR] [--n-docs N] [--n-queries N] [--first-queries N] [--top DIR] [--seismic-* ...]
 
 - `scipy`: the peer baseline, the CSR product Q[16 at a time] @ Dᵀ → dense rows → argpartition, on 1 thread (the
-  measurement in research/perf-peers.md §3) and, for a thread-matched figure, on a pool of --threads threads.
+  measurement in research/perf-peers.md §3) and, for a thread-matched figure, on a pool of --threads threads. The
+  bench runs it on the first --first-queries queries only (its two passes were ~100 s of the retrieval part's time at
+  1M docs): the queries are i.i.d. draws, so the per-query time, and each ratio to it, estimates the same quantity.
 - `exact`: vtlab's InvertedIndex with the compiled kernel (vtlab/index/taat.c), on --threads threads and on 1.
 - `seismic`: vtlab.index.seismic.SeismicIndex (approximate), on --threads threads.
 
@@ -92,16 +94,21 @@ def main() -> None:
     ap.add_argument("--n-docs", type=int, default=1_000_000)
     ap.add_argument("--n-queries", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--first-queries", type=int, default=0, help="search only the first N queries (0: all)")
     ap.add_argument("--top", default=None, help="directory for the top-10 doc indices (.npy)")
     ap.add_argument("--seismic-n-postings", type=int, default=None)
     ap.add_argument("--seismic-centroid-fraction", type=float, default=None)
     ap.add_argument("--seismic-summary-energy", type=float, default=None)
+    ap.add_argument("--seismic-doc-cut", type=int, default=None)
     ap.add_argument("--seismic-query-cut", type=int, default=None)
     ap.add_argument("--seismic-heap-factor", type=float, default=None)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     set_threads(args.threads)
     docs, queries, info = load(args)
+    if args.first_queries > 0:
+        queries = queries[: args.first_queries]
+    info["n_queries_searched"] = queries.shape[0]
     result: dict[str, Any] = {
         "collection": args.collection,
         "method": args.method,
@@ -137,6 +144,7 @@ def main() -> None:
                 "n_postings": args.seismic_n_postings,
                 "centroid_fraction": args.seismic_centroid_fraction,
                 "summary_energy": args.seismic_summary_energy,
+                "doc_cut": args.seismic_doc_cut,
                 "query_cut": args.seismic_query_cut,
                 "heap_factor": args.seismic_heap_factor,
             }.items()
