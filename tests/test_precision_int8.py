@@ -135,12 +135,12 @@ def test_int8_vectors_within_the_derived_bound(tiny, passages):
     model, tok = tiny
     enc = SpladeEncoder(model, tok, precision="fp32")
     _, ids, mask = next(enc.batches(passages, "doc", len(passages)))
-    q = quantize_network(model)
+    q = quantize_network(model)  # the body this CPU runs with int8 (bf16 where native, else int8)
     with torch.inference_mode():
         with decoder_bypassed(model) as decoder:
             h = model(input_ids=ids, attention_mask=mask).logits
-        with decoder_bypassed(q.net):
-            h8 = q.net(input_ids=ids, attention_mask=mask).logits
+        with decoder_bypassed(q.net), q.body():
+            h8 = q.net(input_ids=ids, attention_mask=mask).logits.float()
         z32 = enc.max_logits(ids, mask)
         with enc.int8_networks():
             z8 = enc.max_logits(ids, mask)
@@ -340,10 +340,30 @@ def test_explicit_int8_refuses_a_torch_without_kernels(tiny, monkeypatch):
 
 def test_linear_copy_replaces_every_linear_but_the_decoder(tiny):
     model, _ = tiny
-    q = quantize_network(model)
+    q = quantize_network(model, body="int8")
     linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     kinds = {n: type(m) for n, m in q.net.named_modules()}
     decoder = next(n for n, m in model.named_modules() if m is model.get_output_embeddings())
     assert kinds[decoder] is nn.Linear and all(kinds[n] is Int8Linear for n in linears if n != decoder)
     top = float(model.get_output_embeddings().weight.detach().abs().max())
     assert np.isclose(float(q.decoder.scales.max()), top / 127)
+
+
+@pytest.mark.parametrize(
+    "cpuinfo,body", [("flags : avx2 avx512_vnni avx512_bf16", "bf16"), ("flags : avx2 avx512_vnni", "int8")]
+)
+def test_int8_body_follows_native_bf16(tiny, monkeypatch, cpuinfo, body):
+    """The body runs in bf16 where the CPU computes bf16 natively (the fp32 network itself, shared, under autocast),
+    else as an int8 copy; the decoder is int8 either way. A bad body name is refused."""
+    from vtlab.models import precision as prec
+    from vtlab.models import quantize
+
+    monkeypatch.setattr(quantize, "cpu_flags", lambda: prec.parse_cpu_flags(cpuinfo))
+    model, _ = tiny
+    q = quantize_network(model)
+    assert q.body_bf16 == (body == "bf16")
+    assert (q.net is model) == (body == "bf16")
+    assert any(isinstance(m, Int8Linear) for m in q.net.modules()) == (body == "int8")
+    assert isinstance(q.decoder, Int8Decoder)
+    with pytest.raises(ValueError, match="body='fp16'"):
+        quantize_network(model, body="fp16")

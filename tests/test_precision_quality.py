@@ -146,10 +146,10 @@ def test_vectors_within_the_derived_bound(tiny, fp64_body, real_auto, monkeypatc
             real = mask.bool()
             h = _hidden(model, ids, mask)
             h64 = _hidden(fp64_body, ids, mask)
-            if p == "int8":
-                h_p = _hidden(int8.net, ids, mask)
+            if p == "int8":  # the body auto's int8 runs here: bf16 where native, else int8
+                h_p = _hidden(int8.net, ids, mask, bf16=int8.body_bf16)
                 qmax = 127 if int8.decoder.reduce_range else 255
-                u_p = 2 / qmax
+                u_p = U_BF16 if int8.body_bf16 else 2 / qmax
             else:
                 h_p = _hidden(model, ids, mask, bf16=p == "bf16")
                 if p == "bf16":  # what the decoder multiplies: the pooling casts the hidden states to bf16

@@ -130,9 +130,9 @@ class SpladeEncoder(nn.Module):
         net = self.network(side)
         if self._int8_active:
             q = self._int8_network(net)
-            with decoder_bypassed(q.net):
+            with decoder_bypassed(q.net), q.body():
                 hidden = q.net(input_ids=input_ids, attention_mask=attention_mask).logits
-            return tiled_max_logits(hidden, q.decoder, attention_mask, self.chunk_bytes)
+            return tiled_max_logits(hidden.float(), q.decoder, attention_mask, self.chunk_bytes)
         with decoder_bypassed(net) as decoder:
             hidden = net(input_ids=input_ids, attention_mask=attention_mask).logits
         return max_logits(hidden, decoder.weight, decoder.bias, attention_mask, self.chunk_bytes)

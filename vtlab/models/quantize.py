@@ -1,28 +1,27 @@
-"""int8 encoding (`model.encoder.precision=int8`, inference only): int8 weights, int8 activations quantized per call.
+"""int8 encoding (`model.encoder.precision=int8`, inference only): the MLM decoder in int8 (int8 weights, activations
+quantized per call), the body in int8 or bf16.
 
-What runs in int8, and with which kernel (chosen by measurement: torch 2.13 CPU, one thread, thread CPU time, an
-AMX Xeon shared with other jobs; SPLADE-tiny, 64 passages × 150 tokens):
-- the MLM decoder (hidden → 30,522 logits: ~80% of SPLADE-tiny's fp32 encoding time): oneDNN's int8 GEMM
-  (`onednn::qlinear_pointwise`, fp32 output) on the pooling's cache-sized tiles (vtlab.models.pooling), one weight
-  block pre-packed per tile width of vocabulary columns; the tile's activations are quantized once for all blocks.
-  GEMM + max 205 ms vs fp32 505 ms (bf16 autocast: 234 ms). `torch._int_mm` was 2.6× *slower* than fp32 here, and
-  fbgemm's dynamic linear per tile (which re-quantizes the tile's activations per block) 1.5× faster only.
-- every other nn.Linear (attention, FFN, head transform): fbgemm's dynamic int8 linear (`quantized::linear_dynamic`,
-  what `torch.ao.quantization.quantize_dynamic` builds; activations quantized per call in C++), built from the ops
-  directly (torch.ao.quantization's Python API is deprecated): SPLADE-tiny's body 106 ms vs fp32 114 ms (bf16: 53 ms;
-  a 128-wide body is mostly attention, GELU and LayerNorm, which stay fp32 here).
+What runs how (chosen by measurement, torch 2.13 CPU, SPLADE-tiny):
+- the MLM decoder (hidden → 30,522 logits: ~80% of SPLADE-tiny's fp32 encoding time), per-channel int8 weights:
+  - on a CPU with AMX (`amx_int8`): one C kernel fuses the int8 GEMM with the max over positions, activations
+    quantized per token (vtlab.models.amx; the logits never reach memory);
+  - elsewhere: oneDNN's int8 GEMM (`onednn::qlinear_pointwise`, fp32 output) on the pooling's cache-sized tiles
+    (vtlab.models.pooling), one weight block pre-packed per tile width; the tile's activations are quantized once for
+    all blocks (one thread, AMX Xeon: GEMM + max 205 ms vs fp32 505 ms; `torch._int_mm` was 2.6× slower than fp32).
+- the body (attention, FFN, head transform): where the CPU computes bf16 natively, the fp32 network itself under bf16
+  autocast — faster than int8 there (SPLADE-tiny's body: bf16 53 ms, fbgemm int8 106 ms, fp32 114 ms) and closer to
+  fp32 (passage cosine 0.9998 vs 0.9989 with an int8 body; on Qasper nDCG@10 0.2933 vs 0.2885, fp32 0.2931); else
+  fbgemm's dynamic int8 linear (`quantized::linear_dynamic`, what `torch.ao.quantization.quantize_dynamic` builds,
+  built from the ops directly) in a copy of the network.
 - weights: symmetric int8, one scale per output channel (row): s[v] = max|w[v]| / 127, so each weight is off by at
-  most s[v] / 2. Activations: asymmetric uint8 over the tensor (the tile's real tokens for the decoder), range
-  [min(x, 0), max(x, 0)], scale (max − min) / 255, so each is off by at most scale / 2 (fbgemm: its integer zero point
-  can add half a step). No calibration data: activation scales are computed per call (dynamic quantization).
+  most s[v] / 2. Activations: asymmetric uint8, range [min(x, 0), max(x, 0)], scale (max − min) / 255, so each is off
+  by at most scale / 2 (fbgemm: its integer zero point can add half a step) — per token in the AMX kernel, over the
+  tile's real tokens in oneDNN's path, over the call's input in fbgemm's. No calibration data (dynamic quantization).
 - CPUs without VNNI (`avx512_vnni` / `avx_vnni` / `amx_int8`) multiply u8×s8 through 16-bit saturating adds
   (vpmaddubsw): activations then use 7 bits (0..127), fbgemm's `reduce_range`, so no pair sum saturates. Speed there
   is no better than fp32 (oneDNN held to AVX2: 0.93× fp32), which is why auto only considers int8 with VNNI.
 
-Whole encoding (500 BoolQ passages, one thread, docs per CPU-second): fp32 137, bf16 278, int8 246 (1.80×); with
-oneDNN held to AVX512_CORE_VNNI (a VNNI CPU without bf16, e.g. Cascade Lake): fp32 122, bf16 32, int8 202 (1.66×).
-
-The fp32 network is never modified: `Int8Network` is a copy whose nn.Linear modules are replaced and whose other
+The fp32 network is never modified: an int8 body is a copy whose nn.Linear modules are replaced and whose other
 tensors (embeddings, LayerNorms, the fp32 decoder the pooling bypasses) are shared with the original.
 """
 
@@ -34,6 +33,7 @@ import itertools
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from vtlab.backbones import decoder_site
 from vtlab.errors import VtlabError
 from vtlab.models import amx
-from vtlab.models.precision import INT8_NATIVE_FLAGS, cpu_flags
+from vtlab.models.precision import BF16_NATIVE_FLAGS, INT8_NATIVE_FLAGS, cpu_flags
 
 # quantized engines that pack fbgemm's dynamic linear (x86 = fbgemm/oneDNN by shape), in order of preference
 ENGINES = ("x86", "fbgemm")
@@ -179,12 +179,17 @@ class Int8Decoder:
 
 @dataclass
 class Int8Network:
-    """A network's int8 copy: `net` (its nn.Linear modules → Int8Linear, the decoder left fp32 and bypassed) and the
-    decoder for the pooling."""
+    """A network's int8 form: `net` (an int8 body: a copy whose nn.Linear modules are Int8Linear, the decoder left fp32
+    and bypassed; a bf16 body: the fp32 network itself, run under bf16 autocast) and the decoder for the pooling."""
 
     net: nn.Module
     decoder: Int8Decoder
     version: tuple[tuple[int, int], ...] = field(default=())  # of the source's parameters when copied
+    body_bf16: bool = False
+
+    def body(self) -> contextlib.AbstractContextManager[Any]:
+        """What the body's forward pass runs under: bf16 autocast for a bf16 body, nothing for an int8 one."""
+        return torch.autocast("cpu", dtype=torch.bfloat16) if self.body_bf16 else contextlib.nullcontext()
 
 
 def weights_version(module: nn.Module) -> tuple[tuple[int, int], ...]:
@@ -193,13 +198,25 @@ def weights_version(module: nn.Module) -> tuple[tuple[int, int], ...]:
     return tuple((id(p), p._version) for p in itertools.chain(module.parameters(), module.buffers()))
 
 
-def quantize_network(net: nn.Module, reduce_range: bool | None = None) -> Int8Network:
-    """An int8 copy of a masked-LM (see the module); `net` itself is left as it was. reduce_range: default 7-bit
-    activations unless this CPU has VNNI."""
+BODIES = ("int8", "bf16")
+
+
+def quantize_network(net: nn.Module, reduce_range: bool | None = None, body: str | None = None) -> Int8Network:
+    """The int8 form of a masked-LM (see the module); `net` itself is left as it was. reduce_range: default 7-bit
+    activations unless this CPU has VNNI. body: default bf16 where the CPU computes bf16 natively (there the bf16 body
+    is both faster than fbgemm's int8 one and ~5x closer to fp32: SPLADE-tiny's passage cosine to fp32 0.9998 vs
+    0.9989), else int8."""
     require_int8()
     if reduce_range is None:
         reduce_range = not (INT8_NATIVE_FLAGS & cpu_flags())
+    if body is None:
+        body = "bf16" if BF16_NATIVE_FLAGS & cpu_flags() else "int8"
+    if body not in BODIES:
+        raise ValueError(f"body={body!r}: expected one of {', '.join(BODIES)}")
     version = weights_version(net)
+    if body == "bf16":
+        parent, attr = decoder_site(net)
+        return Int8Network(net, Int8Decoder(getattr(parent, attr), reduce_range), version, body_bf16=True)
     shared = {id(t): t for t in itertools.chain(net.parameters(), net.buffers())}  # copy modules, not tensors
     copied = copy.deepcopy(net, shared)
     parent, attr = decoder_site(copied)
