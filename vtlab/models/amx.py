@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -62,7 +63,9 @@ def available() -> bool:
 
 
 @functools.cache
-def _helpers(n: int) -> ThreadPoolExecutor:
+def _helpers(n: int, pid: int) -> ThreadPoolExecutor:
+    """n helper threads of process `pid`: a child forked after they started does not have them (its copy of the
+    executor would queue work no thread runs), so it gets its own."""
     return ThreadPoolExecutor(n, thread_name_prefix="vtlab-amx")
 
 
@@ -103,7 +106,8 @@ def _split_columns(blocks: int, run: Callable[[int, int], None]) -> None:
     """run(first block, end block) on each of torch's intra-op threads' share of the column blocks."""
     parts = max(1, min(torch.get_num_threads(), blocks // MIN_BLOCKS_PER_THREAD))
     edges = [blocks * i // parts for i in range(parts + 1)]
-    pending = [_helpers(parts - 1).submit(run, edges[i], edges[i + 1]) for i in range(1, parts)] if parts > 1 else []
+    helpers = _helpers(parts - 1, os.getpid()) if parts > 1 else None
+    pending = [helpers.submit(run, edges[i], edges[i + 1]) for i in range(1, parts)] if helpers else []
     run(edges[0], edges[1])
     for p in pending:
         p.result()
