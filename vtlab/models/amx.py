@@ -38,9 +38,9 @@ REQUIRED_FLAGS = frozenset({"amx_tile", "amx_bf16", "amx_int8", "avx512f"})
 GROUP_TOKENS = 4096  # tokens whose hidden states (≤ 1 MiB at H 128) stay in L2 while every column block passes
 MIN_BLOCKS_PER_THREAD = 64  # column blocks of 16: a thread takes at least 1,024 vocabulary columns
 
-# id(weight) → (a weak reference to it, its version when packed, the packed copy); a few entries (query and
-# document networks), dropped with their weight
-_packed: dict[int, tuple[weakref.ref, int, Tensor]] = {}
+# id(weight) → (a weak reference to it, its version when packed, the packed copy, its per-column sums [V padded] for
+# int8's zero points); a few entries (query and document networks), dropped with their weight
+_packed: dict[int, tuple[weakref.ref, int, Tensor, Tensor | None]] = {}
 
 
 @functools.cache
@@ -81,14 +81,17 @@ def pack(weight: Tensor, dtype: torch.dtype) -> Tensor:
     return w.view(Vp // 16, 16, H // (16 * group), 16, group).permute(0, 2, 3, 1, 4).contiguous()
 
 
-def _packed_weight(weight: Tensor, dtype: torch.dtype) -> Tensor:
+def _packed_weight(weight: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
+    """(pack(weight, dtype), for int8 the packed columns' sums in fp32), made once per weight version."""
     key = id(weight)
     version = -1 if weight.is_inference() else weight._version  # an inference tensor cannot change in place
     cached = _packed.get(key)
     if cached is None or cached[0]() is not weight or cached[1] != version:
-        cached = (weakref.ref(weight, lambda _: _packed.pop(key, None)), version, pack(weight, dtype))
+        packed = pack(weight, dtype)
+        sums = packed.sum(dim=(1, 2, 4), dtype=torch.int32).flatten().float() if dtype == torch.int8 else None
+        cached = (weakref.ref(weight, lambda _: _packed.pop(key, None)), version, packed, sums)
         _packed[key] = cached
-    return cached[2]
+    return cached[2], cached[3]
 
 
 def _tokens(hidden: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, int]:
@@ -120,7 +123,7 @@ def max_logits(hidden: Tensor, weight: Tensor, mask: Tensor) -> Tensor | None:
     if hidden.device.type != "cpu" or hidden.dtype != torch.bfloat16 or H % 32 or (lib := _kernel()) is None:
         return None
     x, text_of, tokens = _tokens(hidden, mask)
-    w = _packed_weight(weight, torch.bfloat16)
+    w, _ = _packed_weight(weight, torch.bfloat16)
     best = torch.full((B, w.shape[0] * 16), float("-inf"))
     if tokens:
         args = (x.data_ptr(), text_of.data_ptr(), tokens, H, w.data_ptr())
@@ -151,9 +154,7 @@ def max_logits_int8(hidden: Tensor, weight_int8: Tensor, mask: Tensor) -> Tensor
         return None
     x, text_of, tokens = _tokens(hidden.float(), mask)
     q, scale, zero = quantize_tokens(x)
-    w = _packed_weight(weight_int8, torch.int8)
-    rowsum = torch.zeros(w.shape[0] * 16)
-    rowsum[: weight_int8.shape[0]] = weight_int8.sum(dim=1, dtype=torch.int32).float()
+    w, rowsum = _packed_weight(weight_int8, torch.int8)
     best = torch.full((B, w.shape[0] * 16), float("-inf"))
     if tokens:
         args = (q.data_ptr(), scale.data_ptr(), zero.data_ptr(), text_of.data_ptr(), tokens, H, w.data_ptr())
