@@ -86,12 +86,17 @@ def speedup(a: dict[str, Any], b: dict[str, Any], side: str = "doc") -> float | 
     return None if ta is None or tb is None else ratio(ta["per_s"], tb["per_s"])
 
 
+def model_suffix(model: str) -> str:
+    """The summary keys' suffix of a bench model: none for SPLADE-tiny (the main model), `_minilm` for MiniLM."""
+    return "" if model == "splade-tiny" else f"_{model.replace('-', '_')}"
+
+
 def encode_keys(enc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """Summary keys of the encode part, and the targets that do not apply here (key → why)."""
     keys: dict[str, Any] = {}
     na: dict[str, str] = {}
     for model, r in enc.get("models", {}).items():
-        sfx = "" if model == "splade-tiny" else f"_{model.replace('-', '_')}"
+        sfx = model_suffix(model)
         v = r["vtlab"]
         for peer, name in (("st", "st"), ("onnx", "onnx")):
             if peer not in r:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from vtlab.bench.summary import QUALITY_KEYS, on_texts
+from vtlab.bench.summary import QUALITY_KEYS, model_suffix, on_texts
 
 LABELS = {"vtlab-bf16": "bf16", "vtlab-int8": "int8", "onnx": "ORT", "onnx-int8": "ORT-int8"}  # quality columns
 
@@ -48,7 +48,7 @@ def same(a: dict[str, Any], b: dict[str, Any], side: str, field: str = "per_s") 
 def encode_rows(t: Rows, enc: dict[str, Any]) -> None:
     total, total_q = enc["texts"]["docs"], enc["texts"]["queries"]
     for model, r in enc.get("models", {}).items():
-        sfx = "" if model == "splade-tiny" else f"_{model.replace('-', '_')}"
+        sfx = model_suffix(model)
         v = r["vtlab"]
         for peer, name in (("st", "ST"), ("onnx", "ORT")):
             if peer not in r:
