@@ -27,14 +27,13 @@ from vtlab.data.collections import HUB_LOADERS, load_beir
 
 # the evaluation's own check of a loaded collection: the same words now as after training
 from vtlab.evaluation import _check_collection
-from vtlab.runs.directory import check_run_dir, run_dir_lock
+from vtlab.runs.directory import TRAINING_STEP, check_run_dir, run_dir_lock
 from vtlab.runs.inputs import check_resume, fingerprints, record
 
 log = logging.getLogger("vtlab")
 
 # the stages, named (not imported: vtlab.stages sits above this layer)
 EVALUATE_STEP = "vtlab.stages.evaluate.run"
-TRAINING_STEP = "vtlab.stages.finetune.run"
 
 
 def preflight(cfg: DictConfig) -> None:
