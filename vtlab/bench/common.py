@@ -135,6 +135,9 @@ def machine() -> dict[str, Any]:
     info.update({flag: flag in flags for flag in sorted(wanted)})
     info.update({f"{p}_native": native(p, flags) for p in NATIVE_FLAGS})
     info["precision_auto"] = resolve_precision("auto", "cpu")
+    from vtlab.models.fused import in_use
+
+    info["fused_pooling_kernel"] = in_use()  # amx / avx512 / None (the tiled GEMM)
     try:
         import torch
 

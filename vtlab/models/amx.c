@@ -1,4 +1,4 @@
-/* SPLADE's masked max of the MLM logits, fused with their GEMM on Intel AMX (vtlab/models/amx.py): bf16 (the
+/* SPLADE's masked max of the MLM logits, fused with their GEMM on Intel AMX (vtlab/models/fused.py): bf16 (the
  * pooling's bf16 path) and int8 (precision=int8, vtlab/models/quantize.py).
  *
  * Built on first use by vtlab/native.py (cc -O3 -mamx-tile -mamx-bf16 -mamx-int8 -mavx512f ...) and called through
@@ -57,7 +57,7 @@ static inline void reduce_run(const float scratch[NC][16][16], int r0, int r1, i
     }
 }
 
-/* int8: the same over the dequantized int32 tiles, sx[r] · (C − zp[r] · rowsum) (see vt_amx_max_int8) */
+/* int8: the same over the dequantized int32 tiles, sx[r] · (C − zp[r] · rowsum) (see vt_fused_max_int8) */
 static inline void reduce_run_int8(const int32_t scratch[NC][16][16], int r0, int r1, int nc, const float *sx,
                                    const float *zp, const float *rowsum, float *dst) {
     for (int j = 0; j < nc; j++) {
@@ -135,7 +135,7 @@ static inline void amx_max(int int8, const uint8_t *x, int64_t row_bytes, const 
     _tile_release();
 }
 
-void vt_amx_max_bf16(const uint16_t *x, const int64_t *text_of, int64_t tokens, int64_t H, const uint16_t *w,
+void vt_fused_max_bf16(const uint16_t *x, const int64_t *text_of, int64_t tokens, int64_t H, const uint16_t *w,
                      int64_t cb0, int64_t cb1, float *best, int64_t ldb, int64_t group_tokens) {
     amx_max(0, (const uint8_t *)x, H * 2, text_of, tokens, (const uint8_t *)w, cb0, cb1, best, ldb, group_tokens,
             NULL, NULL, NULL);
@@ -146,7 +146,7 @@ void vt_amx_max_bf16(const uint16_t *x, const int64_t *text_of, int64_t tokens, 
  * tokens of text b of sx[t] · (q_t · w_v − zp[t] · rowsum[v]): the logit without the weight's per-column scale,
  * which the caller multiplies in after the max (it is positive). Integer dot products are exact (|q · w| < 2^24 also
  * keeps the conversion to fp32 exact). */
-void vt_amx_max_int8(const uint8_t *x, const float *sx, const float *zp, const int64_t *text_of, int64_t tokens,
+void vt_fused_max_int8(const uint8_t *x, const float *sx, const float *zp, const int64_t *text_of, int64_t tokens,
                      int64_t H, const int8_t *w, const float *rowsum, int64_t cb0, int64_t cb1, float *best,
                      int64_t ldb, int64_t group_tokens) {
     amx_max(1, x, H, text_of, tokens, (const uint8_t *)w, cb0, cb1, best, ldb, group_tokens, sx, zp, rowsum);

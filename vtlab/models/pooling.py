@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from vtlab.models import amx
+from vtlab.models import fused
 from vtlab.native import Kernel
 
 # Bytes of one logits tile (rows × columns), reused for every tile of a call: small enough to stay in L2/L3.
@@ -150,7 +150,7 @@ class MaskedMaxLogits(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, mask: Tensor, chunk_bytes: int) -> Tensor:
         mask = mask.bool()
-        best = amx.max_logits(hidden, weight, mask)  # bf16 on an AMX CPU: GEMM and max fused
+        best = fused.max_logits(hidden, weight, mask)  # bf16 with AMX or AVX-512-bf16: GEMM and max fused
         if best is None:
             w = weight.to(hidden.dtype)
             best = _tiled_max(

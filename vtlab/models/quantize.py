@@ -3,8 +3,9 @@ quantized per call), the body in int8 or bf16.
 
 What runs how (chosen by measurement, torch 2.13 CPU, SPLADE-tiny):
 - the MLM decoder (hidden → 30,522 logits: ~80% of SPLADE-tiny's fp32 encoding time), per-channel int8 weights:
-  - on a CPU with AMX (`amx_int8`): one C kernel fuses the int8 GEMM with the max over positions, activations
-    quantized per token (vtlab.models.amx; the logits never reach memory);
+  - on a CPU with AMX (`amx_int8`) or AVX-512 VNNI + bf16 (`avx512_vnni`, `avx512_bf16`): one C kernel fuses the
+    int8 GEMM with the max over positions, activations quantized per token (vtlab.models.fused; the logits never
+    reach memory);
   - elsewhere: oneDNN's int8 GEMM (`onednn::qlinear_pointwise`, fp32 output) on the pooling's cache-sized tiles
     (vtlab.models.pooling), one weight block pre-packed per tile width; the tile's activations are quantized once for
     all blocks (one thread, AMX Xeon: GEMM + max 205 ms vs fp32 505 ms; `torch._int_mm` was 2.6× slower than fp32).
@@ -40,7 +41,7 @@ from torch import Tensor, nn
 
 from vtlab.backbones import decoder_site
 from vtlab.errors import VtlabError
-from vtlab.models import amx
+from vtlab.models import fused
 from vtlab.models.precision import BF16_NATIVE_FLAGS, INT8_NATIVE_FLAGS, cpu_flags
 
 # quantized engines that pack fbgemm's dynamic linear (x86 = fbgemm/oneDNN by shape), in order of preference
@@ -160,9 +161,9 @@ class Int8Decoder:
         return quantize_activations(x, scale, zp, self.reduce_range), scale, zp
 
     def fused_max(self, hidden: Tensor, mask: Tensor) -> Tensor | None:
-        """On an AMX CPU: the masked max of the int8 logits in one fused kernel (vtlab.models.amx; activations
+        """Where a fused kernel runs: the masked max of the int8 logits in one C kernel (vtlab.models.fused; activations
         quantized per token there), times the per-channel weight scales (positive: the max commutes)."""
-        best = amx.max_logits_int8(hidden, self.weight_int8, mask)
+        best = fused.max_logits_int8(hidden, self.weight_int8, mask)
         return None if best is None else best * self.scales
 
     def logits(self, prepared: tuple[Tensor, float, int], v0: int, v1: int, cols: int) -> Tensor:

@@ -1,15 +1,18 @@
-"""SPLADE's max-pooled logits on Intel AMX: the GEMM and the max fused in one C kernel (vtlab/models/amx.c), for bf16
-(vtlab.models.pooling's bf16 path) and int8 (vtlab.models.quantize's decoder).
+"""SPLADE's max-pooled logits with the GEMM and the max fused in one C kernel, for bf16 (vtlab.models.pooling's bf16
+path) and int8 (vtlab.models.quantize's decoder): the [tokens × vocabulary] logits are never written to memory, so the
+head costs the dot products plus a max from L1 or registers.
 
-Used on a CPU with AMX (`amx_bf16`, `amx_int8`: Intel Xeon since Sapphire Rapids): the [tokens × vocabulary] logits
-are never written to memory, so the head costs AMX's arithmetic plus a max from L1. Measured on 2 AMX Xeon cores
-(one thread, SPLADE-tiny's 30,522 × 128 decoder, 64 texts, 8,204 tokens): bf16 53 ms, vs 104 ms for oneDNN's bf16
-GEMM alone (its output in bf16, before any max) and ~370 ms for fp32's GEMM.
+Two kernels, the first whose CPU flags this machine has:
+- Intel AMX (`amx_bf16`, `amx_int8`: Xeon since Sapphire Rapids), vtlab/models/amx.c: 16 × 16 tiles of logits. One
+  thread, SPLADE-tiny's 30,522 × 128 decoder, 64 texts, 8,204 tokens, AMX Xeon: bf16 53 ms, vs 104 ms for oneDNN's
+  bf16 GEMM alone (its output in bf16, before any max) and ~370 ms for fp32's GEMM.
+- AVX-512 with `avx512_bf16` and `avx512_vnni` but no AMX (AMD Zen 4/5, Intel Cooper Lake), vtlab/models/avx512.c:
+  8 tokens × 48 columns accumulated in registers by vdpbf16ps / vpdpbusd.
 
 Each of torch's intra-op threads takes a share of the vocabulary columns for the whole batch (one ctypes call per
-thread per batch: the GIL is released inside it). Weights are packed into AMX's operand layout once per weight
-version. Without the kernel (no compiler with AMX support, another CPU, VTLAB_NATIVE=0, Linux refusing AMX state)
-the functions return None and the caller runs its tiled GEMM.
+thread per batch: the GIL is released inside it). Both kernels read the weights in AMX's operand layout (`pack`),
+packed once per weight version. Without a kernel (another CPU, no compiler that supports its instructions,
+VTLAB_NATIVE=0, Linux refusing AMX state) the functions return None and the caller runs its tiled GEMM.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,13 +32,40 @@ from torch import Tensor
 from vtlab.models.precision import cpu_flags
 from vtlab.native import Kernel
 
-KERNEL = Kernel(
-    Path(__file__).with_name("amx.c"),
-    ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-mamx-tile", "-mamx-bf16", "-mamx-int8", "-mavx512f"),
-    what="AMX pooling kernel",
-    fallback="pooling uses its tiled GEMM",
+
+@dataclass(frozen=True)
+class FusedKernel:
+    """A C source defining vt_fused_max_bf16 and vt_fused_max_int8 (same signatures), the CPU flags it needs, and
+    the function that must return 0 before it runs (AMX: permission to use tile state), if any."""
+
+    name: str
+    kernel: Kernel
+    flags: frozenset[str]
+    init: str | None = None
+
+
+AMX = FusedKernel(
+    "amx",
+    Kernel(
+        Path(__file__).with_name("amx.c"),
+        ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-mamx-tile", "-mamx-bf16", "-mamx-int8", "-mavx512f"),
+        what="AMX pooling kernel",
+        fallback="pooling uses its tiled GEMM",
+    ),
+    frozenset({"amx_tile", "amx_bf16", "amx_int8", "avx512f"}),
+    init="vt_amx_init",
 )
-REQUIRED_FLAGS = frozenset({"amx_tile", "amx_bf16", "amx_int8", "avx512f"})
+AVX512 = FusedKernel(
+    "avx512",
+    Kernel(
+        Path(__file__).with_name("avx512.c"),
+        ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-mavx512f", "-mavx512bw", "-mavx512bf16", "-mavx512vnni"),
+        what="AVX-512 pooling kernel",
+        fallback="pooling uses its tiled GEMM",
+    ),
+    frozenset({"avx512f", "avx512bw", "avx512_bf16", "avx512_vnni"}),
+)
+KERNELS = (AMX, AVX512)  # preferred first
 GROUP_TOKENS = 4096  # tokens whose hidden states (≤ 1 MiB at H 128) stay in L2 while every column block passes
 MIN_BLOCKS_PER_THREAD = 64  # column blocks of 16: a thread takes at least 1,024 vocabulary columns
 
@@ -44,18 +75,39 @@ _packed: dict[int, tuple[weakref.ref, int, Tensor, Tensor | None]] = {}
 
 
 @functools.cache
-def _kernel() -> ctypes.CDLL | None:
-    if not REQUIRED_FLAGS <= cpu_flags():
+def open_kernel(fused: FusedKernel) -> ctypes.CDLL | None:
+    """`fused`'s library, ready to call, or None where this CPU lacks its flags or it cannot be built or started."""
+    if not fused.flags <= cpu_flags():
         return None
-    lib = KERNEL.load()
+    lib = fused.kernel.load()
     if lib is None:
         return None
     i64, p = ctypes.c_int64, ctypes.c_void_p
-    lib.vt_amx_init.argtypes, lib.vt_amx_init.restype = [], i64
-    lib.vt_amx_max_bf16.argtypes, lib.vt_amx_max_bf16.restype = [p, p, i64, i64, p, i64, i64, p, i64, i64], None
-    lib.vt_amx_max_int8.argtypes = [p, p, p, p, i64, i64, p, p, i64, i64, p, i64, i64]
-    lib.vt_amx_max_int8.restype = None
-    return lib if lib.vt_amx_init() == 0 else None
+    lib.vt_fused_max_bf16.argtypes = [p, p, i64, i64, p, i64, i64, p, i64, i64]
+    lib.vt_fused_max_bf16.restype = None
+    lib.vt_fused_max_int8.argtypes = [p, p, p, p, i64, i64, p, p, i64, i64, p, i64, i64]
+    lib.vt_fused_max_int8.restype = None
+    if fused.init is not None:
+        init = getattr(lib, fused.init)
+        init.argtypes, init.restype = [], i64
+        if init() != 0:
+            return None
+    return lib
+
+
+def runnable() -> tuple[FusedKernel, ...]:
+    """The KERNELS that run on this machine, preferred first."""
+    return tuple(k for k in KERNELS if open_kernel(k) is not None)
+
+
+def in_use() -> str | None:
+    """The name of the kernel the pooling uses here (None: its tiled GEMM)."""
+    return next((k.name for k in runnable()), None)
+
+
+def _kernel() -> ctypes.CDLL | None:
+    """The first of KERNELS that runs here, or None."""
+    return next((lib for k in KERNELS if (lib := open_kernel(k)) is not None), None)
 
 
 def available() -> bool:
@@ -66,7 +118,7 @@ def available() -> bool:
 def _helpers(n: int, pid: int) -> ThreadPoolExecutor:
     """n helper threads of process `pid`: a child forked after they started does not have them (its copy of the
     executor would queue work no thread runs), so it gets its own."""
-    return ThreadPoolExecutor(n, thread_name_prefix="vtlab-amx")
+    return ThreadPoolExecutor(n, thread_name_prefix="vtlab-fused")
 
 
 def pack(weight: Tensor, dtype: torch.dtype) -> Tensor:
@@ -128,7 +180,8 @@ def max_logits(hidden: Tensor, weight: Tensor, mask: Tensor) -> Tensor | None:
     if tokens:
         args = (x.data_ptr(), text_of.data_ptr(), tokens, H, w.data_ptr())
         _split_columns(
-            w.shape[0], lambda c0, c1: lib.vt_amx_max_bf16(*args, c0, c1, best.data_ptr(), best.shape[1], GROUP_TOKENS)
+            w.shape[0],
+            lambda c0, c1: lib.vt_fused_max_bf16(*args, c0, c1, best.data_ptr(), best.shape[1], GROUP_TOKENS),
         )
     return best[:, : weight.shape[0]]
 
@@ -160,7 +213,7 @@ def max_logits_int8(hidden: Tensor, weight_int8: Tensor, mask: Tensor) -> Tensor
         args = (q.data_ptr(), scale.data_ptr(), zero.data_ptr(), text_of.data_ptr(), tokens, H, w.data_ptr())
         _split_columns(
             w.shape[0],
-            lambda c0, c1: lib.vt_amx_max_int8(
+            lambda c0, c1: lib.vt_fused_max_int8(
                 *args, rowsum.data_ptr(), c0, c1, best.data_ptr(), best.shape[1], GROUP_TOKENS
             ),
         )
