@@ -1,7 +1,7 @@
 """The C kernels of SPLADE's pooling against torch references: the bf16 tile max (vtlab/models/maxpool.c, any CPU
-with a C compiler) and the kernels that fuse the logits GEMM with the max (vtlab/models/fused.py: amx.c where the CPU
-has AMX, avx512.c where it has AVX-512 bf16 + VNNI), each that runs on this CPU — an AMX machine tests both; a kernel
-this CPU cannot run is skipped, saying so."""
+with a C compiler) and the kernels that fuse the logits GEMM with the max (vtlab/models/fused.py: amx.c, avx512.c,
+avx2.c), each kernel and precision that runs on this CPU — an AMX machine tests all three; what this CPU cannot run is
+skipped, saying so."""
 
 from __future__ import annotations
 
@@ -14,12 +14,19 @@ from vtlab.models.quantize import quantize_weight
 
 @pytest.fixture(params=fused.KERNELS, ids=lambda k: k.name)
 def kernel(request, monkeypatch) -> fused.FusedKernel:
-    """Each fused kernel in turn as the one the pooling uses (skipped where this CPU or compiler cannot run it)."""
-    lib = fused.open_kernel(request.param)
-    if lib is None:
-        pytest.skip(f"the {request.param.name} kernel does not run here (CPU flags {sorted(request.param.flags)})")
-    monkeypatch.setattr(fused, "_kernel", lambda: lib)
+    """Each fused kernel in turn as the only one the pooling may use (skipped where this CPU or compiler cannot run
+    it; `use` skips a precision it does not provide here)."""
+    if fused.open_kernel(request.param) is None:
+        pytest.skip(f"the {request.param.name} kernel does not run here (needs {dict(request.param.provides)})")
+    monkeypatch.setattr(fused, "KERNELS", (request.param,))
     return request.param
+
+
+def use(kernel: fused.FusedKernel, dtype: torch.dtype) -> None:
+    found = fused.kernel_for(dtype)
+    if found is None:
+        pytest.skip(f"the {kernel.name} kernel has no {dtype} function that runs here")
+    assert found[0] is kernel
 
 
 def _masked_max(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -59,23 +66,24 @@ def test_bf16_tile_max_kernel_equals_torch_amax_bit_for_bit(init):
 
 
 def test_pack_layouts_hold_each_weight_where_the_kernels_read_it():
-    """AMX's B operand of tdpbf16ps / tdpbusd (which avx512.c reads as one zmm per k-unit): block c, k-step s, row r,
-    column n, element i = w[16c + n, s·K + group·r + i] (K = 32 pairs of bf16, 64 quads of int8); rows past V are
-    zero."""
+    """Block c, k-unit u, column n, element i = w[lanes·c + n, g·u + i] (g = 1 fp32, 2 bf16, 4 int8 values per
+    4-byte unit; with 16 lanes AMX's B operand, whose k-step s holds units 16s..16s+15); columns past V are zero."""
     w = torch.arange(35 * 128, dtype=torch.float32).reshape(35, 128) % 251 - 125
-    for dtype, group in ((torch.bfloat16, 2), (torch.int8, 4)):
-        packed = fused.pack(w, dtype)
-        k = 16 * group
-        assert packed.shape == (3, 128 // k, 16, 16, group)
-        for c, s, r, n, i in [(0, 0, 0, 0, 0), (1, 1, 7, 3, 1), (2, 0, 15, 2, group - 1), (0, 128 // k - 1, 9, 15, 0)]:
-            assert float(packed[c, s, r, n, i]) == float(w[16 * c + n, s * k + group * r + i].to(dtype))
-        assert not packed[2, :, :, 3:].any()  # columns 35..47: padding
+    for dtype, group in ((torch.float32, 1), (torch.bfloat16, 2), (torch.int8, 4)):
+        for lanes in (16, 8):
+            packed = fused.pack(w, dtype, lanes)
+            blocks = -(-35 // lanes)
+            assert packed.shape == (blocks, 128 // group, lanes, group) and packed.is_contiguous()
+            for c, u, n, i in [(0, 0, 0, 0), (1, 17, 3, group - 1), (blocks - 1, 5, 2, 0), (0, 128 // group - 1, 7, 0)]:
+                assert float(packed[c, u, n, i]) == float(w[lanes * c + n, group * u + i].to(dtype))
+            assert not packed[blocks - 1, :, 35 - lanes * (blocks - 1) :].any()  # padding columns
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fused_bf16_max_equals_the_bf16_reference(kernel, threads, monkeypatch):
     """The fused kernel's max of bf16 products accumulated in fp32 vs the same products summed by torch in fp32:
     equal up to the order of the fp32 sums (H = 128 terms: a few ulps of the largest |product| sum)."""
+    use(kernel, torch.bfloat16)
     monkeypatch.setattr(fused, "MIN_BLOCKS_PER_THREAD", 1)  # split the columns even for a small V
     hidden, mask = _batch(B=6, L=45, H=128, seed=1)
     weight = torch.randn(1000, 128) * 0.05  # V not a multiple of 16
@@ -96,6 +104,7 @@ def test_fused_bf16_max_equals_the_bf16_reference(kernel, threads, monkeypatch):
 
 def test_fused_bf16_pooling_follows_an_updated_weight(kernel):
     """The packed weight is rebuilt when the weight changes in place (its version), not served stale."""
+    use(kernel, torch.bfloat16)
     hidden, mask = _batch(B=3, L=20, H=64, seed=2)
     weight = torch.randn(50, 64)
     hb = hidden.bfloat16()
@@ -112,6 +121,7 @@ def test_fused_bf16_pooling_follows_an_updated_weight(kernel):
 def test_fused_int8_max_is_the_exact_integer_max(kernel, threads, monkeypatch):
     """Per-token uint8 activations × per-channel int8 weights: the kernel's integer dot products are exact, so its
     result equals the same quantities computed by torch in float64 up to one fp32 rounding of the product."""
+    use(kernel, torch.int8)
     monkeypatch.setattr(fused, "MIN_BLOCKS_PER_THREAD", 1)  # split the columns even for a small V
     hidden, mask = _batch(B=5, L=40, H=128, seed=3)
     weight = torch.randn(300, 128) * 0.05
@@ -135,18 +145,76 @@ def test_fused_int8_max_is_the_exact_integer_max(kernel, threads, monkeypatch):
     assert torch.allclose(got[finite].double(), ref[finite], rtol=1e-6, atol=1e-6)
 
 
-def test_fused_paths_are_used_by_the_encoder_where_available(kernel, monkeypatch):
-    """bf16 pooling and the int8 decoder go through the fused kernels on this CPU (not silently through the tiles)."""
-    calls = []
-    real_bf16, real_int8 = fused.max_logits, fused.max_logits_int8
-    monkeypatch.setattr(fused, "max_logits", lambda *a: calls.append("bf16") or real_bf16(*a))
-    monkeypatch.setattr(fused, "max_logits_int8", lambda *a: calls.append("int8") or real_int8(*a))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_fp32_max_equals_the_fp32_reference(kernel, threads, monkeypatch):
+    """fp32 FMAs in the kernel's order vs torch's fp32 GEMM: each logit's two sums of H products differ by at most
+    ~2·H·2⁻²⁴ of the sum of |products| (the standard bound on a recursive sum), so the max too."""
+    use(kernel, torch.float32)
+    monkeypatch.setattr(fused, "MIN_BLOCKS_PER_THREAD", 1)
+    hidden, mask = _batch(B=6, L=45, H=96, seed=5)
+    weight = torch.randn(1001, 96) * 0.05  # V not a multiple of 16 or 8, an odd number of blocks
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = fused.max_logits(hidden, weight, mask)
+    finally:
+        torch.set_num_threads(before)
+    ref = _masked_max(hidden.double() @ weight.double().t(), mask)
+    assert got.shape == (6, 1001) and got.dtype == torch.float32 and torch.equal(torch.isinf(got), torch.isinf(ref))
+    finite = torch.isfinite(ref)
+    bound = 2 * 96 * 2.0**-24 * float((hidden.abs() @ weight.abs().t()).amax())
+    assert float((got[finite].double() - ref[finite]).abs().max()) <= bound
+
+
+def test_fused_fp32_pooling_trains_like_the_tiled_gemm(kernel, monkeypatch):
+    """SPLADE pooling in training (fp32, autograd through MaskedMaxLogits) gives the same values and gradients with
+    the fused forward as with the tiled GEMM (the backward recomputes the argmax either way)."""
+    use(kernel, torch.float32)
+    hidden, mask = _batch(B=4, L=30, H=64, seed=6)
+    weight, bias = torch.randn(500, 64) * 0.1, torch.randn(500) * 0.1
+
+    def run() -> tuple[torch.Tensor, ...]:
+        h, w, b = (t.clone().requires_grad_() for t in (hidden, weight, bias))
+        out = pooling.splade_pool(h, w, b, mask)
+        (out * torch.linspace(0, 1, 500)).sum().backward()
+        return out.detach(), h.grad, w.grad, b.grad
+
+    fused_run = run()
+    monkeypatch.setattr(fused, "KERNELS", ())  # the tiled GEMM
+    tiled_run = run()
+    for a, b in zip(fused_run, tiled_run):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_paths_are_used_by_the_pooling_where_available(kernel, monkeypatch):
+    """fp32 and bf16 pooling and the int8 decoder are computed by the fused kernel wherever it provides them on this
+    CPU (not silently by the tiles)."""
+    computed = {}
+
+    def spy(name, real):
+        def wrapped(*args):
+            out = real(*args)
+            computed[name] = out is not None
+            return out
+
+        return wrapped
+
+    monkeypatch.setattr(fused, "max_logits", spy("max", fused.max_logits))
+    monkeypatch.setattr(fused, "max_logits_int8", spy("int8", fused.max_logits_int8))
     hidden, mask = _batch(B=2, L=10, H=64, seed=4)
     weight, bias = torch.randn(40, 64), torch.zeros(40)
-    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        pooling.max_logits(hidden, weight, bias, mask)
     from vtlab.models.quantize import Int8Decoder
 
+    got = {}
     with torch.inference_mode():
+        for name, bf16 in (("fp32", False), ("bf16", True)):
+            computed.clear()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                pooling.max_logits(hidden, weight, bias, mask)
+            got[name] = computed["max"]
         pooling.tiled_max_logits(hidden, Int8Decoder(torch.nn.Linear(64, 40)), mask)
-    assert calls == ["bf16", "int8"]
+        got["int8"] = computed["int8"]
+    flags = fused.cpu_flags()
+    suffix = {"fp32": "f32", "bf16": "bf16", "int8": "int8"}
+    expected = {p: (need := kernel.needs(suffix[p])) is not None and need <= flags for p in got}
+    assert got == expected and any(expected.values())

@@ -71,6 +71,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     # bench workers: each tool is measured in its own process, so a peer's process must not load vtlab's torch code
     ("vtlab.bench.common", "vtlab.models.precision"): "imports torch; the ONNX Runtime encode worker (which imports "
     "bench.common) must run without torch",
+    ("vtlab.bench.common", "vtlab.models.fused"): "imports torch; the ONNX Runtime encode worker (which imports "
+    "bench.common) must run without torch",
     ("vtlab.bench.encode", "vtlab.backbones"): "loads torch/transformers + vtlab's model: not in the st/onnx workers",
     ("vtlab.bench.encode", "vtlab.models.encoder"): "vtlab's encoder (torch): not in the st/onnx encode workers",
     ("vtlab.bench.encode", "vtlab.models.pooling"): "torch: only the floor row uses it; not in the st/onnx workers",

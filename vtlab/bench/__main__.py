@@ -99,12 +99,13 @@ def main() -> None:
     (out / "details.json").write_text(json.dumps({"info": info, **parts}, indent=2, default=float) + "\n")
     (out / "summary.json").write_text(json.dumps({**summary, "info": info}, indent=2, default=float) + "\n")
     print(table(parts, summary, args))
+    fused = info["machine_start"].get("fused_pooling_kernels", {})
+    kernels = ", ".join(f"{p} {k or 'none (tiled GEMM)'}" for p, k in fused.items())
     print(
         f"\nload average at start {info['machine_start']['loadavg_1_5_15']}, end "
         f"{info['machine_end']['loadavg_1_5_15']} on {info['machine_start'].get('cpus')} CPUs; GPU not measured; "
         f"CPU native bf16 {info['machine_start']['bf16_native']}, native int8 {info['machine_start']['int8_native']}, "
-        f"precision=auto → {info['machine_start'].get('precision_auto')}, fused pooling kernel "
-        f"{info['machine_start'].get('fused_pooling_kernel') or 'none'}; "
+        f"precision=auto → {info['machine_start'].get('precision_auto')}, fused pooling kernels {kernels}; "
         f"total {info['total_wall_s']:.0f}s → {out / 'summary.json'}"
     )
 

@@ -137,7 +137,7 @@ def machine() -> dict[str, Any]:
     info["precision_auto"] = resolve_precision("auto", "cpu")
     from vtlab.models.fused import in_use
 
-    info["fused_pooling_kernel"] = in_use()  # amx / avx512 / None (the tiled GEMM)
+    info["fused_pooling_kernels"] = in_use()  # per precision: amx / avx512 / avx2 / None (the tiled GEMM)
     try:
         import torch
 

@@ -13,8 +13,10 @@ vtlab/bench/testbed.py), encoded at 256 / 64 tokens, batch 64.
   vtlab.export.onnx_runtime.OnnxSparseEncoder: no torch in the process, tokenizers + onnxruntime only.
   `onnx-int8`: the same graphs after ONNX Runtime's dynamic int8 quantization (quantize_graphs), same worker path.
 - `st`: sentence-transformers SparseEncoder = MLMTransformer (fill-mask) + SpladePooling(max, relu), its own encode().
-- `floor`: what no SPLADE encoder can skip, on vtlab's batches: tokenization, the encoder body + MLM head transform,
-  and the vocabulary matmul on the real (non-pad) tokens only, into one reused buffer; no pooling, no output.
+- `floor`: what an encoder that computes the logits with torch's GEMM cannot skip, on vtlab's batches: tokenization,
+  the encoder body + MLM head transform, and the vocabulary matmul on the real (non-pad) tokens only, into one reused
+  buffer; no pooling, no output. Where a fused pooling kernel runs (vtlab.models.fused: it never writes the logits),
+  vtlab can run below it.
 
 --splits N,M: the texts are encoded in consecutive slices [0, N), [N, M), [M, end), each timed, so the result holds
 the timing of every prefix (`prefix`) beside the whole: a row that encodes only a sample is compared with this one on

@@ -95,7 +95,7 @@ def encode_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]
     total = len(texts["docs"])
     res: dict[str, Any] = {
         "texts": {"docs": total, "queries": len(texts["queries"]), "sets": texts["sets"], "per_set_limit": args.docs},
-        "cpu": {k: cpu[k] for k in ("bf16_native", "int8_native", "precision_auto", "fused_pooling_kernel")},
+        "cpu": {k: cpu[k] for k in ("bf16_native", "int8_native", "precision_auto", "fused_pooling_kernels")},
         "models": {},
     }
     models = ["splade-tiny"] if args.quick else args.models.split(",")

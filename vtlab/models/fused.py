@@ -1,18 +1,22 @@
-"""SPLADE's max-pooled logits with the GEMM and the max fused in one C kernel, for bf16 (vtlab.models.pooling's bf16
-path) and int8 (vtlab.models.quantize's decoder): the [tokens × vocabulary] logits are never written to memory, so the
-head costs the dot products plus a max from L1 or registers.
+"""SPLADE's max-pooled logits with the GEMM and the max fused in one C kernel, for fp32 and bf16 (vtlab.models.pooling)
+and int8 (vtlab.models.quantize's decoder): the [tokens × vocabulary] logits are never written to memory, so the head
+costs the dot products plus a max from L1 or registers. Why: for a small hidden size (SPLADE-tiny's 128) the logits
+GEMM is bound by writing its output and reading it back for the max, not by arithmetic.
 
-Two kernels, the first whose CPU flags this machine has:
-- Intel AMX (`amx_bf16`, `amx_int8`: Xeon since Sapphire Rapids), vtlab/models/amx.c: 16 × 16 tiles of logits. One
-  thread, SPLADE-tiny's 30,522 × 128 decoder, 64 texts, 8,204 tokens, AMX Xeon: bf16 53 ms, vs 104 ms for oneDNN's
-  bf16 GEMM alone (its output in bf16, before any max) and ~370 ms for fp32's GEMM.
-- AVX-512 with `avx512_bf16` and `avx512_vnni` but no AMX (AMD Zen 4/5, Intel Cooper Lake), vtlab/models/avx512.c:
-  8 tokens × 48 columns accumulated in registers by vdpbf16ps / vpdpbusd.
+Three kernels; for each precision the first of them that provides it and whose CPU flags this machine has:
+- Intel AMX (`amx_bf16`, `amx_int8`: Xeon since Sapphire Rapids), vtlab/models/amx.c: bf16 and int8 in 16 × 16 tiles.
+  One thread, SPLADE-tiny's 30,522 × 128 decoder, 64 texts, 8,204 tokens, AMX Xeon: bf16 53 ms, vs 104 ms for
+  oneDNN's bf16 GEMM alone (its output in bf16, before any max) and ~370 ms for fp32's GEMM.
+- AVX-512, vtlab/models/avx512.c: 8 tokens × 48 columns accumulated in registers — fp32 with FMA (`avx512f`), bf16
+  with vdpbf16ps (`avx512_bf16`) and int8 with vpdpbusd (`avx512_vnni`) where AMX is absent (AMD Zen 4/5).
+- AVX2 + FMA, vtlab/models/avx2.c: fp32, 6 tokens × 16 columns in registers (AMD Zen 2/3 and other CPUs without
+  AVX-512).
 
 Each of torch's intra-op threads takes a share of the vocabulary columns for the whole batch (one ctypes call per
-thread per batch: the GIL is released inside it). Both kernels read the weights in AMX's operand layout (`pack`),
-packed once per weight version. Without a kernel (another CPU, no compiler that supports its instructions,
-VTLAB_NATIVE=0, Linux refusing AMX state) the functions return None and the caller runs its tiled GEMM.
+thread per batch: the GIL is released inside it). The weights are packed into each kernel's operand layout (`pack`)
+once per weight version (during training: once per optimizer step, a copy of the decoder). Without a kernel (another
+CPU, a compiler without its instructions, VTLAB_NATIVE=0, Linux refusing AMX state) the functions return None and
+the caller runs its tiled GEMM.
 """
 
 from __future__ import annotations
@@ -32,61 +36,81 @@ from torch import Tensor
 from vtlab.models.precision import cpu_flags
 from vtlab.native import Kernel
 
+# what a kernel computes: the torch dtype of its operands → the suffix of its C function vt_fused_max_<suffix>
+SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16", torch.int8: "int8"}
+CFLAGS = ("-O3", "-shared", "-fPIC", "-fno-math-errno")
+
 
 @dataclass(frozen=True)
 class FusedKernel:
-    """A C source defining vt_fused_max_bf16 and vt_fused_max_int8 (same signatures), the CPU flags it needs, and
-    the function that must return 0 before it runs (AMX: permission to use tile state), if any."""
+    """A C source defining vt_fused_max_<suffix> for the dtypes it `provides` (dtype suffix → the CPU flags that
+    function needs), the number of columns per packed block (`lanes`: its vector width in fp32), and the function
+    that must return 0 before any of them runs (AMX: permission to use tile state), if any."""
 
     name: str
     kernel: Kernel
-    flags: frozenset[str]
+    provides: tuple[tuple[str, frozenset[str]], ...]
+    lanes: int = 16
     init: str | None = None
 
+    def needs(self, suffix: str) -> frozenset[str] | None:
+        """The CPU flags vt_fused_max_<suffix> needs; None: not provided."""
+        return dict(self.provides).get(suffix)
 
-AMX = FusedKernel(
-    "amx",
-    Kernel(
-        Path(__file__).with_name("amx.c"),
-        ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-mamx-tile", "-mamx-bf16", "-mamx-int8", "-mavx512f"),
-        what="AMX pooling kernel",
+
+def _fused(name: str, source: str, cflags: tuple[str, ...], provides: dict[str, set[str]], **kw) -> FusedKernel:
+    kernel = Kernel(
+        Path(__file__).with_name(source),
+        CFLAGS + cflags,
+        what=f"{name} pooling kernel",
         fallback="pooling uses its tiled GEMM",
-    ),
-    frozenset({"amx_tile", "amx_bf16", "amx_int8", "avx512f"}),
+    )
+    return FusedKernel(name, kernel, tuple((k, frozenset(v)) for k, v in provides.items()), **kw)
+
+
+AMX = _fused(
+    "amx",
+    "amx.c",
+    ("-mamx-tile", "-mamx-bf16", "-mamx-int8", "-mavx512f"),
+    {"bf16": {"amx_tile", "amx_bf16", "avx512f"}, "int8": {"amx_tile", "amx_int8", "avx512f"}},
     init="vt_amx_init",
 )
-AVX512 = FusedKernel(
+AVX512 = _fused(
     "avx512",
-    Kernel(
-        Path(__file__).with_name("avx512.c"),
-        ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-mavx512f", "-mavx512bw", "-mavx512bf16", "-mavx512vnni"),
-        what="AVX-512 pooling kernel",
-        fallback="pooling uses its tiled GEMM",
-    ),
-    frozenset({"avx512f", "avx512bw", "avx512_bf16", "avx512_vnni"}),
+    "avx512.c",
+    ("-mavx512f", "-mavx512bw", "-mavx512bf16", "-mavx512vnni"),
+    {"f32": {"avx512f"}, "bf16": {"avx512f", "avx512_bf16"}, "int8": {"avx512f", "avx512bw", "avx512_vnni"}},
 )
-KERNELS = (AMX, AVX512)  # preferred first
-GROUP_TOKENS = 4096  # tokens whose hidden states (≤ 1 MiB at H 128) stay in L2 while every column block passes
-MIN_BLOCKS_PER_THREAD = 64  # column blocks of 16: a thread takes at least 1,024 vocabulary columns
+AVX2 = _fused("avx2", "avx2.c", ("-mavx2", "-mfma"), {"f32": {"avx2", "fma"}}, lanes=8)
+KERNELS = (AMX, AVX512, AVX2)  # preferred first
+GROUP_BYTES = 2**20  # hidden states of a group of tokens that stays in L2 while every column block passes
+MIN_BLOCKS_PER_THREAD = 64  # column blocks of 16: a thread takes at least 1,024 vocabulary columns (of 8: 512)
 
-# id(weight) → (a weak reference to it, its version when packed, the packed copy, its per-column sums [V padded] for
-# int8's zero points); a few entries (query and document networks), dropped with their weight
-_packed: dict[int, tuple[weakref.ref, int, Tensor, Tensor | None]] = {}
+# (id(weight), dtype, lanes) → (a weak reference to the weight, its version when packed, the packed copy, for int8
+# its per-column sums [V padded] for the zero points); a few entries (query and document networks, a precision
+# check's fp32 and bf16), dropped with their weight
+_packed: dict[tuple[int, torch.dtype, int], tuple[weakref.ref, int, Tensor, Tensor | None]] = {}
 
 
 @functools.cache
 def open_kernel(fused: FusedKernel) -> ctypes.CDLL | None:
-    """`fused`'s library, ready to call, or None where this CPU lacks its flags or it cannot be built or started."""
-    if not fused.flags <= cpu_flags():
+    """`fused`'s library, ready to call, or None where this CPU lacks the flags of all its functions or it cannot be
+    built or started."""
+    flags = cpu_flags()
+    if not any(need <= flags for _, need in fused.provides):
         return None
     lib = fused.kernel.load()
     if lib is None:
         return None
     i64, p = ctypes.c_int64, ctypes.c_void_p
-    lib.vt_fused_max_bf16.argtypes = [p, p, i64, i64, p, i64, i64, p, i64, i64]
-    lib.vt_fused_max_bf16.restype = None
-    lib.vt_fused_max_int8.argtypes = [p, p, p, p, i64, i64, p, p, i64, i64, p, i64, i64]
-    lib.vt_fused_max_int8.restype = None
+    for suffix, _ in fused.provides:
+        f = getattr(lib, f"vt_fused_max_{suffix}")
+        f.restype = None
+        f.argtypes = (
+            [p, p, p, p, i64, i64, p, p, i64, i64, p, i64, i64]
+            if suffix == "int8"
+            else [p, p, i64, i64, p, i64, i64, p, i64, i64]
+        )
     if fused.init is not None:
         init = getattr(lib, fused.init)
         init.argtypes, init.restype = [], i64
@@ -95,23 +119,24 @@ def open_kernel(fused: FusedKernel) -> ctypes.CDLL | None:
     return lib
 
 
-def runnable() -> tuple[FusedKernel, ...]:
-    """The KERNELS that run on this machine, preferred first."""
-    return tuple(k for k in KERNELS if open_kernel(k) is not None)
+def kernel_for(dtype: torch.dtype) -> tuple[FusedKernel, Callable[..., None]] | None:
+    """The first of KERNELS that computes `dtype` on this machine and its C function; None: none does."""
+    suffix = SUFFIX.get(dtype)
+    flags = cpu_flags()
+    for fused in KERNELS:
+        need = fused.needs(suffix) if suffix else None
+        if need is not None and need <= flags and (lib := open_kernel(fused)) is not None:
+            return fused, getattr(lib, f"vt_fused_max_{suffix}")
+    return None
 
 
-def in_use() -> str | None:
-    """The name of the kernel the pooling uses here (None: its tiled GEMM)."""
-    return next((k.name for k in runnable()), None)
-
-
-def _kernel() -> ctypes.CDLL | None:
-    """The first of KERNELS that runs here, or None."""
-    return next((lib for k in KERNELS if (lib := open_kernel(k)) is not None), None)
-
-
-def available() -> bool:
-    return _kernel() is not None
+def in_use() -> dict[str, str | None]:
+    """Which kernel pools each precision here ({"fp32": "avx512", "bf16": "amx", ...}; None: the tiled GEMM)."""
+    found = {
+        name: kernel_for(dtype)
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("int8", torch.int8))
+    }
+    return {name: (k[0].name if k else None) for name, k in found.items()}
 
 
 @functools.cache
@@ -121,26 +146,27 @@ def _helpers(n: int, pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(n, thread_name_prefix="vtlab-fused")
 
 
-def pack(weight: Tensor, dtype: torch.dtype) -> Tensor:
-    """[V, H] → AMX's B operand per block of 16 columns and k-step: bf16 [V/16, H/32, 16, 16, 2] (row r of a step:
-    the pairs 2r, 2r + 1 of the 16 columns, side by side) or int8 [V/16, H/64, 16, 16, 4] (quads); V padded to a
-    multiple of 16 with zeros."""
-    group = 2 if dtype == torch.bfloat16 else 4
+def pack(weight: Tensor, dtype: torch.dtype, lanes: int = 16) -> Tensor:
+    """[V, H] → [V/lanes column blocks, H/g k-units, lanes columns, g]: in each block, the `lanes` columns' values of
+    k-unit u (g = 1 fp32, a pair of bf16 or a quad of int8: 4 bytes) side by side, one vector register per unit; for
+    bf16 and int8 with 16 lanes this is also AMX's B operand (its k-steps are 16 consecutive units). V is padded to a
+    multiple of `lanes` with zeros."""
+    group = 4 // torch.empty(0, dtype=dtype).element_size()
     V, H = weight.shape
-    Vp = -(-V // 16) * 16
+    Vp = -(-V // lanes) * lanes
     w = torch.zeros(Vp, H, dtype=dtype)
     w[:V] = weight.detach()
-    return w.view(Vp // 16, 16, H // (16 * group), 16, group).permute(0, 2, 3, 1, 4).contiguous()
+    return w.view(Vp // lanes, lanes, H // group, group).permute(0, 2, 1, 3).contiguous()
 
 
-def _packed_weight(weight: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
-    """(pack(weight, dtype), for int8 the packed columns' sums in fp32), made once per weight version."""
-    key = id(weight)
+def _packed_weight(weight: Tensor, dtype: torch.dtype, lanes: int) -> tuple[Tensor, Tensor | None]:
+    """(pack(weight, dtype, lanes), for int8 the packed columns' sums in fp32), made once per weight version."""
+    key = (id(weight), dtype, lanes)
     version = -1 if weight.is_inference() else weight._version  # an inference tensor cannot change in place
     cached = _packed.get(key)
     if cached is None or cached[0]() is not weight or cached[1] != version:
-        packed = pack(weight, dtype)
-        sums = packed.sum(dim=(1, 2, 4), dtype=torch.int32).flatten().float() if dtype == torch.int8 else None
+        packed = pack(weight, dtype, lanes)
+        sums = packed.sum(dim=(1, 3), dtype=torch.int32).flatten().float() if dtype == torch.int8 else None
         cached = (weakref.ref(weight, lambda _: _packed.pop(key, None)), version, packed, sums)
         _packed[key] = cached
     return cached[2], cached[3]
@@ -168,21 +194,25 @@ def _split_columns(blocks: int, run: Callable[[int, int], None]) -> None:
         p.result()
 
 
+def _group_tokens(row_bytes: int) -> int:
+    return max(16, GROUP_BYTES // row_bytes)
+
+
 def max_logits(hidden: Tensor, weight: Tensor, mask: Tensor) -> Tensor | None:
-    """[B, V] fp32: max over the positions with mask of hidden[b, i] · weight[v] in bf16 (no bias); None when the
-    kernel cannot run here or for these shapes (H not a multiple of 32)."""
+    """[B, V] fp32: max over the positions with mask of hidden[b, i] · weight[v] (no bias), in hidden's dtype (fp32,
+    or bf16 products accumulated in fp32); None when no kernel computes that here or for these shapes (H not a
+    multiple of 32)."""
     B, _, H = hidden.shape
-    if hidden.device.type != "cpu" or hidden.dtype != torch.bfloat16 or H % 32 or (lib := _kernel()) is None:
+    if hidden.device.type != "cpu" or H % 32 or (found := kernel_for(hidden.dtype)) is None:
         return None
-    x, text_of, tokens = _tokens(hidden, mask)
-    w, _ = _packed_weight(weight, torch.bfloat16)
-    best = torch.full((B, w.shape[0] * 16), float("-inf"))
+    fused, f = found
+    x, text_of, tokens = _tokens(hidden.detach(), mask)
+    w, _ = _packed_weight(weight, hidden.dtype, fused.lanes)
+    best = torch.full((B, w.shape[0] * fused.lanes), float("-inf"))
     if tokens:
         args = (x.data_ptr(), text_of.data_ptr(), tokens, H, w.data_ptr())
-        _split_columns(
-            w.shape[0],
-            lambda c0, c1: lib.vt_fused_max_bf16(*args, c0, c1, best.data_ptr(), best.shape[1], GROUP_TOKENS),
-        )
+        group = _group_tokens(x.shape[1] * x.element_size())
+        _split_columns(w.shape[0], lambda c0, c1: f(*args, c0, c1, best.data_ptr(), best.shape[1], group))
     return best[:, : weight.shape[0]]
 
 
@@ -203,18 +233,17 @@ def max_logits_int8(hidden: Tensor, weight_int8: Tensor, mask: Tensor) -> Tensor
     scale_t · (q_t · w_v − zero_t · Σ_k w_v,k), activations quantized per token (quantize_tokens); the caller
     multiplies by the weight scales (positive, so the max commutes). None when the kernel cannot run here."""
     B, _, H = hidden.shape
-    if hidden.device.type != "cpu" or H % 64 or (lib := _kernel()) is None:
+    if hidden.device.type != "cpu" or H % 64 or (found := kernel_for(torch.int8)) is None:
         return None
+    fused, f = found
     x, text_of, tokens = _tokens(hidden.float(), mask)
     q, scale, zero = quantize_tokens(x)
-    w, rowsum = _packed_weight(weight_int8, torch.int8)
-    best = torch.full((B, w.shape[0] * 16), float("-inf"))
+    w, rowsum = _packed_weight(weight_int8, torch.int8, fused.lanes)
+    best = torch.full((B, w.shape[0] * fused.lanes), float("-inf"))
     if tokens:
         args = (q.data_ptr(), scale.data_ptr(), zero.data_ptr(), text_of.data_ptr(), tokens, H, w.data_ptr())
+        group = _group_tokens(H)
         _split_columns(
-            w.shape[0],
-            lambda c0, c1: lib.vt_fused_max_int8(
-                *args, rowsum.data_ptr(), c0, c1, best.data_ptr(), best.shape[1], GROUP_TOKENS
-            ),
+            w.shape[0], lambda c0, c1: f(*args, rowsum.data_ptr(), c0, c1, best.data_ptr(), best.shape[1], group)
         )
     return best[:, : weight_int8.shape[0]]

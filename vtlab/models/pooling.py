@@ -150,7 +150,7 @@ class MaskedMaxLogits(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, mask: Tensor, chunk_bytes: int) -> Tensor:
         mask = mask.bool()
-        best = fused.max_logits(hidden, weight, mask)  # bf16 with AMX or AVX-512-bf16: GEMM and max fused
+        best = fused.max_logits(hidden, weight, mask)  # GEMM and max fused, where a kernel computes this dtype here
         if best is None:
             w = weight.to(hidden.dtype)
             best = _tiled_max(
