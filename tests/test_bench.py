@@ -245,6 +245,36 @@ def test_machine_reports_cpu_features_and_the_auto_choice(monkeypatch):
     assert info["bf16_native"] == bool({"avx512_bf16", "amx_bf16"} & flags)
     assert info["int8_native"] == bool({"avx512_vnni", "avx_vnni", "amx_int8"} & flags)
     assert info["precision_auto"] == ("bf16" if info["bf16_native"] else "fp32")
+    from vtlab.models import fused
+
+    assert set(info["fused_pooling_kernels"]) == {"fp32", "bf16", "int8"}
+    for precision, dtype in (("fp32", "f32"), ("bf16", "bf16"), ("int8", "int8")):
+        # the first kernel that provides the precision on this CPU's flags (and builds here), or none
+        first = next((k for k in fused.KERNELS if (need := k.needs(dtype)) is not None and need <= flags), None)
+        if first is not None and fused.open_kernel(first) is None:
+            continue  # no compiler for it here: a later kernel or the tiles
+        assert info["fused_pooling_kernels"][precision] == (first.name if first is not None else None)
+
+
+def test_pooling_microbench_times_each_precision_with_each_kernel_and_the_tiles(tmp_path):
+    """`python -m vtlab.bench.pooling`: a row per precision × kernel that computes it here × threads, plus the tiled
+    GEMM for each precision, written to --out."""
+    from vtlab.models import fused
+
+    out = tmp_path / "pooling.json"
+    args = ["--texts", "2", "--length", "20", "--real", "15", "--hidden", "64", "--vocab", "300", "--repeats", "1"]
+    subprocess.run(
+        [sys.executable, "-m", "vtlab.bench.pooling", *args, "--threads", "1,2", "--out", str(out)], check=True
+    )
+    rows = json.loads(out.read_text())["rows"]
+    got = {(r["precision"], r["kernel"], r["threads"]) for r in rows}
+    assert all(r["ms"] > 0 for r in rows)
+    kernels = fused.in_use()
+    for precision in ("fp32", "bf16", "int8"):
+        for threads in (1, 2):
+            assert (precision, "tiled GEMM", threads) in got
+            if kernels[precision] is not None:
+                assert (precision, kernels[precision], threads) in got
 
 
 # ---------------------------------------------------------------- the encode worker, for real, on a few testbed texts
