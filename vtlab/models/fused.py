@@ -79,7 +79,13 @@ AVX512 = _fused(
     "avx512",
     "avx512.c",
     ("-mavx512f", "-mavx512bw", "-mavx512bf16", "-mavx512vnni"),
-    {"f32": {"avx512f"}, "bf16": {"avx512f", "avx512_bf16"}, "int8": {"avx512f", "avx512bw", "avx512_vnni"}},
+    # avx512bw for each: the compiler may use it anywhere in the library (bf16 and VNNI instructions come only from
+    # their functions' intrinsics); every AVX-512 CPU since Skylake-X has it
+    {
+        "f32": {"avx512f", "avx512bw"},
+        "bf16": {"avx512f", "avx512bw", "avx512_bf16"},
+        "int8": {"avx512f", "avx512bw", "avx512_vnni"},
+    },
 )
 AVX2 = _fused("avx2", "avx2.c", ("-mavx2", "-mfma"), {"f32": {"avx2", "fma"}}, lanes=8)
 KERNELS = (AMX, AVX512, AVX2)  # preferred first

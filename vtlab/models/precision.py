@@ -3,8 +3,9 @@ CPU runs natively and that holds quality, or `native`: bf16 where the CPU comput
 the CPU's flags alone, no timing, so every model on one machine is encoded alike (what a table of compared models
 needs: auto's timing probe can pick int8 for one model and bf16 for the next when they run at similar speed).
 
-- bf16: measured with `make bench` on this project's machines, bf16 autocast encoding was 2.7× faster than fp32 on an
-  AVX-512-bf16 CPU and ~9× slower on an AVX2-only one (oneDNN emulates bf16 there). Native: `avx512_bf16`/`amx_bf16`.
+- bf16: measured with `make bench` on this project's machines, bf16 encoding was 1.7× faster than fp32 on an
+  AVX-512-bf16 CPU (both with fused pooling kernels; docs/performance.md), 3.6× on an AMX one (fp32 then on torch's
+  GEMM), and ~9× slower on an AVX2-only one (oneDNN emulates bf16 there). Native: `avx512_bf16`/`amx_bf16`.
 - int8: native with VNNI (`avx512_vnni`, `avx_vnni`) or AMX (`amx_int8`): int8 dot products in hardware.
   Quantization error depends on the model's weights and activations, so auto takes int8 only after a check on the
   model itself (`choose_auto`): on PROBE_PAIRS BoolQ *train* (question, passage) pairs (never an evaluation set),
