@@ -166,6 +166,29 @@ def test_fused_fp32_max_equals_the_fp32_reference(kernel, threads, monkeypatch):
     assert float((got[finite].double() - ref[finite]).abs().max()) <= bound
 
 
+def test_fused_fp32_max_keeps_a_nan_as_torch_does(kernel, monkeypatch):
+    """A NaN logit makes its (text, column) max NaN, as torch's amax does on the tiles — wherever the NaN token sits
+    in the text and however the columns are split — so training's non-finite-loss guard sees it."""
+    use(kernel, torch.float32)
+    monkeypatch.setattr(fused, "MIN_BLOCKS_PER_THREAD", 1)
+    hidden, mask = _batch(B=4, L=30, H=64, seed=7)
+    hidden[0, 0, 3] = float("nan")  # the first token of text 0 (then 29 finite ones)
+    hidden[3, int(mask[3].sum()) - 1, 5] = float("nan")  # the last real token of text 3
+    weight = torch.randn(300, 64) * 0.1
+    weight[7, 3] = weight[7, 5] = 0.0  # 0 · NaN is NaN: every column stays NaN for those tokens
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = fused.max_logits(hidden, weight, mask)
+    finally:
+        torch.set_num_threads(before)
+    ref = _masked_max(hidden @ weight.t(), mask)
+    assert bool(torch.isnan(ref[0]).all()) and bool(torch.isnan(ref[3]).all())
+    assert torch.equal(torch.isnan(got), torch.isnan(ref))
+    finite = torch.isfinite(ref)
+    assert torch.allclose(got[finite], ref[finite], rtol=1e-5, atol=1e-5)
+
+
 def test_fused_fp32_pooling_trains_like_the_tiled_gemm(kernel, monkeypatch):
     """SPLADE pooling in training (fp32, autograd through MaskedMaxLogits) gives the same values and gradients with
     the fused forward as with the tiled GEMM (the backward recomputes the argmax either way)."""

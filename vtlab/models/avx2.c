@@ -23,14 +23,19 @@ static inline __attribute__((always_inline)) void reduce(int nb, const __m256 ac
                                                          int64_t t0, int rows, int64_t cb, float *best, int64_t ldb) {
     for (int r0 = 0; r0 < rows;) {
         int64_t text = text_of[t0 + r0];
-        __m256 m[NB];
-        for (int j = 0; j < nb; j++) m[j] = _mm256_set1_ps(-__builtin_inff());
+        __m256 m[NB], nan[NB]; /* nan: lanes that saw a NaN (vmaxps drops a NaN in its first operand; torch keeps it) */
+        for (int j = 0; j < nb; j++) m[j] = _mm256_set1_ps(-__builtin_inff()), nan[j] = _mm256_setzero_ps();
         int r = r0;
         for (; r < rows && text_of[t0 + r] == text; r++)
-            for (int j = 0; j < nb; j++) m[j] = _mm256_max_ps(m[j], acc[r][j]);
+            for (int j = 0; j < nb; j++) {
+                nan[j] = _mm256_or_ps(nan[j], _mm256_cmp_ps(acc[r][j], acc[r][j], _CMP_UNORD_Q));
+                m[j] = _mm256_max_ps(m[j], acc[r][j]);
+            }
         float *dst = best + text * ldb + cb * 8;
-        for (int j = 0; j < nb; j++)
-            _mm256_storeu_ps(dst + 8 * j, _mm256_max_ps(_mm256_loadu_ps(dst + 8 * j), m[j]));
+        for (int j = 0; j < nb; j++) {
+            __m256 d = _mm256_max_ps(m[j], _mm256_loadu_ps(dst + 8 * j)); /* keeps a NaN already in best */
+            _mm256_storeu_ps(dst + 8 * j, _mm256_blendv_ps(d, _mm256_set1_ps(__builtin_nanf("")), nan[j]));
+        }
         r0 = r;
     }
 }

@@ -44,7 +44,8 @@ static inline __attribute__((always_inline)) void reduce(int kind, int nb, const
     for (int r0 = 0; r0 < rows;) {
         int64_t text = text_of[t0 + r0];
         __m512 m[NB];
-        for (int j = 0; j < nb; j++) m[j] = _mm512_set1_ps(-__builtin_inff());
+        __mmask16 nan[NB]; /* lanes that saw a NaN: vmaxps drops a NaN in its first operand, torch's max keeps it */
+        for (int j = 0; j < nb; j++) m[j] = _mm512_set1_ps(-__builtin_inff()), nan[j] = 0;
         int r = r0;
         for (; r < rows && text_of[t0 + r] == text; r++) {
             for (int j = 0; j < nb; j++) {
@@ -56,12 +57,15 @@ static inline __attribute__((always_inline)) void reduce(int kind, int nb, const
                 } else {
                     c = _mm512_castsi512_ps(acc[r][j]);
                 }
+                nan[j] |= _mm512_cmp_ps_mask(c, c, _CMP_UNORD_Q);
                 m[j] = _mm512_max_ps(m[j], c);
             }
         }
         float *dst = best + text * ldb + cb * 16;
-        for (int j = 0; j < nb; j++)
-            _mm512_storeu_ps(dst + 16 * j, _mm512_max_ps(_mm512_loadu_ps(dst + 16 * j), m[j]));
+        for (int j = 0; j < nb; j++) {
+            __m512 d = _mm512_max_ps(m[j], _mm512_loadu_ps(dst + 16 * j)); /* keeps a NaN already in best */
+            _mm512_storeu_ps(dst + 16 * j, _mm512_mask_mov_ps(d, nan[j], _mm512_set1_ps(__builtin_nanf(""))));
+        }
         r0 = r;
     }
 }
