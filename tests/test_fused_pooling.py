@@ -241,3 +241,26 @@ def test_fused_paths_are_used_by_the_pooling_where_available(kernel, monkeypatch
     suffix = {"fp32": "f32", "bf16": "bf16", "int8": "int8"}
     expected = {p: (need := kernel.needs(suffix[p])) is not None and need <= flags for p in got}
     assert got == expected and any(expected.values())
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({"avx2", "fma"}, {"fp32": "avx2", "bf16": None, "int8": None}),  # AMD Zen 2/3
+        ({"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"}, {"fp32": "avx512", "bf16": None, "int8": "avx512"}),
+        (set(), {"fp32": None, "bf16": None, "int8": None}),  # no x86 flags (e.g. Arm): the tiled GEMM
+    ],
+    ids=["avx2-only", "avx512-vnni-no-bf16", "none"],
+)
+def test_each_precision_goes_to_the_first_kernel_the_cpu_flags_allow(flags, expected, monkeypatch):
+    """The dispatch by CPU flags alone (a kernel whose flags the CPU lacks is never built or called), with faked flags
+    of CPUs this suite may not run on: the kernels are only built and loaded here, not run."""
+    monkeypatch.setattr(fused, "cpu_flags", lambda: frozenset(flags))
+    fused.open_kernel.cache_clear()  # opened under the faked flags only for this test
+    try:
+        for name in set(expected.values()) - {None}:
+            if fused.open_kernel(next(k for k in fused.KERNELS if k.name == name)) is None:
+                pytest.skip(f"the {name} kernel cannot be built here")
+        assert fused.in_use() == expected
+    finally:
+        fused.open_kernel.cache_clear()
