@@ -97,7 +97,7 @@ def main() -> None:
                     if ms is None:
                         break  # this kernel does not compute that precision here
                     name = kernel.name if kernel is not None else "tiled GEMM"
-                    rows.append({"precision": precision, "kernel": name, "threads": threads, "ms": round(ms, 1)})
+                    rows.append({"precision": precision, "kernel": name, "threads": threads, "ms": ms})
                     rate = macs / ms / 1e6
                     print(f"{precision:5s} {name:11s} {threads} thread(s): {ms:8.1f} ms  {rate:7.1f} GMAC/s")
     flags = ", ".join(k for k, v in info.items() if v is True and k not in ("gpu",))
