@@ -248,9 +248,10 @@ def test_machine_reports_cpu_features_and_the_auto_choice(monkeypatch):
     from vtlab.models import fused
 
     assert set(info["fused_pooling_kernels"]) == {"fp32", "bf16", "int8"}
-    for precision, dtype in (("fp32", "f32"), ("bf16", "bf16"), ("int8", "int8")):
+    for precision, dtype in fused.DTYPES.items():
         # the first kernel that provides the precision on this CPU's flags (and builds here), or none
-        first = next((k for k in fused.KERNELS if (need := k.needs(dtype)) is not None and need <= flags), None)
+        suffix = fused.SUFFIX[dtype]
+        first = next((k for k in fused.KERNELS if (need := k.needs(suffix)) is not None and need <= flags), None)
         if first is not None and fused.open_kernel(first) is None:
             continue  # no compiler for it here: a later kernel or the tiles
         assert info["fused_pooling_kernels"][precision] == (first.name if first is not None else None)

@@ -5,6 +5,9 @@ skipped, saying so."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -27,6 +30,17 @@ def use(kernel: fused.FusedKernel, dtype: torch.dtype) -> None:
     if found is None:
         pytest.skip(f"the {kernel.name} kernel has no {dtype} function that runs here")
     assert found[0] is kernel
+
+
+@contextlib.contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to n (the fused kernels split the vocabulary over them), restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _masked_max(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -88,12 +102,8 @@ def test_fused_bf16_max_equals_the_bf16_reference(kernel, threads, monkeypatch):
     hidden, mask = _batch(B=6, L=45, H=128, seed=1)
     weight = torch.randn(1000, 128) * 0.05  # V not a multiple of 16
     hb = hidden.bfloat16()
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with _threads(threads):
         got = fused.max_logits(hb, weight, mask)
-    finally:
-        torch.set_num_threads(before)
     ref = _masked_max(hb.float() @ weight.bfloat16().float().t(), mask)
     assert got.shape == (6, 1000) and torch.equal(torch.isinf(got), torch.isinf(ref))
     assert bool(torch.isinf(got[1]).all())  # the empty text
@@ -126,12 +136,8 @@ def test_fused_int8_max_is_the_exact_integer_max(kernel, threads, monkeypatch):
     hidden, mask = _batch(B=5, L=40, H=128, seed=3)
     weight = torch.randn(300, 128) * 0.05
     w8, _ = quantize_weight(weight)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with _threads(threads):
         got = fused.max_logits_int8(hidden, w8, mask)
-    finally:
-        torch.set_num_threads(before)
     x = hidden[mask.bool()]
     q, scale, zero = fused.quantize_tokens(x)
     assert float((scale[:, None] * (q.double() - zero[:, None]) - x).abs().max()) <= float(scale.max()) / 2 + 1e-6
@@ -153,12 +159,8 @@ def test_fused_fp32_max_equals_the_fp32_reference(kernel, threads, monkeypatch):
     monkeypatch.setattr(fused, "MIN_BLOCKS_PER_THREAD", 1)
     hidden, mask = _batch(B=6, L=45, H=96, seed=5)
     weight = torch.randn(1001, 96) * 0.05  # V not a multiple of 16 or 8, an odd number of blocks
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with _threads(threads):
         got = fused.max_logits(hidden, weight, mask)
-    finally:
-        torch.set_num_threads(before)
     ref = _masked_max(hidden.double() @ weight.double().t(), mask)
     assert got.shape == (6, 1001) and got.dtype == torch.float32 and torch.equal(torch.isinf(got), torch.isinf(ref))
     finite = torch.isfinite(ref)
@@ -176,12 +178,8 @@ def test_fused_fp32_max_keeps_a_nan_as_torch_does(kernel, monkeypatch):
     hidden[3, int(mask[3].sum()) - 1, 5] = float("nan")  # the last real token of text 3
     weight = torch.randn(300, 64) * 0.1
     weight[7, 3] = weight[7, 5] = 0.0  # 0 · NaN is NaN: every column stays NaN for those tokens
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with _threads(2):
         got = fused.max_logits(hidden, weight, mask)
-    finally:
-        torch.set_num_threads(before)
     ref = _masked_max(hidden @ weight.t(), mask)
     assert bool(torch.isnan(ref[0]).all()) and bool(torch.isnan(ref[3]).all())
     assert torch.equal(torch.isnan(got), torch.isnan(ref))
@@ -238,8 +236,7 @@ def test_fused_paths_are_used_by_the_pooling_where_available(kernel, monkeypatch
         pooling.tiled_max_logits(hidden, Int8Decoder(torch.nn.Linear(64, 40)), mask)
         got["int8"] = computed["int8"]
     flags = fused.cpu_flags()
-    suffix = {"fp32": "f32", "bf16": "bf16", "int8": "int8"}
-    expected = {p: (need := kernel.needs(suffix[p])) is not None and need <= flags for p in got}
+    expected = {p: (need := kernel.needs(fused.SUFFIX[fused.DTYPES[p]])) is not None and need <= flags for p in got}
     assert got == expected and any(expected.values())
 
 

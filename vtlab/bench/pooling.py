@@ -25,9 +25,6 @@ from vtlab.models import fused, pooling
 from vtlab.models.quantize import Int8Decoder
 
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.int8}
-
-
 def best_ms(f: Callable[[], Any], repeats: int) -> float:
     f()  # warm-up: builds the kernel, packs the weight
     best = float("inf")
@@ -59,7 +56,7 @@ def measure(
     every, before = fused.KERNELS, torch.get_num_threads()
     fused.KERNELS = (kernel,) if kernel is not None else ()
     try:
-        if kernel is not None and fused.kernel_for(DTYPES[precision]) is None:
+        if kernel is not None and fused.kernel_for(fused.DTYPES[precision]) is None:
             return None
         torch.set_num_threads(threads)
         return best_ms(run, repeats)

@@ -38,6 +38,8 @@ from vtlab.native import Kernel
 
 # what a kernel computes: the torch dtype of its operands → the suffix of its C function vt_fused_max_<suffix>
 SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16", torch.int8: "int8"}
+# model.encoder.precision → the dtype its pooling kernel computes in
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.int8}
 CFLAGS = ("-O3", "-shared", "-fPIC", "-fno-math-errno")
 
 
@@ -138,11 +140,7 @@ def kernel_for(dtype: torch.dtype) -> tuple[FusedKernel, Callable[..., None]] | 
 
 def in_use() -> dict[str, str | None]:
     """Which kernel pools each precision here ({"fp32": "avx512", "bf16": "amx", ...}; None: the tiled GEMM)."""
-    found = {
-        name: kernel_for(dtype)
-        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("int8", torch.int8))
-    }
-    return {name: (k[0].name if k else None) for name, k in found.items()}
+    return {name: (found[0].name if (found := kernel_for(dtype)) else None) for name, dtype in DTYPES.items()}
 
 
 @functools.cache
