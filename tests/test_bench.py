@@ -10,6 +10,7 @@ from argparse import Namespace
 import numpy as np
 import pytest
 
+from vtlab import cpu
 from vtlab.bench.summary import TARGETS, base_key, judge, summarize
 from vtlab.bench.table import table
 from vtlab.bench.synthetic import synthetic_collection
@@ -240,10 +241,12 @@ def test_machine_reports_cpu_features_and_the_auto_choice(monkeypatch):
     info = machine()
     with open("/proc/cpuinfo") as f:
         flags = set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    flags = cpu.capped(frozenset(flags), cpu.max_isa())  # as $VTLAB_MAX_CPU_ISA, when set, holds this run
+    assert info["max_cpu_isa"] == cpu.max_isa()
     for flag in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"):
         assert info[flag] == (flag in flags)
     assert info["bf16_native"] == bool({"avx512_bf16", "amx_bf16"} & flags)
-    assert info["int8_native"] == bool({"avx512_vnni", "avx_vnni", "amx_int8"} & flags)
+    assert info["int8_native"] == bool({"avx512_vnni", "avx_vnni", "amx_int8", "avx2"} & flags)
     assert info["precision_auto"] == ("bf16" if info["bf16_native"] else "fp32")
     from vtlab.models import fused
 

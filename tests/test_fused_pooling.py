@@ -139,7 +139,7 @@ def test_fused_int8_max_is_the_exact_integer_max(kernel, threads, monkeypatch):
     with _threads(threads):
         got = fused.max_logits_int8(hidden, w8, mask)
     x = hidden[mask.bool()]
-    q, scale, zero = fused.quantize_tokens(x)
+    q, scale, zero = fused.quantize_tokens(x, kernel.activation_max)
     assert float((scale[:, None] * (q.double() - zero[:, None]) - x).abs().max()) <= float(scale.max()) / 2 + 1e-6
     dots = q.double() @ w8.double().t() - zero.double()[:, None] * w8.double().sum(1)[None, :]
     per_token = scale.double()[:, None] * dots
@@ -149,6 +149,26 @@ def test_fused_int8_max_is_the_exact_integer_max(kernel, threads, monkeypatch):
     finite = torch.isfinite(ref)
     assert torch.equal(torch.isinf(got), torch.isinf(ref))
     assert torch.allclose(got[finite].double(), ref[finite], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_fused_int8_sums_at_the_extremes_of_the_grids_are_exact(kernel, sign):
+    """The largest integer sums the kernels meet: every activation at the top of its grid (activation_max, zero point
+    0) times weights at ±127 in every column. AVX2 adds u8×s8 pair sums in int16 (vpmaddubsw, vpaddw) before
+    widening: with more activation bits than its grid allows they would saturate or wrap, and this sum would be off
+    by thousands. All positive hidden values equal: each token quantizes to activation_max exactly, scale =
+    max / activation_max."""
+    use(kernel, torch.int8)
+    H, V, top = 128, 40, kernel.activation_max
+    hidden = torch.full((2, 8, H), 0.5)
+    mask = torch.ones(2, 8, dtype=torch.long)
+    w8 = torch.full((V, H), 127 * sign, dtype=torch.int8)
+    w8[::2, ::3] = -127 * sign  # mixed signs in some columns: the pair sums cancel part of the way
+    got = fused.max_logits_int8(hidden, w8, mask)
+    q, scale, zero = fused.quantize_tokens(hidden[0], top)
+    assert int(q.min()) == int(q.max()) == top and float(zero.abs().max()) == 0.0
+    exact = float(scale[0]) * (top * w8.double().sum(1))  # the integer dot product, then the token's scale
+    assert torch.allclose(got.double(), exact.expand(2, V), rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -243,7 +263,7 @@ def test_fused_paths_are_used_by_the_pooling_where_available(kernel, monkeypatch
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
-        ({"avx2", "fma"}, {"fp32": "avx2", "bf16": None, "int8": None}),  # AMD Zen 2/3
+        ({"avx2", "fma"}, {"fp32": "avx2", "bf16": None, "int8": "avx2"}),  # AMD Zen 2/3
         ({"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"}, {"fp32": "avx512", "bf16": None, "int8": "avx512"}),
         (set(), {"fp32": None, "bf16": None, "int8": None}),  # no x86 flags (e.g. Arm): the tiled GEMM
     ],

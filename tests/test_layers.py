@@ -52,6 +52,7 @@ LAYERS: dict[str, list[str]] = {
         "vtlab",
         "vtlab.errors",
         "vtlab.atomic",
+        "vtlab.cpu",
         "vtlab.assets",
         "vtlab.hub",
         "vtlab.integrity",

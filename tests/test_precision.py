@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from vtlab import cpu
 from vtlab.backbones import Backbone
 from vtlab.errors import VtlabError
 from vtlab.models import precision as prec
@@ -21,6 +22,10 @@ flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_bf16 amx_tile amx_bf16 amx_int8
 """
 ZEN4 = "flags\t\t: sse2 avx2 avx512f avx512_bf16\n"
 ARM = "processor\t: 0\nFeatures\t: fp asimd bf16\n"  # no x86 `flags` line: no native-bf16 claim
+# auto without its int8 check: native bf16 and no int8 multiply at all (hypothetical: every bf16 CPU has AVX2), and
+# neither (an x86 CPU before AVX2)
+BF16_NO_INT8 = "flags\t\t: sse2 avx512f avx512_bf16\n"
+NO_AVX2 = "flags\t\t: fpu sse2 sse4_2 avx\n"
 
 
 @pytest.mark.parametrize(
@@ -51,7 +56,7 @@ def test_explicit_choices_and_devices():
 def test_this_machine_follows_its_cpuinfo(monkeypatch):
     monkeypatch.delenv(prec.AUTO_ENV, raising=False)
     with open("/proc/cpuinfo") as f:
-        words = set(f.read().split())
+        words = cpu.capped(frozenset(f.read().split()), cpu.max_isa())  # as $VTLAB_MAX_CPU_ISA, when set, holds it
     native = bool({"avx512_bf16", "amx_bf16"} & words)
     assert prec.resolve_precision("auto") == ("bf16" if native else "fp32")
 
@@ -88,11 +93,12 @@ def test_encoder_applies_the_resolved_precision(splade_tiny, monkeypatch):
     bf16 = enc.encode(texts, show_progress=False).toarray()
     np.testing.assert_array_equal(bf16, reference)
     assert np.abs(bf16 - fp32).max() > 0  # bf16 really ran (else the auto checks below could not tell)
-    # auto follows the (faked) CPU: native bf16 (no VNNI: no int8 check) → the bf16 vectors, AVX2-only → the fp32 ones
+    # auto follows the (faked) CPU: native bf16 (no int8: no check) → the bf16 vectors, neither → the fp32 ones
     enc.precision = "auto"
-    monkeypatch.setattr(prec, "cpu_flags", lambda: prec.parse_cpu_flags(ZEN4))
+    monkeypatch.setattr(enc, "_probe_trial", lambda *a: pytest.fail("no int8 candidate: nothing to measure"))
+    monkeypatch.setattr(prec, "cpu_flags", lambda: prec.parse_cpu_flags(BF16_NO_INT8))
     np.testing.assert_array_equal(enc.encode(texts, show_progress=False).toarray(), bf16)
-    monkeypatch.setattr(prec, "cpu_flags", lambda: prec.parse_cpu_flags(AVX2_ONLY))
+    monkeypatch.setattr(prec, "cpu_flags", lambda: prec.parse_cpu_flags(NO_AVX2))
     np.testing.assert_array_equal(enc.encode(texts, show_progress=False).toarray(), fp32)
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from vtlab.cpu import isa_env, max_isa
+
 
 def peak_rss_mb() -> float:
     """This process's peak resident set so far: VmHWM of its own address space.
@@ -83,6 +85,7 @@ def worker_env(threads: int) -> dict[str, str]:
         TRANSFORMERS_VERBOSITY="error",
         PYTHONWARNINGS="ignore",
     )
+    env.update(isa_env(max_isa()))  # $VTLAB_MAX_CPU_ISA: torch's libraries held to the same level as vtlab
     return env
 
 
@@ -131,6 +134,7 @@ def machine() -> dict[str, Any]:
     from vtlab.models.precision import NATIVE_FLAGS, cpu_flags, native, resolve_precision
 
     flags = cpu_flags()
+    info["max_cpu_isa"] = max_isa()  # set: the flags below are that level's, not the CPU's own (vtlab.cpu)
     wanted = {"avx2", "avx512f"}.union(*NATIVE_FLAGS.values())
     info.update({flag: flag in flags for flag in sorted(wanted)})
     info.update({f"{p}_native": native(p, flags) for p in NATIVE_FLAGS})

@@ -1,11 +1,12 @@
-/* SPLADE's masked max of the fp32 MLM logits fused with their GEMM on AVX2 + FMA (vtlab/models/fused.py), for CPUs
- * without AVX-512 (AMD Zen 2/3, Intel before Skylake-X). The same scheme as avx512.c with 16 ymm registers: a tile of
+/* SPLADE's masked max of the fp32 or int8 MLM logits fused with their GEMM on AVX2 + FMA (vtlab/models/fused.py),
+ * for CPUs without AVX-512 (AMD Zen 2/3, Intel before Skylake-X). The same scheme as avx512.c with 16 ymm registers: a tile of
  * T tokens × NB blocks of 8 columns is accumulated in registers and max-reduced from them, so the [tokens,
  * vocabulary] logits are never written out and read back.
  *
  * Built on first use by vtlab/native.py (cc -O3 -mavx2 -mfma ...) and called through ctypes, only on CPUs whose
  * /proc/cpuinfo lists avx2 and fma.
  *
+ * fp32 (int8: below)
  * x:    [tokens, H] fp32, the real (non-pad) tokens of all texts back to back, readable for T rows past the end;
  *       text_of[t]: the text of token t.
  * w:    the decoder weight packed as [V/8 column blocks][H][8 columns] (vtlab.models.fused.pack with 8 lanes).
@@ -14,6 +15,13 @@
  */
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
+
+static inline uint32_t unit_at(const uint8_t *p) {
+    uint32_t u;
+    memcpy(&u, p, sizeof u);
+    return u;
+}
 
 #define T 6  /* tokens per register tile */
 #define NB 2 /* column blocks of 8: T × NB accumulators + NB weight vectors + 1 broadcast fit in 16 ymm */
@@ -103,6 +111,109 @@ void vt_fused_max_f32(const float *x, const int64_t *text_of, int64_t tokens, in
                     tile2(x, H, text_of, t0, rows, w, cb, best, ldb);
                 else
                     tile_tail(x, H, text_of, t0, rows, w, cb, best, ldb);
+            }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------- int8 */
+/* AVX2 has no int8 dot product: u8 × s8 pairs go through vpmaddubsw (two products summed into a saturating int16) and
+ * vpmaddwd against ones (two int16 summed into int32). The activations use 6 bits (0..63; fused.py quantizes them so):
+ * a pair's sum is then at most 2 · 63 · 127 = 16,002, so the pair sums of two k-units add in int16 (vpaddw) without
+ * saturating or wrapping before one vpmaddwd widens them — three multiply-port instructions per 64 multiply-adds where
+ * fp32 needs eight FMAs, and the int32 sums are exact. (With 8-bit activations a single pair can saturate; with 7 bits
+ * two cannot be added, which costs 4 instructions per 64.)
+ *
+ * x: [tokens, H] uint8 (per-token asymmetric, sx scale and zp zero point); w: int8 packed [V/8][H/4][8][4]
+ * (fused.pack with 8 lanes: a k-unit of 4 bytes per column, 8 columns = one ymm); rowsum: each packed column's sum of
+ * weights (for the zero point). logit = sx[t] · (Σ q·w − zp[t] · rowsum[v]). */
+#define TI 4  /* tokens per int8 register tile */
+#define NBI 2 /* column blocks of 8 */
+
+/* acc + Σ over two k-units of a·b: (a0·b0 + a1·b1) pairwise in int16, widened once */
+static inline __attribute__((always_inline)) __m256i dot2(__m256i acc, __m256i a0, __m256i a1, const int8_t *b,
+                                                          __m256i ones) {
+    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(a0, _mm256_loadu_si256((const __m256i *)b)),
+                                 _mm256_maddubs_epi16(a1, _mm256_loadu_si256((const __m256i *)(b + 32))));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+}
+
+/* the int32 sums of a tile dequantized to fp32 logits, then max-reduced like fp32's */
+static inline __attribute__((always_inline)) void reduce_int8(int nb, const __m256i acc[TI][NBI],
+                                                              const int64_t *text_of, int64_t t0, int rows, int64_t cb,
+                                                              float *best, int64_t ldb, const float *sx,
+                                                              const float *zp, const float *rowsum) {
+    __m256 f[T][NB] __attribute__((aligned(32)));
+    for (int r = 0; r < TI; r++)
+        for (int j = 0; j < nb; j++) {
+            __m256 c = _mm256_cvtepi32_ps(acc[r][j]);
+            c = _mm256_fnmadd_ps(_mm256_set1_ps(zp[t0 + r]), _mm256_loadu_ps(rowsum + (cb + j) * 8), c);
+            f[r][j] = _mm256_mul_ps(c, _mm256_set1_ps(sx[t0 + r]));
+        }
+    reduce(nb, (const __m256(*)[NB])f, text_of, t0, rows, cb, best, ldb);
+}
+
+#define BCASTI(r, k) _mm256_set1_epi32((int)unit_at(xt + (r) * H + (k) * 4))
+#define ROWI(r)                                              \
+    do {                                                     \
+        __m256i a0 = BCASTI(r, u), a1 = BCASTI(r, u + 1);    \
+        c##r##0 = dot2(c##r##0, a0, a1, wb + u * 32, ones);  \
+        c##r##1 = dot2(c##r##1, a0, a1, wb + block + u * 32, ones); \
+    } while (0)
+#define ZEROI(r) __m256i c##r##0 = _mm256_setzero_si256(), c##r##1 = c##r##0
+#define SAVEI(r) (acc[r][0] = c##r##0, acc[r][1] = c##r##1)
+
+static void tile_int8(const uint8_t *x, int64_t H, const int64_t *text_of, int64_t t0, int rows, const int8_t *w,
+                      int64_t cb, float *best, int64_t ldb, const float *sx, const float *zp, const float *rowsum) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    ZEROI(0);
+    ZEROI(1);
+    ZEROI(2);
+    ZEROI(3);
+    const int64_t units = H / 4, block = units * 32; /* units is even: H is a multiple of 64 */
+    const uint8_t *xt = x + t0 * H;
+    const int8_t *wb = w + cb * block;
+    for (int64_t u = 0; u < units; u += 2) {
+        ROWI(0);
+        ROWI(1);
+        ROWI(2);
+        ROWI(3);
+    }
+    __m256i acc[TI][NBI] __attribute__((aligned(32)));
+    SAVEI(0);
+    SAVEI(1);
+    SAVEI(2);
+    SAVEI(3);
+    reduce_int8(NBI, (const __m256i(*)[NBI])acc, text_of, t0, rows, cb, best, ldb, sx, zp, rowsum);
+}
+
+static void tile_int8_tail(const uint8_t *x, int64_t H, const int64_t *text_of, int64_t t0, int rows,
+                           const int8_t *w, int64_t cb, float *best, int64_t ldb, const float *sx, const float *zp,
+                           const float *rowsum) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int64_t units = H / 4, block = units * 32;
+    const uint8_t *xt = x + t0 * H;
+    __m256i acc[TI][NBI] __attribute__((aligned(32)));
+    for (int r = 0; r < TI; r++) {
+        __m256i c = _mm256_setzero_si256();
+        for (int64_t u = 0; u < units; u += 2)
+            c = dot2(c, BCASTI(r, u), BCASTI(r, u + 1), w + cb * block + u * 32, ones);
+        acc[r][0] = c;
+    }
+    reduce_int8(1, (const __m256i(*)[NBI])acc, text_of, t0, rows, cb, best, ldb, sx, zp, rowsum);
+}
+
+void vt_fused_max_int8(const uint8_t *x, const float *sx, const float *zp, const int64_t *text_of, int64_t tokens,
+                       int64_t H, const int8_t *w, const float *rowsum, int64_t cb0, int64_t cb1, float *best,
+                       int64_t ldb, int64_t group_tokens) {
+    for (int64_t g0 = 0; g0 < tokens; g0 += group_tokens) {
+        int64_t g1 = g0 + group_tokens < tokens ? g0 + group_tokens : tokens;
+        for (int64_t cb = cb0; cb < cb1; cb += NBI)
+            for (int64_t t0 = g0; t0 < g1; t0 += TI) {
+                int rows = t0 + TI <= g1 ? TI : (int)(g1 - t0);
+                if (cb1 - cb >= NBI)
+                    tile_int8(x, H, text_of, t0, rows, w, cb, best, ldb, sx, zp, rowsum);
+                else
+                    tile_int8_tail(x, H, text_of, t0, rows, w, cb, best, ldb, sx, zp, rowsum);
             }
     }
 }

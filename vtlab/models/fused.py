@@ -9,8 +9,9 @@ Three kernels; for each precision the first of them that provides it and whose C
   oneDNN's bf16 GEMM alone (its output in bf16, before any max) and ~370 ms for fp32's GEMM.
 - AVX-512, vtlab/models/avx512.c: 8 tokens × 48 columns accumulated in registers — fp32 with FMA (`avx512f`), bf16
   with vdpbf16ps (`avx512_bf16`) and int8 with vpdpbusd (`avx512_vnni`) where AMX is absent (AMD Zen 4/5).
-- AVX2 + FMA, vtlab/models/avx2.c: fp32, 6 tokens × 16 columns in registers (AMD Zen 2/3 and other CPUs without
-  AVX-512).
+- AVX2 (+ FMA), vtlab/models/avx2.c, for CPUs without AVX-512 (AMD Zen 2/3): fp32, 6 tokens × 16 columns in
+  registers; int8 through vpmaddubsw with 6-bit activations (`activation_max`: two pair sums add in int16 unsaturated),
+  4 tokens × 16 columns.
 
 Each of torch's intra-op threads takes a share of the vocabulary columns for the whole batch (one ctypes call per
 thread per batch: the GIL is released inside it). The weights are packed into each kernel's operand layout (`pack`)
@@ -33,7 +34,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from vtlab.models.precision import cpu_flags
+from vtlab.cpu import cpu_flags
 from vtlab.native import Kernel
 
 # what a kernel computes: the torch dtype of its operands → the suffix of its C function vt_fused_max_<suffix>
@@ -54,6 +55,7 @@ class FusedKernel:
     provides: tuple[tuple[str, frozenset[str]], ...]
     lanes: int = 16
     init: str | None = None
+    activation_max: int = 255  # int8: activations on 0..activation_max (63: the kernel adds u8×s8 pair sums in int16)
 
     def needs(self, suffix: str) -> frozenset[str] | None:
         """The CPU flags vt_fused_max_<suffix> needs; None: not provided."""
@@ -89,7 +91,9 @@ AVX512 = _fused(
         "int8": {"avx512f", "avx512bw", "avx512_vnni"},
     },
 )
-AVX2 = _fused("avx2", "avx2.c", ("-mavx2", "-mfma"), {"f32": {"avx2", "fma"}}, lanes=8)
+AVX2 = _fused(
+    "avx2", "avx2.c", ("-mavx2", "-mfma"), {"f32": {"avx2", "fma"}, "int8": {"avx2", "fma"}}, lanes=8, activation_max=63
+)
 KERNELS = (AMX, AVX512, AVX2)  # preferred first
 GROUP_BYTES = 2**20  # hidden states of a group of tokens that stays in L2 while every column block passes
 MIN_BLOCKS_PER_THREAD = 64  # column blocks of 16: a thread takes at least 1,024 vocabulary columns (of 8: 512)
@@ -220,15 +224,15 @@ def max_logits(hidden: Tensor, weight: Tensor, mask: Tensor) -> Tensor | None:
     return best[:, : weight.shape[0]]
 
 
-def quantize_tokens(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-token asymmetric uint8 (x ≈ scale · (q − zero)), each row's range widened to include 0: (q, scale, zero),
-    the last two fp32; |x − scale · (q − zero)| ≤ scale / 2 inside the range."""
+def quantize_tokens(x: Tensor, top: int = 255) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-token asymmetric uint8 on 0..top (x ≈ scale · (q − zero)), each row's range widened to include 0: (q, scale,
+    zero), the last two fp32; |x − scale · (q − zero)| ≤ scale / 2 inside the range."""
     x = x.float()
     lo = x.amin(dim=1).clamp_max(0)
     hi = x.amax(dim=1).clamp_min(0)
-    scale = ((hi - lo) / 255).clamp_min(1e-12)
+    scale = ((hi - lo) / top).clamp_min(1e-12)
     zero = torch.round(-lo / scale)
-    q = torch.round(x / scale[:, None]).add_(zero[:, None]).clamp_(0, 255).to(torch.uint8)
+    q = torch.round(x / scale[:, None]).add_(zero[:, None]).clamp_(0, top).to(torch.uint8)
     return q, scale, zero
 
 
@@ -241,7 +245,7 @@ def max_logits_int8(hidden: Tensor, weight_int8: Tensor, mask: Tensor) -> Tensor
         return None
     fused, f = found
     x, text_of, tokens = _tokens(hidden.float(), mask)
-    q, scale, zero = quantize_tokens(x)
+    q, scale, zero = quantize_tokens(x, fused.activation_max)
     w, rowsum = _packed_weight(weight_int8, torch.int8, fused.lanes)
     best = torch.full((B, w.shape[0] * fused.lanes), float("-inf"))
     if tokens:

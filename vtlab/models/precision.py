@@ -6,15 +6,17 @@ needs: auto's timing probe can pick int8 for one model and bf16 for the next whe
 - bf16: measured with `make bench` on this project's machines, bf16 encoding was 1.7× faster than fp32 on an
   AVX-512-bf16 CPU (both with fused pooling kernels; docs/performance.md), 3.6× on an AMX one (fp32 then on torch's
   GEMM), and ~9× slower on an AVX2-only one (oneDNN emulates bf16 there). Native: `avx512_bf16`/`amx_bf16`.
-- int8: native with VNNI (`avx512_vnni`, `avx_vnni`) or AMX (`amx_int8`): int8 dot products in hardware.
-  Quantization error depends on the model's weights and activations, so auto takes int8 only after a check on the
-  model itself (`choose_auto`): on PROBE_PAIRS BoolQ *train* (question, passage) pairs (never an evaluation set),
-  encoded in fp32 and in each native candidate, a candidate's vectors must agree with fp32's (`Agreement`, thresholds
-  below) and it must have encoded the passages faster than fp32; the fastest such wins (`choose`), so auto is never
-  slower than fp32. The check's result (agreement, speed) is cached per model weights and machine
-  (cache_dir("precision")): a model is checked once, and every later run on that machine makes the same choice.
+- int8: native with VNNI (`avx512_vnni`, `avx_vnni`) or AMX (`amx_int8`) — int8 dot products in hardware — and with AVX2
+  alone, where vtlab's fused pooling kernel multiplies u8 × s8 through vpmaddubsw (vtlab/models/avx2.c: 6-bit
+  activations in the head; docs/performance.md). Quantization error depends on the model's weights and activations, so
+  auto takes int8 only after a check on the model itself (`choose_auto`): on PROBE_PAIRS BoolQ *train* (question,
+  passage) pairs (never an evaluation set), encoded in fp32 and in each native candidate, a candidate's vectors must
+  agree with fp32's (`Agreement`, thresholds below) and it must have encoded the passages faster than fp32; the fastest
+  such wins (`choose`), so auto is never slower than fp32. The check's result (agreement, speed) is cached per model
+  weights and machine (cache_dir("precision")): a model is checked once, and every later run on that machine makes the
+  same choice.
 - The CPU's feature flags (/proc/cpuinfo) say which precisions are native, without a timing probe; a CPU with neither
-  (AVX2-only) runs fp32 with no check at all.
+  (no AVX2, e.g. Arm) runs fp32 with no check at all.
 
 `VTLAB_AUTO_PRECISION=fp32|bf16|int8` makes `auto` mean that precision whatever the CPU (no check): the test suite runs
 once each way, so a test that only passes where auto happens to pick fp32 shows up on any machine.
@@ -35,6 +37,7 @@ import scipy.sparse as sp
 import torch
 
 from vtlab.assets import cache_dir
+from vtlab.cpu import cpu_flags, parse_cpu_flags  # noqa: F401 (parse_cpu_flags: part of this module's interface)
 from vtlab.atomic import write_json
 from vtlab.data.boolq import train_pairs
 from vtlab.errors import VtlabError
@@ -43,8 +46,10 @@ log = logging.getLogger("vtlab")
 
 PRECISIONS = ("auto", "native", "fp32", "bf16", "int8")
 BF16_NATIVE_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # either one: bf16 matmuls in hardware
-# any one: int8 dot products in hardware, without vpmaddubsw's 16-bit saturation (vtlab.models.quantize)
-INT8_NATIVE_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+# any one: int8 dot products without vpmaddubsw's 16-bit saturation (vtlab.models.quantize: 8-bit activations)
+INT8_VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+# any one: int8 multiplies in hardware (AVX2: vpmaddubsw, with fewer activation bits so its int16 sums never saturate)
+INT8_NATIVE_FLAGS = INT8_VNNI_FLAGS | {"avx2"}
 NATIVE_FLAGS: Mapping[str, frozenset[str]] = {"bf16": BF16_NATIVE_FLAGS, "int8": INT8_NATIVE_FLAGS}
 AUTO_ENV = "VTLAB_AUTO_PRECISION"
 FORCEABLE = ("fp32", "bf16", "int8")  # what $VTLAB_AUTO_PRECISION may say
@@ -69,25 +74,7 @@ PROBE_PAIRS = 200
 MIN_DOC_COSINE = 0.99
 MIN_TOP10_OVERLAP = 0.90
 # bump when the check (probe, metrics, bars, timing) or the int8 quantization changes: cached results are then redone
-CHECK_VERSION = 1
-
-
-def parse_cpu_flags(cpuinfo: str) -> frozenset[str]:
-    """The feature flags of a /proc/cpuinfo text (its first `flags` line; x86 only, empty elsewhere)."""
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return frozenset(value.split())
-    return frozenset()
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str]:
-    """This machine's CPU feature flags (empty when /proc/cpuinfo is unreadable, e.g. macOS)."""
-    try:
-        return parse_cpu_flags(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        return frozenset()
+CHECK_VERSION = 2  # 2: int8 on AVX2 CPUs through vtlab/models/avx2.c
 
 
 def native(precision: str, flags: Iterable[str]) -> bool:

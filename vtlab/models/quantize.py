@@ -3,12 +3,12 @@ quantized per call), the body in int8 or bf16.
 
 What runs how (chosen by measurement, torch 2.13 CPU, SPLADE-tiny):
 - the MLM decoder (hidden → 30,522 logits: ~80% of SPLADE-tiny's fp32 encoding time), per-channel int8 weights:
-  - on a CPU with AMX (`amx_int8`) or AVX-512 VNNI + bf16 (`avx512_vnni`, `avx512_bf16`): one C kernel fuses the
-    int8 GEMM with the max over positions, activations quantized per token (vtlab.models.fused; the logits never
-    reach memory);
-  - elsewhere: oneDNN's int8 GEMM (`onednn::qlinear_pointwise`, fp32 output) on the pooling's cache-sized tiles
-    (vtlab.models.pooling), one weight block pre-packed per tile width; the tile's activations are quantized once for
-    all blocks (one thread, AMX Xeon: GEMM + max 205 ms vs fp32 505 ms; `torch._int_mm` was 2.6× slower than fp32).
+  - on a CPU with AMX (`amx_int8`), AVX-512 VNNI (`avx512_vnni`) or AVX2: one C kernel fuses the int8 GEMM with the
+    max over positions, activations quantized per token (vtlab.models.fused; the logits never reach memory);
+  - elsewhere (no such CPU, no C compiler): oneDNN's int8 GEMM (`onednn::qlinear_pointwise`, fp32 output) on the
+    pooling's cache-sized tiles (vtlab.models.pooling), one weight block pre-packed per tile width; the tile's
+    activations are quantized once for all blocks (one thread, AMX Xeon: GEMM + max 205 ms vs fp32 505 ms;
+    `torch._int_mm` was 2.6× slower than fp32).
 - the body (attention, FFN, head transform): where the CPU computes bf16 natively, the fp32 network itself under bf16
   autocast — faster than int8 there (SPLADE-tiny's body: bf16 53 ms, fbgemm int8 106 ms, fp32 114 ms) and closer to
   fp32 (passage cosine 0.9998 vs 0.9989 with an int8 body; on Qasper nDCG@10 0.2933 vs 0.2885, fp32 0.2931); else
@@ -16,11 +16,15 @@ What runs how (chosen by measurement, torch 2.13 CPU, SPLADE-tiny):
   built from the ops directly) in a copy of the network.
 - weights: symmetric int8, one scale per output channel (row): s[v] = max|w[v]| / 127, so each weight is off by at
   most s[v] / 2. Activations: asymmetric uint8, range [min(x, 0), max(x, 0)], scale (max − min) / 255, so each is off
-  by at most scale / 2 (fbgemm: its integer zero point can add half a step) — per token in the AMX kernel, over the
-  tile's real tokens in oneDNN's path, over the call's input in fbgemm's. No calibration data (dynamic quantization).
+  by at most scale / 2 (fbgemm: its integer zero point can add half a step) — per token in the fused kernels, over
+  the tile's real tokens in oneDNN's path, over the call's input in fbgemm's. No calibration data (dynamic
+  quantization).
 - CPUs without VNNI (`avx512_vnni` / `avx_vnni` / `amx_int8`) multiply u8×s8 through 16-bit saturating adds
-  (vpmaddubsw): activations then use 7 bits (0..127), fbgemm's `reduce_range`, so no pair sum saturates. Speed there
-  is no better than fp32 (oneDNN held to AVX2: 0.93× fp32), which is why auto only considers int8 with VNNI.
+  (vpmaddubsw), so activations get fewer bits: 7 (0..127, fbgemm's `reduce_range`) in the body and oneDNN's path, so
+  no pair sum saturates; 6 (0..63) in the AVX2 fused kernel, which adds two pair sums in int16 before widening them
+  (vtlab/models/avx2.c). Measured on the Zen 5 EPYC with torch, oneDNN, fbgemm and vtlab held to AVX2: the head 2.3×
+  fp32's, encoding 1.9× (oneDNN's int8 tiles instead: 0.93× on an AMX Xeon held to AVX2), nDCG@10 on the testbed's
+  four sets ≥ 99.6% of fp32 (docs/performance.md).
 
 The fp32 network is never modified: an int8 body is a copy whose nn.Linear modules are replaced and whose other
 tensors (embeddings, LayerNorms, the fp32 decoder the pooling bypasses) are shared with the original.
@@ -42,7 +46,7 @@ from torch import Tensor, nn
 from vtlab.backbones import decoder_site
 from vtlab.errors import VtlabError
 from vtlab.models import fused
-from vtlab.models.precision import BF16_NATIVE_FLAGS, INT8_NATIVE_FLAGS, cpu_flags
+from vtlab.models.precision import BF16_NATIVE_FLAGS, INT8_VNNI_FLAGS, cpu_flags
 
 # quantized engines that pack fbgemm's dynamic linear (x86 = fbgemm/oneDNN by shape), in order of preference
 ENGINES = ("x86", "fbgemm")
@@ -103,13 +107,20 @@ def quantize_activations(x: Tensor, scale: float, zp: int, reduce_range: bool = 
     return torch.round(x.float() * (1.0 / scale)).add_(zp).clamp_(0, 127 if reduce_range else 255).to(torch.uint8)
 
 
-class Int8Linear(nn.Module):
-    """nn.Linear with int8 per-channel weights and dynamic uint8 activations (fbgemm `quantized::linear_dynamic`)."""
+def reduced_range() -> bool:
+    """Whether activations must use 7 bits here: a CPU without VNNI multiplies u8×s8 through vpmaddubsw, whose int16
+    pair sums saturate with 8-bit activations (fbgemm's and oneDNN's int8 GEMMs there)."""
+    return not (INT8_VNNI_FLAGS & cpu_flags())
 
-    def __init__(self, linear: nn.Linear, reduce_range: bool = False) -> None:
+
+class Int8Linear(nn.Module):
+    """nn.Linear with int8 per-channel weights and dynamic uint8 activations (fbgemm `quantized::linear_dynamic`);
+    reduce_range: 7-bit activations (default: where this CPU needs them, `reduced_range`)."""
+
+    def __init__(self, linear: nn.Linear, reduce_range: bool | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.reduce_range = reduce_range
+        self.reduce_range = reduced_range() if reduce_range is None else reduce_range
         s = weight_scales(linear.weight)
         bias = None if linear.bias is None else linear.bias.detach().float().clone()
         with _quiet_deprecation(), _engine():
@@ -130,10 +141,10 @@ class Int8Decoder:
     columns (the pooling's tile width), oneDNN's int8 GEMM with fp32 output; the bias is added by the pooling after
     the max, as in fp32."""
 
-    def __init__(self, decoder: nn.Linear, reduce_range: bool = False) -> None:
+    def __init__(self, decoder: nn.Linear, reduce_range: bool | None = None) -> None:
         self.weight_int8, self.scales = quantize_weight(decoder.weight)
         self.bias = None if decoder.bias is None else decoder.bias.detach().float().clone()
-        self.reduce_range = reduce_range
+        self.reduce_range = reduced_range() if reduce_range is None else reduce_range
         self._blocks: dict[int, list[tuple[Tensor, Tensor, Tensor]]] = {}
 
     @property
@@ -209,7 +220,7 @@ def quantize_network(net: nn.Module, reduce_range: bool | None = None, body: str
     0.9989), else int8."""
     require_int8()
     if reduce_range is None:
-        reduce_range = not (INT8_NATIVE_FLAGS & cpu_flags())
+        reduce_range = reduced_range()
     if body is None:
         body = "bf16" if BF16_NATIVE_FLAGS & cpu_flags() else "int8"
     if body not in BODIES:
