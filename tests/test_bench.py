@@ -124,6 +124,19 @@ def test_summary_compares_each_pair_on_the_texts_both_encoded():
     assert s["encode_query_speedup_vs_st"] == 0.4  # queries likewise: fp32's first 500 (80/s) vs ST's 200/s
 
 
+def test_summary_takes_the_models_own_auto_choice_over_the_flags():
+    """The fp32 worker records what auto chose for the model after its check (e.g. int8 on a CPU whose flags alone
+    give fp32): the summary reports that choice, its reason and its measured speed-up, not the flags' guess."""
+    enc = _encode()
+    assert enc["cpu"]["precision_auto"] == "fp32"
+    flags_only = summarize({"encode": enc}, Namespace(threads=2))
+    assert flags_only["encode_precision_auto"] == "fp32" and "encode_auto_reason" not in flags_only
+    enc["models"]["splade-tiny"]["vtlab"]["auto"] = {"precision": "int8", "reason": "fastest that holds quality"}
+    s = summarize({"encode": enc}, Namespace(threads=2))
+    assert s["encode_precision_auto"] == "int8" and s["encode_auto_speedup_vs_fp32"] == 1.9
+    assert s["encode_auto_reason"] == "fastest that holds quality"
+
+
 def test_summary_quality_and_applicability():
     s = summarize({"encode": _encode(int8_ratios=(1.0, 0.99, 0.999, 0.9951))}, Namespace(threads=2))
     t = s["targets"]

@@ -131,3 +131,15 @@ def test_encoder_with_native_encodes_as_the_flags_say(splade_tiny, monkeypatch):
 def test_bad_precision_fails_at_construction(splade_tiny):
     with pytest.raises(VtlabError, match="model.encoder.precision"):
         SpladeEncoder(*splade_tiny, precision="half")
+
+
+def test_auto_choice_says_what_auto_runs_and_why(splade_tiny, monkeypatch):
+    """The encoder's auto_choice: the precision resolved_precision runs and the reason of auto's one log line (here
+    forced by $VTLAB_AUTO_PRECISION, so nothing is timed); asking an encoder that is not on auto is an error."""
+    monkeypatch.setenv(prec.AUTO_ENV, "bf16")
+    enc = SpladeEncoder(*splade_tiny, precision="auto")
+    choice = enc.auto_choice()
+    assert choice.precision == enc.resolved_precision() == "bf16"
+    assert choice.reason == f"{prec.AUTO_ENV}=bf16"
+    with pytest.raises(ValueError, match="precision is 'fp32', not 'auto'"):
+        SpladeEncoder(*splade_tiny, precision="fp32").auto_choice()

@@ -1,12 +1,13 @@
 """This machine's CPU feature flags (/proc/cpuinfo), and $VTLAB_MAX_CPU_ISA: run as an older CPU kind would.
 
 What precision `auto` may pick and which fused pooling kernel computes each precision (vtlab.models.precision,
-vtlab.models.fused) follow these flags. VTLAB_MAX_CPU_ISA=avx2 hides every flag an AVX2-only CPU (AMD Zen 2/3) lacks
-— AVX-512, AVX-VNNI, AMX — and =avx512 hides AMX (an AMD Zen 4/5 on an Intel Xeon), so one machine can measure and
-test what another kind of CPU would run. Torch's own kernels read their limits when they start: `isa_env` gives the
-variables that hold them to the same level (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, FBGEMM_ENABLE_INSTRUCTIONS) for a
-child process (the bench's workers set them). ONNX Runtime has no such limit: it still runs at the real CPU's level.
-Torch-free, so processes without torch (ONNX Runtime's bench worker) can read it.
+vtlab.models.fused) follow these flags. VTLAB_MAX_CPU_ISA=avx2 hides every flag an AVX2-only CPU (AMD Zen 2/3) lacks —
+AVX-512, AVX-VNNI, AMX — and =avx512 hides AMX (an AMD Zen 4/5 on an Intel Xeon), so one machine can measure and test
+what another kind of CPU would run. Torch's own kernels read their limits when they start: `isa_env` gives the variables
+that hold them to the same level (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, FBGEMM_ENABLE_INSTRUCTIONS, and for AVX2
+MKL_ENABLE_INSTRUCTIONS; MKL has no AMX for fp32) for a child process (the bench's workers set them). ONNX Runtime has
+no such limit: it still runs at the real CPU's level. Torch-free, so processes without torch (ONNX Runtime's bench
+worker) can read it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ ISA_ENV = "VTLAB_MAX_CPU_ISA"
 HIDDEN = {"avx2": ("avx512", "avx_vnni", "avx10", "amx"), "avx512": ("amx",)}
 # level → what holds torch, oneDNN and fbgemm to it (each read once, when that library starts)
 LIBRARY_ENV = {
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"},
+    "avx2": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    },
     "avx512": {
         "ATEN_CPU_CAPABILITY": "avx512",
         "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16",

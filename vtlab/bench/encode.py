@@ -213,6 +213,18 @@ def setup_vtlab(path: Path, warm: list[str], batch: int, precision: str) -> Enco
     return encode
 
 
+def auto_choice(path: Path) -> dict[str, str]:
+    """What precision=auto runs for this model on this machine and why: its check (timing and agreement with fp32 on
+    BoolQ train pairs, vtlab.models.precision) run here, after the timed encoding, or read from the cache of a
+    previous run on this machine."""
+    from vtlab.backbones import Backbone
+    from vtlab.models.encoder import SpladeEncoder
+
+    enc = SpladeEncoder.from_backbone(Backbone(str(path), family="bert"), precision="auto")
+    choice = enc.auto_choice()
+    return {"precision": choice.precision, "reason": choice.reason}
+
+
 def setup_st(path: Path, warm: list[str], batch: int) -> Encode:
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.modules.mlm_transformer import MLMTransformer
@@ -344,6 +356,8 @@ def main() -> None:
         for side, m in vectors.items():
             sp.save_npz(d / f"{args.tool}-{args.model}-{side}.npz", sp.csr_matrix(m, dtype=np.float32))
             result[side]["nnz_per_row"] = round(m.nnz / max(m.shape[0], 1), 1)
+    if args.tool == "vtlab":
+        result["auto"] = auto_choice(model_dir(args.model))
     result.update(
         tool=args.tool,
         model=args.model,

@@ -185,6 +185,14 @@ class SpladeEncoder(nn.Module):
             self._auto = (decided_for, choice)
         return self._auto[1].precision
 
+    def auto_choice(self, device: str | torch.device = "cpu") -> prec.Choice:
+        """What precision=auto runs for this model on `device`, and why (its check runs now if it has not; only for an
+        encoder whose precision is `auto`)."""
+        if self.precision != "auto":
+            raise ValueError(f"auto_choice: this encoder's precision is {self.precision!r}, not 'auto'")
+        self.resolved_precision(device)
+        return self._auto[1]
+
     def _networks(self) -> list[nn.Module]:
         """The networks precision applies to (not e.g. an inference-free IDF table: auto's check does not see it)."""
         return [self.model] + ([self.query_model] if self.query_model is not None else [])
