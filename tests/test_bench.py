@@ -333,6 +333,7 @@ def test_vtlab_worker_times_prefixes_and_its_quality_is_the_evaluation_s(texts, 
     assert r["doc"]["n"] == n_docs and set(r["doc"]["prefix"]) == {"20", "40"}
     assert r["doc"]["prefix"]["20"]["n"] == 20 and r["doc"]["prefix"]["20"]["wall_s"] <= r["doc"]["wall_s"]
     assert sp.load_npz(tmp_path / "vtlab-splade-tiny-doc.npz").shape[0] == n_docs
+    assert r["auto"]["precision"] in ("fp32", "bf16", "int8") and r["auto"]["reason"]  # what auto runs for the model
     q = quality(tmp_path, "splade-tiny", {"vtlab": None, "vtlab-bf16": "not measured: sample only"}, sets)
     assert q["not_measured"] == {"vtlab-bf16": "not measured: sample only"} and q["vs_fp32"] == {}
     b = Backbone("asset:splade-tiny")

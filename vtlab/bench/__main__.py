@@ -109,7 +109,8 @@ def main() -> None:
         f"\nload average at start {info['machine_start']['loadavg_1_5_15']}, end "
         f"{info['machine_end']['loadavg_1_5_15']} on {info['machine_start'].get('cpus')} CPUs; GPU not measured; "
         f"CPU native bf16 {info['machine_start']['bf16_native']}, native int8 {info['machine_start']['int8_native']}, "
-        f"precision=auto → {info['machine_start'].get('precision_auto')}, fused pooling kernels {kernels}; "
+        f"precision=auto → {summary.get('encode_precision_auto', info['machine_start'].get('precision_auto'))}, "
+        f"max ISA {info['machine_start'].get('max_cpu_isa') or 'the CPU'}, fused pooling kernels {kernels}; "
         f"total {info['total_wall_s']:.0f}s → {out / 'summary.json'}"
     )
 

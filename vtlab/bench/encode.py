@@ -356,16 +356,16 @@ def main() -> None:
         for side, m in vectors.items():
             sp.save_npz(d / f"{args.tool}-{args.model}-{side}.npz", sp.csr_matrix(m, dtype=np.float32))
             result[side]["nnz_per_row"] = round(m.nnz / max(m.shape[0], 1), 1)
-    if args.tool == "vtlab":
-        result["auto"] = auto_choice(model_dir(args.model))
     result.update(
         tool=args.tool,
         model=args.model,
         batch=args.batch,
         threads=args.threads,
-        peak_rss_mb=round(peak_rss_mb(), 1),
+        peak_rss_mb=round(peak_rss_mb(), 1),  # before auto's check below, which loads more precisions
         torch_loaded="torch" in sys.modules,
     )
+    if args.tool == "vtlab":
+        result["auto"] = auto_choice(model_dir(args.model))
     write_result(args.out, result)
 
 
