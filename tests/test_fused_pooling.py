@@ -79,6 +79,22 @@ def test_bf16_tile_max_kernel_equals_torch_amax_bit_for_bit(init):
     assert torch.equal(best[outside], before[outside])
 
 
+@pytest.mark.parametrize("init", [True, False])
+def test_bf16_tile_max_keeps_a_nan_as_torch_amax_does(init):
+    """A NaN anywhere in a text's positions (first, middle, after the max) makes its max NaN, like torch's amax."""
+    if pooling._bf16_max() is None:
+        pytest.skip("no C compiler: the pooling takes torch's amax")
+    tile = torch.randn(3, 9, 40, generator=torch.Generator().manual_seed(1)).bfloat16()
+    tile[0, 0, 3] = tile[1, 4, 7] = tile[2, 8, 39] = float("nan")
+    best = torch.zeros(3, 40)
+    pooling._max_into(tile, best, 0, 3, 0, init)
+    expected = tile.float().amax(dim=1)
+    if not init:
+        expected = torch.maximum(expected, torch.zeros(3, 40))
+    assert torch.equal(best.isnan(), expected.isnan()) and int(best.isnan().sum()) == 3
+    assert torch.equal(best[~best.isnan()], expected[~expected.isnan()])
+
+
 def test_pack_layouts_hold_each_weight_where_the_kernels_read_it():
     """Block c, k-unit u, column n, element i = w[lanes·c + n, g·u + i] (g = 1 fp32, 2 bf16, 4 int8 values per
     4-byte unit; with 16 lanes AMX's B operand, whose k-step s holds units 16s..16s+15); columns past V are zero."""
