@@ -54,3 +54,16 @@ def test_a_child_process_runs_at_the_level_in_vtlab_and_in_torch():
     assert out["kernels"]["bf16"] is None  # no bf16 kernel below AVX-512
     real = cpu.parse_cpu_flags(open("/proc/cpuinfo").read())
     assert out["torch"] == ("AVX2" if "avx2" in real else "DEFAULT")
+
+
+def test_the_bench_workers_get_the_level_and_the_libraries_limits(monkeypatch):
+    from vtlab.bench.common import worker_env
+
+    monkeypatch.setenv(cpu.ISA_ENV, "avx2")
+    env = worker_env(2)
+    assert env[cpu.ISA_ENV] == "avx2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["FBGEMM_ENABLE_INSTRUCTIONS"] == "AVX2"
+    monkeypatch.delenv(cpu.ISA_ENV)
+    for var in cpu.LIBRARY_ENV["avx2"]:
+        monkeypatch.delenv(var, raising=False)
+    assert not set(worker_env(2)) & {cpu.ISA_ENV, *cpu.LIBRARY_ENV["avx2"]}  # unset: the CPU as it is
