@@ -20,6 +20,7 @@ SAPPHIRE = frozenset(
 
 def test_avx2_hides_what_an_avx2_only_cpu_lacks():
     assert cpu.capped(SAPPHIRE, "avx2") == {"fpu", "sse2", "avx", "avx2", "fma"}
+    assert cpu.capped(SAPPHIRE, "avx2_vnni") == {"fpu", "sse2", "avx", "avx2", "fma", "avx_vnni"}
     assert cpu.capped(SAPPHIRE, "avx512") == SAPPHIRE - {"amx_tile", "amx_bf16", "amx_int8"}
     assert cpu.capped(SAPPHIRE, None) == SAPPHIRE
 
@@ -32,7 +33,8 @@ def test_the_level_is_read_from_the_environment(monkeypatch, value, level):
 
 def test_an_unknown_level_is_one_clear_error(monkeypatch):
     monkeypatch.setenv(cpu.ISA_ENV, "avx3")
-    with pytest.raises(VtlabError, match=r"^VTLAB_MAX_CPU_ISA='avx3': expected one of avx2, avx512 \(or unset\)$"):
+    expected = r"^VTLAB_MAX_CPU_ISA='avx3': expected one of avx2, avx2_vnni, avx512 \(or unset\)$"
+    with pytest.raises(VtlabError, match=expected):
         cpu.max_isa()
 
 

@@ -1,7 +1,7 @@
-"""The C kernels of SPLADE's pooling against torch references: the bf16 tile max (vtlab/models/maxpool.c, any CPU
-with a C compiler) and the kernels that fuse the logits GEMM with the max (vtlab/models/fused.py: amx.c, avx512.c,
-avx2.c), each kernel and precision that runs on this CPU — an AMX machine tests all three; what this CPU cannot run is
-skipped, saying so."""
+"""The C kernels of SPLADE's pooling against torch references: the bf16 tile max (vtlab/models/maxpool.c, any CPU with a
+C compiler) and the kernels that fuse the logits GEMM with the max (vtlab/models/fused.py: amx.c, avx512.c, avx2.c,
+the latter also built with AVX-VNNI), each kernel and precision that runs on this CPU — an AMX Xeon runs them all;
+what this CPU cannot run is skipped, saying so."""
 
 from __future__ import annotations
 
@@ -280,10 +280,11 @@ def test_fused_paths_are_used_by_the_pooling_where_available(kernel, monkeypatch
     ("flags", "expected"),
     [
         ({"avx2", "fma"}, {"fp32": "avx2", "bf16": None, "int8": "avx2"}),  # AMD Zen 2/3
+        ({"avx2", "fma", "avx_vnni"}, {"fp32": "avx2", "bf16": None, "int8": "avx_vnni"}),  # Intel Alder Lake+
         ({"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"}, {"fp32": "avx512", "bf16": None, "int8": "avx512"}),
         (set(), {"fp32": None, "bf16": None, "int8": None}),  # no x86 flags (e.g. Arm): the tiled GEMM
     ],
-    ids=["avx2-only", "avx512-vnni-no-bf16", "none"],
+    ids=["avx2-only", "avx2-vnni", "avx512-vnni-no-bf16", "none"],
 )
 def test_each_precision_goes_to_the_first_kernel_the_cpu_flags_allow(flags, expected, monkeypatch):
     """The dispatch by CPU flags alone (a kernel whose flags the CPU lacks is never built or called), with faked flags

@@ -2,12 +2,12 @@
 
 What precision `auto` may pick and which fused pooling kernel computes each precision (vtlab.models.precision,
 vtlab.models.fused) follow these flags. VTLAB_MAX_CPU_ISA=avx2 hides every flag an AVX2-only CPU (AMD Zen 2/3) lacks —
-AVX-512, AVX-VNNI, AMX — and =avx512 hides AMX (an AMD Zen 4/5 on an Intel Xeon), so one machine can measure and test
-what another kind of CPU would run. Torch's own kernels read their limits when they start: `isa_env` gives the variables
-that hold them to the same level (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, FBGEMM_ENABLE_INSTRUCTIONS, and for AVX2
-MKL_ENABLE_INSTRUCTIONS; MKL has no AMX for fp32) for a child process (the bench's workers set them). ONNX Runtime has
-no such limit: it still runs at the real CPU's level. Torch-free, so processes without torch (ONNX Runtime's bench
-worker) can read it.
+AVX-512, AVX-VNNI, AMX —, =avx2_vnni all but AVX-VNNI (Intel client CPUs since Alder Lake) and =avx512 AMX (an AMD Zen
+4/5 on an Intel Xeon), so one machine can measure and test what another kind of CPU would run. Torch's own kernels read
+their limits when they start: `isa_env` gives the variables that hold them to the same level (ATEN_CPU_CAPABILITY,
+ONEDNN_MAX_CPU_ISA, FBGEMM_ENABLE_INSTRUCTIONS, and below AVX-512 MKL_ENABLE_INSTRUCTIONS; MKL has no AMX for fp32) for
+a child process (the bench's workers set them). ONNX Runtime has no such limit: it still runs at the real CPU's level.
+Torch-free, so processes without torch (ONNX Runtime's bench worker) can read it.
 """
 
 from __future__ import annotations
@@ -20,13 +20,23 @@ from vtlab.errors import VtlabError
 
 ISA_ENV = "VTLAB_MAX_CPU_ISA"
 # level → the prefixes of the flags a CPU of that level does not list
-HIDDEN = {"avx2": ("avx512", "avx_vnni", "avx10", "amx"), "avx512": ("amx",)}
+HIDDEN = {
+    "avx2": ("avx512", "avx_vnni", "avx10", "amx"),  # AMD Zen 2/3, Intel Haswell to Comet Lake
+    "avx2_vnni": ("avx512", "avx10", "amx"),  # Intel client CPUs since Alder Lake: AVX-VNNI, no AVX-512
+    "avx512": ("amx",),  # AMD Zen 4/5, Intel before Sapphire Rapids
+}
 # level → what holds torch, oneDNN and fbgemm to it (each read once, when that library starts)
 LIBRARY_ENV = {
     "avx2": {
         "ATEN_CPU_CAPABILITY": "avx2",
         "ONEDNN_MAX_CPU_ISA": "AVX2",
         "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    },
+    "avx2_vnni": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2_VNNI",
+        "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",  # fbgemm has no AVX-VNNI kernels: its AVX2 ones run there
         "MKL_ENABLE_INSTRUCTIONS": "AVX2",
     },
     "avx512": {

@@ -129,6 +129,17 @@ void vt_fused_max_f32(const float *x, const int64_t *text_of, int64_t tokens, in
 #define TI 4  /* tokens per int8 register tile */
 #define NBI 2 /* column blocks of 8 */
 
+#ifdef VT_AVX_VNNI
+/* Built a second time with -DVT_AVX_VNNI -mavxvnni for CPUs with AVX-VNNI and no AVX-512 (Intel client CPUs since
+ * Alder Lake; fused.py's "avx_vnni" kernel): vpdpbusd sums four u8×s8 products straight into int32, without int16
+ * saturation, so activations keep 8 bits and each k-unit costs one instruction. */
+static inline __attribute__((always_inline)) __m256i dot2(__m256i acc, __m256i a0, __m256i a1, const int8_t *b,
+                                                          __m256i ones) {
+    (void)ones;
+    acc = _mm256_dpbusd_avx_epi32(acc, a0, _mm256_loadu_si256((const __m256i *)b));
+    return _mm256_dpbusd_avx_epi32(acc, a1, _mm256_loadu_si256((const __m256i *)(b + 32)));
+}
+#else
 /* acc + Σ over two k-units of a·b: (a0·b0 + a1·b1) pairwise in int16, widened once */
 static inline __attribute__((always_inline)) __m256i dot2(__m256i acc, __m256i a0, __m256i a1, const int8_t *b,
                                                           __m256i ones) {
@@ -136,6 +147,7 @@ static inline __attribute__((always_inline)) __m256i dot2(__m256i acc, __m256i a
                                  _mm256_maddubs_epi16(a1, _mm256_loadu_si256((const __m256i *)(b + 32))));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
 }
+#endif
 
 /* the int32 sums of a tile dequantized to fp32 logits, then max-reduced like fp32's */
 static inline __attribute__((always_inline)) void reduce_int8(int nb, const __m256i acc[TI][NBI],

@@ -3,7 +3,7 @@ and int8 (vtlab.models.quantize's decoder): the [tokens × vocabulary] logits ar
 costs the dot products plus a max from L1 or registers. Why: for a small hidden size (SPLADE-tiny's 128) the logits
 GEMM is bound by writing its output and reading it back for the max, not by arithmetic.
 
-Three kernels; for each precision the first of them that provides it and whose CPU flags this machine has:
+Four kernels; for each precision the first of them that provides it and whose CPU flags this machine has:
 - Intel AMX (`amx_bf16`, `amx_int8`: Xeon since Sapphire Rapids), vtlab/models/amx.c: bf16 and int8 in 16 × 16 tiles.
   One thread, SPLADE-tiny's 30,522 × 128 decoder, 64 texts, 8,204 tokens, AMX Xeon: bf16 53 ms, vs 104 ms for
   oneDNN's bf16 GEMM alone (its output in bf16, before any max) and ~370 ms for fp32's GEMM.
@@ -11,7 +11,8 @@ Three kernels; for each precision the first of them that provides it and whose C
   with vdpbf16ps (`avx512_bf16`) and int8 with vpdpbusd (`avx512_vnni`) where AMX is absent (AMD Zen 4/5).
 - AVX2 (+ FMA), vtlab/models/avx2.c, for CPUs without AVX-512 (AMD Zen 2/3): fp32, 6 tokens × 16 columns in
   registers; int8 through vpmaddubsw with 6-bit activations (`activation_max`: two pair sums add in int16 unsaturated),
-  4 tokens × 16 columns.
+  4 tokens × 16 columns; where the CPU has AVX-VNNI (Intel client CPUs since Alder Lake) the same source built with
+  vpdpbusd instead (`avx_vnni`: 8-bit activations).
 
 Each of torch's intra-op threads takes a share of the vocabulary columns for the whole batch (one ctypes call per
 thread per batch: the GIL is released inside it). The weights are packed into each kernel's operand layout (`pack`)
@@ -94,7 +95,15 @@ AVX512 = _fused(
 AVX2 = _fused(
     "avx2", "avx2.c", ("-mavx2", "-mfma"), {"f32": {"avx2", "fma"}, "int8": {"avx2", "fma"}}, lanes=8, activation_max=63
 )
-KERNELS = (AMX, AVX512, AVX2)  # preferred first
+# the same source's int8 with vpdpbusd on 256-bit registers (8-bit activations): Intel client CPUs since Alder Lake
+AVX_VNNI = _fused(
+    "avx_vnni",
+    "avx2.c",
+    ("-mavx2", "-mfma", "-mavxvnni", "-DVT_AVX_VNNI"),
+    {"int8": {"avx2", "fma", "avx_vnni"}},
+    lanes=8,
+)
+KERNELS = (AMX, AVX512, AVX_VNNI, AVX2)  # preferred first
 GROUP_BYTES = 2**20  # hidden states of a group of tokens that stays in L2 while every column block passes
 MIN_BLOCKS_PER_THREAD = 64  # column blocks of 16: a thread takes at least 1,024 vocabulary columns (of 8: 512)
 

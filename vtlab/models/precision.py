@@ -46,7 +46,7 @@ log = logging.getLogger("vtlab")
 
 PRECISIONS = ("auto", "native", "fp32", "bf16", "int8")
 BF16_NATIVE_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # either one: bf16 matmuls in hardware
-# any one: int8 dot products without vpmaddubsw's 16-bit saturation (vtlab.models.quantize: 8-bit activations)
+# any one: int8 dot products in hardware without vpmaddubsw's 16-bit saturation
 INT8_VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
 # any one: int8 multiplies in hardware (AVX2: vpmaddubsw, with fewer activation bits so its int16 sums never saturate)
 INT8_NATIVE_FLAGS = INT8_VNNI_FLAGS | {"avx2"}

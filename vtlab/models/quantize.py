@@ -20,11 +20,12 @@ What runs how (chosen by measurement, torch 2.13 CPU, SPLADE-tiny):
   the tile's real tokens in oneDNN's path, over the call's input in fbgemm's. No calibration data (dynamic
   quantization).
 - CPUs without VNNI (`avx512_vnni` / `avx_vnni` / `amx_int8`) multiply u8×s8 through 16-bit saturating adds
-  (vpmaddubsw), so activations get fewer bits: 7 (0..127, fbgemm's `reduce_range`) in the body and oneDNN's path, so
-  no pair sum saturates; 6 (0..63) in the AVX2 fused kernel, which adds two pair sums in int16 before widening them
-  (vtlab/models/avx2.c). Measured on the Zen 5 EPYC with torch, oneDNN, fbgemm and vtlab held to AVX2: the head 2.3×
-  fp32's, encoding 1.9× (oneDNN's int8 tiles instead: 0.93× on an AMX Xeon held to AVX2), nDCG@10 on the testbed's
-  four sets ≥ 99.6% of fp32 (docs/performance.md).
+  (vpmaddubsw), so activations get fewer bits: 7 (0..127, fbgemm's `reduce_range`) in the body and oneDNN's path, so no
+  pair sum saturates (the body also where the CPU has only AVX-VNNI: fbgemm has no kernels for it); 6 (0..63) in the
+  AVX2 fused kernel, which adds two pair sums in int16 before widening them (vtlab/models/avx2.c). Measured on the Zen 5
+  EPYC with torch, oneDNN, fbgemm and vtlab held to AVX2: the head 2.4× fp32's, encoding 1.84× in `make bench`
+  (oneDNN's int8 tiles instead: 0.93× on an AMX Xeon held to AVX2), nDCG@10 on the testbed's four sets ≥ 99.7% of
+  fp32 (docs/performance.md).
 
 The fp32 network is never modified: an int8 body is a copy whose nn.Linear modules are replaced and whose other
 tensors (embeddings, LayerNorms, the fp32 decoder the pooling bypasses) are shared with the original.
@@ -46,7 +47,7 @@ from torch import Tensor, nn
 from vtlab.backbones import decoder_site
 from vtlab.errors import VtlabError
 from vtlab.models import fused
-from vtlab.models.precision import BF16_NATIVE_FLAGS, INT8_VNNI_FLAGS, cpu_flags
+from vtlab.models.precision import BF16_NATIVE_FLAGS, cpu_flags
 
 # quantized engines that pack fbgemm's dynamic linear (x86 = fbgemm/oneDNN by shape), in order of preference
 ENGINES = ("x86", "fbgemm")
@@ -107,10 +108,17 @@ def quantize_activations(x: Tensor, scale: float, zp: int, reduce_range: bool = 
     return torch.round(x.float() * (1.0 / scale)).add_(zp).clamp_(0, 127 if reduce_range else 255).to(torch.uint8)
 
 
+# any one: fbgemm (the int8 body's GEMM) has VNNI kernels for this CPU. It has none for AVX-VNNI (256-bit: Intel
+# client CPUs since Alder Lake), where its AVX2 kernels run: there 8-bit activations saturated (max error 0.97 vs
+# 0.08 on SPLADE-tiny's attention query layer with fbgemm held to AVX2; tests/test_precision_int8.py)
+FBGEMM_VNNI_FLAGS = frozenset({"avx512_vnni", "amx_int8"})
+
+
 def reduced_range() -> bool:
-    """Whether activations must use 7 bits here: a CPU without VNNI multiplies u8×s8 through vpmaddubsw, whose int16
-    pair sums saturate with 8-bit activations (fbgemm's and oneDNN's int8 GEMMs there)."""
-    return not (INT8_VNNI_FLAGS & cpu_flags())
+    """Whether activations must use 7 bits here: without fbgemm's VNNI kernels u8×s8 goes through vpmaddubsw, whose
+    int16 pair sums saturate with 8-bit activations (fbgemm's int8 linears, and oneDNN's int8 GEMM where the CPU has
+    no VNNI at all)."""
+    return not (FBGEMM_VNNI_FLAGS & cpu_flags())
 
 
 class Int8Linear(nn.Module):
