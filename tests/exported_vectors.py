@@ -22,6 +22,9 @@ def export_vectors(tmp: Path, n_queries: int, n_docs: int, *overrides: str):
             "export.sentence_transformers=false",
             f"paths.run_dir={tmp / 'run'}",
             "export.vectors.queries=true",
+            # the same vectors on every CPU: auto would encode in int8 or bf16 by the CPU's kind, and the engine
+            # tests' margins (e.g. how far a wrong scale moves nDCG@10) are about the export, not the precision
+            "model.encoder.precision=fp32",
             f"+eval.collection.max_queries={n_queries}",
             f"+eval.collection.max_docs={n_docs}",
             *overrides,

@@ -146,7 +146,9 @@ def test_wrong_document_scale_breaks_equality(exported, tmp_path):
         f"\nscale 1: Anserini nDCG@10 {ndcg_ans:.6f}, quantized reference {ndcg_quant:.6f}, "
         f"vtlab float index {vtlab_ndcg(q, d, coll):.6f}"
     )
-    assert abs(ndcg_ans - ndcg_quant) > 1e-3
+    # equal rankings give equal nDCG@10 to the last digit; scale-1 rounding reorders some queries' results (how far
+    # nDCG@10 moves depends on the vectors: 7.5e-4 with SPLADE-tiny's fp32 ones)
+    assert abs(ndcg_ans - ndcg_quant) > 1e-6
 
 
 def test_whitespace_token_is_refused_not_split(tmp_path):
