@@ -100,19 +100,26 @@ static void tile_tail(const float *x, int64_t H, const int64_t *text_of, int64_t
     reduce(1, (const __m256(*)[NB])acc, text_of, t0, rows, cb, best, ldb);
 }
 
+/* For each group of tokens that stays in L2 (the caller's group_tokens), each pass of nb column blocks (their weights
+ * stay in L1), each register tile of t tokens: FULL for a pass of nb blocks, TAIL for the single block left at the
+ * end of [cb0, cb1). Both see t0 (first token), rows (tokens in the tile) and cb (first block). */
+#define FOR_EACH_TILE(t, nb, FULL, TAIL)                                                    \
+    for (int64_t g0 = 0; g0 < tokens; g0 += group_tokens) {                                \
+        int64_t g1 = g0 + group_tokens < tokens ? g0 + group_tokens : tokens;              \
+        for (int64_t cb = cb0; cb < cb1; cb += (nb))                                       \
+            for (int64_t t0 = g0; t0 < g1; t0 += (t)) {                                    \
+                int rows = t0 + (t) <= g1 ? (t) : (int)(g1 - t0);                          \
+                if (cb1 - cb >= (nb))                                                      \
+                    FULL;                                                                  \
+                else                                                                       \
+                    TAIL;                                                                  \
+            }                                                                              \
+    }
+
 void vt_fused_max_f32(const float *x, const int64_t *text_of, int64_t tokens, int64_t H, const float *w, int64_t cb0,
                       int64_t cb1, float *best, int64_t ldb, int64_t group_tokens) {
-    for (int64_t g0 = 0; g0 < tokens; g0 += group_tokens) {
-        int64_t g1 = g0 + group_tokens < tokens ? g0 + group_tokens : tokens;
-        for (int64_t cb = cb0; cb < cb1; cb += NB)
-            for (int64_t t0 = g0; t0 < g1; t0 += T) {
-                int rows = t0 + T <= g1 ? T : (int)(g1 - t0);
-                if (cb1 - cb >= NB)
-                    tile2(x, H, text_of, t0, rows, w, cb, best, ldb);
-                else
-                    tile_tail(x, H, text_of, t0, rows, w, cb, best, ldb);
-            }
-    }
+    FOR_EACH_TILE(T, NB, tile2(x, H, text_of, t0, rows, w, cb, best, ldb),
+                  tile_tail(x, H, text_of, t0, rows, w, cb, best, ldb))
 }
 
 /* ---------------------------------------------------------------------------------------------------------- int8 */
@@ -217,15 +224,6 @@ static void tile_int8_tail(const uint8_t *x, int64_t H, const int64_t *text_of, 
 void vt_fused_max_int8(const uint8_t *x, const float *sx, const float *zp, const int64_t *text_of, int64_t tokens,
                        int64_t H, const int8_t *w, const float *rowsum, int64_t cb0, int64_t cb1, float *best,
                        int64_t ldb, int64_t group_tokens) {
-    for (int64_t g0 = 0; g0 < tokens; g0 += group_tokens) {
-        int64_t g1 = g0 + group_tokens < tokens ? g0 + group_tokens : tokens;
-        for (int64_t cb = cb0; cb < cb1; cb += NBI)
-            for (int64_t t0 = g0; t0 < g1; t0 += TI) {
-                int rows = t0 + TI <= g1 ? TI : (int)(g1 - t0);
-                if (cb1 - cb >= NBI)
-                    tile_int8(x, H, text_of, t0, rows, w, cb, best, ldb, sx, zp, rowsum);
-                else
-                    tile_int8_tail(x, H, text_of, t0, rows, w, cb, best, ldb, sx, zp, rowsum);
-            }
-    }
+    FOR_EACH_TILE(TI, NBI, tile_int8(x, H, text_of, t0, rows, w, cb, best, ldb, sx, zp, rowsum),
+                  tile_int8_tail(x, H, text_of, t0, rows, w, cb, best, ldb, sx, zp, rowsum))
 }

@@ -37,8 +37,8 @@ import scipy.sparse as sp
 import torch
 
 from vtlab.assets import cache_dir
-from vtlab.cpu import cpu_flags, parse_cpu_flags  # noqa: F401 (parse_cpu_flags: part of this module's interface)
 from vtlab.atomic import write_json
+from vtlab.cpu import cpu_flags, parse_cpu_flags  # noqa: F401 (parse_cpu_flags: part of this module's interface)
 from vtlab.data.boolq import train_pairs
 from vtlab.errors import VtlabError
 
@@ -46,10 +46,9 @@ log = logging.getLogger("vtlab")
 
 PRECISIONS = ("auto", "native", "fp32", "bf16", "int8")
 BF16_NATIVE_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # either one: bf16 matmuls in hardware
-# any one: int8 dot products in hardware without vpmaddubsw's 16-bit saturation
-INT8_VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
-# any one: int8 multiplies in hardware (AVX2: vpmaddubsw, with fewer activation bits so its int16 sums never saturate)
-INT8_NATIVE_FLAGS = INT8_VNNI_FLAGS | {"avx2"}
+# any one: int8 multiplies in hardware — VNNI / AMX dot products, or AVX2's vpmaddubsw (fewer activation bits there, so
+# its int16 sums never saturate: vtlab.models.quantize, vtlab/models/avx2.c)
+INT8_NATIVE_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "avx2"})
 NATIVE_FLAGS: Mapping[str, frozenset[str]] = {"bf16": BF16_NATIVE_FLAGS, "int8": INT8_NATIVE_FLAGS}
 AUTO_ENV = "VTLAB_AUTO_PRECISION"
 FORCEABLE = ("fp32", "bf16", "int8")  # what $VTLAB_AUTO_PRECISION may say
