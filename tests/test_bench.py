@@ -270,7 +270,9 @@ def test_machine_reports_cpu_features_and_the_auto_choice(monkeypatch):
         first = next((k for k in fused.KERNELS if (need := k.needs(suffix)) is not None and need <= flags), None)
         if first is not None and fused.open_kernel(first) is None:
             continue  # no compiler for it here: a later kernel or the tiles
-        assert info["fused_pooling_kernels"][precision] == (first.name if first is not None else None)
+        # of the int8 rivals, the faster here
+        names = {k.name for k in fused.INT8_RIVALS} if precision == "int8" and first in fused.INT8_RIVALS else None
+        assert info["fused_pooling_kernels"][precision] in (names or {first.name if first is not None else None})
 
 
 def test_pooling_microbench_times_each_precision_with_each_kernel_and_the_tiles(tmp_path):

@@ -107,6 +107,11 @@ def test_pack_layouts_hold_each_weight_where_the_kernels_read_it():
             for c, u, n, i in [(0, 0, 0, 0), (1, 17, 3, group - 1), (blocks - 1, 5, 2, 0), (0, 128 // group - 1, 7, 0)]:
                 assert float(packed[c, u, n, i]) == float(w[lanes * c + n, group * u + i].to(dtype))
             assert not packed[blocks - 1, :, 35 - lanes * (blocks - 1) :].any()  # padding columns
+    # int8 stored with an offset (avx2_shuffle reads the weights as uint8): each value + 128, padding 128
+    w8 = (w % 128).to(torch.int8)
+    w8[::3] *= -1
+    plain, shifted = fused.pack(w8, torch.int8, 8), fused.pack(w8, torch.int8, 8, offset=128)
+    assert shifted.dtype == torch.uint8 and torch.equal(shifted.long(), plain.long() + 128)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -165,6 +170,56 @@ def test_fused_int8_max_is_the_exact_integer_max(kernel, threads, monkeypatch):
     finite = torch.isfinite(ref)
     assert torch.equal(torch.isinf(got), torch.isinf(ref))
     assert torch.allclose(got[finite].double(), ref[finite], rtol=1e-6, atol=1e-6)
+
+
+def test_int8_rivals_give_the_same_logits_bit_for_bit(monkeypatch):
+    """avx2 and avx2_shuffle (vtlab/models/avx2.c) differ only in how they widen exact integer sums, so which one the
+    timing picks never changes a result: their logits are equal bit for bit, for hidden sizes the models use, with
+    weights at -128 (stored as 0 by avx2_shuffle) and 127 among them."""
+    rivals = [k for k in fused.INT8_RIVALS if fused.open_kernel(k) is not None]
+    if len(rivals) < 2:
+        pytest.skip("fewer than two int8 rival kernels run here")
+    monkeypatch.setattr(fused, "MIN_BLOCKS_PER_THREAD", 1)
+    for H in (64, 128, 384):
+        hidden, mask = _batch(B=5, L=33, H=H, seed=H)
+        w8, _ = quantize_weight(torch.randn(1001, H) * 0.05)
+        w8[::7, ::5], w8[1::7, ::3] = -128, 127
+        got = []
+        for kernel in rivals:
+            monkeypatch.setattr(fused, "KERNELS", (kernel,))
+            with _threads(2):
+                got.append(fused.max_logits_int8(hidden, w8, mask))
+        assert all(torch.equal(got[0].isinf(), g.isinf()) for g in got[1:])
+        assert all(torch.equal(got[0][got[0].isfinite()], g[g.isfinite()]) for g in got[1:])
+
+
+def test_the_faster_int8_rival_is_kept(monkeypatch):
+    """faster_int8 times each rival on its packed weights and keeps the fastest; a single kernel is taken untimed.
+    Two stand-in kernels (the same AVX2 layout, C functions replaced by Python ones taking fixed times) make the
+    ordering known."""
+    import dataclasses
+    import time
+
+    calls: dict[str, int] = {}
+
+    def lib(name: str, seconds: float):
+        def f(*args):
+            calls[name] = calls.get(name, 0) + 1
+            time.sleep(seconds)
+
+        return type("Lib", (), {"vt_fused_max_int8": staticmethod(f)})
+
+    slow = dataclasses.replace(fused.AVX2, name="slow")
+    quick = dataclasses.replace(fused.AVX2_SHUFFLE, name="quick")
+    libs = {"slow": lib("slow", 0.004), "quick": lib("quick", 0.0)}
+    monkeypatch.setattr(fused, "open_kernel", lambda k: libs.get(k.name))
+    fused.faster_int8.cache_clear()
+    try:
+        assert fused.faster_int8((slow, quick)) is quick and fused.faster_int8((quick, slow)) is quick
+        assert calls == {"slow": 10, "quick": 10}  # five timed calls each, per ordering
+        assert fused.faster_int8((slow,)) is slow and calls["slow"] == 10  # alone: not timed
+    finally:
+        fused.faster_int8.cache_clear()
 
 
 @pytest.mark.parametrize("sign", [1, -1])
@@ -279,7 +334,7 @@ def test_fused_paths_are_used_by_the_pooling_where_available(kernel, monkeypatch
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
-        ({"avx2", "fma"}, {"fp32": "avx2", "bf16": None, "int8": "avx2"}),  # AMD Zen 2/3
+        ({"avx2", "fma"}, {"fp32": "avx2", "bf16": None, "int8": "avx2|avx2_shuffle"}),  # AMD Zen 2/3: the faster
         ({"avx2", "fma", "avx_vnni"}, {"fp32": "avx2", "bf16": None, "int8": "avx_vnni"}),  # Intel Alder Lake+
         ({"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"}, {"fp32": "avx512", "bf16": None, "int8": "avx512"}),
         (set(), {"fp32": None, "bf16": None, "int8": None}),  # no x86 flags (e.g. Arm): the tiled GEMM
@@ -288,13 +343,18 @@ def test_fused_paths_are_used_by_the_pooling_where_available(kernel, monkeypatch
 )
 def test_each_precision_goes_to_the_first_kernel_the_cpu_flags_allow(flags, expected, monkeypatch):
     """The dispatch by CPU flags alone (a kernel whose flags the CPU lacks is never built or called), with faked flags
-    of CPUs this suite may not run on: the kernels are only built and loaded here, not run."""
+    of CPUs this suite may not run on; "a|b": either, whichever of the int8 rivals is faster here (timed: the avx2
+    ones run only where the real CPU has AVX2, which every CPU that builds them for this suite has)."""
     monkeypatch.setattr(fused, "cpu_flags", lambda: frozenset(flags))
     fused.open_kernel.cache_clear()  # opened under the faked flags only for this test
     try:
-        for name in set(expected.values()) - {None}:
-            if fused.open_kernel(next(k for k in fused.KERNELS if k.name == name)) is None:
-                pytest.skip(f"the {name} kernel cannot be built here")
-        assert fused.in_use() == expected
+        for names in set(expected.values()) - {None}:
+            for name in names.split("|"):
+                if fused.open_kernel(next(k for k in fused.KERNELS if k.name == name)) is None:
+                    pytest.skip(f"the {name} kernel cannot be built here")
+        got = fused.in_use()
+        assert set(got) == set(expected)
+        for precision, names in expected.items():
+            assert got[precision] in (names.split("|") if names else [None]), precision
     finally:
         fused.open_kernel.cache_clear()

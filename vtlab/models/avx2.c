@@ -15,6 +15,7 @@
  */
 #include <immintrin.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static inline uint32_t unit_at(const uint8_t *p) {
@@ -123,48 +124,88 @@ void vt_fused_max_f32(const float *x, const int64_t *text_of, int64_t tokens, in
 }
 
 /* ---------------------------------------------------------------------------------------------------------- int8 */
-/* AVX2 has no int8 dot product: u8 × s8 pairs go through vpmaddubsw (two products summed into a saturating int16) and
- * vpmaddwd against ones (two int16 summed into int32). The activations use 6 bits (0..63; fused.py quantizes them so):
- * a pair's sum is then at most 2 · 63 · 127 = 16,002, so the pair sums of two k-units add in int16 (vpaddw) without
- * saturating or wrapping before one vpmaddwd widens them — three multiply-port instructions per 64 multiply-adds where
- * fp32 needs eight FMAs, and the int32 sums are exact. (With 8-bit activations a single pair can saturate; with 7 bits
- * two cannot be added, which costs 4 instructions per 64.)
+/* AVX2 has no int8 dot product: u8 × s8 pairs go through vpmaddubsw (two products summed into a saturating int16). The
+ * activations use 6 bits (0..63; fused.py quantizes them so): the pair sums of two k-units then add in int16 (vpaddw)
+ * without saturating or wrapping before one widening to int32, and the int32 sums are exact. (With 8-bit activations
+ * a single pair can saturate; with 7 bits two cannot be added.) Two ways to widen, each the faster on some cores (the
+ * results are the same bit for bit; fused.py times both once and keeps the faster):
+ *   default: vpmaddwd against ones — a multiply, so three multiply-port instructions per 64 multiply-adds (fp32:
+ *     eight FMAs). Fastest where two vector integer multiplies issue per cycle (Zen 3 and later, Skylake).
+ *   -DVT_WIDEN_SHUFFLE: weights stored as u8 (w + 128: vpmaddubsw's unsigned operand, the 6-bit activations its signed
+ *     one), so every product and pair sum is ≥ 0 and two pair sums ≤ 2 · 2 · 255 · 63 = 64,260 fit an unsigned int16.
+ *     The int16 pairs are added into one int32 accumulator whole (lo + 65536 · hi) and, moved down by vpshufb, into a
+ *     second (hi): lo + hi = whole − 65535 · hi, minus 128 · Σ activations for the offset. Two multiplies per 64 and
+ *     no multiply to widen: faster on cores with one vector integer multiply port (Zen 2, Haswell).
  *
- * x: [tokens, H] uint8 (per-token asymmetric, sx scale and zp zero point); w: int8 packed [V/8][H/4][8][4]
- * (fused.pack with 8 lanes: a k-unit of 4 bytes per column, 8 columns = one ymm); rowsum: each packed column's sum of
- * weights (for the zero point). logit = sx[t] · (Σ q·w − zp[t] · rowsum[v]). */
-#define TI 4  /* tokens per int8 register tile */
+ * x: [tokens, H] uint8 (per-token asymmetric, sx scale and zp zero point), readable for T rows past the end; w: packed
+ * [V/8][H/4][8][4] (fused.pack with 8 lanes: a k-unit of 4 bytes per column, 8 columns = one ymm); rowsum: each packed
+ * column's sum of (signed) weights, for the zero point. logit = sx[t] · (Σ q·w − zp[t] · rowsum[v]). */
 #define NBI 2 /* column blocks of 8 */
+#ifdef VT_WIDEN_SHUFFLE
+#define TI 2 /* tokens per int8 register tile: 2 × NBI × 2 accumulators */
+#else
+#define TI 4 /* 4 × NBI accumulators */
+#endif
 
-#ifdef VT_AVX_VNNI
+#if defined(VT_AVX_VNNI)
 /* Built a second time with -DVT_AVX_VNNI -mavxvnni for CPUs with AVX-VNNI and no AVX-512 (Intel client CPUs since
  * Alder Lake; fused.py's "avx_vnni" kernel): vpdpbusd sums four u8×s8 products straight into int32, without int16
  * saturation, so activations keep 8 bits and each k-unit costs one instruction. */
-static inline __attribute__((always_inline)) __m256i dot2(__m256i acc, __m256i a0, __m256i a1, const int8_t *b,
-                                                          __m256i ones) {
-    (void)ones;
+typedef __m256i acc_t;
+#define ACC_ZERO _mm256_setzero_si256()
+static inline __attribute__((always_inline)) acc_t dot2(acc_t acc, __m256i a0, __m256i a1, const int8_t *b) {
     acc = _mm256_dpbusd_avx_epi32(acc, a0, _mm256_loadu_si256((const __m256i *)b));
     return _mm256_dpbusd_avx_epi32(acc, a1, _mm256_loadu_si256((const __m256i *)(b + 32)));
 }
+static inline __attribute__((always_inline)) __m256i sums(acc_t acc, int32_t offset) {
+    (void)offset;
+    return acc;
+}
+#elif defined(VT_WIDEN_SHUFFLE)
+typedef struct {
+    __m256i whole, hi;
+} acc_t;
+#define ACC_ZERO ((acc_t){_mm256_setzero_si256(), _mm256_setzero_si256()})
+/* acc + Σ over two k-units of a·(w + 128): pair sums added in int16, widened by adds and one shuffle */
+static inline __attribute__((always_inline)) acc_t dot2(acc_t acc, __m256i a0, __m256i a1, const int8_t *b) {
+    const __m256i hi_down = _mm256_setr_epi8(2, 3, -1, -1, 6, 7, -1, -1, 10, 11, -1, -1, 14, 15, -1, -1, 2, 3, -1, -1,
+                                             6, 7, -1, -1, 10, 11, -1, -1, 14, 15, -1, -1);
+    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256((const __m256i *)b), a0),
+                                 _mm256_maddubs_epi16(_mm256_loadu_si256((const __m256i *)(b + 32)), a1));
+    acc.whole = _mm256_add_epi32(acc.whole, p);
+    acc.hi = _mm256_add_epi32(acc.hi, _mm256_shuffle_epi8(p, hi_down));
+    return acc;
+}
+/* Σ q·w: lo + hi = whole − 65535 · hi (exact mod 2³², and the sum fits int32), less 128 · Σ q (offset) */
+static inline __attribute__((always_inline)) __m256i sums(acc_t acc, int32_t offset) {
+    __m256i lo_hi = _mm256_sub_epi32(acc.whole, _mm256_mullo_epi32(acc.hi, _mm256_set1_epi32(65535)));
+    return _mm256_sub_epi32(lo_hi, _mm256_set1_epi32(offset));
+}
 #else
-/* acc + Σ over two k-units of a·b: (a0·b0 + a1·b1) pairwise in int16, widened once */
-static inline __attribute__((always_inline)) __m256i dot2(__m256i acc, __m256i a0, __m256i a1, const int8_t *b,
-                                                          __m256i ones) {
+typedef __m256i acc_t;
+#define ACC_ZERO _mm256_setzero_si256()
+/* acc + Σ over two k-units of a·w: (a0·b0 + a1·b1) pairwise in int16, widened once */
+static inline __attribute__((always_inline)) acc_t dot2(acc_t acc, __m256i a0, __m256i a1, const int8_t *b) {
     __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(a0, _mm256_loadu_si256((const __m256i *)b)),
                                  _mm256_maddubs_epi16(a1, _mm256_loadu_si256((const __m256i *)(b + 32))));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+static inline __attribute__((always_inline)) __m256i sums(acc_t acc, int32_t offset) {
+    (void)offset;
+    return acc;
 }
 #endif
 
-/* the int32 sums of a tile dequantized to fp32 logits, then max-reduced like fp32's */
-static inline __attribute__((always_inline)) void reduce_int8(int nb, const __m256i acc[TI][NBI],
+/* the int32 sums of a tile dequantized to fp32 logits, then max-reduced like fp32's; off[t]: what the stored weights
+ * add to token t's sums (WIDEN_SHUFFLE's 128 · Σ_k q[t, k]; NULL: nothing) */
+static inline __attribute__((always_inline)) void reduce_int8(int nb, const acc_t acc[TI][NBI], const int32_t *off,
                                                               const int64_t *text_of, int64_t t0, int rows, int64_t cb,
                                                               float *best, int64_t ldb, const float *sx,
                                                               const float *zp, const float *rowsum) {
     __m256 f[T][NB] __attribute__((aligned(32)));
     for (int r = 0; r < TI; r++)
         for (int j = 0; j < nb; j++) {
-            __m256 c = _mm256_cvtepi32_ps(acc[r][j]);
+            __m256 c = _mm256_cvtepi32_ps(sums(acc[r][j], off ? off[t0 + r] : 0));
             c = _mm256_fnmadd_ps(_mm256_set1_ps(zp[t0 + r]), _mm256_loadu_ps(rowsum + (cb + j) * 8), c);
             f[r][j] = _mm256_mul_ps(c, _mm256_set1_ps(sx[t0 + r]));
         }
@@ -172,58 +213,74 @@ static inline __attribute__((always_inline)) void reduce_int8(int nb, const __m2
 }
 
 #define BCASTI(r, k) _mm256_set1_epi32((int)unit_at(xt + (r) * H + (k) * 4))
-#define ROWI(r)                                              \
-    do {                                                     \
-        __m256i a0 = BCASTI(r, u), a1 = BCASTI(r, u + 1);    \
-        c##r##0 = dot2(c##r##0, a0, a1, wb + u * 32, ones);  \
-        c##r##1 = dot2(c##r##1, a0, a1, wb + block + u * 32, ones); \
+#define ROWI(r)                                               \
+    do {                                                      \
+        __m256i a0 = BCASTI(r, u), a1 = BCASTI(r, u + 1);     \
+        c##r##0 = dot2(c##r##0, a0, a1, wb + u * 32);         \
+        c##r##1 = dot2(c##r##1, a0, a1, wb + block + u * 32); \
     } while (0)
-#define ZEROI(r) __m256i c##r##0 = _mm256_setzero_si256(), c##r##1 = c##r##0
+#define ZEROI(r) acc_t c##r##0 = ACC_ZERO, c##r##1 = c##r##0
 #define SAVEI(r) (acc[r][0] = c##r##0, acc[r][1] = c##r##1)
 
 static void tile_int8(const uint8_t *x, int64_t H, const int64_t *text_of, int64_t t0, int rows, const int8_t *w,
-                      int64_t cb, float *best, int64_t ldb, const float *sx, const float *zp, const float *rowsum) {
-    const __m256i ones = _mm256_set1_epi16(1);
+                      int64_t cb, float *best, int64_t ldb, const float *sx, const float *zp, const float *rowsum,
+                      const int32_t *off) {
     ZEROI(0);
     ZEROI(1);
+#if TI == 4
     ZEROI(2);
     ZEROI(3);
+#endif
     const int64_t units = H / 4, block = units * 32; /* units is even: H is a multiple of 64 */
     const uint8_t *xt = x + t0 * H;
     const int8_t *wb = w + cb * block;
     for (int64_t u = 0; u < units; u += 2) {
         ROWI(0);
         ROWI(1);
+#if TI == 4
         ROWI(2);
         ROWI(3);
+#endif
     }
-    __m256i acc[TI][NBI] __attribute__((aligned(32)));
+    acc_t acc[TI][NBI] __attribute__((aligned(32)));
     SAVEI(0);
     SAVEI(1);
+#if TI == 4
     SAVEI(2);
     SAVEI(3);
-    reduce_int8(NBI, (const __m256i(*)[NBI])acc, text_of, t0, rows, cb, best, ldb, sx, zp, rowsum);
+#endif
+    reduce_int8(NBI, (const acc_t(*)[NBI])acc, off, text_of, t0, rows, cb, best, ldb, sx, zp, rowsum);
 }
 
 static void tile_int8_tail(const uint8_t *x, int64_t H, const int64_t *text_of, int64_t t0, int rows,
                            const int8_t *w, int64_t cb, float *best, int64_t ldb, const float *sx, const float *zp,
-                           const float *rowsum) {
-    const __m256i ones = _mm256_set1_epi16(1);
+                           const float *rowsum, const int32_t *off) {
     const int64_t units = H / 4, block = units * 32;
     const uint8_t *xt = x + t0 * H;
-    __m256i acc[TI][NBI] __attribute__((aligned(32)));
+    acc_t acc[TI][NBI] __attribute__((aligned(32)));
     for (int r = 0; r < TI; r++) {
-        __m256i c = _mm256_setzero_si256();
-        for (int64_t u = 0; u < units; u += 2)
-            c = dot2(c, BCASTI(r, u), BCASTI(r, u + 1), w + cb * block + u * 32, ones);
+        acc_t c = ACC_ZERO;
+        for (int64_t u = 0; u < units; u += 2) c = dot2(c, BCASTI(r, u), BCASTI(r, u + 1), w + cb * block + u * 32);
         acc[r][0] = c;
     }
-    reduce_int8(1, (const __m256i(*)[NBI])acc, text_of, t0, rows, cb, best, ldb, sx, zp, rowsum);
+    reduce_int8(1, (const acc_t(*)[NBI])acc, off, text_of, t0, rows, cb, best, ldb, sx, zp, rowsum);
 }
 
 void vt_fused_max_int8(const uint8_t *x, const float *sx, const float *zp, const int64_t *text_of, int64_t tokens,
                        int64_t H, const int8_t *w, const float *rowsum, int64_t cb0, int64_t cb1, float *best,
                        int64_t ldb, int64_t group_tokens) {
-    FOR_EACH_TILE(TI, NBI, tile_int8(x, H, text_of, t0, rows, w, cb, best, ldb, sx, zp, rowsum),
-                  tile_int8_tail(x, H, text_of, t0, rows, w, cb, best, ldb, sx, zp, rowsum))
+    int32_t *off = NULL;
+#ifdef VT_WIDEN_SHUFFLE
+    /* for the rows a tile reads: the tokens and up to TI - 1 (≤ T) zero rows after them */
+    off = malloc((size_t)(tokens + TI) * sizeof *off);
+    if (!off) abort(); /* a few bytes per token: only when the process is out of memory anyway */
+    for (int64_t t = 0; t < tokens + TI; t++) {
+        int32_t s = 0;
+        for (int64_t k = 0; k < H; k++) s += x[t * H + k];
+        off[t] = 128 * s;
+    }
+#endif
+    FOR_EACH_TILE(TI, NBI, tile_int8(x, H, text_of, t0, rows, w, cb, best, ldb, sx, zp, rowsum, off),
+                  tile_int8_tail(x, H, text_of, t0, rows, w, cb, best, ldb, sx, zp, rowsum, off))
+    free(off);
 }

@@ -3,7 +3,8 @@ and int8 (vtlab.models.quantize's decoder): the [tokens × vocabulary] logits ar
 costs the dot products plus a max from L1 or registers. Why: for a small hidden size (SPLADE-tiny's 128) the logits
 GEMM is bound by writing its output and reading it back for the max, not by arithmetic.
 
-Four kernels; for each precision the first of them that provides it and whose CPU flags this machine has:
+Five kernels; for each precision the first of them that provides it and whose CPU flags this machine has (of
+INT8_RIVALS, the faster here):
 - Intel AMX (`amx_bf16`, `amx_int8`: Xeon since Sapphire Rapids), vtlab/models/amx.c: bf16 and int8 in 16 × 16 tiles.
   One thread, SPLADE-tiny's 30,522 × 128 decoder, 64 texts, 8,204 tokens, AMX Xeon: bf16 53 ms, vs 104 ms for
   oneDNN's bf16 GEMM alone (its output in bf16, before any max) and ~370 ms for fp32's GEMM.
@@ -12,7 +13,9 @@ Four kernels; for each precision the first of them that provides it and whose CP
 - AVX2 (+ FMA), vtlab/models/avx2.c, for CPUs without AVX-512 (AMD Zen 2/3): fp32, 6 tokens × 16 columns in
   registers; int8 through vpmaddubsw with 6-bit activations (`activation_max`: two pair sums add in int16 unsaturated),
   4 tokens × 16 columns; where the CPU has AVX-VNNI (Intel client CPUs since Alder Lake) the same source built with
-  vpdpbusd instead (`avx_vnni`: 8-bit activations).
+  vpdpbusd instead (`avx_vnni`: 8-bit activations). Built a third time (`avx2_shuffle`, 2 tokens × 16 columns), int8
+  widens its int16 sums without a multiply instruction: the faster on cores with one vector integer multiply port
+  (Zen 2, Haswell), the slower where two issue per cycle; the first int8 call times both (`faster_int8`).
 
 Each of torch's intra-op threads takes a share of the vocabulary columns for the whole batch (one ctypes call per
 thread per batch: the GIL is released inside it). The weights are packed into each kernel's operand layout (`pack`)
@@ -25,7 +28,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import os
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +42,8 @@ from torch import Tensor
 
 from vtlab.cpu import cpu_flags
 from vtlab.native import Kernel
+
+log = logging.getLogger("vtlab")
 
 # what a kernel computes: the torch dtype of its operands → the suffix of its C function vt_fused_max_<suffix>
 SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16", torch.int8: "int8"}
@@ -57,6 +64,7 @@ class FusedKernel:
     lanes: int = 16
     init: str | None = None
     activation_max: int = 255  # int8: activations on 0..activation_max (63: the kernel adds u8×s8 pair sums in int16)
+    weight_offset: int = 0  # int8: added to each packed weight (128: the kernel reads them as uint8)
 
     def needs(self, suffix: str) -> frozenset[str] | None:
         """The CPU flags vt_fused_max_<suffix> needs; None: not provided."""
@@ -103,14 +111,28 @@ AVX_VNNI = _fused(
     {"int8": {"avx2", "fma", "avx_vnni"}},
     lanes=8,
 )
-KERNELS = (AMX, AVX512, AVX_VNNI, AVX2)  # preferred first
+# the same source's int8 widened by adds and a shuffle instead of vpmaddwd, the weights stored as uint8 (avx2.c)
+AVX2_SHUFFLE = _fused(
+    "avx2_shuffle",
+    "avx2.c",
+    ("-mavx2", "-mfma", "-DVT_WIDEN_SHUFFLE"),
+    {"int8": {"avx2", "fma"}},
+    lanes=8,
+    activation_max=63,
+    weight_offset=128,
+)
+KERNELS = (AMX, AVX512, AVX_VNNI, AVX2, AVX2_SHUFFLE)  # preferred first
+# int8 kernels with the same results bit for bit and different instruction mixes, which is faster depending on the
+# core (modelled by llvm-mca: avx2 on Zen 3 and Skylake, avx2_shuffle on Zen 2 and Haswell): where more than one runs,
+# the first int8 call times them and keeps the faster (faster_int8)
+INT8_RIVALS = (AVX2, AVX2_SHUFFLE)
 GROUP_BYTES = 2**20  # hidden states of a group of tokens that stays in L2 while every column block passes
 MIN_BLOCKS_PER_THREAD = 64  # column blocks of 16: a thread takes at least 1,024 vocabulary columns (of 8: 512)
 
-# (id(weight), dtype, lanes) → (a weak reference to the weight, its version when packed, the packed copy, for int8
-# its per-column sums [V padded] for the zero points); a few entries (query and document networks, a precision
-# check's fp32 and bf16), dropped with their weight
-_packed: dict[tuple[int, torch.dtype, int], tuple[weakref.ref, int, Tensor, Tensor | None]] = {}
+# (id(weight), dtype, the kernel's lanes and weight offset) → (a weak reference to the weight, its version when
+# packed, the packed copy, for int8 its per-column sums [V padded] for the zero points); a few entries (query and
+# document networks, a precision check's fp32 and bf16), dropped with their weight
+_packed: dict[tuple[int, torch.dtype, int, int], tuple[weakref.ref, int, Tensor, Tensor | None]] = {}
 
 
 @functools.cache
@@ -140,15 +162,53 @@ def open_kernel(fused: FusedKernel) -> ctypes.CDLL | None:
     return lib
 
 
+def _computes_here(fused: FusedKernel, suffix: str | None) -> bool:
+    need = fused.needs(suffix) if suffix else None
+    return need is not None and need <= cpu_flags() and open_kernel(fused) is not None
+
+
 def kernel_for(dtype: torch.dtype) -> tuple[FusedKernel, Callable[..., None]] | None:
-    """The first of KERNELS that computes `dtype` on this machine and its C function; None: none does."""
+    """The first of KERNELS that computes `dtype` on this machine (for int8, of the INT8_RIVALS that do, the faster)
+    and its C function; None: none does."""
     suffix = SUFFIX.get(dtype)
-    flags = cpu_flags()
     for fused in KERNELS:
-        need = fused.needs(suffix) if suffix else None
-        if need is not None and need <= flags and (lib := open_kernel(fused)) is not None:
-            return fused, getattr(lib, f"vt_fused_max_{suffix}")
+        if _computes_here(fused, suffix):
+            if dtype == torch.int8 and fused in INT8_RIVALS:
+                fused = faster_int8(tuple(k for k in INT8_RIVALS if k in KERNELS and _computes_here(k, suffix)))
+            return fused, getattr(open_kernel(fused), f"vt_fused_max_{suffix}")
     return None
+
+
+@functools.cache
+def faster_int8(rivals: tuple[FusedKernel, ...]) -> FusedKernel:
+    """Of int8 kernels that run here, the one with the shortest time (best of 5, interleaved) on one thread for a
+    fixed head of 64 tokens × 128 × 8,192 columns (~67 M multiply-adds: ~10 ms in all)."""
+    if len(rivals) == 1:
+        return rivals[0]
+    g = torch.Generator().manual_seed(0)
+    H, tokens, V = 128, 64, 8192
+    weight = torch.randint(-127, 128, (V, H), generator=g, dtype=torch.int8)
+    text_of = torch.arange(tokens) // 16
+    scale, zero = torch.ones(tokens + 16), torch.zeros(tokens + 16)
+    best: dict[FusedKernel, float] = {}
+    calls = []
+    for fused in rivals:
+        x = torch.randint(0, fused.activation_max + 1, (tokens + 16, H), generator=g, dtype=torch.uint8)
+        x[tokens:] = 0
+        w, rowsum = _packed_weight(weight, torch.int8, fused)
+        out = torch.empty(tokens // 16, w.shape[0] * fused.lanes)
+        f = getattr(open_kernel(fused), "vt_fused_max_int8")
+        args = (x.data_ptr(), scale.data_ptr(), zero.data_ptr(), text_of.data_ptr(), tokens, H, w.data_ptr())
+        rest = (rowsum.data_ptr(), 0, w.shape[0], out.data_ptr(), out.shape[1], tokens)
+        calls.append((fused, f, args + rest, (x, w, rowsum, out)))
+    for _ in range(5):
+        for fused, f, args, _keep in calls:
+            t = time.perf_counter()
+            f(*args)
+            best[fused] = min(best.get(fused, float("inf")), time.perf_counter() - t)
+    chosen = min(rivals, key=best.__getitem__)
+    log.info("int8 pooling kernel: %s (%s)", chosen.name, ", ".join(f"{k.name} {best[k] * 1e3:.2f} ms" for k in rivals))
+    return chosen
 
 
 def in_use() -> dict[str, str | None]:
@@ -163,27 +223,33 @@ def _helpers(n: int, pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(n, thread_name_prefix="vtlab-fused")
 
 
-def pack(weight: Tensor, dtype: torch.dtype, lanes: int = 16) -> Tensor:
+def pack(weight: Tensor, dtype: torch.dtype, lanes: int = 16, offset: int = 0) -> Tensor:
     """[V, H] → [V/lanes column blocks, H/g k-units, lanes columns, g]: in each block, the `lanes` columns' values of
     k-unit u (g = 1 fp32, a pair of bf16 or a quad of int8: 4 bytes) side by side, one vector register per unit; for
     bf16 and int8 with 16 lanes this is also AMX's B operand (its k-steps are 16 consecutive units). V is padded to a
-    multiple of `lanes` with zeros."""
+    multiple of `lanes` with zeros. int8 with `offset` (128): each value + offset, stored as uint8."""
     group = 4 // torch.empty(0, dtype=dtype).element_size()
     V, H = weight.shape
     Vp = -(-V // lanes) * lanes
     w = torch.zeros(Vp, H, dtype=dtype)
     w[:V] = weight.detach()
+    if offset:
+        w = w.to(torch.int16).add_(offset).to(torch.uint8)
     return w.view(Vp // lanes, lanes, H // group, group).permute(0, 2, 1, 3).contiguous()
 
 
-def _packed_weight(weight: Tensor, dtype: torch.dtype, lanes: int) -> tuple[Tensor, Tensor | None]:
-    """(pack(weight, dtype, lanes), for int8 the packed columns' sums in fp32), made once per weight version."""
-    key = (id(weight), dtype, lanes)
+def _packed_weight(weight: Tensor, dtype: torch.dtype, fused: FusedKernel) -> tuple[Tensor, Tensor | None]:
+    """(pack(weight, dtype) for `fused`, for int8 the columns' sums (without the offset) in fp32 [V padded]), made
+    once per weight version."""
+    offset = fused.weight_offset if dtype == torch.int8 else 0
+    key = (id(weight), dtype, fused.lanes, offset)
     version = -1 if weight.is_inference() else weight._version  # an inference tensor cannot change in place
     cached = _packed.get(key)
     if cached is None or cached[0]() is not weight or cached[1] != version:
-        packed = pack(weight, dtype, lanes)
-        sums = packed.sum(dim=(1, 3), dtype=torch.int32).flatten().float() if dtype == torch.int8 else None
+        packed = pack(weight, dtype, fused.lanes, offset)
+        sums = None
+        if dtype == torch.int8:
+            sums = packed.sum(dim=(1, 3), dtype=torch.int32).sub_(offset * weight.shape[1]).flatten().float()
         cached = (weakref.ref(weight, lambda _: _packed.pop(key, None)), version, packed, sums)
         _packed[key] = cached
     return cached[2], cached[3]
@@ -224,7 +290,7 @@ def max_logits(hidden: Tensor, weight: Tensor, mask: Tensor) -> Tensor | None:
         return None
     fused, f = found
     x, text_of, tokens = _tokens(hidden.detach(), mask)
-    w, _ = _packed_weight(weight, hidden.dtype, fused.lanes)
+    w, _ = _packed_weight(weight, hidden.dtype, fused)
     best = torch.full((B, w.shape[0] * fused.lanes), float("-inf"))
     if tokens:
         args = (x.data_ptr(), text_of.data_ptr(), tokens, H, w.data_ptr())
@@ -255,7 +321,7 @@ def max_logits_int8(hidden: Tensor, weight_int8: Tensor, mask: Tensor) -> Tensor
     fused, f = found
     x, text_of, tokens = _tokens(hidden.float(), mask)
     q, scale, zero = quantize_tokens(x, fused.activation_max)
-    w, rowsum = _packed_weight(weight_int8, torch.int8, fused.lanes)
+    w, rowsum = _packed_weight(weight_int8, torch.int8, fused)
     best = torch.full((B, w.shape[0] * fused.lanes), float("-inf"))
     if tokens:
         args = (q.data_ptr(), scale.data_ptr(), zero.data_ptr(), text_of.data_ptr(), tokens, H, w.data_ptr())

@@ -20,12 +20,13 @@ What runs how (chosen by measurement, torch 2.13 CPU, SPLADE-tiny):
   the tile's real tokens in oneDNN's path, over the call's input in fbgemm's. No calibration data (dynamic
   quantization).
 - CPUs without VNNI (`avx512_vnni` / `avx_vnni` / `amx_int8`) multiply u8×s8 through 16-bit saturating adds
-  (vpmaddubsw), so activations get fewer bits: 7 (0..127, fbgemm's `reduce_range`) in the body and oneDNN's path, so no
-  pair sum saturates (the body also where the CPU has only AVX-VNNI: fbgemm has no kernels for it); 6 (0..63) in the
-  AVX2 fused kernel, which adds two pair sums in int16 before widening them (vtlab/models/avx2.c; built with AVX-VNNI it
-  keeps 8). Measured on the Zen 5 EPYC with torch, oneDNN, fbgemm and vtlab held to AVX2: the head 2.4× fp32's, encoding
-  1.84× in `make bench` (oneDNN's int8 tiles instead: 0.93× on an AMX Xeon held to AVX2), nDCG@10 on the testbed's four
-  sets ≥ 99.7% of fp32 (docs/performance.md).
+  (vpmaddubsw), so activations get fewer bits: 7 (0..127, fbgemm's `reduce_range`) in the body and oneDNN's path, so
+  no pair sum saturates (the body also where the CPU has only AVX-VNNI: fbgemm has no kernels for it); 6 (0..63) in
+  the AVX2 fused kernels, which add two pair sums in int16 before widening them (vtlab/models/avx2.c: two widenings,
+  the faster on this core timed and kept; built with AVX-VNNI it keeps 8). Measured on the Zen 5 EPYC with torch,
+  oneDNN, fbgemm and vtlab held to AVX2: the head 2.4× fp32's, encoding 1.84× in `make bench` (oneDNN's int8 tiles
+  instead: 0.93× on an AMX Xeon held to AVX2), nDCG@10 on the testbed's four sets ≥ 99.7% of fp32
+  (docs/performance.md).
 
 The fp32 network is never modified: an int8 body is a copy whose nn.Linear modules are replaced and whose other
 tensors (embeddings, LayerNorms, the fp32 decoder the pooling bypasses) are shared with the original.
