@@ -17,10 +17,11 @@ import zipfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from vtlab.atomic import atomic_path
 from vtlab.errors import AssetError
+from vtlab.integrity import content_key
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,18 @@ def resolve(name_or_path: str) -> str:
         return str(asset_path(name_or_path.removeprefix("asset:")))
     local = os.path.expanduser(name_or_path)
     return local if os.path.exists(local) else name_or_path
+
+
+def source_key(name_or_path: Any) -> str | None:
+    """A model or tokenizer source as cache keys name it: an object with its own cache_key() (a Backbone) by that; an
+    existing local path by its content (vtlab.integrity.content_key), not by where it is; "asset:NAME" and hub ids as
+    given."""
+    if hasattr(name_or_path, "cache_key"):
+        return name_or_path.cache_key()
+    if name_or_path is None or name_or_path.startswith("asset:"):
+        return name_or_path
+    local = os.path.expanduser(name_or_path)
+    return f"local:{content_key(Path(local))}" if os.path.exists(local) else name_or_path
 
 
 def looks_like_path(s: str) -> bool:

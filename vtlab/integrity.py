@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from vtlab.atomic import build_dir
+from vtlab.atomic import build_dir, json_hash
 
 MARKER = "vtlab_complete.json"
 
@@ -39,6 +39,32 @@ def seal(directory: Path) -> None:
     """Write the completion marker (last): the sha256 of every file under `directory`."""
     record = {"files": {rel: sha256_file(directory / rel) for rel in _files(directory)}}
     (directory / MARKER).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def content_key(path: Path) -> str:
+    """What a local model or tokenizer source holds, independent of where it is, for the keys of caches derived from
+    it: a sealed entry (vtlab's own caches) by the sha256 its marker records for each file, so a moved or copied
+    cache keeps its keys; any other directory or file (a user's model) by each file's path inside it, size and
+    modification time — stat only, so weights are not re-read on every run, and a model rewritten in place (retrained
+    into the same directory) gets a new key instead of what was derived from the old one. Dot-named files and folders
+    (.git, download metadata) are left out."""
+    marker = path / MARKER
+    if marker.is_file():
+        try:
+            files = json.loads(marker.read_text())["files"]
+            if isinstance(files, dict) and files:
+                return f"sealed:{json_hash(files)}"
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # an unreadable marker: keyed like any directory (and rebuilt where vtlab checks it)
+    if path.is_file():
+        st = path.stat()
+        return f"stat:{json_hash([path.name, st.st_size, st.st_mtime_ns])}"
+    stats = []
+    for rel in _files(path):
+        if not any(part.startswith(".") for part in Path(rel).parts):
+            st = (path / rel).stat()
+            stats.append([rel, st.st_size, st.st_mtime_ns])
+    return f"stat:{json_hash(stats)}"
 
 
 def problem(directory: Path) -> str | None:

@@ -16,7 +16,7 @@ from torch import nn
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from vtlab import hub
-from vtlab.assets import looks_like_path, resolve
+from vtlab.assets import looks_like_path, resolve, source_key
 from vtlab.backbones.heads import fix_decoder_bias
 from vtlab.errors import AssetError, ConfigError, gib
 
@@ -233,8 +233,9 @@ class Backbone:
         return f"{type(self).__name__}(name={self.name!r}, name_or_path={self.name_or_path!r}, family={self.family!r})"
 
     def cache_key(self) -> str:
-        """Identifies the weights + tokenizer this backbone loads (for caching derived artifacts such as transfers)."""
-        return f"{self.name_or_path}|{self.tokenizer}|{self.revision}"
+        """Identifies the weights + tokenizer this backbone loads (for caching derived artifacts such as transfers): a
+        local directory by its content (vtlab.assets.source_key), hub ids and assets by name."""
+        return f"{source_key(self.name_or_path)}|{source_key(self.tokenizer)}|{self.revision}"
 
     # -- where to load from ------------------------------------------------------------------------------------------
     def _source(self, tokenizer: bool) -> tuple[str, str]:

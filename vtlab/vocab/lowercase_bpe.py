@@ -33,6 +33,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+from vtlab.assets import source_key
 from vtlab.backbones import Backbone
 from vtlab.errors import VtlabError
 from vtlab.vocab.canonical import bytelevel_bytes, tokenizer_kind
@@ -115,8 +116,7 @@ class LowercaseBPE(CachedTokenizerVocab):
     def _params(self) -> dict[str, object]:
         import tokenizers
 
-        source = self.source.cache_key() if hasattr(self.source, "cache_key") else self.source
-        return {"recipe": _RECIPE, "tokenizers": tokenizers.__version__, "source": source}
+        return {"recipe": _RECIPE, "tokenizers": tokenizers.__version__, "source": source_key(self.source)}
 
     def source_tokenizer(self) -> PreTrainedTokenizerBase:
         """The cased tokenizer U is cut from (loaded, with its one-line errors, as PretrainedVocab loads one)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from vtlab import integrity
-from vtlab.assets import cache_dir, resolve
+from vtlab.assets import cache_dir, resolve, source_key
 from vtlab.atomic import json_hash, stable_hash
 from vtlab.backbones import Backbone
 from vtlab.data.corpora import TextCorpus
@@ -172,8 +172,7 @@ class PretrainedVocab(TargetVocab):
         return self.embedding_model
 
     def cache_key(self) -> str:
-        tok = self.tokenizer.cache_key() if hasattr(self.tokenizer, "cache_key") else self.tokenizer
-        emb = self.embedding_model.cache_key() if hasattr(self.embedding_model, "cache_key") else self.embedding_model
+        tok, emb = source_key(self.tokenizer), source_key(self.embedding_model)  # a local one by content, not path
         return f"{self.CACHE_ID}:{self.name}:tokenizer={tok}:embeddings={emb}"
 
     def describe(self) -> str:
