@@ -137,6 +137,15 @@ def test_summary_takes_the_models_own_auto_choice_over_the_flags():
     assert s["encode_auto_reason"] == "fastest that holds quality"
 
 
+def test_summary_names_the_kernel_that_pooled_int8():
+    """Which fused kernel the int8 worker pooled with (of the int8 rivals, the one its own timing kept), as it
+    recorded it; an older result without it gives no key."""
+    enc = _encode()
+    assert "encode_int8_pooling_kernel" not in summarize({"encode": enc}, Namespace(threads=2))
+    enc["models"]["splade-tiny"]["vtlab-int8"]["pooling_kernel"] = "avx2_shuffle"
+    assert summarize({"encode": enc}, Namespace(threads=2))["encode_int8_pooling_kernel"] == "avx2_shuffle"
+
+
 def test_summary_quality_and_applicability():
     s = summarize({"encode": _encode(int8_ratios=(1.0, 0.99, 0.999, 0.9951))}, Namespace(threads=2))
     t = s["targets"]
@@ -336,6 +345,9 @@ def test_vtlab_worker_times_prefixes_and_its_quality_is_the_evaluation_s(texts, 
     assert r["doc"]["prefix"]["20"]["n"] == 20 and r["doc"]["prefix"]["20"]["wall_s"] <= r["doc"]["wall_s"]
     assert sp.load_npz(tmp_path / "vtlab-splade-tiny-doc.npz").shape[0] == n_docs
     assert r["auto"]["precision"] in ("fp32", "bf16", "int8") and r["auto"]["reason"]  # what auto runs for the model
+    from vtlab.models.fused import in_use
+
+    assert r["pooling_kernel"] == in_use()["fp32"]  # by the CPU's flags alone for fp32: the same in every process
     q = quality(tmp_path, "splade-tiny", {"vtlab": None, "vtlab-bf16": "not measured: sample only"}, sets)
     assert q["not_measured"] == {"vtlab-bf16": "not measured: sample only"} and q["vs_fp32"] == {}
     b = Backbone("asset:splade-tiny")

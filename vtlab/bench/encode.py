@@ -364,6 +364,11 @@ def main() -> None:
         peak_rss_mb=round(peak_rss_mb(), 1),  # before auto's check below, which loads more precisions
         torch_loaded="torch" in sys.modules,
     )
+    if args.tool in VTLAB_TOOLS:
+        from vtlab.models.fused import in_use
+
+        # the fused kernel that pooled here, after this process's own choice (int8: the faster of its rivals)
+        result["pooling_kernel"] = in_use()[VTLAB_TOOLS[args.tool]]
     if args.tool == "vtlab":
         result["auto"] = auto_choice(model_dir(args.model))
     write_result(args.out, result)

@@ -112,6 +112,8 @@ def encode_keys(enc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     r = enc.get("models", {}).get("splade-tiny", {})
     if "vtlab-int8" in r:
         keys["encode_int8_speedup_vs_fp32"] = speedup(r["vtlab-int8"], r["vtlab"])
+        if "pooling_kernel" in r["vtlab-int8"]:  # which fused kernel (of the int8 rivals: the faster here) pooled
+            keys["encode_int8_pooling_kernel"] = r["vtlab-int8"]["pooling_kernel"]
     if "vtlab-bf16" in r:
         keys["encode_bf16_speedup_vs_fp32"] = speedup(r["vtlab-bf16"], r["vtlab"])
         if not enc.get("cpu", {}).get("bf16_native", True):
