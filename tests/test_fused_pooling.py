@@ -172,6 +172,41 @@ def test_fused_int8_max_is_the_exact_integer_max(kernel, threads, monkeypatch):
     assert torch.allclose(got[finite].double(), ref[finite], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8], ids=["fp32", "bf16", "int8"])
+def test_the_openmp_split_equals_the_python_threads_bit_for_bit(dtype, monkeypatch):
+    """The column split in one OpenMP region of torch's threads (parallel.c) runs the same kernel function on the same
+    shares as the Python threads: the same logits bit for bit, 2 and 3 threads (a share per thread, uneven)."""
+    if fused.openmp_runner() is None:
+        pytest.skip("no OpenMP split here (torch's OpenMP runtime is not GNU's libgomp.so.1, or no compiler)")
+    if fused.kernel_for(dtype) is None:
+        pytest.skip(f"no fused {dtype} kernel here")
+    monkeypatch.setattr(fused, "MIN_BLOCKS_PER_THREAD", 1)
+    hidden, mask = _batch(B=6, L=37, H=128, seed=11)
+    weight = torch.randn(1003, 128) * 0.05
+    if dtype == torch.int8:
+        w8, _ = quantize_weight(weight)
+        run = lambda: fused.max_logits_int8(hidden, w8, mask)  # noqa: E731
+    else:
+        run = lambda: fused.max_logits(hidden.to(dtype), weight, mask)  # noqa: E731
+    for threads in (2, 3):
+        with _threads(threads):
+            omp = run()
+            with monkeypatch.context() as m:
+                m.setattr(fused, "openmp_runner", lambda: None)
+                python_threads = run()
+        assert torch.equal(omp.isinf(), python_threads.isinf())
+        assert torch.equal(omp[omp.isfinite()], python_threads[python_threads.isfinite()])
+
+
+def test_the_openmp_split_adds_no_second_openmp_runtime():
+    """parallel.c's library binds to the OpenMP runtime torch loaded (one libgomp in the process after loading it):
+    its team is torch's own threads, not a second pool competing with them for the cores."""
+    if fused.openmp_runner() is None:
+        pytest.skip("no OpenMP split here")
+    mapped = fused._libgomp_mapped()
+    assert len(mapped) == 1 and mapped[0].endswith("/libgomp.so.1"), mapped
+
+
 def test_int8_rivals_give_the_same_logits_bit_for_bit(monkeypatch):
     """avx2 and avx2_shuffle (vtlab/models/avx2.c) differ only in how they widen exact integer sums, so which one the
     timing picks never changes a result: their logits are equal bit for bit, for hidden sizes the models use, with

@@ -17,7 +17,8 @@ INT8_RIVALS, the faster here):
   widens its int16 sums without a multiply instruction: the faster on cores with one vector integer multiply port
   (Zen 2, Haswell), the slower where two issue per cycle; the first int8 call times both (`faster_int8`).
 
-Each of torch's intra-op threads takes a share of the vocabulary columns for the whole batch (one ctypes call per
+Each of torch's intra-op threads takes a share of the vocabulary columns for the whole batch, in one OpenMP region of
+torch's own threads (vtlab/models/parallel.c) where torch runs GNU OpenMP, else on Python threads (one ctypes call per
 thread per batch: the GIL is released inside it). The weights are packed into each kernel's operand layout (`pack`)
 once per weight version (during training: once per optimizer step, a copy of the decoder). Without a kernel (another
 CPU, a compiler without its instructions, VTLAB_NATIVE=0, Linux refusing AMX state) the functions return None and
@@ -266,13 +267,58 @@ def _tokens(hidden: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, int]:
     return x, torch.repeat_interleave(torch.arange(hidden.shape[0]), lengths.cpu()), tokens
 
 
-def _split_columns(blocks: int, run: Callable[[int, int], None]) -> None:
-    """run(first block, end block) on each of torch's intra-op threads' share of the column blocks."""
+# The column split in one OpenMP region whose team is torch's intra-op threads (parallel.c). Why: after the encoder's
+# ops torch's GNU OpenMP threads spin a while waiting for the next region, and Python helper threads share cores with
+# them meanwhile. Measured on 2 Zen 5 cores held to AVX2: the int8 head 82.6 → 75.6 ms (both threads ~75 ms, as one
+# thread's half alone), encoding queries (64 tokens: short calls) +30–60%.
+OPENMP = Kernel(
+    Path(__file__).with_name("parallel.c"),
+    CFLAGS + ("-fopenmp",),
+    what="OpenMP column split",
+    fallback="the columns are split over Python threads",
+)
+RUNNER_ARGS = {"f32": "f32", "bf16": "f32", "int8": "int8"}  # kernel function suffix → parallel.c's vt_parallel_<...>
+
+
+def _libgomp_mapped() -> list[str]:
+    """The GNU OpenMP runtimes in this process (Linux; [] elsewhere)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return sorted({line.split()[-1] for line in maps if "libgomp" in line.rsplit("/", 1)[-1]})
+    except OSError:
+        return []
+
+
+@functools.cache
+def openmp_runner() -> ctypes.CDLL | None:
+    """parallel.c's library where torch's OpenMP runtime is GNU's under the name it binds to (libgomp.so.1), so that
+    loading it adds no second runtime; None elsewhere (Intel OpenMP, no compiler, VTLAB_NATIVE=0, not Linux)."""
+    torch.get_num_threads()  # torch's runtime is loaded with torch; this makes sure its pool exists
+    runtimes = _libgomp_mapped()
+    if len(runtimes) != 1 or Path(runtimes[0]).name != "libgomp.so.1":
+        return None
+    lib = OPENMP.load()
+    if lib is None or _libgomp_mapped() != runtimes:
+        return None  # (a second runtime now loaded would be unused: the Python threads run the split)
+    i64, p = ctypes.c_int64, ctypes.c_void_p
+    lib.vt_parallel_f32.argtypes = [p, ctypes.c_int, i64, p, p, i64, i64, p, p, i64, i64]
+    lib.vt_parallel_int8.argtypes = [p, ctypes.c_int, i64, p, p, p, p, i64, i64, p, p, p, i64, i64]
+    lib.vt_parallel_f32.restype = lib.vt_parallel_int8.restype = None
+    return lib
+
+
+def _split_columns(f: Callable[..., None], suffix: str, blocks: int, before: tuple, after: tuple) -> None:
+    """f(*before, first block, end block, *after) on each of torch's intra-op threads' share of the column blocks."""
     parts = max(1, min(torch.get_num_threads(), blocks // MIN_BLOCKS_PER_THREAD))
+    runner = openmp_runner() if parts > 1 else None
+    if runner is not None:
+        run = getattr(runner, f"vt_parallel_{RUNNER_ARGS[suffix]}")
+        run(ctypes.cast(f, ctypes.c_void_p), parts, blocks, *before, *after)
+        return
     edges = [blocks * i // parts for i in range(parts + 1)]
     helpers = _helpers(parts - 1, os.getpid()) if parts > 1 else None
-    pending = [helpers.submit(run, edges[i], edges[i + 1]) for i in range(1, parts)] if helpers else []
-    run(edges[0], edges[1])
+    pending = [helpers.submit(f, *before, edges[i], edges[i + 1], *after) for i in range(1, parts)] if helpers else []
+    f(*before, edges[0], edges[1], *after)
     for p in pending:
         p.result()
 
@@ -295,7 +341,7 @@ def max_logits(hidden: Tensor, weight: Tensor, mask: Tensor) -> Tensor | None:
     if tokens:
         args = (x.data_ptr(), text_of.data_ptr(), tokens, H, w.data_ptr())
         group = _group_tokens(x.shape[1] * x.element_size())
-        _split_columns(w.shape[0], lambda c0, c1: f(*args, c0, c1, best.data_ptr(), best.shape[1], group))
+        _split_columns(f, SUFFIX[hidden.dtype], w.shape[0], args, (best.data_ptr(), best.shape[1], group))
     return best[:, : weight.shape[0]]
 
 
@@ -325,8 +371,6 @@ def max_logits_int8(hidden: Tensor, weight_int8: Tensor, mask: Tensor) -> Tensor
     best = torch.full((B, w.shape[0] * fused.lanes), float("-inf"))
     if tokens:
         args = (q.data_ptr(), scale.data_ptr(), zero.data_ptr(), text_of.data_ptr(), tokens, H, w.data_ptr())
-        group = _group_tokens(H)
-        _split_columns(
-            w.shape[0], lambda c0, c1: f(*args, rowsum.data_ptr(), c0, c1, best.data_ptr(), best.shape[1], group)
-        )
+        after = (best.data_ptr(), best.shape[1], _group_tokens(H))
+        _split_columns(f, "int8", w.shape[0], (*args, rowsum.data_ptr()), after)
     return best[:, : weight_int8.shape[0]]

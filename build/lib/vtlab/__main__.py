@@ -1,0 +1,72 @@
+"""`python -m vtlab [overrides]`: the Hydra entry point. Thin on purpose: all wiring is in conf/ and vtlab.pipeline."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from vtlab.errors import DiskError, note_write_roots, one_line
+from vtlab.logs import guard_log_files, quiet_third_party
+from vtlab.paths import CONF_DIR
+from vtlab.pipeline import run_or_exit
+from vtlab.runs.status import RunStatus, error_line, interrupted_line, interrupting_signal, raise_terminated
+
+log = logging.getLogger("vtlab")
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def main(cfg: DictConfig) -> None:
+    quiet_third_party()  # here, not at import: a launcher (submitit) runs the job in another process
+    guard_log_files()  # a full disk under the job log: one warning, not a traceback per log record
+    # past `ulimit -f` a write must fail (EFBIG: one line naming the file, status.json "failed"), not kill the process
+    # with SIGXFSZ; Python ignores it already, this keeps it so for a job started otherwise (a launcher, a test)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    # an error that names no file (safetensors' "No space left on device (os error 28)") is placed among these
+    note_write_roots(cfg.paths.run_dir, os.environ.get("VTLAB_CACHE") or os.path.expanduser("~/.cache/vtlab"))
+    hc = HydraConfig.get()
+    # SIGTERM (a scheduler's kill, `timeout`) as an exception, like Ctrl-C: status.json and the exit code tell
+    signal.signal(signal.SIGTERM, raise_terminated)
+    status = RunStatus(cfg.paths.run_dir, name=cfg.name, overrides=list(hc.overrides.task))
+    started = []
+
+    def start() -> None:  # only once the run dir is accepted: a refused run never touches an earlier run's status
+        status.start()
+        started.append(True)
+
+    try:
+        run_or_exit(cfg, on_start=start)
+    except BaseException as exc:  # noqa: BLE001 - interruptions too: recorded, then an honest exit code
+        signum = interrupting_signal(exc)
+        if signum is not None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the status write short
+            if started:
+                status.interrupted(signum)
+            print(interrupted_line(signum, cfg.paths.run_dir), file=sys.stderr)
+            raise SystemExit(128 + signum) from None  # a sweep stops too: the user asked to stop
+        if started:
+            status.fail(exc)
+        if hc.mode == RunMode.MULTIRUN:
+            # one failed job must not end the sweep: the table shows it as failed (vtlab.report), and the sweep exits
+            # 1 at its end (vtlab.runs.status.SweepExitCode)
+            log.error("job %s failed: %s", hc.job.num, error_line(exc))
+            return
+        raise
+    try:
+        status.done()
+    except DiskError as err:  # the results are written, but status.json cannot say so: not an honest exit 0
+        if hc.mode == RunMode.MULTIRUN:
+            log.error("job %s: %s", hc.job.num, err)
+            return
+        print(one_line(err), file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Training progress that suits where the output goes (conf/callbacks/progress_bar.yaml): Lightning's rich bar on a
+terminal; one log line per interval when the output is a file (SLURM, a pipe), which a redrawn bar would fill with
+carriage-return frames (vtlab.logs decides which)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ProgressBar, RichProgressBar
+
+from vtlab.logs import interactive
+
+log = logging.getLogger("vtlab")
+
+
+def progress_bar(every: int | None = None) -> ProgressBar:
+    """The rich bar on a terminal, else LogProgress(every)."""
+    return StepBoundedRichBar() if interactive() else LogProgress(every)
+
+
+class StepBoundedRichBar(RichProgressBar):
+    """Lightning's rich bar, except that a run bounded by steps alone (max_epochs=-1) reads "Epoch 0", not
+    "Epoch 0/-2"."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        max_epochs = self.trainer.max_epochs
+        if max_epochs is None or max_epochs >= 0:
+            return super()._get_train_description(current_epoch)
+        return f"{f'Epoch {current_epoch}':{len(self.validation_description)}}"  # padded like Lightning's
+
+
+class LogProgress(ProgressBar):
+    """One log line every `every` optimizer steps and at the last one: the step, the share of the run, the metrics
+    the model shows on a progress bar (loss, the dev metric), the speed and the time left. `every=None`: a tenth of
+    the run, at least `trainer.log_every_n_steps`."""
+
+    def __init__(self, every: int | None = None) -> None:
+        super().__init__()
+        self.every = every
+        self._enabled = True
+        self._reported = -1
+        self._start: tuple[float, int] = (0.0, 0)  # (time, step) training started (or resumed) at
+        self._total: int | None = None  # optimizer steps of the whole run; None: unbounded
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._start = (time.perf_counter(), trainer.global_step)
+        self._reported = trainer.global_step  # nothing to report before the first optimizer step
+        total = trainer.max_steps if trainer.max_steps > 0 else trainer.estimated_stepping_batches
+        self._total = int(total) if math.isfinite(total) else None
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        step, total = trainer.global_step, self._total
+        if not self._enabled or step == self._reported:
+            return  # no optimizer step since the last line (gradient accumulation: several batches per step)
+        every = self.every or max(int(trainer.log_every_n_steps), math.ceil(total / 10) if total else 1)
+        if step % every and step != total:
+            return
+        self._reported = step
+        log.info("train: %s", self._line(trainer, pl_module, step, total))
+
+    def _line(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int, total: int | None) -> str:
+        parts = [f"step {step}/{total} ({100 * step / total:.0f}%)" if total else f"step {step}"]
+        metrics = {k: v for k, v in self.get_metrics(trainer, pl_module).items() if k != "v_num"}
+        parts += [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()]
+        t0, step0 = self._start
+        if step > step0:
+            per_step = (time.perf_counter() - t0) / (step - step0)
+            parts.append(f"{per_step:.3g} s/step")
+            if total:
+                parts.append(f"{_duration(per_step * (total - step))} left")
+        return " · ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    minutes, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(minutes, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"

@@ -1,0 +1,240 @@
+"""The testbed's clean split: no evaluation passage ever reaches training, dev, negative pools, MLM or tokenizer
+corpora.
+
+BoolQ's splits share passages: 721 of the 2,938 validation passages are verbatim training passages, and 954 of the
+3,270 validation questions have a gold passage that is also a training passage. The testbed therefore evaluates on
+**BoolQ-clean** — the validation questions whose gold passage is not a training passage, over the validation passages
+that are not training passages — and trains only on **clean training passages**: BoolQ train passages that are not
+passages of any evaluation corpus (BoolQ-clean and the out-of-domain sets; an exact match after `normalize`).
+
+Passages are compared after `normalize` (case-folded, whitespace collapsed), so a copy that differs only in case or
+spacing still counts as the same passage. Near-copies count too (vtlab.data.near_duplicates): BoolQ-clean also drops
+every validation passage that shares at least half of its (or the training passage's) word 8-grams with a BoolQ
+training passage, every question judged on such a passage, and every question that near-duplicates a training
+question (idf-weighted word Jaccard ≥ 0.7); `boolq_clean_dropped` says how many. Training, dev, negative pools and
+the MLM corpus are all drawn from BoolQ training texts, so none of them near-duplicates a BoolQ-clean text (the
+out-of-domain sets do the same with `exclude_boolq_train`, vtlab.data.olmo_eval). The MLM corpus also leaves out the
+dev split's gold passages, so dev stays unseen by every training stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from vtlab.data.boolq import (
+    cached_collection,
+    cached_triplets,
+    mine_triplets,
+    split_train,
+    subsample_collection,
+    train_pairs,
+    validation_pairs,
+)
+from vtlab.data import olmo_eval
+from vtlab.data.collections import Collection
+from vtlab.data.examples import TripletExample
+from vtlab.data.near_duplicates import (
+    PASSAGE_N,
+    QUESTION_THRESHOLD,
+    THRESHOLD,
+    near_duplicate_pairs,
+    similar_question_pairs,
+)
+from vtlab.data.overlap import normalize  # the form passages are compared in (case-folded, whitespace collapsed)
+from vtlab.errors import DataError
+
+
+def _normalized(texts: Iterable[str]) -> frozenset[str]:
+    return frozenset(normalize(t) for t in texts)
+
+
+@lru_cache(maxsize=1)
+def boolq_train_passages() -> frozenset[str]:
+    """Normalized BoolQ training passages (every one, before any cleaning)."""
+    return _normalized(p for _, p in train_pairs())
+
+
+VERSION = "nd1"  # BoolQ-clean's cache keys: bump when what it drops changes, so older caches are not reused
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NearDuplicates:
+    """BoolQ validation texts that near-duplicate a BoolQ training text (vtlab.data.near_duplicates)."""
+
+    passages: frozenset[str]  # validation passages, as written
+    questions: frozenset[str]  # validation questions, as written
+
+
+@lru_cache(maxsize=1)
+def validation_near_duplicates() -> NearDuplicates:
+    """The validation passages and questions that near-duplicate a training passage or question (every training
+    text: a superset of what training, dev, negative pools and MLM see)."""
+    val_p = list(dict.fromkeys(p for _, p in validation_pairs()))
+    val_q = list(dict.fromkeys(q for q, _ in validation_pairs()))
+    train_p = list(dict.fromkeys(p for _, p in train_pairs()))
+    return NearDuplicates(
+        frozenset(val_p[x.i] for x in near_duplicate_pairs(val_p, train_p)),
+        frozenset(val_q[x.i] for x in similar_question_pairs(val_q, [q for q, _ in train_pairs()])),
+    )
+
+
+def _held_out(question: str, passage: str) -> bool:
+    """Neither the passage nor the question was seen in training, exactly or as a near-copy."""
+    near = validation_near_duplicates()
+    return (
+        normalize(passage) not in boolq_train_passages()
+        and passage not in near.passages
+        and question not in near.questions
+    )
+
+
+@lru_cache(maxsize=1)
+def clean_validation_pairs() -> tuple[tuple[str, str], ...]:
+    """(question, passage) of the BoolQ validation questions whose gold passage is no training passage or near-copy
+    of one, and which are no near-copy of a training question."""
+    return tuple((q, p) for q, p in validation_pairs() if _held_out(q, p))
+
+
+def clean_validation_distractors() -> tuple[str, ...]:
+    """Distinct validation passages that are no training passage or near-copy of one: the BoolQ-clean corpus."""
+    train, near = boolq_train_passages(), validation_near_duplicates().passages
+    return tuple(dict.fromkeys(p for _, p in validation_pairs() if normalize(p) not in train and p not in near))
+
+
+def boolq_clean_dropped() -> dict[str, int]:
+    """What BoolQ-clean keeps of BoolQ validation and what it drops, by rule (written to the log when it is built).
+    A question counts under the first rule that drops it: exact passage, near-copy passage, near-copy question."""
+    train, near = boolq_train_passages(), validation_near_duplicates()
+    passages = list(dict.fromkeys(p for _, p in validation_pairs()))
+    exact_p = sum(normalize(p) in train for p in passages)
+    exact_q = sum(normalize(p) in train for _, p in validation_pairs())
+    near_p = sum(p in near.passages and normalize(p) not in train for p in passages)
+    on_near_p = sum(p in near.passages and normalize(p) not in train for _, p in validation_pairs())
+    return {
+        "passages": len(passages),
+        "passages_exact": exact_p,
+        "passages_near_duplicate": near_p,
+        "passages_kept": len(clean_validation_distractors()),
+        "questions": len(validation_pairs()),
+        "questions_exact_passage": exact_q,
+        "questions_near_duplicate_passage": on_near_p,
+        "questions_near_duplicate_question": len(validation_pairs())
+        - exact_q
+        - on_near_p
+        - len(clean_validation_pairs()),
+        "questions_kept": len(clean_validation_pairs()),
+    }
+
+
+@lru_cache(maxsize=1)
+def evaluation_passages() -> frozenset[str]:
+    """Normalized passages of every testbed evaluation corpus: BoolQ-clean plus the out-of-domain sets."""
+    texts: list[str] = list(clean_validation_distractors())
+    for load in olmo_eval.LOADERS:
+        texts.extend(load().corpus.values())
+    return _normalized(texts)
+
+
+@lru_cache(maxsize=1)
+def clean_train_pairs() -> tuple[tuple[int, str, str], ...]:
+    """(index into train_pairs(), question, passage) of BoolQ training questions whose passage is no evaluation
+    passage. The index keeps query ids stable (`t<index>`) across clean and raw builds."""
+    held_out = evaluation_passages()
+    return tuple((i, q, p) for i, (q, p) in enumerate(train_pairs()) if normalize(p) not in held_out)
+
+
+def clean_train_passages() -> tuple[str, ...]:
+    """Distinct clean training passages, in BoolQ train order: the testbed's MLM corpus (cased, as written)."""
+    return tuple(dict.fromkeys(p for _, _, p in clean_train_pairs()))
+
+
+def boolq_clean_collection(
+    split: str = "validation",
+    max_queries: int | None = None,
+    max_docs: int | None = None,
+    dev_size: int = 300,
+    seed: int = 0,
+) -> Collection:
+    """BoolQ-clean, cached like vtlab.data.boolq.boolq_collection.
+
+    split="validation": the evaluation set, validation questions whose gold passage is no training passage or
+    near-copy of one and which near-copy no training question, over the validation passages that are no training
+    passage or near-copy of one (2,128 questions over 2,109 passages; `boolq_clean_dropped`).
+    split="dev": `dev_size` clean training questions held out by `seed`, over their passages plus clean training
+    distractors up to `max_docs`. Their gold passages are withheld from boolq_clean_triplets (as positives and from the
+    negative pools), so checkpoint selection never scores a passage the model trained on.
+    """
+    if split == "validation":
+
+        def build() -> Collection:
+            log.info(
+                "boolq-clean: dropped %s (near-duplicates: word-%d-gram overlap ≥ %s for passages, idf-weighted "
+                "word Jaccard ≥ %s for questions)",
+                boolq_clean_dropped(),
+                PASSAGE_N,
+                THRESHOLD,
+                QUESTION_THRESHOLD,
+            )
+            pairs = [(f"v{i}", q, p) for i, (q, p) in enumerate(clean_validation_pairs())]
+            return subsample_collection(
+                pairs, list(clean_validation_distractors()), max_queries, max_docs, seed, "boolq-clean"
+            )
+    elif split == "dev":
+
+        def build() -> Collection:
+            clean = clean_train_pairs()
+            _, dev_idx = split_train(dev_size, seed, n=len(clean))
+            pairs = [(f"t{clean[i][0]}", clean[i][1], clean[i][2]) for i in dev_idx]
+            return subsample_collection(
+                pairs, list(clean_train_passages()), max_queries, max_docs, seed, "boolq-clean-dev"
+            )
+    else:
+        raise DataError(f"boolq_clean_collection: split={split!r} is not one of 'validation', 'dev'")
+    key = (
+        f"boolq-clean-{split}-q{max_queries}-d{max_docs}-s{seed}"
+        + (f"-dev{dev_size}" if split == "dev" else "")
+        + f"-{VERSION}"
+    )
+    source = {
+        "split": split,
+        "max_queries": max_queries,
+        "max_docs": max_docs,
+        "seed": seed,
+        **({"dev_size": dev_size} if split == "dev" else {}),
+    }
+    return cached_collection(key, build, "boolq-clean" if split == "validation" else "boolq-clean-dev", source)
+
+
+def boolq_clean_triplets(
+    num_negatives: int = 8, dev_size: int = 300, seed: int = 0, max_examples: int | None = None
+) -> list[TripletExample]:
+    """Triplets of the clean training questions (dev questions held out by `seed`) with BM25 hard negatives mined
+    from clean training passages only; dev gold passages appear neither as positives nor as negatives."""
+
+    def build() -> list[TripletExample]:
+        clean = clean_train_pairs()
+        train_idx, dev_idx = split_train(dev_size, seed, n=len(clean))
+        dev_passages = {normalize(clean[i][2]) for i in dev_idx}
+        keep = [i for i in train_idx if normalize(clean[i][2]) not in dev_passages]
+        if max_examples is not None and max_examples < len(keep):
+            keep = sorted(random.Random(f"boolq-examples-{seed}").sample(keep, max_examples))
+        pairs = [(f"t{clean[i][0]}", clean[i][1], clean[i][2]) for i in keep]
+        pool = [p for _, _, p in clean if normalize(p) not in dev_passages]
+        return mine_triplets(pairs, pool, num_negatives)
+
+    source = {"num_negatives": num_negatives, "dev_size": dev_size, "seed": seed, "max_examples": max_examples}
+    return cached_triplets(f"boolq-clean-n{num_negatives}-dev{dev_size}-s{seed}-m{max_examples}", build, source)
+
+
+def clean_mlm_corpus(max_docs: int | None = None, dev_size: int = 300, dev_seed: int = 0) -> tuple[str, ...]:
+    """The testbed's MLM corpus (a zero-argument callable for `mlm.corpus`): clean training passages, cased, without
+    the gold passages of the dev split (`dev_size`, `dev_seed`: data.dev's), so dev is unseen by MLM too."""
+    dev = boolq_clean_collection("dev", dev_size=dev_size, seed=dev_seed)
+    gold = _normalized(dev.corpus[d] for rel in dev.qrels.values() for d in rel)
+    texts = tuple(p for p in clean_train_passages() if normalize(p) not in gold)
+    return texts if max_docs is None else texts[:max_docs]

@@ -1,0 +1,128 @@
+"""Checks of the run's data before the expensive part, called by vtlab.pipeline right after the config checks.
+
+- The evaluation collection(s), when evaluation comes after another stage (stage=all: MLM, fine-tuning, then
+  evaluation): loaded and checked now as the evaluation would (files exist and parse, qrels have a positive grade, doc
+  ids are valid: vtlab.data.collections.load_beir, vtlab.evaluation), so a broken eval directory fails in seconds with
+  exit 2 instead of after training. Collections from the Hugging Face hub (vtlab.data.collections.HUB_LOADERS) are not
+  loaded ahead: that can mean gigabytes; they fail when evaluated.
+- When the run trains: the files the config names exist, a dev set given as data.dev_path parses, and the inputs'
+  fingerprints are recorded in the run directory (a fresh run) or compared with the interrupted run's (a resume:
+  vtlab.runs.inputs).
+
+What needs the training set itself (the train/dev overlap check, vtlab.data.overlap) runs where the two meet, in
+TripletDataModule.setup: building the training set can be the expensive part.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import get_method, instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from vtlab.data.collections import HUB_LOADERS, load_beir
+
+# the evaluation's own check of a loaded collection: the same words now as after training
+from vtlab.evaluation import _check_collection
+from vtlab.runs.directory import TRAINING_STEP, check_run_dir, run_dir_lock
+from vtlab.runs.inputs import check_resume, fingerprints, record
+
+log = logging.getLogger("vtlab")
+
+# the stages, named (not imported: vtlab.stages sits above this layer)
+EVALUATE_STEP = "vtlab.stages.evaluate.run"
+
+
+def preflight(cfg: DictConfig) -> None:
+    """The checks this run's stages call for (the module docstring): DataError / RunDirError, one line each."""
+    steps = [
+        str(s.get("_target_"))
+        for s in OmegaConf.select(cfg, "stage.steps", default=None) or []
+        if isinstance(s, DictConfig)
+    ]
+    evaluates_late, trains = EVALUATE_STEP in steps[1:], TRAINING_STEP in steps
+    if evaluates_late or trains:  # a run directory the pipeline refuses is refused before any data is read
+        check_run_dir(Path(str(cfg.paths.run_dir)), cfg.get("resume", "auto"), cfg.get("overwrite", False))
+    if evaluates_late:  # evaluation after another stage: its data is checked before that stage runs
+        check_eval(cfg)
+    if trains:
+        check_dev_path(cfg)
+        check_inputs(cfg)
+
+
+def _targets(node: Any) -> Iterator[str]:
+    """Every `_target_` in a plain (unresolved) config tree."""
+    if isinstance(node, dict):
+        if isinstance(node.get("_target_"), str):
+            yield node["_target_"]
+        for value in node.values():
+            yield from _targets(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _targets(value)
+
+
+def _located(target: str) -> Any:
+    try:
+        return get_method(target)
+    except Exception:  # noqa: BLE001 - an unknown target fails when instantiated, with Hydra's message
+        return None
+
+
+def _reads_hub(node: DictConfig) -> bool:
+    targets = _targets(OmegaConf.to_container(node, resolve=False))  # unresolved: a `???` is not read here
+    return any(_located(t) in HUB_LOADERS for t in targets)
+
+
+def eval_members(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
+    """(config key, node) of each evaluation: the eval itself, or each member of a suite (eval.evaluations.*)."""
+    ev = cfg.get("eval")
+    if not isinstance(ev, DictConfig):
+        return []
+    members = ev.get("evaluations")
+    if isinstance(members, DictConfig):
+        return [(f"eval.evaluations.{name}", node) for name, node in members.items() if isinstance(node, DictConfig)]
+    return [("eval", ev)]
+
+
+def check_eval(cfg: DictConfig) -> None:
+    """Load and check each evaluation collection that is not on the hub (DataError / Hydra's error naming the key)."""
+    for key, node in eval_members(cfg):
+        if _reads_hub(node):
+            log.info("%s reads the Hugging Face hub: checked when evaluated, not ahead of the run", key)
+            continue
+        collection = getattr(instantiate(node), "collection", None)  # RetrievalEvaluation loads it on first use
+        if collection is not None:
+            _check_collection(collection, trec_ids=True)
+            log.info(
+                "%s: %s checked before the run (%d queries over %d documents)",
+                key,
+                collection.name,
+                len(collection.queries),
+                len(collection.corpus),
+            )
+
+
+def check_dev_path(cfg: DictConfig) -> None:
+    """A dev set given as data.dev_path parses (the data module reads it again after the model loads)."""
+    dev_path = OmegaConf.select(cfg, "data.dev_path", default=None)
+    if dev_path:
+        load_beir(
+            str(Path(str(dev_path)).expanduser()), split=str(OmegaConf.select(cfg, "data.dev_split", default="dev"))
+        )
+
+
+def check_inputs(cfg: DictConfig) -> None:
+    """Record the inputs' fingerprints for a fresh run, or compare them with the interrupted run's for a resume; under
+    the run directory's lock, so a live run's record is never replaced."""
+    run_dir = Path(str(cfg.paths.run_dir))
+    current = fingerprints(cfg)  # also: every file the config names exists
+    with run_dir_lock(run_dir):
+        resume_from, _ = check_run_dir(run_dir, cfg.get("resume", "auto"), cfg.get("overwrite", False))
+        if resume_from is None:
+            record(run_dir, current)
+        else:
+            check_resume(run_dir, resume_from, current, bool(cfg.get("resume_with_changes", False)))

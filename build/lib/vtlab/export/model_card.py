@@ -1,0 +1,389 @@
+"""The model card (README.md) of an exported SparseEncoder directory, ready for the Hugging Face Hub: YAML front
+matter as sentence-transformers writes it for sparse encoders (library, pipeline tag, tags, base model, datasets,
+license, model-index with the run's results), what the model is and where it came from, the commands that made it,
+its quality (retrieval measures and sparsity) apart from its timings, and how to load it and feed an engine.
+
+A card leaves the machine that wrote it: it holds no absolute path. Files of the same export are given relative to
+the card, commands with `<run dir>` for the trained run's directory and `.../<name>` for any other absolute path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vtlab.evaluation import SPARSITY_KEYS, TIMING_KEYS, split_budget_key
+from vtlab.export.hub import hub_datasets, hub_model_id
+from vtlab.export.run_config import RunConfig
+
+log = logging.getLogger("vtlab")
+
+RUN_DIR = "<run dir>"  # how a card names the trained run's directory
+# the model-index task, as sentence-transformers' SparseInformationRetrievalEvaluator reports it
+TASK = {"type": "sparse-information-retrieval", "name": "Sparse Information Retrieval"}
+# ir_measures names → sentence-transformers' metric ids (dot: the similarity; nDCG@10 → dot_ndcg@10)
+METRIC_IDS = {"nDCG": "ndcg", "RR": "mrr", "R": "recall", "P": "precision", "AP": "map"}
+QUALITY_FORMATS = {"query_active_dims": "{:.1f}", "doc_active_dims": "{:.1f}", "flops": "{:.3f}"}
+TIMING_FORMATS = {
+    "encode_query_s": "{:.1f} s",
+    "encode_query_ms_per_query": "{:.2f} ms",
+    "encode_doc_s": "{:.1f} s",
+    "index_build_s": "{:.2f} s",
+    "search_ms_per_query": "{:.3f} ms",
+    "total_s": "{:.1f} s",
+}
+# Hydra's default run directory name is <HH-MM-SS>-<name>: a title never shows the time
+_TIMESTAMP = re.compile(r"^\d{2}-\d{2}-\d{2}-")
+# an absolute path inside a command-line override: after =, [, {, a comma, a colon, a quote or a blank (not a URL)
+_ABS_PATH = re.compile(r"(?<=[=\[{,:'\"\s])~?/(?!/)[^\s,\]}'\"]*")
+
+
+def run_overrides(run_dir: Path | None) -> list[str] | None:
+    """The command-line overrides Hydra recorded for a run (<run_dir>/.hydra/overrides.yaml), None if absent."""
+    path = None if run_dir is None else Path(run_dir) / ".hydra" / "overrides.yaml"
+    if path is None or not path.is_file():
+        return None
+    data = yaml.safe_load(path.read_text())
+    return [str(x) for x in data] if isinstance(data, list) else None
+
+
+def run_metrics(run_dir: Path | None) -> dict[str, dict[str, float]]:
+    """collection → {measure: value} from <run_dir>/eval/*/metrics.json (unreadable files are skipped, logged)."""
+    out: dict[str, dict[str, float]] = {}
+    if run_dir is None:
+        return out
+    for path in sorted(Path(run_dir).glob("eval/*/metrics.json")):
+        try:
+            metrics = json.loads(path.read_text()).get("metrics")
+        except (OSError, ValueError, AttributeError) as exc:
+            log.warning("model card: %s skipped (%s)", path, exc)
+            continue
+        if isinstance(metrics, dict):
+            flat = _flatten(metrics)
+            if flat:
+                out[path.parent.name] = flat
+    return out
+
+
+def _flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    flat: dict[str, float] = {}
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{name} / "))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            flat[name] = float(value)
+    return flat
+
+
+# ---- what the card says about the model ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CardInfo:
+    """Where the model came from, every field portable (names and hub ids, no paths)."""
+
+    title: str
+    run: str | None = None  # the vtlab run's name
+    backbone: str | None = None  # the backbone config's name
+    base_model: str | None = None  # its hub id, when it has one
+    vocab: str | None = None
+    init: str | None = None
+    train_datasets: tuple[str, ...] = ()  # hub ids of the training data
+    eval_datasets: dict[str, str] = field(default_factory=dict)  # eval collection → its hub dataset id
+    license: str | None = None
+    repo_id: str | None = None  # the Hub repo it is pushed to
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if isinstance(value, (str, int, float)) and str(value) else None
+
+
+def card_title(name: str | None, run_dir: Path | None) -> str:
+    """export.name, else the run's configured name, else its directory's name without Hydra's time prefix."""
+    if name:
+        return name
+    stripped = _TIMESTAMP.sub("", run_dir.name) if run_dir is not None else ""
+    return stripped if stripped and not stripped.isdigit() else "vtlab-sparse-encoder"
+
+
+def card_info(
+    run: RunConfig, *, name: str | None, run_dir: Path | None, trained: bool, license: str | None, repo_id: str | None
+) -> CardInfo:
+    """The card's facts from the describing config (`run`: the trained run's recorded one, or the export's own);
+    training datasets only for a trained model (`trained`)."""
+    run_name = _text(run.value("name"))
+    train = hub_datasets(run.value("data.train")) if trained else {}
+    evals = hub_datasets(run.value("eval"))
+    return CardInfo(
+        title=card_title(name or run_name, run_dir),
+        run=run_name if trained or run_dir else None,
+        backbone=_text(run.value("backbone.name")),
+        base_model=hub_model_id(run.value("backbone.name_or_path")),
+        vocab=_text(run.value("vocab.name")),
+        init=_text(run.value("init.name")),
+        train_datasets=tuple(dict.fromkeys(i for ids in train.values() for i in ids)),
+        eval_datasets={coll: ids[0] for coll, ids in evals.items()},
+        license=license or None,
+        repo_id=repo_id,
+    )
+
+
+# ---- portable paths and commands ------------------------------------------------------------------------------------
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def portable_path(path: Path, card_dir: Path, run_dir: Path | None) -> str:
+    """`path` as a card may show it: relative to the card's directory when both lie in `run_dir`
+    (../vectors/anserini/docs.jsonl), `<run dir>/...` when only the path does, else `.../<folder>/<file>`."""
+    p = Path(os.path.abspath(path))
+    if run_dir is not None:
+        root = Path(os.path.abspath(run_dir))
+        if _inside(p, root):
+            if _inside(Path(os.path.abspath(card_dir)), root):
+                return Path(os.path.relpath(p, os.path.abspath(card_dir))).as_posix()
+            rel = p.relative_to(root).as_posix()
+            return RUN_DIR if rel == "." else f"{RUN_DIR}/{rel}"
+    return f".../{p.parent.name}/{p.name}" if p.parent.name else f".../{p.name}"
+
+
+def portable_values(value: Any, card_dir: Path, run_dir: Path | None) -> Any:
+    """`value` (a manifest: dicts, lists, strings) with every absolute path made portable as in `portable_path`, so a
+    directory uploaded to the Hub carries no path of the machine that made it."""
+    if isinstance(value, dict):
+        return {k: portable_values(v, card_dir, run_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable_values(v, card_dir, run_dir) for v in value]
+    if isinstance(value, str) and os.path.isabs(value):
+        return portable_path(Path(value), card_dir, run_dir)
+    return value
+
+
+def portable_command(overrides: Sequence[str] | None, run_dir: Path | None) -> str:
+    """`python -m vtlab <overrides>` with each absolute path as `<run dir>/...` (inside the trained run's
+    directory) or `.../<name>`."""
+    if overrides is None:
+        return "(not recorded)"
+
+    def repl(match: re.Match[str]) -> str:
+        p = Path(os.path.expanduser(match.group(0)))
+        if run_dir is not None and _inside(Path(os.path.abspath(p)), Path(os.path.abspath(run_dir))):
+            rel = Path(os.path.abspath(p)).relative_to(os.path.abspath(run_dir)).as_posix()
+            return RUN_DIR if rel == "." else f"{RUN_DIR}/{rel}"
+        return f".../{p.name}" if p.name else "..."
+
+    return "python -m vtlab " + " ".join(_ABS_PATH.sub(repl, f"={o}")[1:] for o in overrides)
+
+
+# ---- metrics --------------------------------------------------------------------------------------------------------
+def _base(key: str) -> str:
+    return split_budget_key(key)[0]
+
+
+def quality_keys(metrics: Mapping[str, float]) -> list[str]:
+    """Retrieval measures, then sparsity (budgeted variants included); never a timing."""
+    measures = [k for k in metrics if _base(k) not in SPARSITY_KEYS and _base(k) not in TIMING_KEYS]
+    return measures + [k for k in metrics if _base(k) in SPARSITY_KEYS]
+
+
+def metric_id(key: str) -> str:
+    """A measure's model-index id in sentence-transformers' style (nDCG@10 → dot_ndcg@10); sparsity keys as is."""
+    if _base(key) in SPARSITY_KEYS:
+        return key
+    measure, at, rest = key.partition("@")
+    return f"dot_{METRIC_IDS.get(measure, measure.lower())}{at}{rest}"
+
+
+def model_index(title: str, metrics: Mapping[str, Mapping[str, float]], hub_ids: Mapping[str, str]) -> list[dict]:
+    """The Hub's `model-index`: one retrieval result per evaluated collection, its quality values as recorded."""
+    results = [
+        {
+            "task": dict(TASK),
+            "dataset": {"name": coll, "type": hub_ids.get(coll, coll)},
+            "metrics": [{"type": metric_id(k), "value": float(ms[k]), "name": k} for k in quality_keys(ms)],
+        }
+        for coll, ms in metrics.items()
+        if quality_keys(ms)
+    ]
+    return [{"name": title, "results": results}] if results else []
+
+
+def front_matter(info: CardInfo, kind: str, metrics: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    tags = ["sentence-transformers", "sparse-encoder", "sparse", "splade", "vtlab"]
+    tags += [t for t in (kind if kind != "siamese" else None, info.backbone, info.vocab) if t and t not in tags]
+    meta: dict[str, Any] = {"library_name": "sentence-transformers", "pipeline_tag": "feature-extraction", "tags": tags}
+    if info.base_model:
+        meta["base_model"] = info.base_model
+    datasets = list(dict.fromkeys([*info.train_datasets, *info.eval_datasets.values()]))
+    if datasets:
+        meta["datasets"] = datasets
+    if info.license:
+        meta["license"] = info.license
+    index = model_index(info.title, metrics, info.eval_datasets)
+    if index:
+        meta["model-index"] = index
+    return meta
+
+
+def _table(
+    header: tuple[str, str],
+    metrics: Mapping[str, Mapping[str, float]],
+    keys: Any,
+    formats: Mapping[str, str],
+    default: str,
+) -> list[str]:
+    lines = [f"| collection | {header[0]} | {header[1]} |", "|---|---|---|"]
+    for coll, ms in metrics.items():
+        lines += [f"| {coll} | {k} | {formats.get(_base(k), default).format(ms[k])} |" for k in keys(ms)]
+    return lines
+
+
+# ---- the card -------------------------------------------------------------------------------------------------------
+def model_card(
+    info: CardInfo,
+    encoder: dict[str, Any],
+    *,
+    train_overrides: Sequence[str] | None,
+    export_overrides: Sequence[str] | None,
+    metrics: dict[str, dict[str, float]],
+    vector_files: Mapping[str, Path],
+    vectors_of: str | None,
+    onnx_dir: str | None,
+    card_dir: Path,
+    run_dir: Path | None,
+    formats: Sequence[str] = (),
+) -> str:
+    """The README.md text. `encoder`: vtlab.export.sentence_transformers.encoder_settings(); `vector_files`: format →
+    path written by the same export (of the collection `vectors_of`); `formats`: every export.vectors.formats choice
+    (vtlab.export.vectors.format_names); `onnx_dir`: the ONNX subdirectory, if exported;
+    `card_dir`: where the card is written; `run_dir`: the trained run's directory (paths are shown relative to it)."""
+    kind = encoder.get("kind", "siamese")
+    lengths = encoder.get("max_length", {})
+    activation = "log1p(log1p(relu(·)))" if encoder.get("double_log") else "log1p(relu(·))"
+    meta = front_matter(info, kind, metrics)
+    base = (
+        f"[{info.base_model}](https://huggingface.co/{info.base_model})"
+        if info.base_model
+        else f"`{info.backbone}` (no Hub id: an offline asset or a local model)"
+        if info.backbone
+        else "unknown"
+    )
+    lines = [
+        "---",
+        yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip(),
+        "---",
+        "",
+        f"# {info.title}",
+        "",
+        f"A {kind} SPLADE sparse encoder exported by vtlab: each text becomes a "
+        f"{encoder.get('vocab_size')}-dimensional sparse vector over the tokenizer's vocabulary, w = {activation} "
+        "of the max over token positions of the masked-LM logits; relevance is the dot product of a query vector "
+        "and a document vector.",
+    ]
+    if kind == "inference-free":
+        lines.append("Queries run no network: a query is its distinct tokens weighted by relu(idf).")
+    lines += [
+        "",
+        "## Model details",
+        "",
+        f"- **Model type:** SPLADE sparse encoder ({kind})",
+        f"- **Base model:** {base}",
+        f"- **Vocabulary:** `vocab={info.vocab or 'unknown'}`" + (f", `init={info.init}`" if info.init else ""),
+        f"- **Output dimensionality:** {encoder.get('vocab_size')} (the vocabulary)",
+        f"- **Maximum length:** queries {lengths.get('query')}, documents {lengths.get('doc')} tokens",
+        "- **Similarity:** dot product",
+    ]
+    if info.train_datasets:
+        lines.append(
+            "- **Training data:** "
+            + ", ".join(f"[{d}](https://huggingface.co/datasets/{d})" for d in info.train_datasets)
+        )
+    lines.append(
+        f"- **License:** {info.license}"
+        if info.license
+        else "- **License:** not stated (vtlab does not know the terms of the base model and data; set "
+        "`export.license`)"
+    )
+    if info.run:
+        lines.append(f"- **vtlab run:** `{info.run}`")
+    lines += ["", "## How it was made", "", "```bash"]
+    if train_overrides is not None:
+        lines.append(f"# the run\n{portable_command(train_overrides, run_dir)}")
+    lines += [f"# export\n{portable_command(export_overrides, run_dir)}", "```", "", "## Evaluation", ""]
+    if metrics:
+        lines += ["Retrieval quality and sparsity, from the run's `eval/<collection>/metrics.json`:", ""]
+        lines += _table(("measure", "value"), metrics, quality_keys, QUALITY_FORMATS, "{:.4f}")
+        timed = {coll: ms for coll, ms in metrics.items() if any(_base(k) in TIMING_KEYS for k in ms)}
+        if timed:
+            lines += [
+                "",
+                "### Timings",
+                "",
+                "Wall-clock times of that evaluation, on the machine that ran it (not comparable across machines):",
+                "",
+            ]
+            lines += _table(
+                ("timing", "value"),
+                timed,
+                lambda ms: [k for k in ms if _base(k) in TIMING_KEYS],
+                TIMING_FORMATS,
+                "{:.4g}",
+            )
+    else:
+        lines.append("No evaluation was recorded for this run (no eval/*/metrics.json).")
+    model_id = info.repo_id or "path/to/this/directory"
+    lines += [
+        "",
+        "## sentence-transformers",
+        "",
+        "```python",
+        "from sentence_transformers import SparseEncoder",
+        "",
+        f'model = SparseEncoder("{model_id}")',
+        'queries = model.encode_query(["what is vocabulary transfer?"])',
+        'docs = model.encode_document(["Vocabulary transfer moves a model to a new tokenizer."])',
+        "print(model.similarity(queries, docs))",
+        "```",
+        "",
+        "## Search engines",
+        "",
+    ]
+    if vector_files:
+        of = f" of {vectors_of}" if vectors_of else ""
+        lines.append(f"The same export wrote the vectors{of} (paths relative to this card):")
+        lines += [f"- {fmt}: `{portable_path(path, card_dir, run_dir)}`" for fmt, path in vector_files.items()]
+        lines.append("")
+    lines += [
+        "- Anserini / Lucene impact index: `python -m vtlab stage=export run_dir=... "
+        "export.vectors.formats=[anserini]` writes a JsonVectorCollection (integer weights floor(w·scale+0.5)); index "
+        "it with `IndexCollection -collection JsonVectorCollection -impact -pretokenized`, and search with query "
+        "vectors quantized the same way.",
+        "- OpenSearch / Elasticsearch: `export.vectors.formats=[opensearch]` writes `_bulk` NDJSON for a "
+        '`rank_features` field (mapping.json beside it; "." in token names escaped as %2E); query with the same '
+        "token names and weights.",
+    ]
+    if formats:
+        lines.append(f"- Every engine format vtlab writes (`export.vectors.formats`): {', '.join(formats)}.")
+    if onnx_dir:
+        lines += [
+            "",
+            "## ONNX",
+            "",
+            f"`{onnx_dir}/` holds ONNX graphs (see its onnx.json) with the SPLADE pooling inside: inputs "
+            "`input_ids`, `attention_mask` (int64, [batch, sequence]), output `sparse_embedding` "
+            "[batch, vocabulary], the same vectors as above (tested to 1e-4 with ONNX Runtime).",
+            "",
+            "```python",
+            "from vtlab.export.onnx import OnnxSparseEncoder",
+            "",
+            f'vectors = OnnxSparseEncoder("path/to/this/directory/{onnx_dir}").encode(["a text"], side="doc")',
+            "```",
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,101 @@
+"""Completion markers for cache entries (vocabulary transfers, MLM-adapted models, trained vocabularies).
+
+An entry is a directory built in a temp dir next to its final place and renamed into place (vtlab.atomic.build_dir).
+`seal` writes its marker last: the sha256 of every file in it. `problem` re-hashes them before use, so an entry that a
+kill, a full disk, a copy or a person cut short or changed (a truncated model.safetensors, a missing tokenizer.json) is
+rebuilt (one warning naming the path) instead of crashing a run or being used silently; `build` publishes a sealed
+entry, moving a damaged one aside first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from vtlab.atomic import build_dir, json_hash
+
+MARKER = "vtlab_complete.json"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(directory: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(directory))
+        for p in directory.rglob("*")
+        if p.is_file() and not p.is_symlink() and p.name != MARKER
+    )
+
+
+def seal(directory: Path) -> None:
+    """Write the completion marker (last): the sha256 of every file under `directory`."""
+    record = {"files": {rel: sha256_file(directory / rel) for rel in _files(directory)}}
+    (directory / MARKER).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def content_key(path: Path) -> str:
+    """What a local model or tokenizer source holds, independent of where it is, for the keys of caches derived from
+    it: a sealed entry (vtlab's own caches) by the sha256 its marker records for each file, so a moved or copied
+    cache keeps its keys; any other directory or file (a user's model) by each file's path inside it, size and
+    modification time — stat only, so weights are not re-read on every run, and a model rewritten in place (retrained
+    into the same directory) gets a new key instead of what was derived from the old one. Dot-named files and folders
+    (.git, download metadata) are left out."""
+    marker = path / MARKER
+    if marker.is_file():
+        try:
+            files = json.loads(marker.read_text())["files"]
+            if isinstance(files, dict) and files:
+                return f"sealed:{json_hash(files)}"
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # an unreadable marker: keyed like any directory (and rebuilt where vtlab checks it)
+    if path.is_file():
+        st = path.stat()
+        return f"stat:{json_hash([path.name, st.st_size, st.st_mtime_ns])}"
+    stats = []
+    for rel in _files(path):
+        if not any(part.startswith(".") for part in Path(rel).parts):
+            st = (path / rel).stat()
+            stats.append([rel, st.st_size, st.st_mtime_ns])
+    return f"stat:{json_hash(stats)}"
+
+
+def problem(directory: Path) -> str | None:
+    """None when `directory` holds its completion marker and every file the marker lists has its recorded sha256;
+    otherwise what is wrong (for the warning)."""
+    marker = directory / MARKER
+    if not marker.is_file():
+        return f"no completion marker {MARKER} (an interrupted build, or one from before vtlab wrote markers)"
+    try:
+        files = json.loads(marker.read_text())["files"]
+        if not isinstance(files, dict) or not files:
+            raise ValueError("no files listed")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"unreadable completion marker {MARKER} ({type(e).__name__})"
+    for rel, digest in sorted(files.items()):
+        path = directory / rel
+        if not path.is_file():
+            return f"{rel} is missing"
+        if sha256_file(path) != digest:
+            return f"{rel} differs from the sha256 recorded when it was built (truncated or changed)"
+    return None
+
+
+def build(out: Path, write: Callable[[Path], None]) -> Path:
+    """Build the cache entry `out`: `write(tmp)` into a temp dir next to it, `seal`, publish (vtlab.atomic.build_dir).
+    Temp dirs that a killed builder left are removed first; on every failure path this build's temp dir is removed
+    too; a full, over-quota or read-only disk is one DiskError line naming `out`."""
+
+    def write_sealed(tmp: Path) -> None:
+        write(tmp)
+        seal(tmp)
+
+    # a racing builder that finished first wins: its entry is as good
+    return build_dir(out, write_sealed, complete=lambda entry: problem(entry) is None)

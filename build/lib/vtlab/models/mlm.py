@@ -1,0 +1,279 @@
+"""Masked-LM training of an HF masked LM (MLM adaptation after vocabulary transfer, and the pretraining replicas):
+the LightningModule, and `train_cached`, which trains once per (start, recipe, preprocessing, seed, precision) into
+$VTLAB_CACHE/mlm and loads the cached model afterwards."""
+
+from __future__ import annotations
+
+import functools
+import re
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from pytorch_lightning.loggers import CSVLogger, Logger
+from torch import Tensor, nn
+from transformers import PreTrainedModel, get_scheduler
+
+from vtlab import integrity
+from vtlab.assets import cache_dir
+from vtlab.atomic import file_lock, stable_hash
+from vtlab.backbones import Backbone, decoder_bypassed
+from vtlab.callbacks.progress import progress_bar
+from vtlab.data.text import TextDataModule
+from vtlab.errors import VtlabError
+from vtlab.models.optim import configure_optimizers
+
+log = logging.getLogger("vtlab")
+
+
+# ---- model ----------------------------------------------------------------------------------------------------------
+class MLMModule(pl.LightningModule):
+    """Masked-LM training of an HF `*ForMaskedLM`; the decoder stays tied to the input embeddings.
+
+    `sparse_prediction`: run the vocabulary decoder only on the masked positions (the loss is the model's own
+    cross-entropy over them, unchanged). With 30% masking that cuts the B×L×V logits — most of a small model's step
+    — by ~3x, for every family: the decoder is bypassed (`decoder_bypassed`) and applied to the selected rows here."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        scheduler: Callable[..., Any] | None = None,
+        weight_decay: float = 0.01,
+        sparse_prediction: bool = True,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.weight_decay = weight_decay
+        self.sparse_prediction = sparse_prediction
+
+    def on_fit_start(self) -> None:
+        # from_pretrained leaves the network in eval mode and Lightning preserves module modes: turn dropout on
+        self.train()
+
+    def mlm_logits(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """(logits, labels) over the positions the loss uses: all of them, or the masked ones (sparse)."""
+        labels = batch["labels"]
+        if not self.sparse_prediction:
+            out = self.model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"))
+            return out.logits.flatten(0, -2), labels.flatten()
+        with decoder_bypassed(self.model) as decoder:
+            hidden = self.model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask")).logits
+        masked = labels != -100
+        return nn.functional.linear(hidden[masked], decoder.weight, decoder.bias), labels[masked]
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        logits, target = self.mlm_logits(batch)
+        loss = nn.functional.cross_entropy(logits.float(), target, ignore_index=-100)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite MLM loss at step {self.global_step}")
+        with torch.no_grad():
+            real = target != -100
+            acc = (
+                (logits[real].argmax(-1) == target[real]).float().mean()
+                if bool(real.any())
+                else torch.zeros((), device=loss.device)
+            )
+        lr = self.optimizers().param_groups[0]["lr"] if self._trainer is not None else 0.0
+        n = batch["labels"].shape[0]
+        self.log_dict(
+            {"mlm/loss": loss.detach(), "mlm/accuracy": acc, "mlm/lr": float(lr)},
+            on_step=True,
+            on_epoch=False,
+            batch_size=n,
+        )
+        self.log("loss", loss.detach(), prog_bar=True, on_step=True, on_epoch=False, batch_size=n, logger=False)
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        return configure_optimizers(self, self.optimizer_factory, self.scheduler_factory, self.weight_decay)
+
+
+# ---- cached training ----------------------------------------------------------------------------------------------
+_RECIPE = "mlm-v1"  # bump when training changes in a way the config does not show, so old caches are not reused
+_DONE = "vtlab_mlm.json"
+_NOT_IN_KEY = ("log_every_n_steps", "num_workers")  # do not change the trained weights
+
+
+def _cache_key(start: Backbone, mlm: dict[str, Any], preprocess: Any, seed: int, precision: str) -> str:
+    mlm = {k: v for k, v in mlm.items() if k not in _NOT_IN_KEY}
+    blob = json.dumps(
+        {
+            "recipe": _RECIPE,
+            "backbone": start.cache_key(),
+            "mlm": mlm,
+            "preprocess": repr(preprocess),
+            "seed": seed,
+            "precision": precision,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return stable_hash(blob)
+
+
+def _train(
+    m: Any,
+    start: Backbone,
+    preprocess: Any,
+    out: Path,
+    log_dir: Path,
+    seed: int,
+    trainer_cfg: Mapping[str, Any],
+    loggers: list[Logger],
+) -> pl.Trainer:
+    steps = int(m.steps)
+    model = start.load_model()
+    tokenizer = start.load_tokenizer()
+    data = TextDataModule(
+        instantiate(m.corpus),
+        tokenizer,
+        max_length=int(m.max_length),
+        batch_size=int(m.batch_size),
+        mlm_probability=float(m.mlm_probability),
+        seed=seed,
+        num_workers=int(m.get("num_workers", 0)),
+        preprocess=preprocess,
+    )
+    optimizer = functools.partial(
+        torch.optim.AdamW, lr=float(m.lr), betas=tuple(m.get("betas", (0.9, 0.999))), eps=float(m.get("eps", 1e-8))
+    )
+    scheduler = None
+    if m.scheduler is not None:
+        try:
+            get_scheduler(
+                str(m.scheduler),
+                torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0),
+                num_warmup_steps=1,
+                num_training_steps=2,
+            )  # fail on a bad name before loading data
+        except (ValueError, KeyError) as e:
+            raise VtlabError(f"mlm.scheduler={m.scheduler!r}: {e}") from None
+        scheduler = functools.partial(get_scheduler, str(m.scheduler), num_warmup_steps=int(m.warmup_steps))
+    freeze_all_but(model, m.get("trainable"))
+    module = MLMModule(model, optimizer, scheduler, weight_decay=float(m.weight_decay))
+    t = trainer_cfg
+    trainer = pl.Trainer(
+        accelerator=t.get("accelerator", "auto"),
+        devices=t.get("devices", "auto"),
+        strategy=t.get("strategy", "auto"),
+        precision=t.get("precision", "32-true"),
+        max_steps=steps,
+        max_epochs=-1,
+        accumulate_grad_batches=int(m.get("accumulate_grad_batches", 1)),
+        gradient_clip_val=m.get("gradient_clip_val"),
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
+        logger=loggers,
+        log_every_n_steps=int(m.get("log_every_n_steps", 50)),
+        default_root_dir=str(log_dir),
+        enable_model_summary=False,
+        callbacks=[progress_bar()],
+    )
+    began = time.perf_counter()
+    trainer.fit(module, datamodule=data)
+    seconds = time.perf_counter() - began
+    if trainer.is_global_zero:
+        _save(
+            module.model,
+            tokenizer,
+            out,
+            {
+                "recipe": _RECIPE,
+                "start": start.cache_key(),
+                "steps": trainer.global_step,
+                "seconds": round(seconds, 1),
+                "docs": data.num_docs,
+                "tokens": data.num_tokens,
+                "spans": len(data.dataset),
+                "mlm": OmegaConf.to_container(m, resolve=True) if OmegaConf.is_config(m) else dict(m),
+                "seed": seed,
+            },
+        )
+    trainer.strategy.barrier()  # other ranks wait for rank 0's directory
+    for lg in loggers:
+        if type(lg).__name__ == "WandbLogger" and getattr(lg, "_experiment", None) is not None:
+            lg.experiment.finish()
+    return trainer
+
+
+def freeze_all_but(model: nn.Module, trainable: Sequence[str] | None) -> list[str]:
+    """`mlm.trainable`: None trains every parameter; a list of regular expressions trains only the parameters whose
+    name one of them matches (e.g. [embeddings, decoder.bias, \\.bias$]). Returns the names left trainable; an empty
+    match is an error naming the key, not a silent no-op training."""
+    patterns = None if trainable is None else [re.compile(str(t)) for t in trainable]
+    kept = []
+    for name, param in model.named_parameters():
+        param.requires_grad_(patterns is None or any(p.search(name) for p in patterns))
+        if param.requires_grad:
+            kept.append(name)
+    if not kept and trainable is not None:
+        raise VtlabError(f"mlm.trainable={list(trainable)!r} matches no parameter of {type(model).__name__}")
+    return kept
+
+
+def check_recipe(m: Any) -> None:
+    steps = int(m.steps)
+    if steps < 0:
+        raise VtlabError(f"mlm.steps={steps} must be >= 0")
+    if not 0.0 < float(m.mlm_probability) < 1.0:
+        raise VtlabError(f"mlm.mlm_probability={m.mlm_probability!r} must be in (0, 1)")
+
+
+def train_cached(
+    start: Backbone,
+    m: Any,
+    seed: int,
+    preprocess: Any = None,
+    trainer_cfg: Mapping[str, Any] | None = None,
+    log_dir: Path | None = None,
+    loggers: Callable[[Path], list[Logger]] | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """MLM-train `start` with recipe `m` (a resolved `mlm` config), once per (start, recipe, preprocessing, seed,
+    precision): later calls — other jobs of a sweep, other rows of a table — load the cached model. Concurrent callers
+    wait on a lock instead of training twice. Returns (model directory, training report)."""
+    m = OmegaConf.create(OmegaConf.to_container(m, resolve=True) if OmegaConf.is_config(m) else dict(m))
+    check_recipe(m)
+    trainer_cfg = dict(trainer_cfg or {})
+    precision = str(trainer_cfg.get("precision", "32-true"))
+    key = _cache_key(start, OmegaConf.to_container(m, resolve=True), preprocess, seed, precision)
+    out = cache_dir("mlm") / f"{start.name}-{int(m.steps)}-{key}"
+    with file_lock(out.with_name(out.name + ".lock")):
+        damage = integrity.problem(out) if out.exists() else "absent"
+        if damage is None:
+            log.info("mlm: cached %s", out)
+        else:
+            if damage != "absent":
+                log.warning("mlm cache %s is not usable (%s): retraining it", out, damage)
+            materialize = getattr(start, "materialize", None)
+            if materialize is not None:
+                # build a cached start (a pretrained replica) BEFORE seeding: building it consumes the global RNG, so
+                # a cold cache would otherwise train with other dropout/masking draws than a warm one
+                materialize()
+            pl.seed_everything(seed, workers=True)
+            log.info("mlm: %d steps on %s -> %s", int(m.steps), start.name_or_path, out)
+            log_dir = log_dir or out.with_name(out.name + ".logs")
+            default = [CSVLogger(save_dir=str(log_dir), name="csv", version="")]
+            _train(m, start, preprocess, out, log_dir, seed, trainer_cfg, loggers(log_dir) if loggers else default)
+    return out, json.loads((out / _DONE).read_text())
+
+
+def _save(model: Any, tokenizer: Any, out: Path, report: dict[str, Any]) -> None:
+    """Write into a temp dir next to `out` and rename: a crash never leaves a half model that looks done."""
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _DONE).write_text(json.dumps(report, indent=1, default=str))
+
+    integrity.build(out, write)  # replaces an incomplete or damaged earlier attempt

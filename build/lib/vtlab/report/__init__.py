@@ -1,0 +1,127 @@
+"""`python -m vtlab.report SWEEP_DIR [SWEEP_DIR ...]`: the paper's tables from finished Hydra sweeps.
+
+Per sweep: rows = table rows (jobs whose overrides differ only in `seed=` — or in the collection, `eval=`,
+`eval.path=`, `eval.name=` — are one row), columns = one measure per evaluated collection (nDCG@10 by default,
+`--measure`), its average over the collections, and the average FLOPS and query/doc active dims; each cell is the mean
+± sample std (ddof=1) over seeds, with the number of seeds. Written as markdown, CSV and LaTeX
+(`table.md`, `table.csv`, `table.tex` in the sweep directory or `--out DIR`); the markdown also goes to stdout.
+
+Contrasts (`report.contrasts: [[A, B], ...]` in the sweep's experiment config, read from the jobs' recorded
+.hydra/config.yaml, and `--contrast A,B`): for each pair of row labels and each collection, the pooled collections and
+each matched term budget the runs evaluated (`eval.budgets`, keys `<measure>@q<K>-d<K>`), the difference of the
+measure's mean with the 95% CI of the paired difference, the paired randomization p-value and the paired t-test
+p-value over queries (query level: per-query values from each run's per_query.json, averaged over a row's seeds),
+and beside them the seed-level randomization p-value (seed i of A matched with seed i of B, whole seeds' signs
+flipped; pooled: the avg column's difference), see vtlab.evaluation.stats. Each contrast's headline line (pooled, full
+sparsity) also gets its seed-level p adjusted by Holm over the table's contrasts, and a reading that says "confirmed"
+only where that adjusted p is below 0.05; the contrast named by `report.primary` (declared before the runs) is marked.
+Written to `contrasts.md` and `contrasts.csv` beside the table, and to stdout; `tradeoff.png` plots each row's
+average measure against its FLOPS, one point per seed. A recorded contrast that cannot be computed (a label that is
+not a row of the table) is named in contrasts.md and on stderr after everything is written, and the exit status is 2.
+
+Nothing is dropped: a failed job shows "failed" with its error, a job the sweep expected but that has no directory
+shows "missing", a job still running (or killed: status "running" or no status.json and no metrics) "incomplete".
+
+Expected jobs come from `multirun.yaml` expanded the way Hydra's BasicSweeper does it (`hydra.sweeper.params`, then
+`hydra.overrides.task`, through Hydra's own override parser: `a,b,c`, `range()`, `choice()`; `glob()` over a config
+group is listed from the sweep's own `hydra.runtime.config_sources`). When that is not possible — no multirun.yaml,
+another sweeper (optuna…), a config dir that no longer exists, or an expansion that disagrees with the job directories
+— the table is built from the job directories present, and its footer says so.
+
+The package, by job: vtlab.report.discovery (the sweep's jobs and their results, the expected ones from multirun.yaml),
+.tables (rows, columns, cells), .contrasts (paired contrasts, both levels of test, Holm, readings), .render (markdown,
+CSV, LaTeX), .plot (tradeoff.png) and .cli (the command line; `python -m vtlab.report` runs it). The names below are
+re-exported so that `from vtlab.report import ...` keeps working.
+"""
+
+from __future__ import annotations
+
+from vtlab.report.cli import main
+from vtlab.report.contrasts import FULL, POOLED, ContrastLine, Contrasts, add_cli_contrast, build_contrasts
+from vtlab.report.discovery import (
+    CONTRAST_KEY,
+    PRIMARY_KEY,
+    SEED_KEY,
+    Job,
+    ReportError,
+    State,
+    collect_jobs,
+    expand_sweep,
+    override_key,
+    read_job,
+    read_metrics,
+)
+from vtlab.report.plot import tradeoff_points, write_tradeoff
+from vtlab.report.render import (
+    CONTRAST_HEADERS,
+    CONTRAST_NAMES,
+    MAX_NOTE_CHARS,
+    OUTPUT_NAMES,
+    contrasts_csv,
+    contrasts_markdown,
+    latex_escape,
+    to_csv,
+    to_latex,
+    to_markdown,
+    write_contrasts,
+    write_table,
+    write_text,
+)
+from vtlab.report.tables import (
+    COLLECTION_KEYS,
+    DEFAULT_MEASURE,
+    STD_NOTE,
+    Cell,
+    Column,
+    Row,
+    Table,
+    add_contrast,
+    build_table,
+    make_columns,
+)
+
+__all__ = [
+    "DEFAULT_MEASURE",
+    "SEED_KEY",
+    "COLLECTION_KEYS",
+    "OUTPUT_NAMES",
+    "CONTRAST_NAMES",
+    "CONTRAST_KEY",
+    "PRIMARY_KEY",
+    "FULL",
+    "MAX_NOTE_CHARS",
+    "STD_NOTE",
+    "ReportError",
+    "State",
+    "Job",
+    "override_key",
+    "read_metrics",
+    "read_job",
+    "expand_sweep",
+    "collect_jobs",
+    "Cell",
+    "Column",
+    "Row",
+    "Table",
+    "make_columns",
+    "build_table",
+    "add_contrast",
+    "POOLED",
+    "ContrastLine",
+    "Contrasts",
+    "build_contrasts",
+    "add_cli_contrast",
+    "to_markdown",
+    "to_csv",
+    "latex_escape",
+    "to_latex",
+    "CONTRAST_HEADERS",
+    "contrasts_markdown",
+    "contrasts_csv",
+    "tradeoff_points",
+    "write_tradeoff",
+    "write_text",
+    "write_table",
+    "write_contrasts",
+    "main",
+]

@@ -1,0 +1,91 @@
+"""The command line of `python -m vtlab.report SWEEP_DIR [SWEEP_DIR ...]` (see vtlab.report): every table read before
+anything is written, then per sweep table.md/.csv/.tex, contrasts.md/.csv and tradeoff.png; exit 2 on any problem."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from vtlab.evaluation import stats
+from vtlab.errors import VtlabError
+from vtlab.report.contrasts import add_cli_contrast, build_contrasts
+from vtlab.report.discovery import CONTRAST_KEY, ReportError
+from vtlab.report.plot import write_tradeoff
+from vtlab.report.render import contrasts_markdown, to_markdown, write_contrasts, write_table
+from vtlab.report.tables import DEFAULT_MEASURE, build_table
+
+
+def _out_dirs(sweeps: Sequence[Path], out: Path | None) -> list[Path]:
+    """Each sweep's own directory; with --out, DIR itself for one sweep, DIR/<date>_<time> for several."""
+    if out is None:
+        return list(sweeps)
+    if len(sweeps) == 1:
+        return [out]
+    names = [f"{s.resolve().parent.name}_{s.resolve().name}" for s in sweeps]
+    return [out / (n if names.count(n) == 1 else f"{n}_{i}") for i, n in enumerate(names)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m vtlab.report",
+        description="Tables (markdown, CSV, LaTeX) from finished vtlab Hydra sweeps: mean ± sample std over seeds.",
+    )
+    parser.add_argument(
+        "sweeps",
+        nargs="+",
+        type=Path,
+        metavar="SWEEP_DIR",
+        help="outputs/multirun/<date>/<time>-<name>; one table each",
+    )
+    parser.add_argument(
+        "--measure",
+        default=DEFAULT_MEASURE,
+        help=f"measure shown per collection and averaged (default {DEFAULT_MEASURE})",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where table.md/.csv/.tex go (default: the sweep dir; one sub-directory per sweep when several are given)",
+    )
+    parser.add_argument(
+        "--contrast",
+        action="append",
+        default=[],
+        metavar="A,B",
+        help=f"a contrast of two row labels, besides the sweeps' {CONTRAST_KEY} (repeatable)",
+    )
+    parser.add_argument(
+        "--permutations",
+        type=int,
+        default=stats.N_PERMUTATIONS,
+        help=f"sign flips of the randomization test (default {stats.N_PERMUTATIONS:,})",
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.permutations < 1:
+            raise ReportError(f"--permutations={args.permutations}: expected >= 1")
+        tables = [build_table(s, args.measure) for s in args.sweeps]  # all read before anything is written
+        for text in args.contrast:
+            add_cli_contrast(tables, text)
+        contrasts = [build_contrasts(t, args.permutations) for t in tables]
+        for table, contrast, out_dir in zip(tables, contrasts, _out_dirs(args.sweeps, args.out)):
+            written = write_table(table, out_dir)
+            print(to_markdown(table), file=sys.stdout)
+            if contrast is not None:
+                written += write_contrasts(contrast, out_dir)
+                print(contrasts_markdown(contrast), file=sys.stdout)
+            plot = write_tradeoff(table, Path(out_dir) / "tradeoff.png")
+            written += [plot] if plot is not None else []
+            print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
+        problems = [p for t in tables for p in t.problems]
+        for problem in problems:  # after writing: the tables are still worth having
+            print(f"vtlab: error: {' '.join(problem.split())}", file=sys.stderr)
+        if problems:
+            return 2
+    except (VtlabError, OSError) as exc:
+        print(f"vtlab: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,94 @@
+"""Equal selection budget: every arm of a table gets the same grid of settings (e.g. learning rates), each tried at one
+seed and scored on the dev split — never on an evaluation set — and keeps its own best.
+
+`vtlab.reproduce` runs the selection sweep (`selection` in the table's experiment config: the grid, the dev evaluation,
+the measure, the seed), then `choose` reads it and `write_selected` writes one experiment config per arm — the arm's
+own config plus its chosen values, with every tried value's dev score recorded under `report.selection` — which the
+table's sweep then runs at all seeds. A job that failed or did not score leaves its arm without a choice: the arm is
+named in the error, nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vtlab.report.discovery import ReportError, State, collect_jobs, override_key
+
+
+@dataclass(frozen=True)
+class Choice:
+    arm: str  # the job name (the experiment config's `name`)
+    values: dict[str, Any]  # the chosen setting, e.g. {"model.optimizer.lr": 0.001}
+    score: float
+    tried: tuple[tuple[dict[str, Any], float | None], ...]  # every setting tried and its dev score (None: no result)
+
+
+def _setting(overrides: tuple[str, ...], keys: list[str]) -> dict[str, Any]:
+    pairs = {override_key(o): o.split("=", 1)[1] for o in overrides if "=" in o}
+    return {k: yaml.safe_load(pairs[k]) for k in keys if k in pairs}
+
+
+def choose(sweep: Path, keys: list[str], dataset: str, measure: str) -> dict[str, Choice]:
+    """arm name → its best setting of `keys` by `measure` on `dataset` (ties: the first tried, in sweep order)."""
+    jobs, _ = collect_jobs(sweep)
+    tried: dict[str, list[tuple[dict[str, Any], float | None]]] = {}
+    for job in jobs:
+        if job.name is None:
+            continue
+        value = job.metrics.get(dataset, {}).get(measure) if job.state is State.DONE else None
+        tried.setdefault(job.name, []).append((_setting(job.overrides, keys), None if value is None else float(value)))
+    if not tried:
+        raise ReportError(f"selection: no job under {sweep}")
+    unscored = sorted(arm for arm, runs in tried.items() if any(score is None for _, score in runs))
+    if unscored:
+        raise ReportError(
+            f"selection: {', '.join(unscored)} under {sweep} have a setting without a {dataset} "
+            f"{measure} (failed or missing jobs): every arm must be scored on the whole grid"
+        )
+    out = {}
+    for arm, runs in tried.items():
+        values, score = max(runs, key=lambda r: r[1])  # max keeps the first of equal scores
+        out[arm] = Choice(arm, values, score, tuple(runs))
+    return out
+
+
+def write_selected(choices: dict[str, Choice], experiments: dict[str, str], root: Path, group: str) -> dict[str, str]:
+    """One experiment config per arm under `root`/experiment/`group`/ (a Hydra search-path dir): `experiments` maps
+    an arm name to the config it extends. Returns arm name → the `experiment=` value that runs it."""
+    out = {}
+    folder = root / "experiment" / group
+    folder.mkdir(parents=True, exist_ok=True)
+    for arm, experiment in experiments.items():
+        if arm not in choices:
+            raise ReportError(f"selection: no choice for {arm} (not in the selection sweep)")
+        choice = choices[arm]
+        stem = experiment.rsplit("/", 1)[-1]
+        body: dict[str, Any] = {"defaults": [f"/experiment/{experiment}", "_self_"]}
+        for key, value in choice.values.items():
+            node = body
+            *parents, leaf = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        body["report"] = {"selection": {"score": choice.score, "tried": [{**v, "score": s} for v, s in choice.tried]}}
+        text = (
+            f"# @package _global_\n# Written by vtlab.reproduce: {experiment} with the setting chosen on dev "
+            f"(report.selection: every setting tried and its dev score).\n" + yaml.safe_dump(body, sort_keys=False)
+        )
+        (folder / f"{stem}.yaml").write_text(text)
+        out[arm] = f"{group}/{stem}"
+    (root / "selection.json").write_text(
+        json.dumps(
+            {
+                arm: {"values": c.values, "score": c.score, "tried": [[v, s] for v, s in c.tried]}
+                for arm, c in choices.items()
+            },
+            indent=1,
+        )
+    )
+    return out

@@ -1,0 +1,234 @@
+"""The table of a sweep: rows (jobs that differ only in seed or collection), columns (a measure per collection, its
+average, FLOPS and active dims), cells (mean ± sample std over seeds), and the contrasts asked of it
+(see vtlab.report)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from vtlab.report.discovery import (
+    CONTRAST_KEY,
+    PRIMARY_KEY,
+    SEED_KEY,
+    Job,
+    ReportError,
+    State,
+    _number,
+    _override_value,
+    collect_jobs,
+    override_key,
+)
+
+DEFAULT_MEASURE = "nDCG@10"
+# overrides that choose the collection: jobs differing only in these fill different columns of the same row
+COLLECTION_KEYS = frozenset({"eval", "eval.path", "eval.name"})
+STD_NOTE = "mean ± sample std (ddof=1) over seeds; n = seeds with results, (n=k) where a cell has fewer"
+
+
+@dataclass
+class Cell:
+    values: list[float]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float | None:
+        return float(np.mean(self.values)) if self.values else None
+
+    @property
+    def std(self) -> float | None:
+        return float(np.std(self.values, ddof=1)) if self.n > 1 else None
+
+
+@dataclass
+class Column:
+    header: str
+    decimals: int
+    value: Callable[[dict[str, dict[str, Any]]], float | None]  # one seed's {collection: metrics} -> value
+
+
+@dataclass
+class Row:
+    label: str
+    n: int
+    cells: list[Cell]
+    notes: list[str]  # one per job that did not finish: "failed (seed=1): <error>", "missing (seed=2)", ...
+    jobs: list[Job] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return "; ".join(self.notes) or "ok"
+
+
+@dataclass
+class Table:
+    title: str
+    sweep: Path
+    columns: list[Column]
+    rows: list[Row]
+    footer: list[str]
+    measure: str = DEFAULT_MEASURE
+    datasets: list[str] = field(default_factory=list)
+    contrasts: list[tuple[str, str, str]] = field(default_factory=list)  # (row A, row B, where it was asked for)
+    problems: list[str] = field(default_factory=list)  # recorded report.contrasts that cannot be computed
+    primary: tuple[str, str] | None = None  # report.primary: the contrast declared primary before the runs
+
+    def row(self, label: str) -> Row:
+        return next(r for r in self.rows if r.label == label)
+
+
+def _is_row_key(override: str) -> bool:
+    key = override_key(override)
+    return key != SEED_KEY and key not in COLLECTION_KEYS
+
+
+def _row_key(job: Job) -> tuple[str, ...]:
+    return tuple(o for o in job.overrides if _is_row_key(o))
+
+
+def _dataset_value(dataset: str, key: str) -> Callable[[dict[str, dict[str, Any]]], float | None]:
+    return lambda seed: _number(seed.get(dataset, {}).get(key))
+
+
+def _average_value(datasets: Sequence[str], key: str) -> Callable[[dict[str, dict[str, Any]]], float | None]:
+    # only seeds evaluated on every collection: an average over different collections is not comparable
+    def value(seed: dict[str, dict[str, Any]]) -> float | None:
+        xs = [_number(seed.get(d, {}).get(key)) for d in datasets]
+        return float(np.mean(xs)) if xs and all(x is not None for x in xs) else None
+
+    return value
+
+
+def make_columns(datasets: Sequence[str], measure: str) -> list[Column]:
+    cols = [Column(f"{d} {measure}", 4, _dataset_value(d, measure)) for d in datasets]
+    return cols + [
+        Column(f"avg {measure}", 4, _average_value(datasets, measure)),
+        Column("avg FLOPS", 3, _average_value(datasets, "flops")),
+        Column("avg q dims", 1, _average_value(datasets, "query_active_dims")),
+        Column("avg d dims", 1, _average_value(datasets, "doc_active_dims")),
+    ]
+
+
+def _seeds(jobs: Sequence[Job]) -> list[list[Job]]:
+    """The row's finished jobs, grouped by seed (jobs of one seed on different collections are one seed)."""
+    per_seed: dict[str, list[Job]] = {}
+    for job in jobs:
+        if job.state is State.DONE:
+            per_seed.setdefault(job.seed if job.seed is not None else f"job{job.num}", []).append(job)
+    return list(per_seed.values())
+
+
+def _seed_metrics(jobs: Sequence[Job]) -> list[dict[str, dict[str, Any]]]:
+    """One {collection: metrics} per seed of the row's finished jobs (a collection evaluated twice for one seed is
+    averaged)."""
+    out = []
+    for seed_jobs in _seeds(jobs):
+        by_dataset: dict[str, list[dict[str, Any]]] = {}
+        for job in seed_jobs:
+            for dataset, metrics in job.metrics.items():
+                by_dataset.setdefault(dataset, []).append(metrics)
+        out.append({d: _mean_metrics(ms) for d, ms in by_dataset.items()})
+    return out
+
+
+def _mean_metrics(ms: list[dict[str, Any]]) -> dict[str, float]:
+    keys = {k for m in ms for k, v in m.items() if _number(v) is not None}
+    return {k: float(np.mean([_number(m[k]) for m in ms if _number(m.get(k)) is not None])) for k in keys}
+
+
+def _job_note(job: Job) -> str:
+    which = " ".join(o for o in job.overrides if not _is_row_key(o)) or f"job {job.num}"
+    note = f"{job.state.value} ({which})"
+    return f"{note}: {job.error}" if job.error else note
+
+
+def _varying(groups: Sequence[list[Job]]) -> list[str]:
+    """Per row, its overrides (seed and collection excluded) whose key takes more than one value across `groups`."""
+    keys = {override_key(o) for g in groups for j in g for o in _row_key(j)}
+    varying = {k for k in keys if len({_override_value(_row_key(g[0]), k) for g in groups}) > 1}
+    return [" ".join(o for o in _row_key(g[0]) if override_key(o) in varying) for g in groups]
+
+
+def _labels(groups: list[list[Job]]) -> list[str]:
+    """The jobs' `name` when names differ across the sweep, else the overrides that vary (seed excluded); rows that
+    share a name also get the overrides that vary among them, rows that never ran (no name) their overrides."""
+    names = [next((j.name for j in g if j.name is not None), None) for g in groups]
+    by_overrides = _varying(groups)
+    if len({n for n in names if n is not None}) <= 1:
+        return [o or n or "(no overrides)" for o, n in zip(by_overrides, names)]
+    labels = [n or o for n, o in zip(names, by_overrides)]
+    for name in {n for n in names if n is not None and names.count(n) > 1}:
+        rows = [i for i, n in enumerate(names) if n == name]
+        for i, o in zip(rows, _varying([groups[i] for i in rows])):
+            labels[i] = f"{name} ({o})"
+    return labels
+
+
+def build_table(sweep: str | Path, measure: str = DEFAULT_MEASURE) -> Table:
+    sweep = Path(sweep)
+    jobs, jobs_note = collect_jobs(sweep)
+    groups: dict[tuple[str, ...], list[Job]] = {}
+    for job in jobs:  # jobs are in job-number order, so rows come in sweep order
+        groups.setdefault(_row_key(job), []).append(job)
+    datasets = list(dict.fromkeys(d for j in jobs if j.state is State.DONE for d in j.metrics))
+    done_metrics = [m for j in jobs if j.state is State.DONE for m in j.metrics.values()]
+    if done_metrics and not any(measure in m for m in done_metrics):
+        available = sorted({k for m in done_metrics for k in m})
+        raise ReportError(f"{sweep}: no metrics.json has the measure {measure!r} (available: {', '.join(available)})")
+    columns = make_columns(datasets, measure)
+    rows = []
+    for label, group in zip(_labels(list(groups.values())), groups.values()):
+        seeds = _seed_metrics(group)
+        cells = [Cell([v for s in seeds if (v := c.value(s)) is not None]) for c in columns]
+        notes = [_job_note(j) for j in group if j.state is not State.DONE]
+        rows.append(Row(label, len(seeds), cells, notes, jobs=group))
+    names = {j.name for j in jobs if j.name is not None}
+    title = names.pop() if len(names) == 1 else f"{sweep.parent.name}/{sweep.name}"
+    footer = [
+        STD_NOTE + f"; avg: mean over {', '.join(datasets) or 'the collections'} per seed",
+        f"sweep: {sweep}; {jobs_note}",
+    ]
+    table = Table(title, sweep, columns, rows, footer, measure=measure, datasets=datasets)
+    for job in jobs:  # the experiment configs' contrasts, in sweep order, each once
+        table.problems += [p for p in job.problems if p not in table.problems]
+        for a, b in job.contrasts:
+            try:
+                add_contrast(table, a, b, f"{job.path / '.hydra' / 'config.yaml'}: {CONTRAST_KEY}")
+            except ReportError as exc:  # e.g. a label for another table's rows: say so, but write this table
+                table.problems += [str(exc)] if str(exc) not in table.problems else []
+    _set_primary(table, jobs)
+    return table
+
+
+def _set_primary(table: Table, jobs: Sequence[Job]) -> None:
+    """The table's primary contrast: the one its jobs' configs declare, which must be one of its contrasts."""
+    declared = list(dict.fromkeys(j.primary for j in jobs if j.primary is not None))
+    if not declared:
+        return
+    where = f"{PRIMARY_KEY} of the jobs of {table.sweep}"
+    if len(declared) > 1:
+        table.problems.append(f"{where}: the jobs declare different primary contrasts {declared}; none is marked")
+    elif declared[0] not in [(a, b) for a, b, _ in table.contrasts]:
+        table.problems.append(
+            f"{where}: {list(declared[0])} is not one of the table's contrasts "
+            f"({', '.join(f'{a} − {b}' for a, b, _ in table.contrasts) or 'none'})"
+        )
+    else:
+        table.primary = declared[0]
+
+
+def add_contrast(table: Table, a: str, b: str, source: str) -> None:
+    """Ask for the contrast A − B (row labels) once; `source` names where it was asked for, for error messages."""
+    labels = [r.label for r in table.rows]
+    for label in (a, b):
+        if labels.count(label) != 1:
+            what = "is not a row label" if label not in labels else "labels several rows"
+            raise ReportError(f"{source}: {label!r} {what} of the table of {table.sweep} (rows: {', '.join(labels)})")
+    if (a, b) not in [(x, y) for x, y, _ in table.contrasts]:
+        table.contrasts.append((a, b, source))

@@ -1,0 +1,294 @@
+"""`make reproduce-table`: run the paper's main table and its ablations as Hydra sweeps, then build the tables with
+`vtlab.report`.
+
+    python -m vtlab.reproduce                          # the testbed (offline, 2 cores): real pretrained weights,
+                                                       # 3 seeds for the main table, 2 for ablations, sanity gates
+    python -m vtlab.reproduce --scale paper            # the authors' recipe through hydra/launcher=slurm (GPUs, hub)
+
+Each scale's tables, in run order, with their rows and default seeds, are defined in conf/tables/<scale>.yaml: a
+table of rows runs those files of conf/experiment/<scale>/<table>/ in that order; each ablation is one experiment
+config whose `hydra.sweeper.params` lists its values. Sweeps write to <out>/<table>/
+— one directory per table — and a rerun into the same directory overwrites it, so pass another --out to keep an
+earlier run. At the testbed scale the gates of vtlab/gates.py run first (the case gate, before any row) and last (the
+quality gate); a failed gate exits 3 with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from vtlab import gates, paper_plan
+from vtlab.errors import VtlabError
+from vtlab.paths import CONF_DIR
+from vtlab.report import State, collect_jobs, selection
+
+CONF = CONF_DIR / "experiment"
+TABLES = CONF_DIR / "tables"  # <scale>.yaml: that scale's tables, rows, default seeds (the one place they are defined)
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def scales() -> list[str]:
+    return sorted(p.stem for p in TABLES.glob("*.yaml"))
+
+
+@functools.cache  # read once per process: every table lookup of a run asks it again
+def tables_of(scale: str) -> dict[str, dict[str, Any]]:
+    """conf/tables/<scale>.yaml in run order: table → {rows: [...] (a table of row files), seeds, optional}."""
+    return OmegaConf.to_container(OmegaConf.load(TABLES / f"{scale}.yaml"), resolve=True)
+
+
+def main_rows(scale: str, table: str = "main") -> list[str]:
+    """The `experiment=` names of a row table's rows, in its order (conf/tables/<scale>.yaml); [] for none."""
+    return [f"{scale}/{table}/{r}" for r in tables_of(scale).get(table, {}).get("rows", [])]
+
+
+def _is_row_table(scale: str, table: str) -> bool:
+    return "rows" in tables_of(scale)[table]
+
+
+def _exists(scale: str, table: str) -> bool:
+    if table not in tables_of(scale):
+        return False
+    if _is_row_table(scale, table):
+        return all((CONF / f"{row}.yaml").is_file() for row in main_rows(scale, table))
+    return (CONF / scale / f"{table}.yaml").is_file()
+
+
+def sweeps(scale: str, seeds: int | None, tables: list[str], out: Path | None = None) -> dict[str, list[str]]:
+    """table → the `python -m vtlab -m` overrides that run it (`seeds`: None for each table's default). With `out`
+    (where the sweeps go), the ablations may reuse the main table's finished jobs: an ablation's default value repeats
+    a main row (vtlab/runs/reuse.py)."""
+    sweeps_ = {}
+    for table in tables:
+        n = seeds if seeds is not None else tables_of(scale)[table]["seeds"]
+        seed = "seed=" + ",".join(str(s) for s in range(n))
+        rows = _is_row_table(scale, table)
+        experiment = ",".join(main_rows(scale, table)) if rows else f"{scale}/{table}"
+        sweeps_[table] = [f"experiment={experiment}", seed]
+        if out is not None and not rows and "main" in tables:
+            sweeps_[table].append(f"reuse_runs=['{(out / 'main').resolve()}']")
+    return sweeps_
+
+
+def row_metric(sweep: Path, name: str, dataset: str = gates.GATE_DATASET, measure: str = gates.GATE_MEASURE) -> float:
+    """Mean over seeds of `measure` on `dataset` for the finished jobs named `name` in a sweep directory."""
+    jobs, _ = collect_jobs(sweep)
+    values = [
+        float(j.metrics[dataset][measure])
+        for j in jobs
+        if j.name == name and j.state is State.DONE and measure in j.metrics.get(dataset, {})
+    ]
+    if not values:
+        raise gates.GateError(f"quality gate: no finished job named {name!r} with {dataset} {measure} under {sweep}")
+    return statistics.fmean(values)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m vtlab.reproduce", description=__doc__.split("\n\n")[0])
+    p.add_argument("--scale", choices=scales(), default="testbed")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="seeds for every table (default: each table's own, testbed: 3 main / 2 ablations / 1 references)",
+    )
+    p.add_argument(
+        "--tables", default=None, help="comma-separated, e.g. main,ablation-init (default: all of the scale)"
+    )
+    p.add_argument("--no-gates", action="store_true", help="testbed: skip the sanity gates (smoke runs only)")
+    p.add_argument("--out", type=Path, default=None, help="default: outputs/reproduce/<scale>")
+    p.add_argument(
+        "--launcher",
+        default=None,
+        help="hydra/launcher choice (default: slurm for paper; testbed: parallel with --jobs > 1, else basic)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="jobs side by side at one thread each (hydra/launcher=parallel; 1: one job at a time, all threads)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    p.add_argument("extra", nargs="*", help="extra Hydra overrides for every job, e.g. trainer.max_steps=50")
+    return p.parse_args(argv)
+
+
+def _selection_spec(scale: str) -> dict[str, Any] | None:
+    """The main table's `selection` node (grid, eval, dataset, measure, seed), or None where the scale has none."""
+    rows = main_rows(scale)
+    if not rows:
+        return None
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=[f"experiment={rows[0]}"])
+    spec = cfg.get("selection")
+    return None if spec is None else OmegaConf.to_container(spec, resolve=True)
+
+
+def select_settings(
+    spec: dict[str, Any], scale: str, out: Path, run: Callable[[list[str], Path], None], dry_run: bool = False
+) -> tuple[list[str], dict[str, selection.Choice]]:
+    """Run every main arm on the selection grid at one seed, scored on dev (equal selection budget), and write each
+    arm's config with its choice; returns the main table's `experiment=`/search-path overrides that run them, and
+    the choices by arm name."""
+    grid = dict(_grid_keys(spec["grid"]))
+    rows = main_rows(scale)
+    sweep_dir = out / "select"
+    # the grid first, so Hydra varies the arm fastest: jobs side by side are other arms, not waiting on one MLM cache
+    run(
+        [
+            *(f"{k}={','.join(map(str, v))}" for k, v in grid.items()),
+            f"experiment={','.join(rows)}",
+            f"seed={spec['seed']}",
+            f"eval={spec['eval']}",
+        ],
+        sweep_dir,
+    )
+    root = (out / "selected").resolve()
+    search = f"hydra.searchpath=[file://{root}]"
+    if dry_run:
+        return [f"experiment={','.join(r.replace('/main/', '/selected/') for r in rows)}", search], {}
+    chosen = selection.choose(sweep_dir, list(grid), spec["dataset"], spec["measure"])
+    names = {_row_name(r): r for r in rows}
+    experiments = selection.write_selected(chosen, names, root, f"{scale}/selected")
+    for name, choice in chosen.items():
+        print(
+            f"selected on {spec['dataset']} {spec['measure']}: {name} {choice.values} ({choice.score:.4f}; tried "
+            + ", ".join(f"{v} {s:.4f}" for v, s in choice.tried)
+            + ")",
+            flush=True,
+        )
+    return [f"experiment={','.join(experiments[name] for name in names)}", search], chosen
+
+
+def _grid_keys(node: dict[str, Any], prefix: str = "") -> list[tuple[str, list[Any]]]:
+    """(dotted key, values) for each list in a nested `selection.grid` ({model: {optimizer: {lr: [a, b]}}})."""
+    out = []
+    for key, value in node.items():
+        dotted = f"{prefix}.{key}" if prefix else key
+        out += _grid_keys(value, dotted) if isinstance(value, dict) else [(dotted, list(value))]
+    return out
+
+
+def _composed(experiment: str) -> Any:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose("config", overrides=[f"experiment={experiment}"])
+
+
+def _row_name(row: str) -> str:
+    return str(_composed(row).name)
+
+
+def _chosen_for(table: str, scale: str, chosen: dict[str, selection.Choice]) -> list[str]:
+    """An ablation runs on a main arm (`selection.arm` in its config) with that arm's settings chosen on dev."""
+    arm = OmegaConf.select(_composed(f"{scale}/{table}"), "selection.arm")
+    if arm is None or not chosen:
+        return []
+    return [f"{k}={v}" for k, v in chosen[arm].values.items()]
+
+
+def _check_gates(out: Path, tables: list[str]) -> dict[str, Any]:
+    """The gates after the tables: the undamaged control (M_wp fine-tuned no worse than SPLADE-tiny as is) and quality
+    (M_wp above BM25), both on BoolQ-clean; a GateError names the failed one."""
+    if not {"main", "references"} <= set(tables):
+        return {}
+    wp = row_metric(out / "main", "testbed-wp-native")
+    return {
+        "control": gates.check_control(wp, row_metric(out / "references", "testbed-splade-tiny"), out / "main"),
+        "quality": gates.check_quality(wp, row_metric(out / "references", "testbed-bm25"), out / "main"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.seeds is not None and args.seeds < 1:
+        print(f"vtlab: error: --seeds={args.seeds}: expected >= 1", file=sys.stderr)
+        return 2
+    default = [t for t, spec in tables_of(args.scale).items() if not spec.get("optional", False)]
+    tables = [t for t in args.tables.split(",") if t] if args.tables else default
+    unknown = [t for t in tables if not _exists(args.scale, t)]
+    if unknown:
+        print(
+            f"vtlab: error: --tables: {unknown}: expected tables of {TABLES / (args.scale + '.yaml')} with their "
+            f"experiment configs under {CONF / args.scale}: {', '.join(tables_of(args.scale))}",
+            file=sys.stderr,
+        )
+        return 2
+    out = args.out or Path("outputs") / "reproduce" / args.scale
+    launcher = args.launcher or ("slurm" if args.scale == "paper" else "parallel" if args.jobs > 1 else None)
+    dirs, planned, slurm = [], sweeps(args.scale, args.seeds, tables, out), []
+    if args.scale == "paper":  # the plan (jobs, GPU-hours) before anything is submitted (vtlab/paper_plan.py)
+        try:
+            jobs = paper_plan.plan(planned)
+        except VtlabError as e:
+            print(f"vtlab: error: {e}", file=sys.stderr)
+            return 2
+        print(paper_plan.render(jobs), flush=True)
+        slurm = paper_plan.launcher_overrides(jobs) if launcher == "slurm" else []
+    # small models use a second core better as a second job than as a second thread (hydra/launcher=parallel)
+    env = {**os.environ, **(dict.fromkeys(THREAD_VARS, "1") if launcher == "parallel" else {})}
+    if launcher == "parallel":
+        slurm = [f"hydra.launcher.n_jobs={args.jobs}"]
+
+    def run(overrides: list[str], sweep_dir: Path) -> None:
+        cmd = [sys.executable, "-m", "vtlab", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}", *args.extra]
+        if launcher:
+            cmd += [f"hydra/launcher={launcher}", *slurm]
+        print("+ " + " ".join(cmd), flush=True)
+        if not args.dry_run:
+            # a failed job does not stop the sweep (vtlab/__main__.py records it); the report shows it
+            subprocess.run(cmd, check=False, env=env)
+
+    gated = args.scale == "testbed" and not args.no_gates and not args.dry_run
+    try:
+        if gated:  # before any row: a testbed whose cased model is not cased cannot answer the question
+            gates.build_all(jobs=args.jobs)
+            case = gates.case_report()
+            print("case handling (vtlab/diagnose/case.py): " + json.dumps(case), flush=True)
+            gates.write(out / "gates.json", {"case": case})
+            gates.check_case(case)
+        spec = _selection_spec(args.scale) if "main" in tables else None
+        chosen: dict[str, selection.Choice] = {}
+        for table, overrides in planned.items():
+            if table == "main" and spec is not None:
+                rows, chosen = select_settings(spec, args.scale, out, run, args.dry_run)
+                # seed 0 at the chosen setting was trained by the selection: evaluated on the test sets, not retrained
+                overrides = (
+                    rows
+                    + [o for o in overrides if not o.startswith("experiment=")]
+                    + [f"reuse_runs=['{(out / 'select').resolve()}']"]
+                )
+            elif not _is_row_table(args.scale, table):
+                overrides = overrides + _chosen_for(table, args.scale, chosen)
+            dirs.append(out / table)
+            run(overrides, out / table)
+    except VtlabError as e:
+        print(f"vtlab: error: {e}", file=sys.stderr)
+        return 3 if isinstance(e, gates.GateError) else 2
+    if args.dry_run:
+        return 0
+    report = [sys.executable, "-m", "vtlab.report", *map(str, dirs)]
+    print("+ " + " ".join(report), flush=True)
+    code = subprocess.run(report, check=False).returncode
+    if gated:
+        try:
+            print(f"gates passed: {json.dumps(_check_gates(out, tables))}", flush=True)
+        except VtlabError as e:
+            print(f"vtlab: error: {e}", file=sys.stderr)
+            return 3
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

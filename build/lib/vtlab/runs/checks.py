@@ -1,0 +1,221 @@
+"""The run's config, checked before any stage runs: each key users set to a number, a choice or a path, against what
+it must be; one line naming the full key and the value otherwise, e.g.
+`trainer.max_steps='abc': expected an integer >= 1 (or -1 for no limit)`.
+
+Lightning, the data module or a loader refuse most of these values too, but only once a model is loaded (the
+evaluation's keys: after training), and often in words that name no key. The library keeps its own checks for callers
+that do not come through the pipeline.
+
+A key that is absent, or still `???` (reported by whoever reads it), is not checked; a null parent (eval=none,
+regularizer=none) ends the walk. `*` in a key matches every child of a mapping (eval.evaluations.*.top_k).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationToMissingValueError
+
+from vtlab.errors import ConfigError
+from vtlab.runs.paths import check_paths
+
+# pytorch_lightning.Trainer(precision=...): lightning_fabric's _PRECISION_INPUT (tests/test_bad_inputs_2.py keeps them
+# equal), the usual ones first.
+LIGHTNING_PRECISIONS: tuple[str | int, ...] = (
+    "32-true",
+    "bf16-mixed",
+    "16-mixed",
+    "bf16-true",
+    "16-true",
+    "64-true",
+    "transformer-engine",
+    "transformer-engine-float16",
+    "32",
+    "16",
+    "64",
+    "bf16",
+    32,
+    16,
+    64,
+)
+ENCODER_PRECISIONS = ("auto", "native", "fp32", "bf16", "int8")  # vtlab.models.precision.PRECISIONS
+INDEXES = ("exact", "scipy", "seismic")  # vtlab.index.index_names(): the nodes of vtlab/index/indexes.yaml
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a value must be: `expected` completes "expected ..." in the message; `accepts` decides."""
+
+    expected: str
+    accepts: Callable[[Any], bool]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+
+
+def integer(low: int, high: int | None = None, *, also: int | None = None, note: str = "") -> Rule:
+    """An int in [low, high] (no bool, no float); `also`: one more value allowed outside it (`note` says what it
+    means)."""
+    words = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+    if also is not None:
+        words += f" (or {also}{f' for {note}' if note else ''})"
+    elif note:
+        words += f" ({note})"
+    return Rule(words, lambda v: _is_int(v) and (low <= v and (high is None or v <= high) or v == also))
+
+
+def number(
+    low: float, high: float | None = None, *, low_open: bool = False, high_open: bool = False, note: str = ""
+) -> Rule:
+    """A finite int or float between `low` and `high` (each bound included unless open)."""
+    if high is None:
+        words = f"a finite number {'>' if low_open else '>='} {low:g}"
+    else:
+        words = f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    words += f" ({note})" if note else ""
+
+    def accepts(v: Any) -> bool:
+        if not _is_number(v):
+            return False
+        above = v > low if low_open else v >= low
+        below = high is None or (v < high if high_open else v <= high)
+        return above and below
+
+    return Rule(words, accepts)
+
+
+def one_of(*choices: Any) -> Rule:
+    """Exactly one of `choices` (as given: 32 and '32' are different values)."""
+    return Rule(
+        f"one of {', '.join(dict.fromkeys(map(str, choices)))}",
+        lambda v: any(type(v) is type(c) and v == c for c in choices),
+    )
+
+
+def either(first: Rule, second: Rule) -> Rule:
+    return Rule(f"{first.expected} or {second.expected}", lambda v: first.accepts(v) or second.accepts(v))
+
+
+def nullable(rule: Rule, note: str = "") -> Rule:
+    return Rule(f"{rule.expected}, or null{f' for {note}' if note else ''}", lambda v: v is None or rule.accepts(v))
+
+
+def existing(words: str, exists: Callable[[Path], bool]) -> Rule:
+    """A path (relative to the working directory, `~` expanded) for which `exists` holds."""
+    return Rule(words, lambda v: isinstance(v, str) and bool(v) and exists(Path(v).expanduser()))
+
+
+FILE = existing("an existing file", Path.is_file)
+DIRECTORY = existing("an existing directory", Path.is_dir)
+FILE_OR_DIRECTORY = existing("an existing file or directory", Path.exists)
+POSITIVE = integer(1)
+COUNT = integer(0)
+RATE = number(0, low_open=True)
+MAX_STEPS = integer(1, also=-1, note="no limit")
+MAX_LENGTH = integer(3, note="tokens, special ones included")  # the smallest the data module takes
+
+# full key → rule. The keys users set on the command line and in experiment configs; what each means: conf/.
+CHECKS: dict[str, Rule] = {
+    "seed": integer(0, 2**32 - 1),
+    # trainer: pytorch_lightning.Trainer's arguments
+    "trainer.max_steps": MAX_STEPS,
+    "trainer.max_epochs": nullable(MAX_STEPS),
+    "trainer.val_check_interval": nullable(
+        either(integer(1, note="batches"), number(0, 1, low_open=True, note="a fraction of an epoch"))
+    ),
+    "trainer.limit_val_batches": either(integer(0, note="batches"), number(0, 1, note="a fraction")),
+    "trainer.check_val_every_n_epoch": nullable(POSITIVE),
+    "trainer.log_every_n_steps": POSITIVE,
+    "trainer.accumulate_grad_batches": POSITIVE,
+    "trainer.num_nodes": POSITIVE,
+    "trainer.gradient_clip_val": nullable(number(0)),
+    "trainer.precision": nullable(one_of(*LIGHTNING_PRECISIONS)),
+    # data: vtlab.data.datamodule.TripletDataModule and its sources
+    "data.batch_size": POSITIVE,
+    "data.eval_batch_size": POSITIVE,
+    "data.num_negatives": COUNT,
+    "data.query_max_length": MAX_LENGTH,
+    "data.doc_max_length": MAX_LENGTH,
+    "data.num_workers": COUNT,
+    "data.train.path": FILE,
+    "data.train.scores_path": nullable(FILE),
+    "data.dev_path": nullable(DIRECTORY),
+    # model: the encoder and its training
+    "model.encoder.query_max_length": MAX_LENGTH,
+    "model.encoder.doc_max_length": MAX_LENGTH,
+    "model.encoder.precision": one_of(*ENCODER_PRECISIONS),
+    "model.encoder.idf_path": nullable(FILE),
+    "model.optimizer.lr": RATE,
+    "model.weight_decay": number(0),
+    "model.scheduler.num_warmup_steps": COUNT,
+    "model.val_top_k": POSITIVE,
+    "loss.temperature": RATE,
+    "regularizer.*.weight": number(0),
+    "regularizer.*.warmup_steps": COUNT,
+    "regularizer.*.delay_steps": COUNT,
+    # apc, mlm, vocab
+    "apc.percentile": nullable(number(0, 100, low_open=True, high_open=True), note="no APC"),
+    "apc.num_docs": POSITIVE,
+    "apc.batch_size": POSITIVE,
+    "apc.max_length": MAX_LENGTH,
+    "mlm.steps": COUNT,
+    "mlm.mlm_probability": number(0, 1, low_open=True, high_open=True),
+    "mlm.max_length": MAX_LENGTH,
+    "mlm.batch_size": POSITIVE,
+    "mlm.accumulate_grad_batches": POSITIVE,
+    "mlm.lr": RATE,
+    "mlm.warmup_steps": COUNT,
+    "vocab.corpus.path": nullable(FILE_OR_DIRECTORY),
+    # eval: one evaluation, or each of a suite's
+    "eval.path": DIRECTORY,
+    "eval.top_k": POSITIVE,
+    "eval.batch_size": POSITIVE,
+    "eval.index": one_of(*INDEXES),
+    "eval.evaluations.*.top_k": POSITIVE,
+    "eval.evaluations.*.batch_size": POSITIVE,
+    "eval.evaluations.*.index": one_of(*INDEXES),
+}
+
+
+def values(cfg: DictConfig, key: str) -> Iterator[tuple[str, Any]]:
+    """(full key, resolved value) of each node `key` names in `cfg`; absent and `???` nodes are skipped."""
+
+    def walk(node: Any, parts: list[str], prefix: str) -> Iterator[tuple[str, Any]]:
+        if not isinstance(node, DictConfig):
+            return  # a null parent, or a scalar where the key expects a mapping
+        head, rest = parts[0], parts[1:]
+        for name in list(node.keys()) if head == "*" else [head]:
+            if name not in node:  # absent, or `???`
+                continue
+            try:
+                child = node[name]
+            except InterpolationToMissingValueError:  # `${...}` of a `???`: whoever reads it names the key
+                continue
+            full = f"{prefix}.{name}" if prefix else str(name)
+            if rest:
+                yield from walk(child, rest, full)
+            else:
+                yield full, child
+
+    yield from walk(cfg, key.split("."), "")
+
+
+def check_config(cfg: DictConfig, checks: dict[str, Rule] = CHECKS) -> None:
+    """ConfigError for the first value in `cfg` that its rule in `checks` refuses, then for a name or an output path
+    that would leave its root or replace an input (vtlab.runs.paths)."""
+    for key, rule in checks.items():
+        for full, value in values(cfg, key):
+            if not rule.accepts(value):
+                shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+                raise ConfigError(f"{full}={shown!r}: expected {rule.expected}", key=full)
+    check_paths(cfg)

@@ -1,0 +1,251 @@
+"""The run directory: an earlier run's results are never overwritten, an interrupted run (its `checkpoints/last.ckpt`
+but no results) is resumed from its last checkpoint, and two processes never share one directory (an flock).
+
+A single run (`python -m vtlab ...`) takes the lock in RunDirGuard.on_run_start, before Hydra creates the directory's
+`.hydra/` and job log, and holds it until the process ends; every check that can refuse the run (paths, in use,
+finished, a resume whose config changed) runs there too, so a refused run changes nothing in the directory.
+Limit: a sweep's job directories are made and written by Hydra (`.hydra/`, job log) before any callback sees the job
+(on_job_start comes after), so a reused job directory is locked and checked by the pipeline only: its earlier
+results and status.json are kept, Hydra's record of the earlier job is not."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, read_write
+
+from vtlab.errors import ConfigError, RunDirError, VtlabError, one_line
+from vtlab.runs.paths import check_paths
+
+log = logging.getLogger("vtlab")
+
+LAST_CKPT = Path("checkpoints") / "last.ckpt"
+# A run's results (globs under run_dir): evaluation metrics, the trained/calibrated/transferred model, checkpoints.
+# Everything else is not protected: Hydra's `.hydra/` and job log and status.json describe the latest invocation, and
+# what a run killed before its first checkpoint leaves (logs, apc_report.json, the mlm/ link) is made again.
+FINISHED = ("eval/*/metrics.json",)
+OUTPUTS = (*FINISHED, "checkpoints/*.ckpt", "model/config.json", "apc/config.json", "transfer")
+RESUME_VALUES = ("auto", True, False)
+TRAINING_STEP = "vtlab.stages.finetune.run"  # the stage that resumes from last.ckpt (named, not imported: layering)
+ResumeCheck = Callable[[DictConfig, str], Any]  # (config, checkpoint to resume) → RunDirError to refuse the resume
+# (st_dev, st_ino) of each run directory whose lock RunDirGuard took → its descriptor, open until the process ends
+_HELD: dict[tuple[int, int], int] = {}
+
+
+def earlier_outputs(run_dir: Path) -> list[str]:
+    """The results of an earlier run found in `run_dir` (paths relative to it), sorted."""
+    return sorted({str(p.relative_to(run_dir)) for pattern in OUTPUTS for p in run_dir.glob(pattern)})
+
+
+def _resume_setting(value: Any) -> str | bool:
+    if value not in RESUME_VALUES or isinstance(value, int) and not isinstance(value, bool):
+        raise ConfigError(f"resume={value!r} must be auto, true or false")
+    return value
+
+
+def check_run_dir(run_dir: Path, resume: Any = "auto", overwrite: Any = False) -> tuple[Path | None, bool]:
+    """How a run may use `run_dir`: (checkpoint to resume from, whether to clear the old checkpoints first).
+    Refuses with RunDirError; changes nothing on disk.
+
+    - nothing of an earlier run there: a fresh run;
+    - `<run_dir>/checkpoints/last.ckpt` but no final metrics (a killed run) and resume=auto|true: resume from it;
+    - results of an earlier run (or a checkpoint with resume=false): refuse, unless overwrite=true, which clears the
+      old checkpoints (so they are neither resumed nor mixed with the new ones) and lets the run replace the rest;
+    - resume=true with nothing to resume: refuse.
+    """
+    resume = _resume_setting(resume)
+    if not isinstance(overwrite, bool):
+        raise ConfigError(f"overwrite={overwrite!r} must be true or false")
+    found = earlier_outputs(run_dir) if run_dir.is_dir() else []
+    finished = [p for p in found if any(Path(p).match(g) for g in FINISHED)]
+    last = run_dir / LAST_CKPT
+    if overwrite:
+        return None, bool(found)
+    if last.is_file() and not finished and resume in ("auto", True):
+        return last, False
+    if found:
+        raise RunDirError(_refusal(run_dir, found, finished, last.is_file()))
+    if resume is True:
+        raise RunDirError(
+            f"resume=true: nothing to resume in {run_dir} (no {LAST_CKPT}); pass the directory of the "
+            "run to continue as hydra.run.dir=... (or paths.run_dir=...)"
+        )
+    return None, False
+
+
+def _in_use(run_dir: Path) -> RunDirError:
+    return RunDirError(
+        f"run directory {run_dir} is in use by another vtlab process (it holds the directory's lock); "
+        "wait for it to end, or choose another hydra.run.dir"
+    )
+
+
+def check_dir_path(run_dir: Path, key: str) -> None:
+    """RunDirError if `run_dir` or a directory above it exists as something else than a directory (a file): making
+    it would fail with a traceback."""
+    for path in (run_dir, *run_dir.parents):
+        if os.path.lexists(path) and not path.is_dir():  # a file, or a link to nothing
+            what = "exists and is not a directory" if path == run_dir else f"{path} is a file, not a directory"
+            raise RunDirError(
+                f"{key}={run_dir}: {what}; a run directory is a new directory or an earlier run's: choose another {key}"
+            )
+
+
+def held_from_start(run_dir: Path) -> bool:
+    """Whether RunDirGuard took `run_dir`'s lock in this process (and so ran its checks before Hydra wrote there)."""
+    return _held(run_dir)
+
+
+def _held(run_dir: Path) -> bool:
+    try:
+        st = os.stat(run_dir)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) in _HELD
+
+
+def hold_run_dir_lock(run_dir: Path) -> None:
+    """Make `run_dir` and take its lock until the process ends (RunDirGuard: before Hydra writes into it, so the
+    lock covers `.hydra/` too). A directory this process holds already is kept as it is."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if _held(run_dir):
+        return
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise _in_use(run_dir) from None
+    st = os.fstat(fd)
+    _HELD[(st.st_dev, st.st_ino)] = fd  # never closed: the kernel releases the lock when the process ends
+
+
+@contextlib.contextmanager
+def run_dir_lock(run_dir: Path, key: str = "paths.run_dir") -> Iterator[None]:
+    """An exclusive flock on the run directory itself (no lock file to leave behind) for the whole run: a second
+    process with the same run directory is refused instead of mixing its checkpoints, config and status with the
+    first's. The kernel releases it when the process ends, however it ends. A directory whose lock RunDirGuard took
+    in this process is used under that lock (flock belongs to an open file description: a second open and flock here
+    would be refused by our own lock)."""
+    check_dir_path(run_dir, key)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if _held(run_dir):
+        yield
+        return
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _in_use(run_dir) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def trains(cfg: DictConfig) -> bool:
+    """Whether the run's stages include fine-tuning, the one stage that resumes from a checkpoint."""
+    steps = OmegaConf.select(cfg, "stage.steps", default=None)
+    return any(isinstance(step, DictConfig) and step.get("_target_") == TRAINING_STEP for step in steps or [])
+
+
+def prepare_run_dir(cfg: DictConfig) -> Path | None:
+    """check_run_dir for the run's config, then act on it; returns the checkpoint to resume from, if any."""
+    run_dir = Path(str(cfg.paths.run_dir))
+    resume_from, clear = check_run_dir(run_dir, cfg.get("resume", "auto"), cfg.get("overwrite", False))
+    if clear:
+        log.warning(
+            "overwrite=true: replacing the earlier run in %s (%s)", run_dir, ", ".join(earlier_outputs(run_dir)[:5])
+        )
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    if resume_from is not None:
+        log.info("resuming the interrupted run in %s from %s", run_dir, resume_from)
+    return resume_from
+
+
+class RunDirGuard(Callback):
+    """Hydra callback (conf/config.yaml `hydra.callbacks`): before Hydra makes the run directory or writes `.hydra/`
+    and its job log there, check the paths the config names (vtlab.runs.paths), take the directory's lock (held until
+    the process ends) and refuse the run if the directory is in use, finished, or holds an interrupted run this
+    config may not resume (`resume_check`: conf/ names vtlab.callbacks.resume_state.resume_configs, which the library
+    layer holds). A refused `python -m vtlab ... hydra.run.dir=<run>` exits 2 with one line and leaves that run's
+    recorded config (which export and resume read back) and status.json as they were. Single runs only: a sweep's
+    jobs are checked by the pipeline, after Hydra has written their `.hydra/` (the module docstring says why)."""
+
+    def __init__(self, resume_check: ResumeCheck | Iterable[ResumeCheck] | None = None) -> None:
+        # one check or several (conf/ lists them), each `(config, checkpoint)` raising RunDirError to refuse
+        self.resume_checks = (
+            [] if resume_check is None else [resume_check] if callable(resume_check) else list(resume_check)
+        )
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            self.check(config)
+        except VtlabError as err:
+            print(one_line(err), file=sys.stderr)
+            sys.exit(2)
+
+    def check(self, config: DictConfig) -> None:
+        hydra_dir = Path(str(config.hydra.run.dir))
+        check_dir_path(hydra_dir, "hydra.run.dir")  # Hydra makes it whatever paths.run_dir says
+        paths = config.get("paths")
+        run_dir_node = paths._get_node("run_dir") if isinstance(paths, DictConfig) else None  # noqa: SLF001
+        guarded = run_dir_node is not None and run_dir_node._value() == "${hydra:runtime.output_dir}"  # noqa: SLF001
+        check_paths(config, hydra_dir if guarded else None)  # names, export outputs: before any directory is made
+        if not guarded:
+            return  # the run writes elsewhere than Hydra's directory: the pipeline locks and checks that one
+        resume, overwrite = config.get("resume", "auto"), config.get("overwrite", False)
+        check_run_dir(hydra_dir, resume, overwrite)  # a refusal before the directory is made leaves no trace
+        hold_run_dir_lock(hydra_dir)
+        # again under the lock: another process may have written there in between
+        resume_from, _ = check_run_dir(hydra_dir, resume, overwrite)
+        if resume_from is not None and trains(config):
+            for check in self.resume_checks:  # a changed config is refused before Hydra rewrites .hydra/
+                check(config, str(resume_from))
+
+
+class RunDirInside(RunDirGuard):
+    """Hydra callback (conf/stage/export.yaml, in place of RunDirGuard): a command that works on an earlier run
+    (`source`: stage=export run_dir=R) records itself — `.hydra/`, its job log, status.json — in <source>/<subdir>,
+    beside what it writes into that run, instead of in a new run directory that would hold nothing else. Without a
+    source Hydra's run dir stays as configured. Then RunDirGuard's checks and lock, on the directory used."""
+
+    def __init__(
+        self,
+        source: str | None = None,
+        subdir: str = "exports",
+        resume_check: ResumeCheck | Iterable[ResumeCheck] | None = None,
+    ) -> None:
+        super().__init__(resume_check)
+        self.source, self.subdir = source, subdir
+
+    def check(self, config: DictConfig) -> None:
+        if self.source:
+            if not Path(self.source).is_dir():  # before <source>/<subdir> is made: a mistyped run_dir stays absent
+                raise VtlabError(f"run_dir={self.source}: no such directory")
+            with read_write(config.hydra.run):
+                config.hydra.run.dir = str(Path(self.source) / self.subdir)
+        super().check(config)
+
+
+def _refusal(run_dir: Path, found: list[str], finished: list[str], has_last: bool) -> str:
+    shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+    if finished:
+        why = "is finished"
+    elif has_last:
+        why = "holds an interrupted run and resume=false"
+    else:
+        why = f"holds an earlier run's outputs but no {LAST_CKPT} to resume from"
+    return (
+        f"run directory {run_dir} {why} ({shown}); it is never overwritten: choose another hydra.run.dir, "
+        "or pass overwrite=true to replace it" + ("" if finished or not has_last else ", or resume=auto to continue it")
+    )

@@ -1,0 +1,117 @@
+"""Reuse a finished run whose config equals this one's: a sweep's ablation row that repeats a main-table row (e.g.
+`init=semantic-pmi` in testbed/ablation-init is testbed/main/bpe-vt) is run once, not twice.
+
+A run with `reuse_runs=[DIR, ...]` looks in each DIR (a run directory or a sweep directory of job directories) for a
+job whose status.json says done and whose recorded `.hydra/config.yaml` equals its own config apart from the keys in
+IGNORED (labels that do not change what is computed). The first match's results are copied into the run directory,
+`reused_from.txt` names it, and no stage runs. Like the stage caches (transfer, MLM), it trusts that the code has not
+changed since: use it within one reproduction (vtlab.reproduce passes the main table's sweep to the ablations).
+
+A training run whose config differs from a finished one's only in `eval` takes that run's training instead
+(reuse_training): everything the training wrote (the saved model, APC report, training logs' results) is copied, its
+evaluation is not, and the caller evaluates the copied model on this run's own eval — the testbed's selection job at
+the chosen setting is the table's seed 0, trained once, scored on dev for the choice and on the test sets for the table.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from vtlab.runs.directory import trains
+from vtlab.runs.status import job_dirs, read_status
+
+
+log = logging.getLogger("vtlab")
+
+IGNORED = ("name", "group", "paths", "reuse_runs", "report", "selection")  # wandb labels, where the run writes,
+# this option itself, which contrasts a table reports, how vtlab.reproduce picks settings on dev before any job (an
+# ablation's `selection.arm` names the main row whose choice it takes; no stage reads it)
+# What a reused run gets: its results and reports; not the logs, trackers or checkpoints of the original invocation.
+NOT_COPIED = (".hydra", "status.json", "*.log", "wandb", "checkpoints", "csv", "mlm", "reused_from.txt")
+MARKER = "reused_from.txt"
+EVALUATION = "eval"  # the config key a run may differ in and still take another's training; also its results folder
+SAVED_MODEL = Path("model") / "config.json"  # what fine-tuning leaves in a run directory (vtlab.stages.finetune)
+
+
+def comparable(cfg: DictConfig | dict[str, Any], ignored: tuple[str, ...] = IGNORED) -> dict[str, Any]:
+    """The config as a plain dict, unresolved (paths stay `${...}`), without the `ignored` keys."""
+    data = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else dict(cfg)
+    return {k: v for k, v in data.items() if k not in ignored and k != "hydra"}
+
+
+def _job_dirs(root: Path) -> list[Path]:
+    """`root` itself when it is a run directory, else its sweep's job directories."""
+    return [root] if (root / ".hydra" / "config.yaml").is_file() else job_dirs(root)
+
+
+def _is_done(job: Path) -> bool:
+    try:
+        return (read_status(job) or {}).get("status") == "done"
+    except (OSError, ValueError):
+        return False
+
+
+def find_equal_run(
+    cfg: DictConfig,
+    dirs: list[str | Path],
+    exclude: Path | None = None,
+    ignored: tuple[str, ...] = IGNORED,
+    holding: Path | None = None,
+) -> Path | None:
+    """The first finished job under `dirs` whose recorded config equals `cfg` (up to `ignored`) and, with `holding`,
+    that holds that file; or None."""
+    want = comparable(cfg, ignored)
+    for root in dirs:
+        for job in _job_dirs(Path(root)):
+            if exclude is not None and job.resolve() == exclude.resolve():
+                continue
+            if holding is not None and not (job / holding).is_file():
+                continue
+            if _is_done(job) and comparable(OmegaConf.load(job / ".hydra" / "config.yaml"), ignored) == want:
+                return job
+    return None
+
+
+def copy_results(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:
+    """src's results (less `skip`) into dst (which Hydra has created), and the marker naming src."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(*NOT_COPIED, *skip), dirs_exist_ok=True, symlinks=True)
+    (dst / MARKER).write_text(f"{src.resolve()}\n")
+
+
+def reuse(cfg: DictConfig) -> Path | None:
+    """If `cfg.reuse_runs` holds an equal finished run, copy its results into `cfg.paths.run_dir`; returns its path."""
+    dirs = list(cfg.get("reuse_runs") or [])
+    if not dirs:
+        return None
+    run_dir = Path(str(cfg.paths.run_dir))
+    src = find_equal_run(cfg, dirs, exclude=run_dir)
+    if src is not None:
+        copy_results(src, run_dir)
+        log.info(
+            "reuse: the config equals the finished run %s (up to %s): its results copied, no stage run",
+            src,
+            ", ".join(IGNORED),
+        )
+    return src
+
+
+def reuse_training(cfg: DictConfig) -> Path | None:
+    """If `cfg.reuse_runs` holds a finished run that trained this run's model (its config equal but for `eval`, its
+    model saved), copy what its training wrote, not its evaluation, into `cfg.paths.run_dir`; returns its path. The
+    caller then evaluates the copied model (vtlab.pipeline)."""
+    dirs = list(cfg.get("reuse_runs") or [])
+    if not dirs or not trains(cfg):
+        return None
+    run_dir = Path(str(cfg.paths.run_dir))
+    src = find_equal_run(cfg, dirs, exclude=run_dir, ignored=(*IGNORED, EVALUATION), holding=SAVED_MODEL)
+    if src is not None:
+        copy_results(src, run_dir, skip=(EVALUATION,))
+        log.info(
+            "reuse: the training equals the finished run %s's (its eval differs): its model copied, evaluated here", src
+        )
+    return src

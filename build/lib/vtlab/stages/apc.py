@@ -1,0 +1,39 @@
+"""Stage `apc`: calibrate the (vocabulary-transferred) backbone's MLM output bias and save it as an HF directory."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from vtlab.apc import APC, json_report, summary_line, write_outputs
+from vtlab.atomic import atomic_dir
+from vtlab.data.corpora import boolq_passages
+from vtlab.errors import VtlabError
+from vtlab.stages.build import build_encoder
+
+log = logging.getLogger("vtlab")
+
+
+def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
+    if cfg.get("apc") is None:
+        raise VtlabError("stage=apc needs an apc config: add apc=p60 (or +apc=p60)")
+    apc: APC = instantiate(cfg.apc)
+    if not apc.enabled:
+        raise VtlabError("stage=apc: apc=off has nothing to calibrate; choose e.g. apc=p60")
+    encoder = state.get("encoder") or build_encoder(cfg, state)  # on the run's vocabulary
+    report = apc.calibrate(encoder, boolq_passages())  # the probe takes the first apc.num_docs
+    out = Path(cfg.paths.run_dir) / "apc"
+    with atomic_dir(out) as tmp:  # complete or absent: a crash never leaves half a calibrated model
+        encoder.model.save_pretrained(tmp)
+        encoder.tokenizer.save_pretrained(tmp)
+        if encoder.query_model is not None:
+            encoder.query_model.save_pretrained(tmp / "query")
+        write_outputs(report, tmp)
+    for when in ("before", "after"):
+        print(summary_line(report, when))
+    print(f"calibrated model: {out}  ({report['seconds']:.1f}s)")
+    return {**state, "encoder": encoder, "apc_report": json_report(report), "apc_dir": out}

@@ -1,0 +1,77 @@
+"""Stage `evaluate`: encode the collection(s), exact retrieval from the inverted index, ir-measures metrics."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+
+from vtlab.atomic import write_json
+from vtlab.data.collections import judged_queries
+from vtlab.evaluation import EvaluationSuite, average, results_table
+from vtlab.evaluation.baseline import baseline_metrics
+from vtlab.stages.build import build_encoder
+from vtlab.tracking.loggers import log_results, run_loggers
+
+log = logging.getLogger("vtlab")
+
+
+def _baseline(cfg: DictConfig, evaluation, dataset: str) -> dict[str, float]:
+    """The plain backbone (native vocabulary, no APC, no training) on the same collection, cached per configuration."""
+    return baseline_metrics(
+        evaluation,
+        lambda: instantiate(cfg.model.encoder),
+        backbone_key=instantiate(cfg.backbone).cache_key(),
+        eval_config=OmegaConf.to_container(cfg.eval, resolve=True),
+        encoder_config=OmegaConf.to_container(cfg.model.encoder, resolve=True),
+        dataset=dataset,
+    )
+
+
+def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
+    if cfg.eval is None:
+        return state
+    encoder = state.get("encoder") or build_encoder(cfg, state)
+    evaluation = instantiate(cfg.eval)
+    run_dir = Path(cfg.paths.run_dir)
+    datasets = evaluation.items() if isinstance(evaluation, EvaluationSuite) else [(None, evaluation)]
+    with_baseline = cfg.get("baseline", False) and ("encoder" in state or instantiate(cfg.vocab).transfers)
+    console = Console()
+    results: dict[str, dict[str, float]] = {}
+    for name, ev in datasets:
+        name = name or ev.name  # a BEIR directory's own name (loading it) unless eval.name is set
+        out_dir = run_dir / "eval" / name
+        coll = getattr(ev, "collection", None)
+        if coll is not None:  # what was read, before minutes of encoding
+            log.info(
+                "evaluating %s: %d queries (%d judged) over %d documents -> %s",
+                name,
+                len(coll.queries),
+                len(judged_queries(coll.qrels)),
+                len(coll.corpus),
+                out_dir,
+            )
+        metrics = ev(encoder, out_dir=out_dir)
+        results[name] = metrics
+        baseline = _baseline(cfg, ev, name) if with_baseline else None
+        console.print(
+            results_table(
+                metrics,
+                title=f"{cfg.name}: {name}",
+                baseline=baseline,
+                baseline_label=f"{cfg.backbone.get('name', 'backbone')} as is",
+            )
+        )
+        if baseline is not None:
+            write_json(out_dir / "baseline_metrics.json", baseline)
+    summary = average(results) if len(results) > 1 else next(iter(results.values()))
+    if len(results) > 1:
+        write_json(run_dir / "eval" / "summary.json", {"datasets": results, "average": summary})
+        console.print(results_table(summary, title=f"{cfg.name}: average over {len(results)} datasets"))
+    console.print(f"outputs: {run_dir.resolve()}  (metrics: {run_dir / 'eval'}/<dataset>/metrics.json)")
+    log_results(run_loggers(cfg, state), results, run_dir)
+    return {**state, "metrics": summary, "results": results, "eval_dir": run_dir / "eval"}

@@ -1,0 +1,63 @@
+"""Stage `mlm`: masked-LM adaptation of the (vocabulary-transferred) backbone, before APC and sparse fine-tuning.
+
+The adapted model is cached under $VTLAB_CACHE/mlm per (starting backbone, resolved `mlm` config, preprocessing,
+seed), linked as <run_dir>/mlm/model, and handed on as `state["backbone"]`. `mlm.steps=0` is the paper's no-MLM
+variant: the stage does nothing."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from pytorch_lightning.loggers import CSVLogger, Logger
+
+from vtlab.backbones import Backbone
+from vtlab.models.mlm import check_recipe, train_cached
+from vtlab.stages.build import run_backbone
+from vtlab.tracking.loggers import instantiate_logger
+
+log = logging.getLogger("vtlab")
+
+
+def _starting_point(cfg: DictConfig, state: dict[str, Any]) -> tuple[Backbone, Any]:
+    """(backbone to adapt, input preprocess): MLM runs after vocabulary transfer, on the run's backbone."""
+    return run_backbone(cfg, state), instantiate(cfg.vocab).preprocess
+
+
+def _loggers(cfg: DictConfig, out: Path) -> list[Logger]:
+    loggers: list[Logger] = [CSVLogger(save_dir=str(out), name="csv", version="")]
+    wandb_cfg = (cfg.get("logger") or {}).get("wandb")
+    if wandb_cfg is not None:
+        # its own wandb run (job_type=mlm), finished after training so the fine-tune stage starts a fresh one
+        loggers.append(instantiate_logger(cfg, wandb_cfg, name=f"{cfg.name}-mlm", job_type="mlm"))
+    return loggers
+
+
+def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
+    m = cfg.mlm
+    check_recipe(m)
+    steps = int(m.steps)
+    if steps == 0:
+        return state  # the no-MLM variant
+    run_dir = Path(cfg.paths.run_dir)
+    start, preprocess = _starting_point(cfg, state)
+    out, report = train_cached(
+        start, m, int(cfg.seed), preprocess, cfg.trainer, log_dir=run_dir / "mlm", loggers=lambda d: _loggers(cfg, d)
+    )
+    link = run_dir / "mlm" / "model"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() and Path(os.readlink(link)) != out:
+        link.unlink()  # a rerun into the same run_dir with another config
+    if not link.is_symlink() and not link.exists():
+        os.symlink(out, link, target_is_directory=True)
+    print(f"MLM-adapted model: {link} -> {out} ({report['steps']} steps)")
+    return {
+        **state,
+        "backbone": Backbone(str(out), family=start.family, name=f"{start.name}-mlm{steps}"),
+        "mlm_dir": out,
+        "mlm_report": report,
+    }
