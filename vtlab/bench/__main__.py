@@ -41,9 +41,9 @@ from vtlab.bench.table import table
 #   (semantic init's single GEMM pass, vtlab/vocab/similarity.py).
 #   By default (SPLADE-tiny only) ≈ 560 s + retrieval; the four full-set quality rows are kept (the int8 target is
 #   defined on them) and Seismic stays on 1M docs (its ≥ 10x target is defined there).
-#   Since then (measured on a Zen 5 held to AVX2, VTLAB_MAX_CPU_ISA=avx2: 362 s there): the fused AVX2 kernels make
-#   int8 1.84x fp32 instead of 0.93x (~59 s → ~30 s) and fp32's head 1.24x torch's tiles; the fp32 worker runs auto's
-#   check for the model (~10-20 s). Net ≈ 870-900 s on the AVX2 machine: to be measured there.
+#   Since then (measured on a Zen 5 held to AVX2, VTLAB_MAX_CPU_ISA=avx2: 362 s there, 331 s at ff200e8): the fused
+#   AVX2 kernels make int8 1.84x fp32 instead of 0.93x (~59 s → ~30 s) and fp32's head 1.24x torch's tiles; the fp32
+#   worker runs auto's check for the model (~10-20 s). Net ≈ 870-900 s on the AVX2 machine: to be measured there.
 
 
 def main() -> None:
