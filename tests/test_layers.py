@@ -77,6 +77,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("vtlab.bench.encode", "vtlab.backbones"): "loads torch/transformers + vtlab's model: not in the st/onnx workers",
     ("vtlab.bench.encode", "vtlab.models.encoder"): "vtlab's encoder (torch): not in the st/onnx encode workers",
     ("vtlab.bench.encode", "vtlab.models.pooling"): "torch: only the floor row uses it; not in the st/onnx workers",
+    ("vtlab.bench.encode", "vtlab.models.fused"): "torch: which kernel pooled, in vtlab's rows only; not in st/onnx",
     ("vtlab.bench.encode", "vtlab.export.onnx"): "exporter imports torch: not in the onnx worker (runs without torch)",
     ("vtlab.bench.train", "vtlab.backbones"): "vtlab's model: not in the st train worker (its peak RSS is measured)",
     ("vtlab.bench.train", "vtlab.losses"): "vtlab's loss: not in the st train worker (its peak RSS is measured)",
