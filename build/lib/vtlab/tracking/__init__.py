@@ -1,8 +1,0 @@
-"""Experiment tracking (conf/logger/):
-
-- `loggers`: the configured loggers (wandb offline unless `logger.online=true`, one group per sweep), the resolved
-  config as hyperparameters, final results as the wandb summary, a Table and the run's images;
-- `resumable_csv`: `ResumableCSVLogger`, the CSV log that keeps its rows across a resume.
-
-conf/ names the logger class by its module (`vtlab.tracking.resumable_csv.ResumableCSVLogger`).
-"""
