@@ -6,6 +6,7 @@ what this CPU cannot run is skipped, saying so."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 from collections.abc import Iterator
 
 import pytest
@@ -294,23 +295,63 @@ def test_fused_fp32_max_equals_the_fp32_reference(kernel, threads, monkeypatch):
     assert float((got[finite].double() - ref[finite]).abs().max()) <= bound
 
 
-def test_fused_fp32_max_keeps_a_nan_as_torch_does(kernel, monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_fused_max_keeps_a_nan_as_torch_does(kernel, dtype, monkeypatch):
     """A NaN logit makes its (text, column) max NaN, as torch's amax does on the tiles — wherever the NaN token sits
     in the text and however the columns are split — so training's non-finite-loss guard sees it."""
-    use(kernel, torch.float32)
+    use(kernel, dtype)
     monkeypatch.setattr(fused, "MIN_BLOCKS_PER_THREAD", 1)
     hidden, mask = _batch(B=4, L=30, H=64, seed=7)
     hidden[0, 0, 3] = float("nan")  # the first token of text 0 (then 29 finite ones)
     hidden[3, int(mask[3].sum()) - 1, 5] = float("nan")  # the last real token of text 3
     weight = torch.randn(300, 64) * 0.1
     weight[7, 3] = weight[7, 5] = 0.0  # 0 · NaN is NaN: every column stays NaN for those tokens
+    hidden = hidden.to(dtype)
     with _threads(2):
         got = fused.max_logits(hidden, weight, mask)
-    ref = _masked_max(hidden @ weight.t(), mask)
+    ref = _masked_max(hidden.float() @ weight.to(dtype).float().t(), mask)
     assert bool(torch.isnan(ref[0]).all()) and bool(torch.isnan(ref[3]).all())
     assert torch.equal(torch.isnan(got), torch.isnan(ref))
     finite = torch.isfinite(ref)
     assert torch.allclose(got[finite], ref[finite], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["bf16", "int8"])
+def test_the_amx_reduction_is_the_max_and_keeps_a_nan(int8):
+    """amx.c's max over a text's rows of the stored tiles, run alone (AVX-512, no tile instruction, so CPUs without
+    AMX check it too): equal to torch's max of the same values (int8: dequantized as sx·(C − zp·rowsum) with one
+    rounding per operation, as the FMA and the product do), a NaN anywhere in the run or already in best kept."""
+    if not {"avx512f", "avx512bw"} <= fused.cpu_flags():
+        pytest.skip("the AMX reduction needs AVX-512 (this CPU lacks it)")
+    lib = fused.AMX.kernel.load()
+    if lib is None:
+        pytest.skip("amx.c cannot be built here (no C compiler with AMX support)")
+    g = torch.Generator().manual_seed(11)
+    nc, r0, r1 = 3, 2, 13
+    if int8:
+        scratch = torch.randint(-(2**20), 2**20, (nc, 16, 16), generator=g, dtype=torch.int32)
+        sx, zp = torch.rand(16, generator=g) * 0.01, torch.randint(0, 64, (16,), generator=g).float()
+        rowsum = torch.randint(-4000, 4000, (nc * 16,), generator=g).float()
+        sx[r0 + 3] = float("nan")  # a token whose scale is NaN: every column of its row
+        c = scratch.double() - zp.double()[None, :, None] * rowsum.double().view(nc, 1, 16)
+        values = (c.float().double() * sx.double()[None, :, None]).float()  # [nc, rows, 16]
+    else:
+        scratch = torch.randn(nc, 16, 16, generator=g)
+        scratch[0, r0, 5] = float("nan")  # the run's first row: the next row's vmaxps would drop it
+        scratch[2, r1 - 1, 9] = float("nan")  # its last row
+        sx = zp = rowsum = torch.zeros(0)
+        values = scratch
+    dst = torch.randn(nc * 16, generator=g)
+    dst[17] = float("nan")  # a NaN already in best stays
+    dst[30] = float("-inf")
+    expected = torch.maximum(values[:, r0:r1].amax(dim=1).reshape(-1), dst)
+    nan = values[:, r0:r1].isnan().any(dim=1).reshape(-1) | dst.isnan()
+    i64, p = ctypes.c_int64, ctypes.c_void_p
+    f = lib.vt_amx_reduce_run
+    f.restype, f.argtypes = None, [i64, p, i64, i64, i64, p, p, p, p]
+    f(int(int8), scratch.data_ptr(), r0, r1, nc, sx.data_ptr(), zp.data_ptr(), rowsum.data_ptr(), dst.data_ptr())
+    assert torch.equal(dst.isnan(), nan) and int(nan.sum()) >= 2
+    assert torch.equal(dst[~nan], expected[~nan])
 
 
 def test_fused_fp32_pooling_trains_like_the_tiled_gemm(kernel, monkeypatch):

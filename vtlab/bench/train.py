@@ -1,6 +1,6 @@
 """Training-step benchmark worker: one tool, SPLADE-tiny, BoolQ train pairs, in this (fresh) process.
 
-    python -m vtlab.bench.train --tool vtlab|st --out FILE [--steps 30 --warmup 5 --batch 16 --max-length 128]
+    python -m vtlab.bench.train --tool vtlab|st --out FILE [--steps 15 --warmup 3 --batch 16 --max-length 128]
 
 Both tools run the same step: 16 questions + their 16 passages (in-batch negatives), max length 128 on both sides,
 fp32 with dropout on, InfoNCE on dot products at scale 1 + FLOPS (λ_q 5e-5, λ_d 3e-5), backward, AdamW (lr 2e-5),
@@ -172,8 +172,11 @@ def run_st(questions: list[str], passages: list[str], args: argparse.Namespace) 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tool", required=True, choices=["vtlab", "st"])
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
+    # 15 timed steps after 3 warm-up ones: sentence-transformers' ~1 s steps (2-3 s on AVX2) are the bench's longest
+    # wait after the Seismic build. Steps vary ~3%: on 35 steps of each tool (Zen 5 held to AVX2, 2026-12-05) medians
+    # of 12-step windows stayed within ±3%, and the ratio of steps 4-18 was 7.01x against 7.22x for steps 6-35
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--pairs", type=int, default=2000, help="the first N BoolQ train pairs")
