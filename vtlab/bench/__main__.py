@@ -37,13 +37,17 @@ from vtlab.bench.table import table
 #   encode SPLADE-tiny, all texts: fp32 55 s, int8 59, ORT 102, ORT-int8 102;
 #          first 300: ST 51, floor 10; first 128: bf16 27 (all texts where bf16 is native); export/quality ~15 → ~420 s
 #   encode MiniLM (opt-in: --models splade-tiny,minilm), first 300: vtlab 41, ST 116, ORT 76, floor 38     → ~285 s
-#   train 108 s, retrieval (Seismic's 1M-doc build dominates; see SEISMIC in bench/parts.py), transfer ~30 s
+#   train 108 s for 35 steps of each tool (now 18: ~55 s), retrieval (Seismic's 1M-doc build dominates; see SEISMIC
+#   in bench/parts.py), transfer ~30 s
 #   (semantic init's single GEMM pass, vtlab/vocab/similarity.py).
 #   By default (SPLADE-tiny only) ≈ 560 s + retrieval; the four full-set quality rows are kept (the int8 target is
 #   defined on them) and Seismic stays on 1M docs (its ≥ 10x target is defined there).
 #   Since then (measured on a Zen 5 held to AVX2, VTLAB_MAX_CPU_ISA=avx2: 362 s there, 331 s at ff200e8): the fused
 #   AVX2 kernels make int8 1.84x fp32 instead of 0.93x (~59 s → ~30 s) and fp32's head 1.24x torch's tiles; the fp32
-#   worker runs auto's check for the model (~10-20 s). Net ≈ 870-900 s on the AVX2 machine: to be measured there.
+#   worker runs auto's check for the model (~10-20 s); train runs 18 steps per tool, not 35 (~-50 s). Net ≈ 820-850 s
+#   on the AVX2 machine: to be measured there. Emulated, per part (2026-12-05, 357 s before the train cut): encode 157
+#   (ST 18, fp32 + auto's check 22, floor 7, int8 14, bf16 20, ORT 42, ORT-int8 34), train 53, retrieval 130 (the
+#   Seismic worker 94), transfer 16.
 
 
 def main() -> None:
