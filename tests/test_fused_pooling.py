@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
@@ -309,6 +310,9 @@ def test_fused_max_keeps_a_nan_as_torch_does(kernel, dtype, monkeypatch):
     hidden = hidden.to(dtype)
     with _threads(2):
         got = fused.max_logits(hidden, weight, mask)
+    if not kernel.keeps_nan:  # AMX: declines, so the pooling takes the tiled GEMM (test_a_kernel_that_drops_a_nan…)
+        assert got is None
+        return
     ref = _masked_max(hidden.float() @ weight.to(dtype).float().t(), mask)
     assert bool(torch.isnan(ref[0]).all()) and bool(torch.isnan(ref[3]).all())
     assert torch.equal(torch.isnan(got), torch.isnan(ref))
@@ -317,12 +321,12 @@ def test_fused_max_keeps_a_nan_as_torch_does(kernel, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("int8", [False, True], ids=["bf16", "int8"])
-def test_the_amx_reduction_is_the_max_and_keeps_a_nan(int8):
+def test_the_amx_reductions_equal_torchs_max(int8):
     """amx.c's max over a text's rows of the stored tiles, run alone (AVX-512, no tile instruction, so CPUs without
-    AMX check it too): equal to torch's max of the same values (int8: dequantized as sx·(C − zp·rowsum) with one
-    rounding per operation, as the FMA and the product do), a NaN anywhere in the run or already in best kept."""
+    AMX check it too): equal to torch's max of the same values — int8's dequantized as sx·(C − zp·rowsum) with one
+    rounding per operation, as the FMA and the product do — and of what best already holds."""
     if not {"avx512f", "avx512bw"} <= fused.cpu_flags():
-        pytest.skip("the AMX reduction needs AVX-512 (this CPU lacks it)")
+        pytest.skip("the AMX reductions need AVX-512 (this CPU lacks it)")
     lib = fused.AMX.kernel.load()
     if lib is None:
         pytest.skip("amx.c cannot be built here (no C compiler with AMX support)")
@@ -332,26 +336,54 @@ def test_the_amx_reduction_is_the_max_and_keeps_a_nan(int8):
         scratch = torch.randint(-(2**20), 2**20, (nc, 16, 16), generator=g, dtype=torch.int32)
         sx, zp = torch.rand(16, generator=g) * 0.01, torch.randint(0, 64, (16,), generator=g).float()
         rowsum = torch.randint(-4000, 4000, (nc * 16,), generator=g).float()
-        sx[r0 + 3] = float("nan")  # a token whose scale is NaN: every column of its row
         c = scratch.double() - zp.double()[None, :, None] * rowsum.double().view(nc, 1, 16)
         values = (c.float().double() * sx.double()[None, :, None]).float()  # [nc, rows, 16]
     else:
         scratch = torch.randn(nc, 16, 16, generator=g)
-        scratch[0, r0, 5] = float("nan")  # the run's first row: the next row's vmaxps would drop it
-        scratch[2, r1 - 1, 9] = float("nan")  # its last row
         sx = zp = rowsum = torch.zeros(0)
         values = scratch
-    dst = torch.randn(nc * 16, generator=g)
-    dst[17] = float("nan")  # a NaN already in best stays
-    dst[30] = float("-inf")
-    expected = torch.maximum(values[:, r0:r1].amax(dim=1).reshape(-1), dst)
-    nan = values[:, r0:r1].isnan().any(dim=1).reshape(-1) | dst.isnan()
-    i64, p = ctypes.c_int64, ctypes.c_void_p
+    run_max = values[:, r0:r1].amax(dim=1).reshape(-1)
     f = lib.vt_amx_reduce_run
-    f.restype, f.argtypes = None, [i64, p, i64, i64, i64, p, p, p, p]
-    f(int(int8), scratch.data_ptr(), r0, r1, nc, sx.data_ptr(), zp.data_ptr(), rowsum.data_ptr(), dst.data_ptr())
-    assert torch.equal(dst.isnan(), nan) and int(nan.sum()) >= 2
-    assert torch.equal(dst[~nan], expected[~nan])
+    f.restype, f.argtypes = None, [ctypes.c_int64, ctypes.c_void_p, *[ctypes.c_int64] * 3, *[ctypes.c_void_p] * 4]
+    fresh = torch.full((nc * 16,), float("-inf"))  # best as the caller fills it
+    held = run_max + torch.randn(nc * 16, generator=g) * float(values.std())  # about half the lanes above the run's
+    for dst in (fresh, held):
+        expected = torch.maximum(run_max, dst)
+        f(int(int8), scratch.data_ptr(), r0, r1, nc, sx.data_ptr(), zp.data_ptr(), rowsum.data_ptr(), dst.data_ptr())
+        assert torch.equal(dst, expected)
+    assert bool((held > run_max).any()) and bool((held == run_max).any())  # both sides of the max taken
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8], ids=["fp32", "bf16", "int8"])
+def test_a_kernel_that_drops_a_nan_gets_no_non_finite_hidden_state(dtype, monkeypatch):
+    """A kernel whose reduction keeps no NaN (AMX; here the kernel that runs, marked so) is not given a text with a
+    NaN or an inf hidden state: fused declines (None) and the pooling's tiled GEMM keeps the NaN, as torch's max does;
+    finite hidden states still go to the kernel."""
+    found = fused.kernel_for(dtype)
+    if found is None:
+        pytest.skip(f"no fused {dtype} kernel runs here")
+    monkeypatch.setattr(fused, "KERNELS", (dataclasses.replace(found[0], keeps_nan=False),))
+    hidden, mask = _batch(B=4, L=30, H=64 if dtype != torch.int8 else 128, seed=8)
+    weight = torch.randn(200, hidden.shape[2]) * 0.1
+    if dtype == torch.int8:
+        w8, _ = quantize_weight(weight)
+        call = lambda h: fused.max_logits_int8(h, w8, mask)  # noqa: E731
+    else:
+        hidden = hidden.to(dtype)
+        call = lambda h: fused.max_logits(h, weight, mask)  # noqa: E731
+    assert call(hidden) is not None
+    for bad in (float("nan"), float("inf")):
+        broken = hidden.clone()
+        broken[3, int(mask[3].sum()) - 1, 5] = bad  # the last real token of text 3
+        assert call(broken) is None
+        padded = hidden.clone()
+        padded[1, 0, 0] = bad  # text 1 is empty: a pad position is not pooled
+        assert call(padded) is not None
+    if dtype != torch.int8:
+        broken = hidden.clone()
+        broken[0, 0, 3] = float("nan")
+        pooled = pooling.max_logits(broken, weight, None, mask)
+        assert bool(torch.isnan(pooled[0]).all()) and not bool(torch.isnan(pooled[2]).any())
 
 
 def test_fused_fp32_pooling_trains_like_the_tiled_gemm(kernel, monkeypatch):

@@ -47,36 +47,41 @@ static void configure(void) {
     _tile_loadconfig(&cfg);
 }
 
-/* The max over a run of rows [r0, r1) (one text's tokens) of the nc stored tiles into dst, that text's row of best:
- * fp32 (bf16 products) as they are, int32 (int8) dequantized as sx[r] · (C − zp[r] · rowsum) (see vt_fused_max_int8).
- * A NaN among them makes its lane of dst NaN, as torch's max does: vmaxps returns its second operand when either is
- * NaN, so a NaN in the running max would be dropped by the next row; the lanes that saw one are tracked instead. */
-static inline void reduce_run(int int8, const void *scratch, int r0, int r1, int nc, const float *sx, const float *zp,
-                              const float *rowsum, float *dst) {
+/* the max over a run of rows [r0, r1) of the stored bf16-product tiles into best's row of text b. No NaN is tracked
+ * (vmaxps drops one in its first operand): that would add a compare per row to the reduction, the part of these
+ * kernels that is not tile arithmetic; fused.py gives AMX only finite hidden states (FusedKernel.keeps_nan) */
+static inline void reduce_run(const float scratch[NC][16][16], int r0, int r1, int nc, float *dst) {
     for (int j = 0; j < nc; j++) {
-        __m512 m = _mm512_set1_ps(-INFINITY), rs = int8 ? _mm512_loadu_ps(rowsum + 16 * j) : m;
-        __mmask16 nan = 0;
-        for (int r = r0; r < r1; r++) {
-            __m512 c;
-            if (int8) {
-                c = _mm512_cvtepi32_ps(_mm512_loadu_si512(((const int32_t(*)[16][16])scratch)[j][r]));
-                c = _mm512_mul_ps(_mm512_fnmadd_ps(_mm512_set1_ps(zp[r]), rs, c), _mm512_set1_ps(sx[r]));
-            } else {
-                c = _mm512_loadu_ps(((const float(*)[16][16])scratch)[j][r]);
-            }
-            nan |= _mm512_cmp_ps_mask(c, c, _CMP_UNORD_Q);
-            m = _mm512_max_ps(m, c);
-        }
-        __m512 d = _mm512_max_ps(m, _mm512_loadu_ps(dst + 16 * j)); /* keeps a NaN already in best */
-        _mm512_storeu_ps(dst + 16 * j, _mm512_mask_mov_ps(d, nan, _mm512_set1_ps(NAN)));
+        __m512 m = _mm512_loadu_ps(scratch[j][r0]);
+        for (int r = r0 + 1; r < r1; r++) m = _mm512_max_ps(m, _mm512_loadu_ps(scratch[j][r]));
+        __m512 d = _mm512_loadu_ps(dst + 16 * j);
+        _mm512_storeu_ps(dst + 16 * j, _mm512_max_ps(d, m));
     }
 }
 
-/* reduce_run alone (AVX-512 only, no tile instruction), so that its max and NaN handling are tested on CPUs
- * without AMX: scratch is [nc][16][16] fp32 (int8 = 0) or int32 (int8 = 1); sx, zp: per row; rowsum: per column. */
+/* int8: the same over the dequantized int32 tiles, sx[r] · (C − zp[r] · rowsum) (see vt_fused_max_int8) */
+static inline void reduce_run_int8(const int32_t scratch[NC][16][16], int r0, int r1, int nc, const float *sx,
+                                   const float *zp, const float *rowsum, float *dst) {
+    for (int j = 0; j < nc; j++) {
+        __m512 rs = _mm512_loadu_ps(rowsum + 16 * j), m = _mm512_set1_ps(-INFINITY);
+        for (int r = r0; r < r1; r++) {
+            __m512 c = _mm512_cvtepi32_ps(_mm512_loadu_si512(scratch[j][r]));
+            c = _mm512_fnmadd_ps(_mm512_set1_ps(zp[r]), rs, c);
+            m = _mm512_max_ps(m, _mm512_mul_ps(c, _mm512_set1_ps(sx[r])));
+        }
+        __m512 d = _mm512_loadu_ps(dst + 16 * j);
+        _mm512_storeu_ps(dst + 16 * j, _mm512_max_ps(d, m));
+    }
+}
+
+/* The two reductions alone (AVX-512 only, no tile instruction), so that CPUs without AMX test them: scratch is
+ * [nc][16][16] fp32 (int8 = 0) or int32 (int8 = 1); sx, zp: per row; rowsum: per column (int8 only). */
 void vt_amx_reduce_run(int64_t int8, const void *scratch, int64_t r0, int64_t r1, int64_t nc, const float *sx,
                        const float *zp, const float *rowsum, float *dst) {
-    reduce_run((int)int8, scratch, (int)r0, (int)r1, (int)nc, sx, zp, rowsum, dst);
+    if (int8)
+        reduce_run_int8((const int32_t(*)[16][16])scratch, (int)r0, (int)r1, (int)nc, sx, zp, rowsum, dst);
+    else
+        reduce_run((const float(*)[16][16])scratch, (int)r0, (int)r1, (int)nc, dst);
 }
 
 /* C tile j += A · B tile, with the instruction of the kernel's type (tile numbers must be constants) */
@@ -129,8 +134,11 @@ static inline void amx_max(int int8, const uint8_t *x, int64_t row_bytes, const 
                     int r1 = r0 + 1;
                     while (r1 < rows && text_of[t0 + r1] == b) r1++;
                     float *dst = best + b * ldb + cb * 16;
-                    reduce_run(int8, scratch, r0, r1, nc, int8 ? sx + t0 : NULL, int8 ? zp + t0 : NULL,
-                               int8 ? rowsum + cb * 16 : NULL, dst);
+                    if (int8)
+                        reduce_run_int8((const int32_t(*)[16][16])scratch, r0, r1, nc, sx + t0, zp + t0,
+                                        rowsum + cb * 16, dst);
+                    else
+                        reduce_run((const float(*)[16][16])scratch, r0, r1, nc, dst);
                     r0 = r1;
                 }
             }
