@@ -21,6 +21,9 @@ def test_judge_reports_met_and_shortfall():
     j = judge("encode_speedup_vs_st", 2.0)
     assert j["met"] is False and j["shortfall"] == "needs 2.00x more" and j["target"] == ">= 4"
     assert judge("encode_rss_ratio_vs_st", 0.6)["shortfall"] == "2.00x over"
+    # a near miss keeps its digits: 1.797 against 1.8 is not "needs 1.00x more"
+    assert judge("encode_int8_speedup_vs_fp32", 1.797)["shortfall"] == "needs 1.002x more"
+    assert judge("encode_rss_ratio_vs_st", 0.303)["shortfall"] == "1.010x over"
     assert "points of recall" in judge("seismic_recall_at_10", 0.98)["shortfall"]
     assert judge("encode_int8_ndcg10_vs_fp32", 0.99)["shortfall"] == "0.50 points of fp32's nDCG@10 short"
     assert judge("total_wall_s", 1000.0)["shortfall"] == "100 s over (1.11x)"

@@ -63,10 +63,15 @@ def judge(key: str, value: float | None, not_applicable: str | None = None) -> d
         if say:
             verdict["shortfall"] = say(value, target)
         elif op == ">=":
-            verdict["shortfall"] = f"needs {target / value:.2f}x more"
+            verdict["shortfall"] = f"needs {_factor(target / value)}x more"
         else:
-            verdict["shortfall"] = f"{value / target:.2f}x over"
+            verdict["shortfall"] = f"{_factor(value / target)}x over"
     return verdict
+
+
+def _factor(r: float) -> str:
+    """A miss factor with the digits that show it: 1.002, not 1.00 (a near miss), 2.00 for a far one."""
+    return f"{r:.3f}" if r < 1.1 else f"{r:.2f}"
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
