@@ -51,6 +51,7 @@ LAYERS: dict[str, list[str]] = {
     "foundations": [
         "vtlab",
         "vtlab.errors",
+        "vtlab.allocator",
         "vtlab.atomic",
         "vtlab.cpu",
         "vtlab.assets",

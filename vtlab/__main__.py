@@ -12,6 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from vtlab.allocator import keep_freed_memory
 from vtlab.errors import DiskError, note_write_roots, one_line
 from vtlab.logs import guard_log_files, quiet_third_party
 from vtlab.paths import CONF_DIR
@@ -28,6 +29,7 @@ def main(cfg: DictConfig) -> None:
     # past `ulimit -f` a write must fail (EFBIG: one line naming the file, status.json "failed"), not kill the process
     # with SIGXFSZ; Python ignores it already, this keeps it so for a job started otherwise (a launcher, a test)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    keep_freed_memory()  # freed activations stay in the process for the next batch, not refaulted (vtlab.allocator)
     # an error that names no file (safetensors' "No space left on device (os error 28)") is placed among these
     note_write_roots(cfg.paths.run_dir, os.environ.get("VTLAB_CACHE") or os.path.expanduser("~/.cache/vtlab"))
     hc = HydraConfig.get()

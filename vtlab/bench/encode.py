@@ -17,6 +17,8 @@ vtlab/bench/testbed.py), encoded at 256 / 64 tokens, batch 64.
   the encoder body + MLM head transform, and the vocabulary matmul on the real (non-pad) tokens only, into one reused
   buffer; no pooling, no output. Where a fused pooling kernel runs (vtlab.models.fused: it never writes the logits),
   vtlab can run below it.
+The vtlab rows and the floor run with the allocator settings `python -m vtlab` makes (vtlab.allocator); the peers with
+their own defaults.
 
 --splits N,M: the texts are encoded in consecutive slices [0, N), [N, M), [M, end), each timed, so the result holds
 the timing of every prefix (`prefix`) beside the whole: a row that encodes only a sample is compared with this one on
@@ -38,6 +40,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from vtlab.allocator import keep_freed_memory
 from vtlab.assets import asset_path, cache_dir
 from vtlab.atomic import build_dir
 from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, timed, write_result
@@ -202,6 +205,7 @@ def setup_vtlab(path: Path, warm: list[str], batch: int, precision: str) -> Enco
     from vtlab.backbones import Backbone
     from vtlab.models.encoder import SpladeEncoder
 
+    keep_freed_memory()  # as `python -m vtlab` runs (vtlab.allocator)
     enc = SpladeEncoder.from_backbone(
         Backbone(str(path), family="bert"), query_max_length=QUERY_LEN, doc_max_length=DOC_LEN, precision=precision
     )
@@ -264,9 +268,10 @@ def setup_floor(path: Path, warm: list[str], batch: int) -> Encode:
     import torch
 
     from vtlab.backbones import Backbone, decoder_bypassed
-    from vtlab.models.encoder import SpladeEncoder
+    from vtlab.models.encoder import SpladeEncoder, head_inputs
     from vtlab.models.pooling import DEFAULT_CHUNK_BYTES, tile_shape
 
+    keep_freed_memory()  # the body as vtlab runs it: its allocator settings and chunks (head_inputs)
     enc = SpladeEncoder.from_backbone(
         Backbone(str(path), family="bert"), query_max_length=QUERY_LEN, doc_max_length=DOC_LEN
     )
@@ -282,7 +287,7 @@ def setup_floor(path: Path, warm: list[str], batch: int) -> Encode:
             w = decoder.weight
             V = w.shape[0]
             for _, ids, mask in enc.batches(list(items), side, batch):  # the same tokenization + length-sorted batches
-                hidden = net(input_ids=ids, attention_mask=mask).logits
+                hidden = head_inputs(net, ids, mask)
                 real = hidden[mask.bool()]  # [tokens, H]
                 for s in range(0, real.shape[0], rows):
                     part = real[s : s + rows]

@@ -25,6 +25,7 @@ import warnings
 from typing import Any
 
 from vtlab.assets import asset_path
+from vtlab.allocator import keep_freed_memory
 from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, write_result
 from vtlab.data.boolq import train_pairs
 
@@ -52,6 +53,7 @@ def run_vtlab(questions: list[str], passages: list[str], args: argparse.Namespac
     from vtlab.models.splade import SpladeModule
     from vtlab.regularizers import Flops
 
+    keep_freed_memory()  # as `python -m vtlab` runs (vtlab.allocator)
     pl.seed_everything(0, verbose=False)
     enc = SpladeEncoder.from_backbone(
         Backbone(str(asset_path("splade-tiny")), family="bert"),
