@@ -49,8 +49,8 @@ def test_keep_freed_memory_stops_the_kernel_refaulting_each_step():
     set_, kept = _faults_per_page("keep")
     _, default = _faults_per_page("default")
     assert set_ == "True"
-    assert default > 0.5  # glibc's defaults: most pages of every step are fresh from the kernel
-    assert kept < 0.05 * default
+    # glibc 2.36's defaults: ~1.0 (every page of every step fresh from the kernel); kept: 0
+    assert kept < 0.05, f"{kept:.2f} pages faulted per page allocated per step (glibc's defaults: {default:.2f})"
 
 
 def test_keep_freed_memory_leaves_the_users_malloc_settings(monkeypatch):
