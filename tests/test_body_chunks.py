@@ -117,3 +117,30 @@ def test_encode_with_a_small_body_budget_equals_the_default(tiny, passages, monk
     enc.model._forward_pre_hooks.clear()
     assert calls and set(calls) == {1}
     np.testing.assert_allclose(chunked, default, rtol=1e-5, atol=1e-5)
+
+
+class _Recorder(torch.nn.Module):
+    """Records the rows of each forward pass; its output is the input ids as hidden states (dispatch only)."""
+
+    config = BertConfig(hidden_size=8, intermediate_size=32, num_attention_heads=1)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[int] = []
+
+    def forward(self, input_ids, attention_mask):
+        self.rows.append(input_ids.shape[0])
+        return type("Out", (), {"logits": input_ids.unsqueeze(-1).float()})()
+
+
+def test_head_inputs_runs_one_pass_off_cpu():
+    net = _Recorder()
+    ids = torch.arange(40, device="meta").view(10, 4)  # no arithmetic: only which device it is on matters
+    with torch.inference_mode():
+        head_inputs(net, ids, ids, budget_bytes=4 * 32 * 4)  # one row per pass, were it on CPU
+    assert net.rows == [10]
+    cpu_ids = torch.arange(40).view(10, 4)
+    with torch.inference_mode():
+        out = head_inputs(net, cpu_ids, cpu_ids, budget_bytes=4 * 32 * 4)
+    assert net.rows == [10, *[1] * 10]
+    assert torch.equal(out.squeeze(-1), cpu_ids.float())  # the chunks back in order

@@ -366,11 +366,13 @@ def body_rows(config: Any, length: int, budget_bytes: int) -> int:
 
 
 def head_inputs(net: nn.Module, input_ids: Tensor, attention_mask: Tensor, budget_bytes: int | None = None) -> Tensor:
-    """The hidden states the (bypassed) MLM decoder would read, [B, L, H]. Without autograd the body runs in row chunks
-    of `body_rows` (budget: BODY_BYTES); with it, in one pass (its activations are kept for the backward anyway).
-    Rows are independent in the body; an int8 body quantizes each chunk's activations on their own range."""
+    """The hidden states the (bypassed) MLM decoder would read, [B, L, H]. On CPU without autograd the body runs in row
+    chunks of `body_rows` (budget: BODY_BYTES); with autograd (its activations are kept for the backward anyway) or on
+    an accelerator (no glibc heap there, and smaller kernels would only be slower) in one pass. Rows are independent
+    in the body; an int8 body quantizes each chunk's activations on their own range."""
     B, L = input_ids.shape
-    step = B if torch.is_grad_enabled() else body_rows(net.config, L, budget_bytes or BODY_BYTES)
+    one_pass = torch.is_grad_enabled() or input_ids.device.type != "cpu"
+    step = B if one_pass else body_rows(net.config, L, budget_bytes or BODY_BYTES)
     if step >= B:
         return net(input_ids=input_ids, attention_mask=attention_mask).logits
     return torch.cat(
