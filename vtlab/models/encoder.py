@@ -372,7 +372,7 @@ def head_inputs(net: nn.Module, input_ids: Tensor, attention_mask: Tensor, budge
     in the body; an int8 body quantizes each chunk's activations on their own range."""
     B, L = input_ids.shape
     one_pass = torch.is_grad_enabled() or input_ids.device.type != "cpu"
-    step = B if one_pass else body_rows(net.config, L, budget_bytes or BODY_BYTES)
+    step = B if one_pass else body_rows(getattr(net, "config", None), L, budget_bytes or BODY_BYTES)
     if step >= B:
         return net(input_ids=input_ids, attention_mask=attention_mask).logits
     return torch.cat(
