@@ -2,6 +2,7 @@
 tens of MiB for every batch, and the encoder's body in row chunks (vtlab.models.encoder.head_inputs) gives the hidden
 states of one pass. Every comparison runs in fp32 (no autocast), against the unchunked network."""
 
+import os
 import platform
 import subprocess
 import sys
@@ -37,7 +38,7 @@ print((faults() - f0) / 5 / (48 * MiB / 4096))
 
 
 def _faults_per_page(mode: str) -> tuple[str, float]:
-    env = {k: v for k, v in __import__("os").environ.items() if k not in USER_SETTINGS and k != "GLIBC_TUNABLES"}
+    env = {k: v for k, v in os.environ.items() if k not in USER_SETTINGS and k != "GLIBC_TUNABLES"}
     out = subprocess.run(
         [sys.executable, "-c", ALLOCATE, mode], capture_output=True, text=True, check=True, env=env
     ).stdout.split()

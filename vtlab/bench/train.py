@@ -24,8 +24,8 @@ import time
 import warnings
 from typing import Any
 
-from vtlab.assets import asset_path
 from vtlab.allocator import keep_freed_memory
+from vtlab.assets import asset_path
 from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, write_result
 from vtlab.data.boolq import train_pairs
 
