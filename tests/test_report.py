@@ -590,7 +590,13 @@ def test_contrast_lines_show_both_levels_side_by_side(contrast_sweep) -> None:
     )
     # Holm and the reading only on the headline line (pooled, full); one contrast: Holm leaves p as it is
     assert pooled.seed.n == 2 and pooled.p_seed_holm == pytest.approx(pooled.seed.p_t)
-    assert all(x.p_seed_holm is None and x.reading == "" for x in contrasts.lines if x is not pooled)
+    others = [x for x in contrasts.lines if x is not pooled]
+    assert all(x.p_seed_holm is None and x.seeds_to_decide is None for x in others)
+    # per-collection lines at full sparsity break the headline down; the budget lines are exploratory, outside Holm
+    assert [(x.reading, x.exploratory) for x in others if x.budget == "full"] == [("", False), ("", False)]
+    assert [(x.reading, x.exploratory) for x in others if x.budget == "q4-d8"] == [
+        ("exploratory (outside Holm)", True)
+    ] * 3
     rows = list(csv.DictReader(io.StringIO(contrasts_csv(contrasts))))
     assert float(rows[2]["p_seed"]) == pooled.seed.p and rows[2]["matched_seeds"] == "2"
 
@@ -621,7 +627,7 @@ def seed_sweep(
 
 
 def headlines(sweep: Path) -> dict[tuple[str, str], object]:
-    return {(x.a, x.b): x for x in build_contrasts(build_table(sweep)).lines if x.reading}
+    return {(x.a, x.b): x for x in build_contrasts(build_table(sweep)).lines if x.reading and not x.exploratory}
 
 
 def t_p_by_hand(per_seed: tuple[float, ...]) -> float:
@@ -656,7 +662,8 @@ def test_confirmed_needs_the_holm_adjusted_seed_level_t(tmp_path: Path) -> None:
         )
     )[("A", "B")]
     assert noisy.result.p_randomization < 0.05 and noisy.p_seed_holm >= 0.05
-    assert noisy.reading.startswith("not confirmed: query level only (p ")
+    assert noisy.reading.startswith("undecided at 3 seeds: seed-level 95% CI [")
+    assert "; query level alone p " in noisy.reading
     # one seed: no seed-level test at all, and the reading says why
     single = headlines(seed_sweep(tmp_path / "one", 1, "report:\n  contrasts: [[A, B]]\n"))[("A", "B")]
     assert single.seed.p == 1.0 and single.p_seed_holm is None
@@ -687,3 +694,143 @@ def test_testbed_tables_declare_a_primary_among_their_contrasts() -> None:
         assert report["primary"] in report["contrasts"], path
     for path in sorted((conf / "references").glob("*.yaml")):  # no contrasts, so no primary inherited from base
         assert yaml.safe_load(path.read_text())["report"] == {"contrasts": [], "primary": None}, path
+
+
+# ------------------------------------------------------------------------------------------------ readings, planning
+
+from vtlab.evaluation.stats import SeedComparison, seed_t_test  # noqa: E402
+from vtlab.report import EXPLORATORY_FILE, ContrastLine, Contrasts, write_exploratory  # noqa: E402
+from vtlab.report.readings import adjust  # noqa: E402
+
+VERDICTS = ("confirmed", "refuted", "undecided")
+
+
+def seeds_by_hand(per_seed: tuple[float, ...], m: int) -> int | None:
+    """The smallest n ≥ 2 (up to 1000) with |d̄| √n / s above the two-sided critical t at level 0.05 / m, df n − 1."""
+    x = np.asarray(per_seed)
+    d, s = abs(x.mean()), x.std(ddof=1)
+    return next((n for n in range(2, 1001) if d * np.sqrt(n) / s > scipy_stats.t.ppf(1 - 0.05 / (2 * m), n - 1)), None)
+
+
+def ci_by_hand(per_seed: tuple[float, ...]) -> str:
+    """The seed-level 95% t interval as the reading prints it, from numpy and the t quantile."""
+    x = np.asarray(per_seed)
+    half = scipy_stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size)
+    return f"[{x.mean() - half:+.4f}, {x.mean() + half:+.4f}]".replace("-", "−")
+
+
+def column(md: str, header: str) -> dict[str, str]:
+    """{A − B cell: the `header` cell} over the markdown table's lines."""
+    rows = md_rows(md)
+    i = rows[0].index(header)
+    return {r[0]: r[i] for r in rows[1:]}
+
+
+def test_readings_confirmed_refuted_undecided_with_seeds_to_decide(tmp_path: Path) -> None:
+    # A ahead of B and C by 0.2 on every seed, B and C alike: A − B holds, C − A goes against its claim (C > A), B − C
+    # cannot be told apart at 3 seeds
+    sweep = seed_sweep(
+        tmp_path, 3, "report:\n  contrasts: [[A, B], [C, A], [B, C]]\n", levels={"A": 0.7, "B": 0.5, "C": 0.5}
+    )
+    contrasts = build_contrasts(build_table(sweep))
+    got = {(x.a, x.b): x for x in contrasts.lines}
+    caveat = " (seed-level t with 3 seeds assumes normal seed differences; the sign flip cannot go below 0.25)"
+    assert got[("A", "B")].reading == "confirmed: A > B" + caveat and got[("A", "B")].p_seed_holm < 0.05
+    refuted = got[("C", "A")]
+    assert refuted.seed.delta < 0 and refuted.p_seed_holm < 0.05 and refuted.reading == "refuted: A < B" + caveat
+    undecided = got[("B", "C")]
+    assert undecided.p_seed_holm >= 0.05
+    want = seeds_by_hand(undecided.seed.per_seed, 3)  # Bonferroni over the table's 3 contrasts
+    assert want is not None and want > 3 and undecided.seeds_to_decide == want
+    assert undecided.reading.startswith(
+        f"undecided at 3 seeds: seed-level 95% CI {ci_by_hand(undecided.seed.per_seed)}; "
+        f"about {want} seeds would decide it at this spread"
+    )
+    md = contrasts_markdown(contrasts)
+    assert column(md, "seeds to decide") == {
+        f"{a} − {b}": str(seeds_by_hand(x.seed.per_seed, 3)) for (a, b), x in got.items()
+    }
+    assert "not confirmed" not in md and "no difference" not in md
+    rows = {(r["a"], r["b"]): r for r in csv.DictReader(io.StringIO(contrasts_csv(contrasts)))}
+    low, high = (float(rows[("B", "C")][k]) for k in ("ci_seed_low", "ci_seed_high"))
+    assert f"[{low:+.4f}, {high:+.4f}]".replace("-", "−") == ci_by_hand(undecided.seed.per_seed)
+    assert rows[("B", "C")]["seeds_to_decide"] == str(want)
+
+
+def headline(per_seed: tuple[float, ...]) -> ContrastLine:
+    """A one-collection headline line with the given per-seed differences, its seed-level tests from stats."""
+    seeds = tuple(str(i) for i in range(len(per_seed)))
+    seed = SeedComparison(seeds, per_seed, float(np.mean(per_seed)), 1.0, True, seed_t_test(np.array(per_seed)))
+    return ContrastLine("A", "B", "boolq", "full", len(seeds), len(seeds), None, seed=seed)
+
+
+def test_undecided_without_an_effect_or_beyond_the_search() -> None:
+    # d̄ = 0, s = 0.01: the CI is 0 ± t_(0.975, 2) · 0.01 / √3 = ± 4.302653 · 0.005774 = ± 0.0248
+    zero, wide = headline((0.01, -0.01, 0.0)), headline((0.0011, -0.3, 0.3))
+    adjust([zero, wide])
+    assert (
+        zero.reading == "undecided at 3 seeds: seed-level 95% CI [−0.0248, +0.0248]; no effect to detect at this spread"
+    )
+    # d̄ = 0.00037 against s ≈ 0.3: t ≈ 0.0012 √n stays below 2.4 (the critical t at 0.025) far beyond 1000 seeds
+    assert wide.seeds_to_decide is None
+    assert wide.reading.endswith("; more than 1000 seeds would be needed at this spread")
+    md = contrasts_markdown(Contrasts("t", "nDCG@10", [zero, wide], []))
+    assert [r[md_rows(md)[0].index("seeds to decide")] for r in md_rows(md)[1:]] == ["no effect", "> 1000"]
+    same = headline((0.02, 0.02, 0.02))  # no spread: the t-test has no p-value, so no verdict either way
+    adjust([same])
+    assert same.p_seed_holm is None and same.seeds_to_decide is None
+    assert (
+        same.reading
+        == "not testable at seed level (3 matched seeds, every one with the same difference: no spread for a t-test)"
+    )
+
+
+def test_budget_lines_are_exploratory_outside_holm(contrast_sweep) -> None:
+    sweep, _ = contrast_sweep
+    md = contrasts_markdown(build_contrasts(build_table(sweep)))
+    rows = md_rows(md)
+    header, lines = rows[0], rows[1:]
+    p_columns = [i for i, h in enumerate(header) if h.startswith("p ")]
+    reading, budget = header.index("reading"), header.index("budget")
+    for line in lines:
+        ps = [line[i] for i in p_columns if line[i] != "–"]
+        if line[budget] == "q4-d8":  # every p-value shown and marked, no verdict
+            assert line[reading] == "exploratory (outside Holm)" and ps and all(p.endswith(" †") for p in ps)
+            assert line[header.index("p seed Holm")] == line[header.index("seeds to decide")] == "–"
+        else:
+            assert line[budget] == "full" and not any("†" in p for p in ps)
+            assert line[reading] in ("", "–") or line[reading].startswith(VERDICTS)
+    assert "The budget lines are exploratory, outside the Holm family: no verdict" in md
+    rows = list(csv.DictReader(io.StringIO((contrasts_csv(build_contrasts(build_table(sweep)))))))
+    assert [r["exploratory"] for r in rows] == ["False"] * 3 + ["True"] * 3
+
+
+def test_exploratory_marker_takes_every_verdict_away(tmp_path: Path, contrast_sweep, capsys) -> None:
+    sweep = seed_sweep(tmp_path, 3, "report:\n  contrasts: [[A, B], [A, C]]\n")
+    plain = build_contrasts(build_table(sweep))
+    assert [x.reading.split(":")[0] for x in plain.lines] == ["confirmed", "confirmed"]  # without the marker
+    reason = "learning gate failed: A's training loss did not fall"
+    write_exploratory(sweep, reason)
+    assert json.loads((sweep / EXPLORATORY_FILE).read_text()) == {"reason": reason}
+    table = build_table(sweep)
+    marked = build_contrasts(table)
+    assert table.exploratory == reason
+    assert [x.reading for x in marked.lines] == [f"exploratory: {reason}"] * 2
+    # the numbers are still shown, unchanged
+    assert [(x.seed.p_t, x.p_seed_holm, x.result.delta) for x in marked.lines] == [
+        (x.seed.p_t, x.p_seed_holm, x.result.delta) for x in plain.lines
+    ]
+    assert main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert not any(v in out for v in VERDICTS) and "| exploratory: learning gate failed" in out
+    assert f"EXPLORATORY TABLE ({EXPLORATORY_FILE} in the sweep): {reason}; no line carries a verdict" in out
+    assert f"EXPLORATORY TABLE ({EXPLORATORY_FILE}): {reason}" in (sweep / "table.md").read_text()
+    # budget lines too; a marker without a readable reason still takes the verdicts away
+    budgets, _ = contrast_sweep
+    (budgets / EXPLORATORY_FILE).write_text('{"why": "gate"}')
+    lines = build_contrasts(build_table(budgets)).lines
+    assert len(lines) == 6 and all(
+        x.exploratory and x.reading.startswith("exploratory: reason unreadable") for x in lines
+    )
+    (budgets / EXPLORATORY_FILE).write_text("not json")
+    assert build_table(budgets).exploratory.startswith("reason unreadable: ")

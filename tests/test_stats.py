@@ -1,6 +1,7 @@
 """vtlab.evaluation.stats: the paired tests against scipy, an exact enumeration of all sign flips, and a written-out t
 interval; the seed-level test against sign patterns listed by hand, a null simulation (why it replaces the query level
-as the reading), and Holm against a worked example."""
+as the reading), Holm against a worked example, and the seed-level interval and seeds-to-decide planning figure against
+hand arithmetic."""
 
 import itertools
 import math
@@ -10,15 +11,20 @@ import pytest
 from scipy import stats as scipy_stats
 
 from vtlab.evaluation.stats import (
+    MAX_SEEDS_NEEDED,
+    SeedComparison,
     StatsError,
     compare,
     compare_seeds,
     holm,
     mean_over_seeds,
+    no_effect,
     paired_arrays,
     randomization_test,
     seed_sign_flip_test,
+    seed_t_interval,
     seed_t_test,
+    seeds_needed,
     t_test,
 )
 
@@ -216,3 +222,49 @@ def test_holm_equals_statsmodels() -> None:
     multitest = pytest.importorskip("statsmodels.stats.multitest")
     p = np.random.default_rng(3).uniform(0, 0.2, 9)
     assert holm(p) == pytest.approx(multitest.multipletests(p, method="holm")[1])
+
+
+# ------------------------------------------------------------------------------------------------ planning
+
+
+def test_seeds_needed_against_hand_arithmetic() -> None:
+    # d = [0.010, 0.014, 0.012]: d̄ = 0.012, s = 0.002, so t(n) = d̄ / (s / √n) = 6 √n. Family of m = 5 contrasts:
+    # Bonferroni level 0.05 / 5 = 0.01, two-sided, so the critical t is t.ppf(1 − 0.01 / 2, df = n − 1):
+    #   n = 2: t = 8.485 vs critical 63.657 (df 1) — not yet
+    #   n = 3: t = 10.392 vs critical 9.925 (df 2) — passes: 3 seeds.
+    # Check with the df = 2 closed form P(|T| ≥ t) = 1 − t / √(2 + t²): 1 − 10.392 / √110 = 0.00913 < 0.01.
+    d = [0.010, 0.014, 0.012]
+    assert seeds_needed(d, 5) == 3
+    assert seed_t_test(np.array(d)) == pytest.approx(1 - 6 * math.sqrt(3) / math.sqrt(2 + 108), rel=1e-6)
+    assert 6 * math.sqrt(2) < scipy_stats.t.ppf(0.995, 1) and 6 * math.sqrt(3) > scipy_stats.t.ppf(0.995, 2)
+    # d = [0.002, 0.014, 0.008]: d̄ = 0.008, s = 0.006, t(n) = (4/3) √n; critical t at 0.01 two-sided:
+    #   n = 7: t = 3.528 vs 3.707 (df 6) — not yet;  n = 8: t = 3.771 vs 3.499 (df 7) — passes: 8 seeds.
+    d = [0.002, 0.014, 0.008]
+    assert seeds_needed(d, 5) == 8
+    assert 4 / 3 * math.sqrt(7) < scipy_stats.t.ppf(0.995, 6) and 4 / 3 * math.sqrt(8) > scipy_stats.t.ppf(0.995, 7)
+    assert seeds_needed([-x for x in d], 5) == 8  # two-sided: the sign does not matter
+    # one contrast (m = 1): level 0.05, critical t.ppf(0.975): n = 4: 2.667 vs 3.182 (df 3); n = 5: 2.981 vs 2.776
+    assert seeds_needed(d, 1) == 5
+    assert seeds_needed(d, 5, max_seeds=7) is None and seeds_needed(d, 5, max_seeds=8) == 8  # the cap is inclusive
+
+
+def test_seeds_needed_edge_cases() -> None:
+    assert seeds_needed([0.01, 0.01, 0.01], 5) == 2  # no spread, an effect: any two seeds would do
+    assert seeds_needed([0.01, -0.01], 3) is None and seeds_needed([0.0, 0.0, 0.0], 3) is None  # d̄ = 0
+    assert no_effect([0.01, -0.01]) and no_effect([0.1, 0.2, -0.3]) and not no_effect([0.01, -0.009])
+    assert seeds_needed([0.1, 0.2, -0.3], 3) is None  # d̄ = 1e-17 from rounding: no effect, not a search to the cap
+    assert seeds_needed([0.02], 1) is None  # one seed: no spread to plan with
+    # a huge spread: d̄ = 0.0011 / 3, s ≈ 0.3; t(n) ≈ 0.00122 √n would need millions of seeds, beyond the cap
+    assert seeds_needed([0.0011, -0.3, 0.3], 5) is None and MAX_SEEDS_NEEDED == 1000
+    with pytest.raises(StatsError, match="family_size=0"):
+        seeds_needed([0.01, 0.02], 0)
+
+
+def test_seed_t_interval_by_hand() -> None:
+    # d̄ = 0.012, s = 0.002, n = 3: t_(0.975, df 2) = 4.302653 (a t table), half-width 4.302653 · 0.002 / √3
+    half = 4.302653 * 0.002 / math.sqrt(3)
+    assert seed_t_interval([0.010, 0.014, 0.012]) == pytest.approx((0.012 - half, 0.012 + half), rel=1e-6)
+    assert all(math.isnan(x) for x in seed_t_interval([0.02]))
+    assert seed_t_interval([0.02, 0.02]) == (0.02, 0.02)
+    c = SeedComparison(("0", "1", "2"), (0.010, 0.014, 0.012), 0.012, 0.25, True, 0.009)
+    assert c.ci == pytest.approx((0.012 - half, 0.012 + half), rel=1e-6)

@@ -13,7 +13,9 @@ difference — every query of every set at once — is equally likely to be + or
 average-column difference: per seed, the mean over sets of the per-set mean difference over queries (stratified by
 set), then the mean over seeds. Its null distribution is every sign pattern over the matched seeds (enumerated up to
 2^16, sampled beyond), so n seeds cannot give a p-value below 2 / 2^n (3 seeds: 0.25). `holm` adjusts a table's
-seed-level p-values for the number of contrasts it claims.
+seed-level p-values for the number of contrasts it claims; `seed_t_interval` is the 95% CI of the mean per-seed
+difference and `seeds_needed` the number of matched seeds at which the observed effect and spread would pass the
+family's level (a planning figure).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ CONFIDENCE = 0.95
 _CHUNK_ELEMENTS = 1 << 22  # signs per matrix product (32 MiB as float64), whatever the number of queries
 MAX_EXACT_SEEDS = 16  # up to 2^16 sign patterns over seeds are enumerated; more seeds are sampled
 ALPHA = 0.05
+MAX_SEEDS_NEEDED = 1000  # seeds_needed searches n = 2 .. this; beyond it the answer is None
 
 
 class StatsError(VtlabError):
@@ -208,6 +211,51 @@ def seed_t_test(per_seed: np.ndarray) -> float:
     return float(scipy_stats.ttest_1samp(per_seed, 0.0).pvalue)
 
 
+def no_effect(per_seed: Sequence[float] | np.ndarray) -> bool:
+    """Whether the mean per-seed difference is 0 up to rounding (|mean| ≤ 1e-12 · the largest |difference|): no
+    effect for seeds_needed to plan for."""
+    d = np.asarray(per_seed, dtype=np.float64)
+    return d.size > 0 and bool(abs(d.mean()) <= 1e-12 * np.abs(d).max())
+
+
+def seed_t_interval(per_seed: Sequence[float] | np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """(low, high): the t interval of the mean per-seed difference, d̄ ± t_((1+confidence)/2, n−1) · s / √n, with s the
+    sample standard deviation (ddof=1) of the n per-seed differences. NaN for fewer than two seeds (no spread);
+    [d̄, d̄] when every seed has the same difference."""
+    d = np.asarray(per_seed, dtype=np.float64)
+    if d.size < 2:
+        return math.nan, math.nan
+    half = float(scipy_stats.t.ppf((1 + confidence) / 2, d.size - 1)) * float(d.std(ddof=1)) / math.sqrt(d.size)
+    return float(d.mean()) - half, float(d.mean()) + half
+
+
+def seeds_needed(
+    per_seed: Sequence[float] | np.ndarray, family_size: int, alpha: float = ALPHA, max_seeds: int = MAX_SEEDS_NEEDED
+) -> int | None:
+    """Planning figure: the smallest number of matched seeds n ≥ 2 at which the seed-level t-test of a contrast would
+    pass the family's level if the observed effect and spread stayed as they are.
+
+    With d̄ the mean and s the sample standard deviation (ddof=1) of the per-seed differences, and m = `family_size`
+    (the contrasts of the table's Holm family): the smallest n in 2 .. `max_seeds` whose two-sided one-sample t p-value
+    with t = |d̄| / (s / √n) and df = n − 1 is below alpha / m. Holm multiplies the p of the contrast ranked r by
+    m − r + 1 ≤ m; the planning figure uses the conservative Bonferroni factor m, so it holds whatever the other
+    contrasts' p-values turn out to be. Every seed with the same nonzero difference (s = 0): 2. None where there is
+    nothing to plan with or for: d̄ = 0 (no effect to detect, up to rounding), fewer than two seeds (no spread), or no
+    n up to `max_seeds` (the effect is too small for its spread)."""
+    d = np.asarray(per_seed, dtype=np.float64)
+    if family_size < 1 or not 0 < alpha < 1 or max_seeds < 2:
+        raise StatsError(f"seeds_needed: family_size={family_size}, alpha={alpha}, max_seeds={max_seeds}")
+    if d.ndim != 1 or d.size < 2 or no_effect(d):
+        return None
+    s = float(d.std(ddof=1))
+    if s == 0:
+        return 2
+    n = np.arange(2, max_seeds + 1)
+    p = 2 * scipy_stats.t.sf(abs(float(d.mean())) * np.sqrt(n) / s, n - 1)
+    hits = np.flatnonzero(p < alpha / family_size)
+    return int(n[hits[0]]) if hits.size else None
+
+
 @dataclass(frozen=True)
 class SeedComparison:
     """Arm A against arm B over matched seeds; delta = mean over seeds of the per-seed avg-column difference. `p_t`
@@ -223,6 +271,11 @@ class SeedComparison:
     @property
     def n(self) -> int:
         return len(self.seeds)
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        """The 95% t interval of the mean per-seed difference (seed_t_interval)."""
+        return seed_t_interval(self.per_seed)
 
     @property
     def min_p(self) -> float:

@@ -13,11 +13,16 @@ measure's mean with the 95% CI of the paired difference, the paired randomizatio
 p-value over queries (query level: per-query values from each run's per_query.json, averaged over a row's seeds),
 and beside them the seed-level randomization p-value (seed i of A matched with seed i of B, whole seeds' signs
 flipped; pooled: the avg column's difference), see vtlab.evaluation.stats. Each contrast's headline line (pooled, full
-sparsity) also gets its seed-level p adjusted by Holm over the table's contrasts, and a reading that says "confirmed"
-only where that adjusted p is below 0.05; the contrast named by `report.primary` (declared before the runs) is marked.
-Written to `contrasts.md` and `contrasts.csv` beside the table, and to stdout; `tradeoff.png` plots each row's
-average measure against its FLOPS, one point per seed. A recorded contrast that cannot be computed (a label that is
-not a row of the table) is named in contrasts.md and on stderr after everything is written, and the exit status is 2.
+sparsity) also gets its seed-level t p adjusted by Holm over the table's contrasts, the matched seeds that would decide
+it at the observed effect and spread ("seeds to decide"), and a reading: a contrast A − B claims A > B, "confirmed:
+A > B" or "refuted: A < B" only where that adjusted p is below 0.05, otherwise "undecided at N seeds" with the
+seed-level 95% CI; the contrast named by `report.primary` (declared before the runs) is marked. Lines at a matched term
+budget are outside the Holm family: exploratory, no verdict, their p-values marked. A sweep directory holding
+`exploratory.json` ({"reason": "..."}, e.g. written where a learning gate failed) makes its table exploratory: the
+numbers are shown, no line carries a verdict. Written to `contrasts.md` and `contrasts.csv` beside the table, and to
+stdout; `tradeoff.png` plots each row's average measure against its FLOPS, one point per seed. A recorded contrast
+that cannot be computed (a label that is not a row of the table) is named in contrasts.md and on stderr after
+everything is written, and the exit status is 2.
 
 Nothing is dropped: a failed job shows "failed" with its error, a job the sweep expected but that has no directory
 shows "missing", a job still running (or killed: status "running" or no status.json and no metrics) "incomplete".
@@ -29,17 +34,19 @@ another sweeper (optuna…), a config dir that no longer exists, or an expansion
 — the table is built from the job directories present, and its footer says so.
 
 The package, by job: vtlab.report.discovery (the sweep's jobs and their results, the expected ones from multirun.yaml),
-.tables (rows, columns, cells), .contrasts (paired contrasts, both levels of test, Holm, readings), .render (markdown,
-CSV, LaTeX), .plot (tradeoff.png) and .cli (the command line; `python -m vtlab.report` runs it). The names below are
-re-exported so that `from vtlab.report import ...` keeps working.
+.tables (rows, columns, cells), .lines (the contrast lines), .contrasts (paired contrasts, both levels of test),
+.readings (Holm, seeds to decide, readings, exploratory lines), .render (markdown, CSV, LaTeX), .plot (tradeoff.png)
+and .cli (the command line; `python -m vtlab.report` runs it). The names below are re-exported so that
+`from vtlab.report import ...` keeps working.
 """
 
 from __future__ import annotations
 
 from vtlab.report.cli import main
-from vtlab.report.contrasts import FULL, POOLED, ContrastLine, Contrasts, add_cli_contrast, build_contrasts
+from vtlab.report.contrasts import add_cli_contrast, build_contrasts
 from vtlab.report.discovery import (
     CONTRAST_KEY,
+    EXPLORATORY_FILE,
     PRIMARY_KEY,
     SEED_KEY,
     Job,
@@ -48,9 +55,12 @@ from vtlab.report.discovery import (
     collect_jobs,
     expand_sweep,
     override_key,
+    read_exploratory,
     read_job,
     read_metrics,
+    write_exploratory,
 )
+from vtlab.report.lines import FULL, POOLED, ContrastLine, Contrasts
 from vtlab.report.plot import tradeoff_points, write_tradeoff
 from vtlab.report.render import (
     CONTRAST_HEADERS,
@@ -88,6 +98,7 @@ __all__ = [
     "CONTRAST_NAMES",
     "CONTRAST_KEY",
     "PRIMARY_KEY",
+    "EXPLORATORY_FILE",
     "FULL",
     "MAX_NOTE_CHARS",
     "STD_NOTE",
@@ -99,6 +110,8 @@ __all__ = [
     "read_job",
     "expand_sweep",
     "collect_jobs",
+    "read_exploratory",
+    "write_exploratory",
     "Cell",
     "Column",
     "Row",

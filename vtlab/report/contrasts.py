@@ -1,48 +1,16 @@
 """Paired contrasts between rows of a table: per collection, pooled and at each term budget; query level (per-query
-values, sign-flip and t-test) beside seed level (matched seeds, sign-flip), Holm over the table's contrasts and the
-reading of each contrast's headline line (see vtlab.report, vtlab.evaluation.stats)."""
+values, sign-flip and t-test) beside seed level (matched seeds, t and sign-flip), Holm over the table's contrasts and
+the reading of each contrast's headline line (vtlab.report.readings; see vtlab.report, vtlab.evaluation.stats)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 from vtlab.evaluation import split_budget_key, stats
 from vtlab.report.discovery import ReportError, State
+from vtlab.report.lines import FULL, POOLED, ContrastLine, Contrasts
+from vtlab.report.readings import adjust, budget_note, exploratory_note, mark_exploratory, verdict_notes
 from vtlab.report.tables import Row, Table, _seeds, add_contrast
-
-FULL = "full"  # the budget column of a contrast at each run's own sparsity (no pruning)
-
-# The average over collections, for a contrast. Query level: the queries of every collection pooled into one paired
-# sample (ids prefixed by the collection), each query weighing the same, so its Δ is a query-weighted mean and differs
-# from the table's avg column (a mean of per-collection means) when the collections differ in size; pooling keeps both
-# query-level tests on plain per-query differences. Seed level: stratified by collection, so its Δ is the avg
-# column's.
-POOLED = "all (pooled)"
-
-
-@dataclass
-class ContrastLine:
-    a: str
-    b: str
-    dataset: str  # a collection or POOLED
-    budget: str  # FULL or a budget label (q16-d64)
-    seeds_a: int
-    seeds_b: int
-    result: stats.PairedComparison | None  # query level: the seeds' mean per query, paired by query
-    note: str = ""
-    seed: stats.SeedComparison | None = None  # seed level: matched seeds, avg-column difference
-    primary: bool = False  # the table's declared primary contrast (report.primary)
-    p_seed_holm: float | None = None  # on the contrast's headline line only (see _headline)
-    reading: str = ""  # likewise
-
-
-@dataclass
-class Contrasts:
-    title: str
-    measure: str
-    lines: list[ContrastLine]
-    footer: list[str]
 
 
 def _key(measure: str, budget: str) -> str:
@@ -181,36 +149,10 @@ def _headline(lines: Sequence[ContrastLine], n_datasets: int) -> ContrastLine | 
     return next((x for x in lines if x.budget == FULL and (want is None or x.dataset == want)), None)
 
 
-def _reading(line: ContrastLine) -> str:
-    """ "confirmed" only where the Holm-adjusted seed-level t p is below ALPHA; otherwise why not. A confirmation the
-    distribution-free sign flip cannot back (few seeds) says so beside it."""
-    if line.seed is None or line.p_seed_holm is None:
-        return "not testable at seed level" + (f" ({line.seed.n} matched seed)" if line.seed is not None else "")
-    caveat = ""
-    if line.seed.min_p >= stats.ALPHA:
-        caveat = (
-            f" (seed-level t with {line.seed.n} seeds assumes normal seed differences; the sign flip cannot go "
-            f"below {line.seed.min_p:.3g})"
-        )
-    if line.p_seed_holm < stats.ALPHA:
-        return f"confirmed: A {'>' if line.seed.delta > 0 else '<'} B" + caveat
-    reasons = []
-    if line.result is not None and line.result.p_randomization < stats.ALPHA:
-        reasons.append(f"query level only (p {format_p(line.result.p_randomization)})")
-    return "not confirmed" + (f": {'; '.join(reasons)}" if reasons else "")
-
-
-def _adjust(heads: Sequence[ContrastLine]) -> None:
-    """Holm over the table's contrasts (one headline line each, the seed-level t p), then each headline's reading."""
-    adjusted = stats.holm([x.seed.p_t if x.seed is not None else float("nan") for x in heads])
-    for line, p in zip(heads, adjusted):
-        line.p_seed_holm = None if p != p else p
-        line.reading = _reading(line)
-
-
 def build_contrasts(table: Table, n_permutations: int = stats.N_PERMUTATIONS) -> Contrasts | None:
     """The table's contrasts (None without any): per collection, pooled, at full sparsity and each budget; both
-    levels of test on every line, Holm and the reading on each contrast's headline line."""
+    levels of test on every line, Holm, the seeds to decide and the reading on each contrast's headline line; the
+    budget lines marked exploratory, and every line when the table is (Table.exploratory)."""
     if not table.contrasts and not table.problems:
         return None
     lines: list[ContrastLine] = []
@@ -226,7 +168,8 @@ def build_contrasts(table: Table, n_permutations: int = stats.N_PERMUTATIONS) ->
         head = _headline(mine, len(table.datasets))
         heads += [head] if head is not None else []
         lines += mine
-    _adjust(heads)
+    adjust(heads)
+    mark_exploratory(lines, [x for x in lines if x.budget != FULL], table.exploratory)
     footer = _contrast_footer(table, len(heads), n_permutations, any(x.budget != FULL for x in lines))
     return Contrasts(f"contrasts: {table.title}", table.measure, lines, footer)
 
@@ -246,10 +189,9 @@ def _contrast_footer(table: Table, n_heads: int, n_permutations: int, budgets: b
         f"p seed (sign-flip): two-sided, the sign of each seed's whole difference flipped, every pattern enumerated up "
         f"to {stats.MAX_EXACT_SEEDS} seeds (n seeds cannot give p < 2/2^n: 3 seeds 0.25), sampled beyond "
         f"({n_permutations:,} patterns), the distribution-free check",
-        f"p seed Holm: Holm's adjustment of p seed (t) over the table's {n_heads} contrasts, on each contrast's "
-        "headline line "
-        f'({POOLED if len(table.datasets) > 1 else "its collection"}, {FULL}); reading: "confirmed" only where it '
-        f"is below {stats.ALPHA}",
+        *verdict_notes(
+            n_heads, f"{POOLED if len(table.datasets) > 1 else 'its collection'}, {FULL}", table.exploratory
+        ),
     ]
     if table.primary is not None:
         footer.append(
@@ -264,10 +206,10 @@ def _contrast_footer(table: Table, n_heads: int, n_permutations: int, budgets: b
     if budgets:
         footer.append(
             "budget qK-dK: every query (doc) pruned to its K largest weights after encoding, then searched "
-            f"again (eval.budgets); {FULL}: each run's own sparsity"
+            f"again (eval.budgets); {FULL}: each run's own sparsity. {budget_note(table.exploratory)}"
         )
     footer += [f"not computed: {p}" for p in table.problems]
-    return footer
+    return footer if table.exploratory is None else [exploratory_note(table.exploratory), *footer]
 
 
 def _compare(
@@ -299,7 +241,3 @@ def add_cli_contrast(tables: Sequence[Table], text: str) -> None:
         raise ReportError(f"--contrast {text!r}: no table has both rows {a!r} and {b!r} (rows: {rows})")
     for table in hits:
         add_contrast(table, a, b, f"--contrast {text!r}")
-
-
-def format_p(p: float) -> str:
-    return "" if p != p else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")  # p != p: NaN (one query)

@@ -13,12 +13,14 @@ from typing import Any, Iterable, Sequence
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from vtlab.atomic import atomic_write
 from vtlab.errors import VtlabError
 from vtlab.runs.status import job_dirs
 
 SEED_KEY = "seed"
 CONTRAST_KEY = "report.contrasts"  # the experiment config's list of [row A, row B] pairs
 PRIMARY_KEY = "report.primary"  # the experiment config's one [row A, row B] pair declared primary before the runs
+EXPLORATORY_FILE = "exploratory.json"  # in a sweep directory, {"reason": "..."}: its table's contrasts get no verdict
 
 
 class ReportError(VtlabError):
@@ -105,6 +107,29 @@ def _read_per_query(path: Path) -> dict[str, dict[str, float]]:
         if not isinstance(values, dict) or not all(_number(v) is not None for v in values.values()):
             raise ReportError(f'{path}: malformed per_query.json ("{key}" is not an object of query id -> number)')
     return data
+
+
+def read_exploratory(sweep: str | Path) -> str | None:
+    """Why the sweep's table is exploratory (the "reason" of EXPLORATORY_FILE in the sweep directory), None without
+    the file. A marker that cannot be read still makes the table exploratory; the reason then says what is wrong."""
+    path = Path(sweep) / EXPLORATORY_FILE
+    if not path.exists():
+        return None
+    try:
+        reason = _load_json(path, EXPLORATORY_FILE).get("reason")
+    except ReportError as exc:
+        return f"reason unreadable: {exc}"
+    if not isinstance(reason, str) or not reason.strip():
+        return f'reason unreadable: {path}: no "reason" string'
+    return " ".join(reason.split())
+
+
+def write_exploratory(sweep: str | Path, reason: str) -> Path:
+    """Mark a sweep's table exploratory (EXPLORATORY_FILE, written atomically): the report gives its contrasts no
+    verdict, the reading of each line says "exploratory: <reason>"."""
+    if not reason.strip():
+        raise ReportError(f"{sweep}: an exploratory table needs a reason")
+    return atomic_write(Path(sweep) / EXPLORATORY_FILE, lambda f: f.write(json.dumps({"reason": reason}) + "\n"))
 
 
 def _config_contrasts(cfg: Any, path: Path) -> tuple[tuple[str, str], ...]:

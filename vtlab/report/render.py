@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Sequence
 
 from vtlab.atomic import atomic_write
-from vtlab.report.contrasts import ContrastLine, Contrasts, format_p
+from vtlab.report.lines import ContrastLine, Contrasts
+from vtlab.report.readings import MARK, format_p, format_signed, plan_cell
 from vtlab.report.tables import Cell, Row, Table
 
 OUTPUT_NAMES = ("table.md", "table.csv", "table.tex")
@@ -106,18 +107,21 @@ def to_latex(table: Table) -> str:
     return "\n".join([f"% {' '.join(f.split())}" for f in table.footer[1:]] + lines) + "\n"
 
 
-def _signed(x: float) -> str:
-    return "" if x != x else f"{x:+.4f}".replace("-", "−")
+def _p(line: ContrastLine, p: float) -> str:
+    """A p-value, marked where the line is exploratory (outside the Holm family or in an exploratory table)."""
+    text = format_p(p)
+    return f"{text} {MARK}" if text and line.exploratory else text
 
 
 def _seed_texts(line: ContrastLine) -> list[str]:
-    """matched seeds, Δ seeds, p seed (t), p seed (sign-flip), p seed Holm, reading."""
+    """matched seeds, Δ seeds, p seed (t), p seed (sign-flip), p seed Holm, seeds to decide, reading."""
     r = line.seed
     if r is None:
-        return ["", "", "", "", "", line.reading]
-    holm = "" if line.p_seed_holm is None else format_p(line.p_seed_holm)
-    p_t = "–" if r.p_t != r.p_t else format_p(r.p_t)
-    return [str(r.n), _signed(r.delta), p_t, format_p(r.p) + ("" if r.exact else " (sampled)"), holm, line.reading]
+        return ["", "", "", "", "", "", line.reading]
+    holm = "" if line.p_seed_holm is None else _p(line, line.p_seed_holm)
+    p_t = "–" if r.p_t != r.p_t else _p(line, r.p_t)
+    p_flip = _p(line, r.p) + ("" if r.exact else " (sampled)")
+    return [str(r.n), format_signed(r.delta), p_t, p_flip, holm, plan_cell(line), line.reading]
 
 
 def _contrast_texts(line: ContrastLine) -> list[str]:
@@ -125,17 +129,17 @@ def _contrast_texts(line: ContrastLine) -> list[str]:
     head = [f"{line.a} − {line.b}" + (" (primary)" if line.primary else ""), line.dataset, line.budget]
     if r is None:
         return [*head, "", f"{line.seeds_a}/{line.seeds_b}", "", "", "", "", "", "", *_seed_texts(line), line.note]
-    ci = f"[{_signed(r.ci_low)}, {_signed(r.ci_high)}]" if r.ci_low == r.ci_low else ""
+    ci = f"[{format_signed(r.ci_low)}, {format_signed(r.ci_high)}]" if r.ci_low == r.ci_low else ""
     return [
         *head,
         str(r.n),
         f"{line.seeds_a}/{line.seeds_b}",
         f"{r.mean_a:.4f}",
         f"{r.mean_b:.4f}",
-        _signed(r.delta),
+        format_signed(r.delta),
         ci,
-        format_p(r.p_randomization),
-        format_p(r.p_t),
+        _p(line, r.p_randomization),
+        _p(line, r.p_t),
         *_seed_texts(line),
         line.note,
     ]
@@ -158,14 +162,16 @@ CONTRAST_HEADERS = (
     "p seed (t)",
     "p seed (sign-flip)",
     "p seed Holm",
+    "seeds to decide",
     "reading",
     "note",
 )
+_TEXT_HEADERS = {"A − B", "set", "budget", "reading", "note"}  # left-aligned; the others are numbers
 
 
 def contrasts_markdown(contrasts: Contrasts) -> str:
     headers = [h.format(m=contrasts.measure) for h in CONTRAST_HEADERS]
-    rule = "|" + "|".join(["---"] * 3 + ["---:"] * (len(headers) - 6) + ["---"] * 3) + "|"
+    rule = "|" + "|".join("---" if h in _TEXT_HEADERS else "---:" for h in CONTRAST_HEADERS) + "|"
     lines = [f"### {contrasts.title}", "", _md_line(headers), rule]
     lines += [_md_line(_contrast_texts(x)) for x in contrasts.lines]
     return "\n".join([*lines, "", *(f"{f}." for f in contrasts.footer)]) + "\n"
@@ -176,7 +182,7 @@ def contrasts_csv(contrasts: Contrasts) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     fields = ("n", "mean_a", "mean_b", "delta", "ci_low", "ci_high", "p_randomization", "p_t")
-    seed_fields = ("matched_seeds", "delta_seeds", "p_seed_t", "p_seed", "p_seed_exact")
+    seed_fields = ("matched_seeds", "delta_seeds", "ci_seed_low", "ci_seed_high", "p_seed_t", "p_seed", "p_seed_exact")
     writer.writerow(
         [
             "a",
@@ -189,7 +195,9 @@ def contrasts_csv(contrasts: Contrasts) -> str:
             *fields,
             *seed_fields,
             "p_seed_holm",
+            "seeds_to_decide",
             "primary",
+            "exploratory",
             "reading",
             "note",
         ]
@@ -197,7 +205,7 @@ def contrasts_csv(contrasts: Contrasts) -> str:
     for x in contrasts.lines:
         numbers = ["" if x.result is None else repr(getattr(x.result, f)) for f in fields]
         s = x.seed
-        seeds = ["", "", "", "", ""] if s is None else [s.n, repr(s.delta), repr(s.p_t), repr(s.p), s.exact]
+        seeds = [""] * len(seed_fields) if s is None else [s.n, *map(repr, (s.delta, *s.ci, s.p_t, s.p)), s.exact]
         holm = "" if x.p_seed_holm is None else repr(x.p_seed_holm)
         writer.writerow(
             [
@@ -211,7 +219,9 @@ def contrasts_csv(contrasts: Contrasts) -> str:
                 *numbers,
                 *seeds,
                 holm,
+                "" if x.seeds_to_decide is None else x.seeds_to_decide,
                 x.primary,
+                x.exploratory,
                 x.reading,
                 x.note,
             ]

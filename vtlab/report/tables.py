@@ -12,6 +12,7 @@ import numpy as np
 
 from vtlab.report.discovery import (
     CONTRAST_KEY,
+    EXPLORATORY_FILE,
     PRIMARY_KEY,
     SEED_KEY,
     Job,
@@ -21,6 +22,7 @@ from vtlab.report.discovery import (
     _override_value,
     collect_jobs,
     override_key,
+    read_exploratory,
 )
 
 DEFAULT_MEASURE = "nDCG@10"
@@ -78,6 +80,7 @@ class Table:
     contrasts: list[tuple[str, str, str]] = field(default_factory=list)  # (row A, row B, where it was asked for)
     problems: list[str] = field(default_factory=list)  # recorded report.contrasts that cannot be computed
     primary: tuple[str, str] | None = None  # report.primary: the contrast declared primary before the runs
+    exploratory: str | None = None  # why its contrasts carry no verdict (EXPLORATORY_FILE in the sweep), or None
 
     def row(self, label: str) -> Row:
         return next(r for r in self.rows if r.label == label)
@@ -194,7 +197,10 @@ def build_table(sweep: str | Path, measure: str = DEFAULT_MEASURE) -> Table:
         STD_NOTE + f"; avg: mean over {', '.join(datasets) or 'the collections'} per seed",
         f"sweep: {sweep}; {jobs_note}",
     ]
-    table = Table(title, sweep, columns, rows, footer, measure=measure, datasets=datasets)
+    exploratory = read_exploratory(sweep)
+    if exploratory is not None:
+        footer.insert(0, f"EXPLORATORY TABLE ({EXPLORATORY_FILE}): {exploratory}; its contrasts carry no verdict")
+    table = Table(title, sweep, columns, rows, footer, measure=measure, datasets=datasets, exploratory=exploratory)
     for job in jobs:  # the experiment configs' contrasts, in sweep order, each once
         table.problems += [p for p in job.problems if p not in table.problems]
         for a, b in job.contrasts:
