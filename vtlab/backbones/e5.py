@@ -25,13 +25,14 @@ from vtlab.atomic import build_dir, stable_hash
 from vtlab.backbones.e5s_file import E5SFile, read_e5s
 from vtlab.backbones.pretrained import Backbone
 from vtlab.backbones.unigram import unigram_tokenizer
+from vtlab.errors import ConfigError
 
 MARKER = "vtlab_backbone.json"
 # the E5S1 file of each variant (vtlab/assets.py)
 VARIANTS = {"enpt": "e5-small-enpt", "full": "e5-small"}
 
 
-def bert_config(e5: E5SFile) -> BertConfig:
+def bert_config(e5: E5SFile, dropout: float = 0.1) -> BertConfig:
     h = e5.header
     v = e5.vocabulary
     return BertConfig(
@@ -44,6 +45,8 @@ def bert_config(e5: E5SFile) -> BertConfig:
         type_vocab_size=h.type_vocab_size,
         layer_norm_eps=h.layer_norm_eps,
         hidden_act="gelu",
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
         pad_token_id=v.pad,
         bos_token_id=v.bos,
         eos_token_id=v.eos,
@@ -51,9 +54,9 @@ def bert_config(e5: E5SFile) -> BertConfig:
     )
 
 
-def masked_lm(e5: E5SFile, head: Literal["identity", "normal"], seed: int) -> BertForMaskedLM:
+def masked_lm(e5: E5SFile, head: Literal["identity", "normal"], seed: int, dropout: float = 0.1) -> BertForMaskedLM:
     """The converted model: e5's body, its word embeddings as the tied decoder, a new transform and a zero bias."""
-    config = bert_config(e5)
+    config = bert_config(e5, dropout)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = BertForMaskedLM(config)
@@ -89,24 +92,29 @@ class E5Small(Backbone):
         self,
         variant: Literal["enpt", "full"] = "enpt",
         head: Literal["identity", "normal"] = "identity",
+        dropout: float = 0.1,
         seed: int = 0,
         name: str | None = None,
+        attn_implementation: str | None = None,
     ) -> None:
         if variant not in VARIANTS:
-            from vtlab.errors import ConfigError
-
             raise ConfigError(
                 f"backbone.variant={variant!r}: expected one of {sorted(VARIANTS)}", key="backbone.variant"
             )
         if head not in ("identity", "normal"):
-            from vtlab.errors import ConfigError
-
             raise ConfigError(f"backbone.head={head!r}: expected identity or normal", key="backbone.head")
-        self.params = {"variant": variant, "head": head, "seed": int(seed)}
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ConfigError(f"backbone.dropout={dropout!r}: expected a probability in [0, 1)", key="backbone.dropout")
+        self.params = {"variant": variant, "head": head, "dropout": float(dropout), "seed": int(seed)}
         asset = ASSETS[VARIANTS[variant]]
         key = json.dumps({"recipe": self.recipe, "md5": asset.md5, **self.params}, sort_keys=True)
         self.dirname = f"e5-small-{variant}-{stable_hash(key, length=12)}"
-        super().__init__(name_or_path=f"asset:{asset.name}", family="bert", name=name or f"e5-small-{variant}")
+        super().__init__(
+            name_or_path=f"asset:{asset.name}",
+            family="bert",
+            name=name or f"e5-small-{variant}",
+            attn_implementation=attn_implementation,
+        )
 
     def cache_key(self) -> str:
         return self.dirname
@@ -127,7 +135,8 @@ class E5Small(Backbone):
             def write(tmp: Path) -> None:
                 e5 = read_e5s(source)
                 unigram_tokenizer(e5.vocabulary, e5.header.max_position_embeddings).save_pretrained(tmp)
-                masked_lm(e5, self.params["head"], self.params["seed"]).save_pretrained(tmp)
+                p = self.params
+                masked_lm(e5, p["head"], p["seed"], p["dropout"]).save_pretrained(tmp)
                 (tmp / MARKER).write_text(
                     json.dumps(
                         {"class": type(self).__name__, "recipe": self.recipe, "source": str(source), **self.params},

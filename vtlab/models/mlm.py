@@ -28,6 +28,7 @@ from vtlab.backbones import Backbone, decoder_bypassed
 from vtlab.callbacks.progress import progress_bar
 from vtlab.data.text import TextDataModule
 from vtlab.errors import VtlabError
+from vtlab.models.head_fit import fit_head, head_inputs, span_batches
 from vtlab.models.optim import configure_optimizers
 
 log = logging.getLogger("vtlab")
@@ -159,6 +160,7 @@ def _train(
         except (ValueError, KeyError) as e:
             raise VtlabError(f"mlm.scheduler={m.scheduler!r}: {e}") from None
         scheduler = functools.partial(get_scheduler, str(m.scheduler), num_warmup_steps=int(m.warmup_steps))
+    head_fit = _fit_head(model, tokenizer, data, m.get("head_fit"))
     freeze_all_but(model, m.get("trainable"))
     module = MLMModule(model, optimizer, scheduler, weight_decay=float(m.weight_decay))
     t = trainer_cfg
@@ -181,7 +183,8 @@ def _train(
         callbacks=[progress_bar()],
     )
     began = time.perf_counter()
-    trainer.fit(module, datamodule=data)
+    if steps > 0:
+        trainer.fit(module, datamodule=data)
     seconds = time.perf_counter() - began
     if trainer.is_global_zero:
         _save(
@@ -198,6 +201,7 @@ def _train(
                 "spans": len(data.dataset),
                 "mlm": OmegaConf.to_container(m, resolve=True) if OmegaConf.is_config(m) else dict(m),
                 "seed": seed,
+                "head_fit": head_fit,
             },
         )
     trainer.strategy.barrier()  # other ranks wait for rank 0's directory
@@ -205,6 +209,21 @@ def _train(
         if type(lg).__name__ == "WandbLogger" and getattr(lg, "_experiment", None) is not None:
             lg.experiment.finish()
     return trainer
+
+
+def _fit_head(model: PreTrainedModel, tokenizer: Any, data: TextDataModule, spec: Any) -> dict[str, Any] | None:
+    """`mlm.head_fit` ({spans, ridge, scale} or null): the least-squares start of the head's transform on the first
+    `spans` packed spans of the MLM corpus (vtlab/models/head_fit.py), before any MLM step."""
+    if not spec:
+        return None
+    data.setup("fit")
+    n = min(int(spec.get("spans", 256)), len(data.dataset))
+    ids = torch.from_numpy(data.dataset.spans[:n].astype("int64"))
+    lengths = torch.from_numpy(data.dataset.lengths[:n])
+    hidden, tokens = head_inputs(model, span_batches(ids, lengths), torch.tensor(tokenizer.all_special_ids))
+    report = fit_head(model, hidden, tokens, ridge=float(spec.get("ridge", 1e-2)), scale=float(spec.get("scale", 5.0)))
+    log.info("mlm.head_fit: the head's transform fitted on %d positions of %d spans", report["positions"], n)
+    return report
 
 
 def freeze_all_but(model: nn.Module, trainable: Sequence[str] | None) -> list[str]:
@@ -224,6 +243,11 @@ def freeze_all_but(model: nn.Module, trainable: Sequence[str] | None) -> list[st
 
 def check_recipe(m: Any) -> None:
     steps = int(m.steps)
+    fit = m.get("head_fit")
+    if fit and (
+        int(fit.get("spans", 256)) < 1 or float(fit.get("ridge", 1e-2)) < 0 or float(fit.get("scale", 5.0)) <= 0
+    ):
+        raise VtlabError(f"mlm.head_fit={dict(fit)!r}: expected spans >= 1, ridge >= 0, scale > 0")
     if steps < 0:
         raise VtlabError(f"mlm.steps={steps} must be >= 0")
     if not 0.0 < float(m.mlm_probability) < 1.0:

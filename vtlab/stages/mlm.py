@@ -41,7 +41,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     m = cfg.mlm
     check_recipe(m)
     steps = int(m.steps)
-    if steps == 0:
+    if steps == 0 and not m.get("head_fit"):
         return state  # the no-MLM variant
     run_dir = Path(cfg.paths.run_dir)
     start, preprocess = _starting_point(cfg, state)

@@ -74,20 +74,20 @@ def _unblank_pattern(exempt: list[str]) -> str | None:
     return r"\A (?=(?:" + "|".join(re.escape(t) for t in sorted(exempt, key=len, reverse=True)) + r")\z)"
 
 
-def _renumber_post_processor(node: Any, new_id: dict[str, int]) -> None:
+def renumber_post_processor(node: Any, new_id: dict[str, int]) -> None:
     """Point the post-processor's special tokens at their new ids: TemplateProcessing's {"tokens", "ids"} entries and
     Bert/RobertaProcessing's [token, id] pairs, nested in Sequence processors too."""
     if isinstance(node, dict):
         if isinstance(node.get("tokens"), list) and isinstance(node.get("ids"), list):
             node["ids"] = [new_id[t] for t in node["tokens"]]
         for value in node.values():
-            _renumber_post_processor(value, new_id)
+            renumber_post_processor(value, new_id)
     elif isinstance(node, list):
         if len(node) == 2 and isinstance(node[0], str) and isinstance(node[1], int) and node[0] in new_id:
             node[1] = new_id[node[0]]
             return
         for value in node:
-            _renumber_post_processor(value, new_id)
+            renumber_post_processor(value, new_id)
 
 
 class LowercaseBPE(CachedTokenizerVocab):
@@ -142,7 +142,7 @@ class LowercaseBPE(CachedTokenizerVocab):
         spec["added_tokens"] = [{**a, "id": new_id[i]} for i, a in added.items() if i in new_id]
         by_token = {a["content"]: a["id"] for a in spec["added_tokens"]} | kept
         try:
-            _renumber_post_processor(spec.get("post_processor"), by_token)
+            renumber_post_processor(spec.get("post_processor"), by_token)
         except KeyError as e:
             raise VtlabError(f"vocab={self.name}: the post-processor's special token {e} was dropped") from None
 
