@@ -21,7 +21,8 @@ def test_paper_rows_are_the_papers_table():
         "modernbert-native",
         "modernbert-native-mlm",
         "modernbert-lowercase",
-        "modernbert-lowercase-masked",
+        "modernbert-lowercase-mlm",
+        "modernbert-lowercase-masked-mlm",
         "modernbert-vt",
         "roberta-large-native",
         "roberta-large-vt",
@@ -42,7 +43,7 @@ def test_paper_corrections_evaluate_and_probe_at_512_and_control_vt():
     assert OmegaConf.to_container(mlm.apc) == OmegaConf.to_container(vt.apc)
     lower = experiment("paper/main/modernbert-lowercase").vocab.preprocess
     assert lower.lowercase and lower.blank_prefix
-    assert experiment("paper/main/modernbert-lowercase-masked").vocab.name == "lowercase-masked"
+    assert experiment("paper/main/modernbert-lowercase-masked-mlm").vocab.name == "lowercase-masked"
 
 
 @pytest.mark.parametrize("row", PAPER_ROWS)
@@ -91,12 +92,13 @@ def test_paper_rows_follow_the_authors_recipe(row):
         )
         assert m.batch_size * m.accumulate_grad_batches * cfg.trainer.devices == 2048 and m.weight_decay == 0.01
         assert cfg.apc.percentile == 60 and cfg.apc.include_zeros is True
-    elif row.endswith("native-mlm"):  # the compute control: VT's MLM stage and APC on the native vocabulary
-        assert cfg.mlm.steps == 20000 and cfg.apc.percentile == 60 and cfg.vocab.name == "native"
-    else:
+    elif row.endswith("-mlm"):  # at VT's compute: VT's MLM stage and APC on the row's own vocabulary
+        assert cfg.mlm.steps == 20000 and cfg.apc.percentile == 60 and cfg.apc.include_zeros is True
+        vocab = {"native-mlm": "native", "lowercase-mlm": "blank-prefix-lower", "masked-mlm": "lowercase-masked"}
+        assert cfg.vocab.name == next(v for k, v in vocab.items() if row.endswith(k))
+    else:  # the authors' baselines as published
         assert cfg.mlm.steps == 0 and cfg.apc.name == "off"
-        lowercase = {"lowercase": "blank-prefix-lower", "lowercase-masked": "lowercase-masked"}
-        assert cfg.vocab.name == next((v for k, v in lowercase.items() if row.endswith(k)), "native")
+        assert cfg.vocab.name == ("blank-prefix-lower" if row.endswith("lowercase") else "native")
 
 
 @pytest.mark.parametrize(
@@ -138,7 +140,7 @@ def test_slurm_launcher_composes():
 def test_reproduce_builds_one_sweep_per_table():
     sweeps = reproduce.sweeps("paper", 3, ["main", "ablation-init"])
     rows = sweeps["main"][0].removeprefix("experiment=").split(",")
-    assert rows[0] == "paper/main/bert-native" and "paper/main/modernbert-vt" in rows and len(rows) == 11
+    assert rows[0] == "paper/main/bert-native" and "paper/main/modernbert-vt" in rows and len(rows) == 12
     assert sweeps["main"][1] == sweeps["ablation-init"][1] == "seed=0,1,2"
     assert sweeps["ablation-init"][0] == "experiment=paper/ablation-init"
     for row in rows:  # every listed row composes

@@ -11,6 +11,17 @@ max-logits over the probe documents, `decoder.bias[v] -= cutoff[v]`. A weakly pr
 pretrained from random init) puts a large document-independent offset on each frequent term, so every document
 activates the same terms (doc-doc cosine > 0.95) and no single constant shift separates them; the per-term shift
 removes that offset, leaving each term active in (100 - percentile)% of the probe documents.
+
+Switched-off terms: a term whose every probe max-logit is at or below OFF_LOGIT (a tenth of
+vtlab.vocab.masked_outputs.MASKED_BIAS: far below any logit a live term reaches, far above a masked one) is one the
+model has switched off, e.g. a cased token's row under vocab=lowercase-masked. APC calibrates the terms the model can
+activate and leaves a switched-off term's bias as it is, in every form: a per-term percentile of its max-logits
+(about MASKED_BIAS) would lift it back to about 0 and revive it. Its max-logits are not sampled either: with
+include_zeros they would make up the switched-off share of every sample, all at about MASKED_BIAS, so p60 would be
+the percentile 60 - 100·off/V of the live values instead of 60 (about p46 with ModernBERT's 13,028 masked cased rows
+of 50,368), a denser start than the same APC gives an arm without masked rows. Excluded, the cutoff is the
+percentile of the live (doc, term) values, and the statistics (positive_share, dead_fraction) are over the live
+terms; the report counts the switched-off ones (`switched_off`).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from torch import Tensor
 
 from vtlab.atomic import atomic_write_bytes, write_json
 from vtlab.errors import VtlabError
+from vtlab.vocab.masked_outputs import MASKED_BIAS
 
 log = logging.getLogger("vtlab")
 
@@ -36,6 +48,10 @@ STAT_KEYS = ("mean_active_per_doc", "dead_fraction", "positive_share")
 # Fixed-width histogram of every probed z (bins of 1/64 over ±256, plus under/overflow): it gives the "after" counts
 # of z > cutoff without a second pass or keeping the N×V matrix; the error is at most one bin's count.
 _HIST_RANGE, _HIST_WIDTH = 256.0, 1.0 / 64
+# At or below this a max-logit is a switched-off term's (module docstring); below the histogram's range, so every such
+# value lands in its underflow bin.
+OFF_LOGIT = MASKED_BIAS / 10
+assert OFF_LOGIT < -_HIST_RANGE
 
 
 class APC:
@@ -109,9 +125,10 @@ class APC:
     def probe(self, encoder, texts: Sequence[str]) -> dict[str, Any]:
         """Stream the first `num_docs` texts through `encoder` (doc side) and summarize their raw max-logits.
 
-        Returns stats (mean_active_per_doc, dead_fraction, positive_share, percentiles of the samples), the sampled
-        values ("samples", 1-D float32 CPU tensor) and the state needed to re-evaluate stats at a shifted bias
-        ("term_max" [V], "hist"), so `calibrate` never runs a second pass.
+        Returns stats (mean_active_per_doc, dead_fraction, positive_share, percentiles of the samples; over the live
+        terms), the sampled values of the live terms ("samples", 1-D float32 CPU tensor), the switched-off terms
+        ("off", [V] bool; "switched_off", their number) and the state needed to re-evaluate stats at a shifted bias
+        ("term_max" [V], "hist" of the live terms' values), so `calibrate` never runs a second pass.
         """
         texts = list(texts)[: self.num_docs]
         if not texts:
@@ -169,33 +186,47 @@ class APC:
                         idx = torch.randint(pool.numel(), (quota,), generator=gen)
                         picked = pool[idx.to(pool.device)]
                     samples.append(picked.cpu())
-                    if self.per_term:  # include_zeros: pool is z.flatten(), so the term is the column
+                    if self.include_zeros:  # pool is z.flatten(), so the term is the column
                         sample_terms.append(idx % z.shape[1])
                     n_sampled += picked.numel()
         finally:
             encoder.max_length["doc"] = saved_length
             encoder.train(was_training)
         assert term_max is not None
-        sample = torch.cat(samples) if samples else torch.empty(0)
+        term_max = term_max.cpu()
         vocab = int(term_max.numel())
+        off = term_max <= OFF_LOGIT  # switched off: every probe max-logit at or below OFF_LOGIT
+        n_off = int(off.sum())
+        live = vocab - n_off
+        if live == 0:
+            raise VtlabError(
+                f"apc: every one of the {vocab} terms is switched off (max-logit <= {OFF_LOGIT:g} on every probe "
+                "document): nothing to calibrate"
+            )
+        sample = torch.cat(samples) if samples else torch.empty(0)
+        terms = torch.cat(sample_terms) if sample_terms else torch.empty(0, dtype=torch.long)
+        if n_off and self.include_zeros:  # without zeros only positive values are sampled: never a switched-off one
+            kept = ~off[terms]
+            sample, terms = sample[kept], terms[kept]
+        hist = hist.cpu()
+        hist[0] -= n_off * n_docs  # their values, all <= OFF_LOGIT < -_HIST_RANGE, sit in the underflow bin
         per_term = {}
         if keep:
             top = _merge_top(top, pending, keep).cpu() if pending else top.cpu()
-            per_term = {
-                "term_top": top,
-                "sample_terms": torch.cat(sample_terms) if sample_terms else torch.empty(0, dtype=torch.long),
-            }
+            per_term = {"term_top": top, "sample_terms": terms}
         return {
             **per_term,
             "n_docs": n_docs,
             "vocab_size": vocab,
+            "switched_off": n_off,
+            "off": off,
             "n_samples": int(sample.numel()),
             "samples": sample,
-            "term_max": term_max.cpu(),
-            "hist": hist.cpu(),
+            "term_max": term_max,
+            "hist": hist,
             "mean_active_per_doc": n_positive / n_docs,
-            "dead_fraction": float((term_max <= 0).float().mean()),
-            "positive_share": n_positive / (n_docs * vocab),
+            "dead_fraction": float((term_max[~off] <= 0).float().mean()),
+            "positive_share": n_positive / (n_docs * live),
             "percentiles": _percentiles(sample),
         }
 
@@ -213,51 +244,58 @@ class APC:
         return float(np.percentile(samples.double().numpy(), self.percentile))
 
     def calibrate(self, encoder, texts: Sequence[str]) -> dict[str, Any]:
-        """Probe, subtract the cutoff from the doc (and a separate query) network's MLM output bias, report."""
+        """Probe, subtract the cutoff from the doc (and a separate query) network's MLM output bias, report.
+
+        Only the live terms' biases move: a switched-off term keeps its bias (module docstring)."""
         t0 = time.perf_counter()
         before = self.probe(encoder, texts)
         if self.per_term:
             return self._calibrate_per_term(encoder, before, t0)
         cut = self.cutoff(before["samples"])
-        biases = self._biases(encoder)
-        with torch.no_grad():
-            for bias in biases:
-                bias.sub_(cut)
-        # The shift is a constant, so the "after" z on the same documents is exactly z - cutoff: the after-stats come
-        # from the probe's per-term max and value histogram instead of a second forward pass.
-        n_values = before["n_docs"] * before["vocab_size"]
+        live = ~before["off"]
+        self._shift(encoder, torch.where(live, cut, 0.0))
+        # The shift is a constant on the live terms, so their "after" z on the same documents is exactly z - cutoff:
+        # the after-stats come from the probe's per-term max and value histogram instead of a second forward pass.
+        n_values = before["n_docs"] * int(live.sum())
         after_positive = _count_above(before["hist"], cut)
         after = {
             "mean_active_per_doc": after_positive / before["n_docs"],
-            "dead_fraction": float((before["term_max"] <= cut).float().mean()),
+            "dead_fraction": float((before["term_max"][live] <= cut).float().mean()),
             "positive_share": after_positive / n_values,
             "percentiles": {k: v - cut for k, v in before["percentiles"].items()},
         }
         return self._report(before, cut, after, before["samples"] - cut, t0)
 
     def _calibrate_per_term(self, encoder, before: dict[str, Any], t0: float) -> dict[str, Any]:
-        """bias[v] -= percentile of term v's max-logits; after-stats exact from the kept top values."""
+        """bias[v] -= percentile of term v's max-logits, for every live v; after-stats exact from the kept top
+        values."""
         assert self.percentile is not None
-        cuts = _term_percentile(before["term_top"], self.percentile, before["n_docs"])
-        for bias in self._biases(encoder):
-            with torch.no_grad():
-                bias.sub_(cuts.to(device=bias.device, dtype=bias.dtype))
-        after_positive = float((before["term_top"] > cuts).sum())
+        live = ~before["off"]
+        cuts = torch.where(live, _term_percentile(before["term_top"], self.percentile, before["n_docs"]), 0.0)
+        self._shift(encoder, cuts)
+        after_positive = float((before["term_top"][:, live] > cuts[live]).sum())
         samples_after = before["samples"] - cuts[before["sample_terms"]]
         after = {
             "mean_active_per_doc": after_positive / before["n_docs"],
-            "dead_fraction": float((before["term_max"] <= cuts).float().mean()),
-            "positive_share": after_positive / (before["n_docs"] * before["vocab_size"]),
+            "dead_fraction": float((before["term_max"][live] <= cuts[live]).float().mean()),
+            "positive_share": after_positive / (before["n_docs"] * int(live.sum())),
             "percentiles": _percentiles(samples_after),
         }
-        report = self._report(before, float(cuts.mean()), after, samples_after, t0)
+        live_cuts = cuts[live]
+        report = self._report(before, float(live_cuts.mean()), after, samples_after, t0)
         report["cutoff_per_term"] = {
-            "min": float(cuts.min()),
-            "median": float(cuts.median()),
-            "max": float(cuts.max()),
-            "std": float(cuts.std()),
+            "min": float(live_cuts.min()),
+            "median": float(live_cuts.median()),
+            "max": float(live_cuts.max()),
+            "std": float(live_cuts.std()) if live_cuts.numel() > 1 else 0.0,
         }
         return report
+
+    def _shift(self, encoder, cuts: Tensor) -> None:
+        """bias[v] -= cuts[v] on the doc (and a separate query) network's MLM output bias."""
+        for bias in self._biases(encoder):
+            with torch.no_grad():
+                bias.sub_(cuts.to(bias.device))  # in the cuts' float32, rounded once to the bias's dtype
 
     @staticmethod
     def _biases(encoder) -> list[Tensor]:
@@ -279,6 +317,7 @@ class APC:
             "include_zeros": self.include_zeros,
             "n_docs": before["n_docs"],
             "vocab_size": before["vocab_size"],
+            "switched_off": before["switched_off"],  # terms left as they are (off on every probe document)
             "n_samples": before["n_samples"],
             "before": {k: before[k] for k in (*STAT_KEYS, "percentiles")},
             "after": after,
@@ -299,13 +338,14 @@ def summary_line(report: dict[str, Any], when: str) -> str:
     return (
         f"APC {report['name']} {when}: cutoff={report['cutoff']:.3f} active/doc={s['mean_active_per_doc']:.1f} "
         f"positive_share={s['positive_share']:.3f} dead_fraction={s['dead_fraction']:.3f} "
-        f"(docs={report['n_docs']}, samples={report['n_samples']})"
+        f"(docs={report['n_docs']}, samples={report['n_samples']}; {report['switched_off']} switched-off terms left "
+        "off)"
     )
 
 
 def flat_metrics(report: dict[str, Any]) -> dict[str, float]:
     """apc/cutoff, apc/before_positive_share, ... for Lightning loggers."""
-    out = {"apc/cutoff": float(report["cutoff"])}
+    out = {"apc/cutoff": float(report["cutoff"]), "apc/switched_off": float(report["switched_off"])}
     for when in ("before", "after"):
         out.update({f"apc/{when}_{k}": float(report[when][k]) for k in STAT_KEYS})
     return out

@@ -27,6 +27,10 @@ QUERY_TOKENS, DOC_TOKENS, MLM_TOKENS = 32, 192, 128
 # Encoder parameters without the (tied) vocabulary matrix, and the hidden size, per backbone config name.
 ENCODERS = {"bert-uncased": (86e6, 768), "modernbert": (111e6, 768), "roberta-large": (303e6, 1024)}
 NATIVE_VOCAB = {"bert-uncased": 30522, "modernbert": 50368, "roberta-large": 50265}
+# Vocabularies that keep the backbone's own output rows (vocab=native, lowercase, blank-prefix-lower, lowercase-masked:
+# a masked row is still projected), and the size of each pretrained transfer target.
+OWN_ROWS = ("vtlab.vocab.targets.NativeVocab", "vtlab.vocab.masked_outputs.CasedOutputsMasked")
+TARGET_VOCAB = {"bert-uncased": 30522}
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class Job:
     global_batch: int
     mlm_steps: int
     gpu_hours: float  # per job (one seed)
+    apc: str = "off"  # the APC it calibrates with (conf/apc/ name)
 
 
 def check_global_batch(cfg: DictConfig, where: str) -> int:
@@ -65,13 +70,27 @@ def check_global_batch(cfg: DictConfig, where: str) -> int:
     return int(declared)
 
 
+def output_rows(cfg: DictConfig) -> int:
+    """The number of output rows the MLM head projects every position onto, under the run's vocabulary."""
+    vocab = cfg.vocab
+    if str(vocab._target_) in OWN_ROWS:
+        return NATIVE_VOCAB[str(cfg.backbone.name)]
+    if vocab.get("vocab_size") is not None:  # a vocabulary trained to a size (vocab=corpus-wordpiece)
+        return int(vocab.vocab_size)
+    if str(vocab.name) in TARGET_VOCAB:
+        return TARGET_VOCAB[str(vocab.name)]
+    raise ConfigError(
+        f"vocab={vocab.name}: no vocabulary size known to vtlab.paper_plan (known: {sorted(TARGET_VOCAB)})"
+    )
+
+
 def step_flops(cfg: DictConfig) -> tuple[float, float]:
     """(FLOPs of one fine-tuning step of the global batch, FLOPs of one MLM step of 2048 spans)."""
     name = str(cfg.backbone.name)
     if name not in ENCODERS:
         raise ConfigError(f"backbone={name}: no size known to vtlab.paper_plan (known: {sorted(ENCODERS)})")
     params, hidden = ENCODERS[name]
-    vocab = NATIVE_VOCAB[name] if cfg.vocab.name in ("native", "lowercase") else 30522
+    vocab = output_rows(cfg)
     per_token = 6 * (params + hidden * vocab)  # forward + backward; the head projects every position
     group = 1 + int(cfg.data.num_negatives)
     q_side = 0 if str(cfg.model._target_).endswith("InferenceFreeModule") else QUERY_TOKENS
@@ -107,7 +126,8 @@ def plan(sweeps: dict[str, list[str]], tflops: float = ASSUMED_TFLOPS) -> list[J
                     gpus = int(cfg.trainer.devices) * int(cfg.trainer.get("num_nodes", 1) or 1)
                     # FLOPs / (gpus × rate) seconds on each of `gpus` GPUs = FLOPs / rate GPU-seconds
                     hours = (steps * step + mlm_steps * mlm_step) / (tflops * 1e12) / 3600
-                    jobs.append(Job(table, exp, " ".join(point), seeds, gpus, steps, batch, mlm_steps, hours))
+                    apc = str(cfg.apc.name)
+                    jobs.append(Job(table, exp, " ".join(point), seeds, gpus, steps, batch, mlm_steps, hours, apc))
     return jobs
 
 
@@ -123,13 +143,13 @@ def render(jobs: list[Job], tflops: float = ASSUMED_TFLOPS) -> str:
     """The plan as a table: one line per sweep point, then the totals."""
     lines = [
         f"{'table':<16} {'experiment / sweep point':<58} {'seeds':>5} {'GPUs':>4} {'batch':>5} {'steps':>7} "
-        f"{'MLM':>6} {'GPU-h':>8}"
+        f"{'MLM':>6} {'APC':>7} {'GPU-h':>8}"
     ]
     for j in jobs:
         what = f"{j.experiment} {j.point}".strip()
         lines.append(
             f"{j.table:<16} {what:<58} {j.seeds:>5} {j.gpus:>4} {j.global_batch:>5} {j.steps:>7} "
-            f"{j.mlm_steps:>6} {j.gpu_hours * j.seeds:>8.0f}"
+            f"{j.mlm_steps:>6} {j.apc:>7} {j.gpu_hours * j.seeds:>8.0f}"
         )
     n = sum(j.seeds for j in jobs)
     total = sum(j.gpu_hours * j.seeds for j in jobs)
