@@ -30,6 +30,7 @@ from vtlab.data.text import TextDataModule
 from vtlab.errors import VtlabError
 from vtlab.models.head_fit import fit_head, head_inputs, span_batches
 from vtlab.models.optim import configure_optimizers
+from vtlab.models.precision import trainer_precision
 
 log = logging.getLogger("vtlab")
 
@@ -269,7 +270,10 @@ def train_cached(
     m = OmegaConf.create(OmegaConf.to_container(m, resolve=True) if OmegaConf.is_config(m) else dict(m))
     check_recipe(m)
     trainer_cfg = dict(trainer_cfg or {})
-    precision = str(trainer_cfg.get("precision", "32-true"))
+    trainer_cfg["precision"] = trainer_precision(
+        trainer_cfg.get("precision", "32-true"), trainer_cfg.get("accelerator", "auto")
+    )
+    precision = str(trainer_cfg["precision"])
     key = _cache_key(start, OmegaConf.to_container(m, resolve=True), preprocess, seed, precision)
     out = cache_dir("mlm") / f"{start.name}-{int(m.steps)}-{key}"
     with file_lock(out.with_name(out.name + ".lock")):

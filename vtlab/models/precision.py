@@ -24,6 +24,8 @@ once each way, so a test that only passes where auto happens to pick fp32 shows 
 
 from __future__ import annotations
 
+from typing import Any
+
 import functools
 import json
 import logging
@@ -108,6 +110,15 @@ def native_precision(device: str | torch.device = "cpu", flags: Iterable[str] | 
     if torch.device(device).type != "cpu":
         return "fp32"  # GPUs choose via trainer.precision
     return "bf16" if native_bf16(cpu_flags() if flags is None else flags) else "fp32"
+
+
+def trainer_precision(precision: Any, accelerator: Any = "cpu", flags: Iterable[str] | None = None) -> Any:
+    """`trainer.precision` as Lightning takes it: "native" is bf16-mixed where the device computes bf16 natively (a CPU
+    with AVX512-BF16 or AMX, a GPU), else 32-true; any other value unchanged."""
+    if precision != "native":
+        return precision
+    gpu = str(accelerator) in ("gpu", "cuda") or (str(accelerator) == "auto" and torch.cuda.is_available())
+    return "bf16-mixed" if gpu or native_bf16(cpu_flags() if flags is None else flags) else "32-true"
 
 
 def resolve_precision(precision: str, device: str | torch.device = "cpu", flags: Iterable[str] | None = None) -> str:

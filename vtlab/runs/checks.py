@@ -27,6 +27,7 @@ from vtlab.runs.paths import check_paths
 # pytorch_lightning.Trainer(precision=...): lightning_fabric's _PRECISION_INPUT (tests/test_bad_inputs_2.py keeps them
 # equal), the usual ones first.
 LIGHTNING_PRECISIONS: tuple[str | int, ...] = (
+    "native",  # vtlab's: bf16-mixed where the device computes bf16 natively, else 32-true (models/precision.py)
     "32-true",
     "bf16-mixed",
     "16-mixed",

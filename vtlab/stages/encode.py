@@ -19,6 +19,7 @@ from hydra.utils import instantiate
 
 from vtlab.atomic import write_json
 from vtlab.errors import VtlabError
+from vtlab.models.precision import trainer_precision
 from vtlab.models.predict import encode_corpus
 from vtlab.stages.build import build_encoder
 
@@ -34,6 +35,8 @@ def run(cfg: Any, state: dict[str, Any]) -> dict[str, Any]:
     doc_ids = list(collection.corpus)
     out = Path(cfg.paths.run_dir) / "index"
     trainer_kwargs = {k: cfg.trainer[k] for k in _TRAINER_KEYS if cfg.trainer.get(k) is not None}
+    if "precision" in trainer_kwargs:
+        trainer_kwargs["precision"] = trainer_precision(trainer_kwargs["precision"], trainer_kwargs.get("accelerator"))
     began = time.perf_counter()
     docs = encode_corpus(
         encoder,

@@ -22,6 +22,7 @@ from vtlab.callbacks.run_config import RunConfigLogger
 from vtlab.callbacks.vocab_transfer import VocabTransferCallback
 from vtlab.callbacks.checkpoints import SameDirCheckpointIO, check_free_space, chosen_checkpoint, load_checkpoint
 from vtlab.errors import ConfigError
+from vtlab.models.precision import trainer_precision
 from vtlab.tracking.loggers import configured_loggers, resolved_config
 from vtlab.stages.build import transfer_parts
 from vtlab.vocab.transfer import transferred_backbone
@@ -78,7 +79,10 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     callbacks.append(ResumeState(resume_from, configs))
     loggers = configured_loggers(cfg)
     extra = {} if cfg.trainer.get("plugins") else {"plugins": [SameDirCheckpointIO()]}
-    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **extra)
+    precision = trainer_precision(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "cpu"))
+    trainer: pl.Trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, precision=precision, **extra
+    )
     if resume_from:
         log.info("resuming training from %s", resume_from)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
