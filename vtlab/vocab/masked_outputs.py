@@ -12,8 +12,8 @@ still gives it probability, pushes gradient into row and bias and revives it. At
 underflows to exactly 0 (fp32 and bf16) and so does the relu: no loss moves those rows and they never activate.
 What can still move them (tests/test_masked_outputs.py): the decoder is tied to the input embeddings, and MLM
 collators feed random ids as noise inputs (10% of the masked positions), cased ones included; such a row leaves 0 by
-an amount on the order of lr × steps, far too little to lift its logit from -1e4. A per-term APC (apc.per_term)
-would undo the bias, though: it shifts each term to its own percentile.
+an amount on the order of lr × steps, far too little to lift its logit from -1e4. APC leaves such switched-off terms
+as they are in every form (vtlab/apc.py), per-term APC included.
 """
 
 from __future__ import annotations
