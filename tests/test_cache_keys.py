@@ -27,9 +27,10 @@ def test_a_text_corpus_id_is_the_sha1_of_its_nul_terminated_texts():
 
 
 def test_vocabulary_cache_keys_are_pinned(monkeypatch):
-    """Each vocabulary's cache key names its class by a fixed CACHE_ID (the default corpus too, TextCorpus.CACHE_ID),
-    never by a module path: moving the default corpus's function keeps every key, and the keys equal the ones the
-    caches were built under (tokenizers' version, part of a trained WordPiece's key, pinned to the one they used)."""
+    """Each vocabulary's cache key names its class by a fixed CACHE_ID (the default corpus too, TextCorpus's CACHE_ID:
+    a fixed name, its dev split and the rule that leaves the split out), never by a module path: moving the default
+    corpus's function keeps every key, and the keys equal the ones the caches were built under (tokenizers' version,
+    part of a trained WordPiece's key, pinned to the one they used)."""
     import tokenizers
 
     from vtlab.data import clean
@@ -38,9 +39,10 @@ def test_vocabulary_cache_keys_are_pinned(monkeypatch):
     from vtlab.vocab.targets import CorpusWordPiece, NativeVocab, PretrainedVocab
 
     monkeypatch.setattr(tokenizers, "__version__", "0.23.3")
-    monkeypatch.setattr(clean.clean_train_passages, "__module__", "vtlab.data.elsewhere")  # as if it moved
-    assert _corpus_id(TextCorpus()) == TextCorpus.CACHE_ID == "vtlab.data.clean.clean_train_passages"
-    assert CorpusWordPiece("corpus-wordpiece").cache_key() == "corpus-wordpiece-e7014089e94f"
+    monkeypatch.setattr(clean.training_passages, "__module__", "vtlab.data.elsewhere")  # as if it moved
+    assert _corpus_id(TextCorpus()) == TextCorpus().CACHE_ID == "vtlab.data.clean.training_passages:dev300-s0-devnd1"
+    assert _corpus_id(TextCorpus(dev_seed=1)) == "vtlab.data.clean.training_passages:dev300-s1-devnd1"
+    assert CorpusWordPiece("corpus-wordpiece").cache_key() == "corpus-wordpiece-0744ba4658c6"
     assert NativeVocab("native").cache_key() == "native:native"
     assert (
         PretrainedVocab("bert-uncased", "bert-base-uncased", "bert-base-uncased").cache_key()

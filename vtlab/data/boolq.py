@@ -278,16 +278,25 @@ def boolq_triplets(
 
 
 def cached_triplets(
-    key: str, build: Callable[[], list[TripletExample]], source: Mapping[str, Any] | None = None
+    key: str,
+    build: Callable[[], list[TripletExample]],
+    source: Mapping[str, Any] | None = None,
+    detail: Callable[[], str] | None = None,
 ) -> Triplets:
     """The triplets cached as JSONL under `key`, built by `build()` on a miss. `source`: the settings they are built
-    from (Triplets.source), for errors that name them."""
+    from (Triplets.source), for errors that name them; `detail()`: what the build left out, for its log line."""
     path = cache_dir("triplets") / f"{key}-{CACHE_VERSION}.jsonl"
     if not path.is_file():
         t0 = time.perf_counter()
         examples = build()
         write_jsonl_triplets(path, examples)
-        log.info("built %d BoolQ triplets in %.1fs -> %s", len(examples), time.perf_counter() - t0, path)
+        log.info(
+            "built %d BoolQ triplets%s in %.1fs -> %s",
+            len(examples),
+            f" ({detail()})" if detail is not None else "",
+            time.perf_counter() - t0,
+            path,
+        )
     examples = read_jsonl_triplets(str(path), require_scores=True)
     examples.source = dict(source or {})  # the settings, not the cache file: the user set those
     return examples

@@ -13,8 +13,12 @@ every validation passage that shares at least half of its (or the training passa
 training passage, every question judged on such a passage, and every question that near-duplicates a training
 question (idf-weighted word Jaccard ≥ 0.7); `boolq_clean_dropped` says how many. Training, dev, negative pools and
 the MLM corpus are all drawn from BoolQ training texts, so none of them near-duplicates a BoolQ-clean text (the
-out-of-domain sets do the same with `exclude_boolq_train`, vtlab.data.olmo_eval). The MLM corpus also leaves out the
-dev split's gold passages, so dev stays unseen by every training stage.
+out-of-domain sets do the same with `exclude_boolq_train`, vtlab.data.olmo_eval).
+
+The DEV split (held-out clean training questions, for model selection) is kept out of training by the same rule
+(`dev_holdout`): the training triplets (queries, positives, negative pools), the MLM corpus and a corpus tokenizer's
+default texts leave out the dev gold passages and every training passage that near-copies one, and the triplets also
+leave out every training question judged on such a passage or near-copying a dev question.
 """
 
 from __future__ import annotations
@@ -149,8 +153,87 @@ def clean_train_pairs() -> tuple[tuple[int, str, str], ...]:
 
 
 def clean_train_passages() -> tuple[str, ...]:
-    """Distinct clean training passages, in BoolQ train order: the testbed's MLM corpus (cased, as written)."""
+    """Distinct clean training passages, in BoolQ train order, cased as written: the dev split's distractors, and
+    (less `dev_holdout`'s passages, `training_passages`) the MLM and tokenizer corpora."""
     return tuple(dict.fromkeys(p for _, _, p in clean_train_pairs()))
+
+
+DEV_RULE = "devnd1"  # cache keys of texts that leave the dev split out: bump when what `dev_holdout` leaves out changes
+
+
+@dataclass(frozen=True)
+class DevHoldout:
+    """What training leaves out so that the dev split stays unseen (`dev_holdout`), and how much of it there is."""
+
+    questions: frozenset[int]  # positions in clean_train_pairs(): dev questions and the training questions left out
+    passages: frozenset[str]  # normalized: dev gold passages and the training passages that near-copy one
+    dev_questions: int
+    gold_passages: int  # distinct dev gold passages
+    near_passages: int  # distinct training passages (as written) that near-copy a dev gold passage and are not one
+    on_gold: int  # training questions judged on a dev gold passage
+    on_near: int  # training questions judged on a near-copy of one
+    near_questions: int  # other training questions that near-copy a dev question
+
+    def describe_passages(self) -> str:
+        return f"less {self.gold_passages} dev gold passages and {self.near_passages} dev near-copies"
+
+    def describe(self) -> str:
+        return (
+            f"training questions less {self.dev_questions} dev questions, {self.on_gold} on a dev gold passage, "
+            f"{self.on_near} on a dev near-copy passage and {self.near_questions} dev near-copy questions; passages "
+            f"{self.describe_passages()}"
+        )
+
+
+def dev_holdout(dev_size: int = 300, seed: int = 0, near_copies: bool = True) -> DevHoldout:
+    """The dev split's `dev_size` clean training questions drawn by `seed` (boolq_clean_collection("dev")) kept out of
+    training by the rule that keeps BoolQ-clean out of it (vtlab.data.near_duplicates): training leaves out the dev
+    questions, the dev gold passages and every training passage that near-copies one (word-8-gram overlap ≥ 0.5), the
+    training questions judged on a left-out passage, and every training question that near-copies a dev question
+    (idf-weighted word Jaccard ≥ 0.7, idf over every clean training question). `near_copies=False`: exact copies
+    only (the dev questions and gold passages, compared after `normalize`)."""
+    return _dev_holdout(int(dev_size), int(seed), bool(near_copies))
+
+
+@lru_cache(maxsize=8)  # keyed by the three arguments, always given in full
+def _dev_holdout(dev_size: int, seed: int, near_copies: bool) -> DevHoldout:
+    clean = clean_train_pairs()
+    train_idx, dev_idx = split_train(dev_size, seed, n=len(clean))
+    gold = list(dict.fromkeys(clean[k][2] for k in dev_idx))
+    gold_n = _normalized(gold)
+    left_out = set(gold_n)
+    similar: set[int] = set()
+    if near_copies:
+        passages = clean_train_passages()
+        left_out |= {normalize(passages[x.j]) for x in near_duplicate_pairs(gold, passages)}
+        questions = [q for _, q, _ in clean]
+        similar = {x.j for x in similar_question_pairs([questions[k] for k in dev_idx], questions)}
+    passage_n = [normalize(p) for _, _, p in clean]
+    on_gold = {k for k in train_idx if passage_n[k] in gold_n}
+    on_near = {k for k in train_idx if passage_n[k] in left_out} - on_gold
+    near_questions = similar.intersection(train_idx) - on_gold - on_near
+    return DevHoldout(
+        questions=frozenset(dev_idx) | on_gold | on_near | near_questions,
+        passages=frozenset(left_out),
+        dev_questions=len(dev_idx),
+        gold_passages=len(gold_n),
+        near_passages=sum(n in left_out and n not in gold_n for n in map(normalize, clean_train_passages())),
+        on_gold=len(on_gold),
+        on_near=len(on_near),
+        near_questions=len(near_questions),
+    )
+
+
+def training_passages(dev_size: int = 300, dev_seed: int = 0, near_copies: bool = True) -> tuple[str, ...]:
+    """Clean training passages less `dev_holdout(dev_size, dev_seed, near_copies)`'s passages, in BoolQ train order,
+    cased as written: what an MLM stage or a corpus tokenizer may read without reading the dev split."""
+    return _training_passages(int(dev_size), int(dev_seed), bool(near_copies))
+
+
+@lru_cache(maxsize=8)
+def _training_passages(dev_size: int, dev_seed: int, near_copies: bool) -> tuple[str, ...]:
+    left_out = _dev_holdout(dev_size, dev_seed, near_copies).passages
+    return tuple(p for p in clean_train_passages() if normalize(p) not in left_out)
 
 
 def boolq_clean_collection(
@@ -166,8 +249,9 @@ def boolq_clean_collection(
     near-copy of one and which near-copy no training question, over the validation passages that are no training
     passage or near-copy of one (2,128 questions over 2,109 passages; `boolq_clean_dropped`).
     split="dev": `dev_size` clean training questions held out by `seed`, over their passages plus clean training
-    distractors up to `max_docs`. Their gold passages are withheld from boolq_clean_triplets (as positives and from the
-    negative pools), so checkpoint selection never scores a passage the model trained on.
+    distractors up to `max_docs`. boolq_clean_triplets and the MLM and tokenizer corpora leave out their gold passages
+    and near-copies of them, and the triplets near-copies of their questions (`dev_holdout`), so checkpoint selection
+    never scores a passage or question the model trained on.
     """
     if split == "validation":
 
@@ -211,30 +295,46 @@ def boolq_clean_collection(
 
 
 def boolq_clean_triplets(
-    num_negatives: int = 8, dev_size: int = 300, seed: int = 0, max_examples: int | None = None
+    num_negatives: int = 8,
+    dev_size: int = 300,
+    seed: int = 0,
+    max_examples: int | None = None,
+    dev_near_copies: bool = True,
 ) -> list[TripletExample]:
-    """Triplets of the clean training questions (dev questions held out by `seed`) with BM25 hard negatives mined
-    from clean training passages only; dev gold passages appear neither as positives nor as negatives."""
+    """Triplets of the clean training questions with BM25 hard negatives mined from clean training passages, less
+    `dev_holdout(dev_size, seed, dev_near_copies)`: no dev question or near-copy of one as a query, no dev gold
+    passage or near-copy of one as a positive or in a negative pool."""
 
     def build() -> list[TripletExample]:
-        clean = clean_train_pairs()
-        train_idx, dev_idx = split_train(dev_size, seed, n=len(clean))
-        dev_passages = {normalize(clean[i][2]) for i in dev_idx}
-        keep = [i for i in train_idx if normalize(clean[i][2]) not in dev_passages]
+        clean, hold = clean_train_pairs(), dev_holdout(dev_size, seed, dev_near_copies)
+        keep = [k for k in range(len(clean)) if k not in hold.questions]
         if max_examples is not None and max_examples < len(keep):
             keep = sorted(random.Random(f"boolq-examples-{seed}").sample(keep, max_examples))
-        pairs = [(f"t{clean[i][0]}", clean[i][1], clean[i][2]) for i in keep]
-        pool = [p for _, _, p in clean if normalize(p) not in dev_passages]
+        pairs = [(f"t{clean[k][0]}", clean[k][1], clean[k][2]) for k in keep]
+        pool = [p for _, _, p in clean if normalize(p) not in hold.passages]
         return mine_triplets(pairs, pool, num_negatives)
 
-    source = {"num_negatives": num_negatives, "dev_size": dev_size, "seed": seed, "max_examples": max_examples}
-    return cached_triplets(f"boolq-clean-n{num_negatives}-dev{dev_size}-s{seed}-m{max_examples}", build, source)
+    source = {
+        "num_negatives": num_negatives,
+        "dev_size": dev_size,
+        "seed": seed,
+        "max_examples": max_examples,
+        "dev_near_copies": dev_near_copies,
+    }
+    key = f"boolq-clean-n{num_negatives}-dev{dev_size}-s{seed}-m{max_examples}" + (
+        f"-{DEV_RULE}" if dev_near_copies else ""
+    )
+    return cached_triplets(key, build, source, detail=lambda: dev_holdout(dev_size, seed, dev_near_copies).describe())
 
 
-def clean_mlm_corpus(max_docs: int | None = None, dev_size: int = 300, dev_seed: int = 0) -> tuple[str, ...]:
-    """The testbed's MLM corpus (a zero-argument callable for `mlm.corpus`): clean training passages, cased, without
-    the gold passages of the dev split (`dev_size`, `dev_seed`: data.dev's), so dev is unseen by MLM too."""
-    dev = boolq_clean_collection("dev", dev_size=dev_size, seed=dev_seed)
-    gold = _normalized(dev.corpus[d] for rel in dev.qrels.values() for d in rel)
-    texts = tuple(p for p in clean_train_passages() if normalize(p) not in gold)
-    return texts if max_docs is None else texts[:max_docs]
+def clean_mlm_corpus(
+    max_docs: int | None = None, dev_size: int = 300, dev_seed: int = 0, dev_near_copies: bool = True
+) -> tuple[str, ...]:
+    """The testbed's MLM corpus (a zero-argument callable for `mlm.corpus`): clean training passages, cased, less the
+    gold passages of the dev split (`dev_size`, `dev_seed`: data.dev's) and their near-copies (`training_passages`),
+    so dev is unseen by MLM too. `max_docs` keeps the first N."""
+    texts = training_passages(dev_size, dev_seed, dev_near_copies)
+    texts = texts if max_docs is None else texts[:max_docs]
+    hold = dev_holdout(dev_size, dev_seed, dev_near_copies)
+    log.info("MLM corpus: %d clean training passages (%s)", len(texts), hold.describe_passages())
+    return texts

@@ -1,7 +1,8 @@
 """Plain-text corpora for MLM adaptation: zero-argument callables (Hydra `_partial_: true`) yielding documents.
 
-Offline: BoolQ passages (≈10k Wikipedia paragraphs, ≈1M words; also vocab=corpus-wordpiece's default corpus). Online:
-the authors' recipe, English Wikipedia (`wikimedia/wikipedia` 20231101.en) + BookCorpus, from the Hugging Face hub.
+Offline: BoolQ passages (≈10k Wikipedia paragraphs, ≈1M words); vocab=corpus-wordpiece's default corpus (`TextCorpus`)
+is their clean training part less the dev split. Online: the authors' recipe, English Wikipedia (`wikimedia/wikipedia`
+20231101.en) + BookCorpus, from the Hugging Face hub.
 Without the hub (offline flags set or the endpoint unreachable) the hub corpora raise AssetError naming the dataset at
 once, unless a cached copy exists.
 """
@@ -9,19 +10,21 @@ once, unless a cached copy exists.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import Any, ClassVar
 
 from vtlab import hub
 from vtlab.data.boolq import train_pairs, validation_pairs
-from vtlab.data.clean import clean_train_passages
+from vtlab.data.clean import DEV_RULE, dev_holdout, training_passages
 from vtlab.data.text_files import iter_texts, text_files
 from vtlab.errors import AssetError, DataError, VtlabError
 
 WIKIPEDIA = "wikimedia/wikipedia"
 WIKIPEDIA_CONFIG = "20231101.en"
 BOOKCORPUS = "bookcorpus"  # the id the authors' prepare_mlm_data.py loads (the hub redirects to bookcorpus/bookcorpus)
+log = logging.getLogger(__name__)
 
 
 def _check_max_docs(max_docs: int | None, key: str) -> None:
@@ -57,30 +60,43 @@ def boolq_passages(max_docs: int | None = None, split: str = "all") -> tuple[str
 class TextCorpus:
     """A corpus for a tokenizer (vocab=corpus-wordpiece) as a zero-argument callable: the user's texts at `path` (a
     .txt file, one text per line; a .jsonl file, text in `field`; a BEIR directory or its corpus.jsonl; a directory of
-    .txt/.jsonl files), or, when `path` is None, BoolQ's clean training passages (`DEFAULT`: no passage of an
-    evaluation corpus, so a quickstart tokenizer never learns from the texts it is evaluated on). `key` names the
-    config key in errors and logs."""
+    .txt/.jsonl files), or, when `path` is None, BoolQ's clean training passages less the gold passages of the dev
+    split (`dev_size` questions drawn by `dev_seed`, data.dev's) and their near-copies (`DEFAULT`,
+    vtlab.data.clean.training_passages): no passage of an evaluation corpus or of dev, so a quickstart tokenizer never
+    learns from the texts it is selected or evaluated on. `key` names the config key in errors and logs."""
 
-    DEFAULT = staticmethod(clean_train_passages)
-    # DEFAULT's name in vocabulary cache keys (vtlab.vocab.targets): a fixed string, not DEFAULT's module path, so
-    # moving or renaming the function keeps the vocabularies trained on it; change it only to retrain them on purpose.
-    CACHE_ID: ClassVar[str] = "vtlab.data.clean.clean_train_passages"
+    DEFAULT = staticmethod(training_passages)
+    # DEFAULT's name in vocabulary cache keys (vtlab.vocab.targets reads `CACHE_ID`): a fixed string, not DEFAULT's
+    # module path, so moving or renaming the function keeps the vocabularies trained on it; the dev split and the
+    # rule that leaves it out (DEV_RULE) follow it. Change it only to retrain them on purpose.
+    DEFAULT_ID: ClassVar[str] = "vtlab.data.clean.training_passages"
 
     def __init__(
-        self, path: str | None = None, field: str = "text", max_docs: int | None = None, key: str = "vocab.corpus"
+        self,
+        path: str | None = None,
+        field: str = "text",
+        max_docs: int | None = None,
+        key: str = "vocab.corpus",
+        dev_size: int = 300,
+        dev_seed: int = 0,
     ) -> None:
         _check_max_docs(max_docs, f"{key}.max_docs")
         self.path = None if path in (None, "") else str(path)
         self.field = str(field)
         self.max_docs = max_docs
         self.key = key
+        self.dev_size, self.dev_seed = int(dev_size), int(dev_seed)
+        self.CACHE_ID = f"{self.DEFAULT_ID}:dev{self.dev_size}-s{self.dev_seed}-{DEV_RULE}"
         if self.path is not None:
             self.files = text_files(self.path, f"{key}.path")  # a missing or unreadable kind of path fails here
 
     def __call__(self) -> Iterator[str]:
         if self.path is None:
-            texts = self.DEFAULT()
-            return iter(texts if self.max_docs is None else texts[: self.max_docs])
+            texts = self.DEFAULT(self.dev_size, self.dev_seed)
+            texts = texts if self.max_docs is None else texts[: self.max_docs]
+            held_out = dev_holdout(self.dev_size, self.dev_seed).describe_passages()
+            log.info("%s: %d BoolQ clean training passages (%s)", self.key, len(texts), held_out)
+            return iter(texts)
         texts = iter_texts(self.path, self.field, f"{self.key}.path")
         return itertools.islice(texts, self.max_docs) if self.max_docs is not None else texts
 
@@ -93,8 +109,10 @@ class TextCorpus:
 
     def describe(self) -> str:
         if self.path is None:
-            return "BoolQ clean training passages (none of an evaluation corpus)" + (
-                f", first {self.max_docs}" if self.max_docs else ""
+            return (
+                "BoolQ clean training passages (none of an evaluation corpus), less the gold passages of the dev split "
+                f"(dev_size={self.dev_size}, seed={self.dev_seed}) and their near-copies"
+                + (f", first {self.max_docs}" if self.max_docs else "")
             )
         files = ", ".join(str(f) for f in self.files[:3]) + (
             f" and {len(self.files) - 3} more" if len(self.files) > 3 else ""
@@ -102,7 +120,8 @@ class TextCorpus:
         return f"{files} (field {self.field!r})" + (f", first {self.max_docs}" if self.max_docs else "")
 
     def __repr__(self) -> str:
-        return f"TextCorpus(path={self.path!r}, field={self.field!r}, max_docs={self.max_docs!r})"
+        dev = f", dev_size={self.dev_size!r}, dev_seed={self.dev_seed!r}" if self.path is None else ""
+        return f"TextCorpus(path={self.path!r}, field={self.field!r}, max_docs={self.max_docs!r}{dev})"
 
 
 def hub_dataset(repo: str, config: str | None = None, split: str = "train", streaming: bool = False) -> Any:
