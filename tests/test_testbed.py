@@ -81,9 +81,10 @@ def test_the_relocated_models_share_one_build_recipe_and_the_control_is_splade_t
 def test_the_primary_contrast_is_vt_against_lowercasing_at_one_segmentation():
     cfg = _cfg(MAIN[0])
     assert list(cfg.report.primary) == ["testbed-bpe-vt-unc", "testbed-bpe-lowercase"]
-    assert [list(p) for p in cfg.report.contrasts][:3] == [
+    assert [list(p) for p in cfg.report.contrasts][:4] == [
         ["testbed-bpe-vt-unc", "testbed-bpe-lowercase"],
-        ["testbed-bpe-native", "testbed-unc-native"],
+        ["testbed-unc-native", "testbed-bpe-lowercase"],  # the case cost at identical segmentation, claimed A > B
+        ["testbed-unc-native", "testbed-bpe-native"],
         ["testbed-bpe-vt", "testbed-bpe-vt-unc"],
     ]
     vt_unc, lowercase = _cfg("testbed/main/bpe-vt-unc"), _cfg("testbed/main/bpe-lowercase")
@@ -148,15 +149,15 @@ def test_the_default_run_selects_on_dev_before_the_main_table_and_runs_jobs_side
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
     assert [c.split("hydra.sweep.dir=")[1].split()[0].rsplit("/", 1)[1] for c in commands] == [
         "references",
-        "select",
+        "select-main",
         "main",
     ]  # the ablations are outside the 60-minute default
     select, main_table = commands[1], commands[2]
     assert "model.optimizer.lr=0.00025,0.001" in select and "eval=testbed-dev" in select and " seed=0 " in select
-    assert "experiment=testbed/selected/wp-native," in main_table and "seed=0,1,2" in main_table
+    assert "experiment=testbed/selected-main/wp-native," in main_table and "seed=0,1,2" in main_table
     # seed 0 reuses the selection's training at the chosen setting (vtlab.runs.reuse.reuse_training)
-    assert f"reuse_runs=['{tmp_path.resolve()}/select']" in main_table
-    assert f"hydra.searchpath=[file://{tmp_path.resolve()}/selected]" in main_table
+    assert f"reuse_runs=['{tmp_path.resolve()}/select-main']" in main_table
+    assert f"hydra.searchpath=[file://{tmp_path.resolve()}/selected-main]" in main_table
     assert all("hydra/launcher=parallel" in c for c in commands)
 
 
@@ -179,3 +180,33 @@ def test_an_unknown_table_names_the_tables_file(capsys):
     assert main(["--dry-run", "--tables", "main,ablation-nothing"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("vtlab: error: --tables: ['ablation-nothing']") and "conf/tables/testbed.yaml" in err
+
+
+def test_the_real_case_table_runs_with_its_references_and_selects_on_dev_first(tmp_path, capsys):
+    from vtlab.reproduce import main
+
+    assert main(["--dry-run", "--tables", "real-case", "--out", str(tmp_path)]) == 0
+    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
+    assert [c.split("hydra.sweep.dir=")[1].split()[0].rsplit("/", 1)[1] for c in commands] == [
+        "references",
+        "select-real-case",
+        "real-case",
+    ]
+    select, table = commands[1], commands[2]
+    assert "model.optimizer.lr=0.0001,0.0003" in select and "eval=testbed-dev" in select
+    assert "experiment=testbed/selected-real-case/e5-native," in table and "seed=0,1,2,3,4" in table
+    assert f"reuse_runs=['{tmp_path.resolve()}/select-real-case']" in table
+
+
+def test_real_case_arms_start_from_the_same_e5_and_get_the_same_compute():
+    rows = [f"testbed/real-case/{r}" for r in tables_of("testbed")["real-case"]["rows"]]
+    cfgs = [_cfg(r) for r in rows]
+    same = ("backbone", "mlm", "apc", "trainer", "data", "loss", "regularizer", "selection", "model.optimizer")
+    for key in same:
+        values = {str(OmegaConf.select(c, key)) for c in cfgs}
+        assert len(values) == 1, (key, values)
+    assert cfgs[0].backbone._target_ == "vtlab.backbones.E5Small" and cfgs[0].mlm.head_fit is not None
+    primary = cfgs[0].report.primary
+    names = {c.name for c in cfgs}
+    assert list(primary) == ["testbed-e5-vt", "testbed-e5-lowercase-masked"]
+    assert {a for pair in cfgs[0].report.contrasts for a in pair} <= names

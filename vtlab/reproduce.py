@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 from vtlab import gates, paper_plan
 from vtlab.errors import VtlabError
 from vtlab.paths import CONF_DIR
-from vtlab.report import State, collect_jobs, selection
+from vtlab.report import EXPLORATORY_FILE, State, collect_jobs, selection, write_exploratory
 
 CONF = CONF_DIR / "experiment"
 TABLES = CONF_DIR / "tables"  # <scale>.yaml: that scale's tables, rows, default seeds (the one place they are defined)
@@ -82,16 +82,22 @@ def sweeps(scale: str, seeds: int | None, tables: list[str], out: Path | None = 
     return sweeps_
 
 
-def row_metric(sweep: Path, name: str, dataset: str = gates.GATE_DATASET, measure: str = gates.GATE_MEASURE) -> float:
-    """Mean over seeds of `measure` on `dataset` for the finished jobs named `name` in a sweep directory."""
+def row_metric(
+    sweep: Path, name: str, dataset: str | None = gates.GATE_DATASET, measure: str = gates.GATE_MEASURE
+) -> float:
+    """Mean over seeds of `measure` on `dataset` for the finished jobs named `name` in a sweep directory; `dataset`
+    None: of each job's average over its collections (the tables' avg column)."""
     jobs, _ = collect_jobs(sweep)
-    values = [
-        float(j.metrics[dataset][measure])
-        for j in jobs
-        if j.name == name and j.state is State.DONE and measure in j.metrics.get(dataset, {})
-    ]
+    values = []
+    for j in jobs:
+        if j.name != name or j.state is not State.DONE:
+            continue
+        sets = list(j.metrics) if dataset is None else [dataset]
+        if sets and all(measure in j.metrics.get(d, {}) for d in sets):
+            values.append(statistics.fmean(float(j.metrics[d][measure]) for d in sets))
     if not values:
-        raise gates.GateError(f"quality gate: no finished job named {name!r} with {dataset} {measure} under {sweep}")
+        where = "its collections" if dataset is None else dataset
+        raise gates.GateError(f"gate: no finished job named {name!r} with {where} {measure} under {sweep}")
     return statistics.fmean(values)
 
 
@@ -125,26 +131,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _selection_spec(scale: str) -> dict[str, Any] | None:
-    """The main table's `selection` node (grid, eval, dataset, measure, seed), or None where the scale has none."""
-    rows = main_rows(scale)
+def _selection_spec(scale: str, table: str) -> dict[str, Any] | None:
+    """A row table's `selection` node (grid, eval, dataset, measure, seed) from its first row, or None."""
+    rows = main_rows(scale, table)
     if not rows:
         return None
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=[f"experiment={rows[0]}"])
-    spec = cfg.get("selection")
+    spec = _composed(rows[0]).get("selection")
     return None if spec is None else OmegaConf.to_container(spec, resolve=True)
 
 
+def selection_dirs(out: Path, table: str) -> tuple[Path, Path]:
+    """(the selection sweep, the chosen configs' search path) of a row table."""
+    return out / f"select-{table}", out / f"selected-{table}"
+
+
 def select_settings(
-    spec: dict[str, Any], scale: str, out: Path, run: Callable[[list[str], Path], None], dry_run: bool = False
+    spec: dict[str, Any],
+    scale: str,
+    table: str,
+    out: Path,
+    run: Callable[[list[str], Path], None],
+    dry_run: bool = False,
 ) -> tuple[list[str], dict[str, selection.Choice]]:
-    """Run every main arm on the selection grid at one seed, scored on dev (equal selection budget), and write each
-    arm's config with its choice; returns the main table's `experiment=`/search-path overrides that run them, and
-    the choices by arm name."""
+    """Run every arm of a row table on the selection grid at one seed, scored on dev (equal selection budget), and
+    write each arm's config with its choice; returns the table's `experiment=`/search-path overrides that run them,
+    and the choices by arm name."""
     grid = dict(_grid_keys(spec["grid"]))
-    rows = main_rows(scale)
-    sweep_dir = out / "select"
+    rows = main_rows(scale, table)
+    sweep_dir, root = selection_dirs(out, table)
     # the grid first, so Hydra varies the arm fastest: jobs side by side are other arms, not waiting on one MLM cache
     run(
         [
@@ -155,13 +169,14 @@ def select_settings(
         ],
         sweep_dir,
     )
-    root = (out / "selected").resolve()
+    root = root.resolve()
     search = f"hydra.searchpath=[file://{root}]"
+    selected = f"{scale}/selected-{table}"
     if dry_run:
-        return [f"experiment={','.join(r.replace('/main/', '/selected/') for r in rows)}", search], {}
+        return [f"experiment={','.join(selected + '/' + r.rsplit('/', 1)[1] for r in rows)}", search], {}
     chosen = selection.choose(sweep_dir, list(grid), spec["dataset"], spec["measure"])
     names = {_row_name(r): r for r in rows}
-    experiments = selection.write_selected(chosen, names, root, f"{scale}/selected")
+    experiments = selection.write_selected(chosen, names, root, selected)
     for name, choice in chosen.items():
         print(
             f"selected on {spec['dataset']} {spec['measure']}: {name} {choice.values} ({choice.score:.4f}; tried "
@@ -199,15 +214,50 @@ def _chosen_for(table: str, scale: str, chosen: dict[str, selection.Choice]) -> 
 
 
 def _check_gates(out: Path, tables: list[str]) -> dict[str, Any]:
-    """The gates after the tables: the undamaged control (M_wp fine-tuned no worse than SPLADE-tiny as is) and quality
-    (M_wp above BM25), both on BoolQ-clean; a GateError names the failed one."""
+    """The gates after the main table: the undamaged control (M_wp fine-tuned no worse than SPLADE-tiny as is, on the
+    table's average over its collections) and quality (M_wp above BM25 on BoolQ-clean); a GateError names the failed
+    one."""
     if not {"main", "references"} <= set(tables):
         return {}
+    wp_avg = row_metric(out / "main", "testbed-wp-native", dataset=None)
     wp = row_metric(out / "main", "testbed-wp-native")
     return {
-        "control": gates.check_control(wp, row_metric(out / "references", "testbed-splade-tiny"), out / "main"),
+        "control": gates.check_control(
+            wp_avg, row_metric(out / "references", "testbed-splade-tiny", dataset=None), out / "main"
+        ),
         "quality": gates.check_quality(wp, row_metric(out / "references", "testbed-bm25"), out / "main"),
     }
+
+
+def _learning_gate(
+    scale: str,
+    table: str,
+    spec: dict[str, Any],
+    chosen: dict[str, selection.Choice],
+    out: Path,
+    run: Callable[[list[str], Path], None],
+) -> dict[str, Any] | None:
+    """A table's learning gate (`learning_gate` in conf/tables/<scale>.yaml): its row's best dev score (the
+    selection's) against the reference row's on the same dev split, which this runs; None where the table has none."""
+    gate = tables_of(scale)[table].get("learning_gate")
+    if gate is None:
+        return None
+    reference = gate.get("reference", "references/bm25")
+    ref_dir = out / f"select-{table}-{reference.rsplit('/', 1)[-1]}"
+    run([f"experiment={scale}/{reference}", f"eval={spec['eval']}", f"seed={spec['seed']}"], ref_dir)
+    arm = _row_name(f"{scale}/{table}/{gate['row']}")
+    if arm not in chosen:
+        raise gates.GateError(f"learning gate: {arm} has no dev score in {selection_dirs(out, table)[0]}")
+    ref = row_metric(ref_dir, _row_name(f"{scale}/{reference}"), spec["dataset"], spec["measure"])
+    return gates.check_learning(arm, chosen[arm].score, _row_name(f"{scale}/{reference}"), ref, spec)
+
+
+def _tables_with_needs(scale: str, tables: list[str]) -> list[str]:
+    """`tables` and the tables they need (`needs` in conf/tables/<scale>.yaml), in the file's order."""
+    wanted = set(tables)
+    for table in tables:
+        wanted |= set(tables_of(scale).get(table, {}).get("needs", []))
+    return [t for t in tables_of(scale) if t in wanted]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    tables = _tables_with_needs(args.scale, tables)
     out = args.out or Path("outputs") / "reproduce" / args.scale
     launcher = args.launcher or ("slurm" if args.scale == "paper" else "parallel" if args.jobs > 1 else None)
     dirs, planned, slurm = [], sweeps(args.scale, args.seeds, tables, out), []
@@ -251,43 +302,65 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(cmd, check=False, env=env)
 
     gated = args.scale == "testbed" and not args.no_gates and not args.dry_run
+    report: dict[str, Any] = {}
     try:
-        if gated:  # before any row: a testbed whose cased model is not cased cannot answer the question
+        if gated and "main" in tables:  # before any row: a testbed whose cased model is not cased cannot answer
             gates.build_all(jobs=args.jobs)
-            case = gates.case_report()
-            print("case handling (vtlab/diagnose/case.py): " + json.dumps(case), flush=True)
-            gates.write(out / "gates.json", {"case": case})
-            gates.check_case(case)
-        spec = _selection_spec(args.scale) if "main" in tables else None
-        chosen: dict[str, selection.Choice] = {}
+            report["case"] = gates.case_report()
+            print("case handling (vtlab/diagnose/case.py): " + json.dumps(report["case"]), flush=True)
+            gates.write(out / "gates.json", report)
+            gates.check_case(report["case"])
+        chosen: dict[str, dict[str, selection.Choice]] = {}
         for table, overrides in planned.items():
-            if table == "main" and spec is not None:
-                rows, chosen = select_settings(spec, args.scale, out, run, args.dry_run)
+            row_table = _is_row_table(args.scale, table)
+            spec = _selection_spec(args.scale, table) if row_table else None
+            exploratory = None
+            if spec is not None:
+                rows, chosen[table] = select_settings(spec, args.scale, table, out, run, args.dry_run)
+                if gated and (learning := _learning_gate(args.scale, table, spec, chosen[table], out, run)):
+                    report[f"learning:{table}"] = learning
+                    gates.write(out / "gates.json", report)
+                    exploratory = learning.get("exploratory")
                 # seed 0 at the chosen setting was trained by the selection: evaluated on the test sets, not retrained
                 overrides = (
                     rows
                     + [o for o in overrides if not o.startswith("experiment=")]
-                    + [f"reuse_runs=['{(out / 'select').resolve()}']"]
+                    + [f"reuse_runs=['{selection_dirs(out, table)[0].resolve()}']"]
                 )
-            elif not _is_row_table(args.scale, table):
-                overrides = overrides + _chosen_for(table, args.scale, chosen)
+            elif not row_table:
+                overrides = overrides + _chosen_for(table, args.scale, chosen.get("main", {}))
             dirs.append(out / table)
             run(overrides, out / table)
+            if not args.dry_run:
+                mark_exploratory(out / table, exploratory)
     except VtlabError as e:
         print(f"vtlab: error: {e}", file=sys.stderr)
         return 3 if isinstance(e, gates.GateError) else 2
     if args.dry_run:
         return 0
-    report = [sys.executable, "-m", "vtlab.report", *map(str, dirs)]
-    print("+ " + " ".join(report), flush=True)
-    code = subprocess.run(report, check=False).returncode
+    cmd = [sys.executable, "-m", "vtlab.report", *map(str, dirs)]
+    print("+ " + " ".join(cmd), flush=True)
+    code = subprocess.run(cmd, check=False).returncode
     if gated:
         try:
-            print(f"gates passed: {json.dumps(_check_gates(out, tables))}", flush=True)
+            after = _check_gates(out, tables)
+            report.update(after)
+            gates.write(out / "gates.json", report)
+            print(f"gates passed: {json.dumps(after)}", flush=True)
         except VtlabError as e:
             print(f"vtlab: error: {e}", file=sys.stderr)
             return 3
     return code
+
+
+def mark_exploratory(sweep: Path, reason: str | None) -> None:
+    """A table whose learning gate failed is reported without verdicts (vtlab.report reads the marker); a table that
+    passed loses a marker an earlier run left."""
+    marker = sweep / EXPLORATORY_FILE
+    if reason is None:
+        marker.unlink(missing_ok=True)
+    else:
+        write_exploratory(sweep, reason)
 
 
 if __name__ == "__main__":

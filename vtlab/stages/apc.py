@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from vtlab.apc import APC, json_report, summary_line, write_outputs
 from vtlab.atomic import atomic_dir
-from vtlab.data.corpora import boolq_passages
+from vtlab.data.clean import training_passages
 from vtlab.errors import VtlabError
 from vtlab.stages.build import build_encoder
 
@@ -25,7 +25,10 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     if not apc.enabled:
         raise VtlabError("stage=apc: apc=off has nothing to calibrate; choose e.g. apc=p60")
     encoder = state.get("encoder") or build_encoder(cfg, state)  # on the run's vocabulary
-    report = apc.calibrate(encoder, boolq_passages())  # the probe takes the first apc.num_docs
+    # the probe takes the first apc.num_docs clean training passages, never the run's dev split or an evaluation text
+    dev_size = OmegaConf.select(cfg, "data.dev.dev_size", default=300)
+    dev_seed = OmegaConf.select(cfg, "data.dev.seed", default=0)
+    report = apc.calibrate(encoder, training_passages(dev_size, dev_seed))
     out = Path(cfg.paths.run_dir) / "apc"
     with atomic_dir(out) as tmp:  # complete or absent: a crash never leaves half a calibrated model
         encoder.model.save_pretrained(tmp)

@@ -46,7 +46,13 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(cfg.paths.run_dir)
     start, preprocess = _starting_point(cfg, state)
     out, report = train_cached(
-        start, m, int(cfg.seed), preprocess, cfg.trainer, log_dir=run_dir / "mlm", loggers=lambda d: _loggers(cfg, d)
+        start,
+        m,
+        int(cfg.seed if m.get("seed") is None else m.seed),
+        preprocess,
+        cfg.trainer,
+        log_dir=run_dir / "mlm",
+        loggers=lambda d: _loggers(cfg, d),
     )
     link = run_dir / "mlm" / "model"
     link.parent.mkdir(parents=True, exist_ok=True)
