@@ -193,3 +193,24 @@ def test_off_and_validation():
     callback = APCCallback(APC(percentile=None), texts=lambda: pytest.fail("probed while off"))
     callback.setup(SimpleNamespace(), SimpleNamespace(), "fit")
     assert callback.report is None
+
+
+def test_a_calibration_is_computed_once_and_reused_bit_for_bit(empty_cache, caplog):
+    from vtlab.callbacks.apc import calibrate_cached
+
+    texts = boolq_passages()[:40]
+    apc = APC(percentile=99.0, include_zeros=True, per_term=True, num_docs=40, max_length=64)
+    first, second, other = splade_tiny(), splade_tiny(), splade_tiny()
+    report = calibrate_cached(apc, first, texts)
+    with caplog.at_level("INFO", logger="vtlab"):
+        again = calibrate_cached(apc, second, texts)
+    assert "cached calibration" in caplog.text
+    assert torch.equal(first.output_bias("doc"), second.output_bias("doc"))
+    assert not torch.equal(first.output_bias("doc"), splade_tiny().output_bias("doc"))  # it did shift
+    assert again["cutoff"] == report["cutoff"] and torch.equal(again["samples_after"], report["samples_after"])
+    # other probe texts or other weights are another calibration
+    caplog.clear()
+    with caplog.at_level("INFO", logger="vtlab"):
+        calibrate_cached(apc, other, boolq_passages()[40:80])
+    assert "cached calibration" not in caplog.text
+    assert len([p for p in empty_cache.glob("apc/p99-term-*") if p.is_dir()]) == 2

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytorch_lightning as pl
+import torch
+from safetensors.torch import load_file, save_file
 
-from vtlab.apc import APC, flat_metrics, summary_line, write_outputs
+from vtlab import integrity
+from vtlab.apc import APC, flat_metrics, json_report, summary_line, write_outputs
+from vtlab.assets import cache_dir
+from vtlab.atomic import file_lock, stable_hash
 from vtlab.errors import VtlabError
 
 log = logging.getLogger("vtlab")
@@ -39,10 +46,63 @@ class APCCallback(pl.Callback):
             return
         texts = self.texts() if self.texts is not None else self._train_texts(trainer)
         # every rank calibrates (same texts, same seed → same cutoff); only rank 0 writes files
-        self.report = self.apc.calibrate(pl_module.encoder, texts)
+        self.report = calibrate_cached(self.apc, pl_module.encoder, texts)
         log.info(summary_line(self.report, "before"))
         log.info(summary_line(self.report, "after"))
         for logger in trainer.loggers:
             logger.log_metrics(flat_metrics(self.report), step=0)
         if trainer.is_global_zero:
             write_outputs(self.report, self.out_dir or trainer.default_root_dir)
+
+
+_CACHE_VERSION = "apc-v1"  # bump when calibration changes in a way its settings do not show
+
+
+def _biases(encoder: Any) -> list[torch.Tensor]:
+    biases = [encoder.output_bias("doc")]
+    if encoder.output_bias("query") is not biases[0]:
+        biases.append(encoder.output_bias("query"))
+    return biases
+
+
+def _key(apc: APC, encoder: Any, texts: list[str]) -> str:
+    """The calibration's identity: APC's settings, the probe texts and every weight of the encoder's networks."""
+
+    def chunks() -> Any:
+        yield json.dumps(
+            [_CACHE_VERSION, vars(apc), type(encoder).__name__, encoder.max_length], sort_keys=True
+        ).encode()
+        yield json.dumps(texts[: apc.num_docs]).encode()
+        for i, net in enumerate(encoder._networks()):
+            for name, t in net.state_dict().items():
+                yield f"{i}.{name}".encode()
+                yield t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+
+    return stable_hash(chunks(), 24)
+
+
+def calibrate_cached(apc: APC, encoder: Any, texts: list[str]) -> dict[str, Any]:
+    """`apc.calibrate(encoder, texts)`, computed once per (settings, probe texts, weights) into $VTLAB_CACHE/apc and
+    reused after: a table's seeds that share their adapted model (mlm.seed) and their probe documents calibrate
+    alike, bit for bit (the calibrated output biases are stored, not recomputed)."""
+    out = cache_dir("apc") / f"{apc.name}-{_key(apc, encoder, texts)}"
+    with file_lock(out.with_name(out.name + ".lock")):
+        if integrity.problem(out) is None:
+            stored = load_file(str(out / "biases.safetensors"))
+            with torch.no_grad():
+                for i, bias in enumerate(_biases(encoder)):
+                    bias.copy_(stored[f"bias{i}"].to(bias.device, bias.dtype))
+            report = json.loads((out / "report.json").read_text())
+            report.update({k: stored[k] for k in ("samples", "samples_after")})
+            log.info("apc: cached calibration %s", out)
+            return report
+        report = apc.calibrate(encoder, texts)
+
+        def write(tmp: Path) -> None:
+            tensors = {f"bias{i}": b.detach().cpu().contiguous() for i, b in enumerate(_biases(encoder))}
+            tensors.update({k: report[k].contiguous() for k in ("samples", "samples_after")})
+            save_file(tensors, str(tmp / "biases.safetensors"))
+            (tmp / "report.json").write_text(json.dumps(json_report(report), default=float))
+
+        integrity.build(out, write)
+        return report
