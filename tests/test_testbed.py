@@ -193,7 +193,7 @@ def test_the_real_case_table_runs_with_its_references_and_selects_on_dev_first(t
         "real-case",
     ]
     select, table = commands[1], commands[2]
-    assert "model.optimizer.lr=0.0001,0.0003" in select and "eval=testbed-dev" in select
+    assert "model.optimizer.lr=0.00015,0.0003" in select and "eval=testbed-dev" in select
     assert "experiment=testbed/selected-real-case/e5-native," in table and "seed=0,1,2,3,4" in table
     assert f"reuse_runs=['{tmp_path.resolve()}/select-real-case']" in table
 

@@ -232,6 +232,11 @@ class Backbone:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, name_or_path={self.name_or_path!r}, family={self.family!r})"
 
+    def derived(self, path: str, name: str | None = None) -> Backbone:
+        """A model directory vtlab built from this one (a transfer, an MLM adaptation): loaded as this one is (its
+        family, its attention implementation), under `name`."""
+        return Backbone(path, family=self.family, attn_implementation=self.attn_implementation, name=name)
+
     def cache_key(self) -> str:
         """Identifies the weights + tokenizer this backbone loads (for caching derived artifacts such as transfers): a
         local directory by its content (vtlab.assets.source_key), hub ids and assets by name."""

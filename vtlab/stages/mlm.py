@@ -63,7 +63,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     print(f"MLM-adapted model: {link} -> {out} ({report['steps']} steps)")
     return {
         **state,
-        "backbone": Backbone(str(out), family=start.family, name=f"{start.name}-mlm{steps}"),
+        "backbone": start.derived(str(out), name=f"{start.name}-mlm{steps}"),
         "mlm_dir": out,
         "mlm_report": report,
     }

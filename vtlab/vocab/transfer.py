@@ -302,4 +302,4 @@ def transferred_backbone(
     """The backbone a run should load: the transferred directory when `vocab` changes the vocabulary."""
     if not vocab.transfers:
         return backbone
-    return Backbone(str(cached_transfer(backbone, vocab, init, options)), family=backbone.family)
+    return backbone.derived(str(cached_transfer(backbone, vocab, init, options)))
