@@ -179,3 +179,45 @@ def test_a_truncated_file_is_one_error_naming_it(tmp_path: Path, cut: int) -> No
         bad.write_bytes(f.read(cut))
     with pytest.raises(AssetError, match=str(bad)):
         read_e5s(bad)
+
+
+def _vtlab(args: list[str], cwd: Path) -> str:
+    import os
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "vtlab", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1200
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def test_evaluate_on_a_beir_directory_and_export_a_run(tmp_path: Path) -> None:
+    """The README's own-data evaluation on e5-small, offline; a short e5 run exports to a SparseEncoder whose vectors
+    are vtlab's."""
+    import json
+
+    from sentence_transformers import SparseEncoder
+
+    from tests.test_export_run import write_beir
+    from vtlab.models.encoder import SpladeEncoder
+
+    beir = write_beir(tmp_path / "beir", "e5")
+    as_is = tmp_path / "as-is"
+    common = ["backbone=e5-small", "vocab=native", "logger=none", "model.encoder.precision=fp32"]
+    _vtlab(["stage=evaluate", *common, "eval=beir", f"eval.path={beir}", f"hydra.run.dir={as_is}"], tmp_path)
+    metrics = json.loads((as_is / "eval" / "beir" / "metrics.json").read_text())["metrics"]
+    assert 0.0 <= metrics["nDCG@10"] <= 1.0 and metrics["doc_active_dims"] > 0
+
+    run = tmp_path / "run"
+    fast = ["mlm.head_fit.spans=32", "apc.num_docs=32", "trainer.max_steps=2", "data.batch_size=4", "eval=beir"]
+    _vtlab(
+        ["experiment=testbed/real-case/e5-native", *fast, f"eval.path={beir}", "logger=none", f"hydra.run.dir={run}"],
+        tmp_path,
+    )
+    _vtlab(["stage=export", f"run_dir={run}"], tmp_path)
+    texts = ["Ação de Graças é um feriado", "The Eiffel Tower was completed in 1889."]
+    exported = SparseEncoder(str(run / "sparse-encoder")).encode_document(texts, convert_to_tensor=True).to_dense()
+    ours = SpladeEncoder.from_backbone(E5Small().derived(str(run / "model")), doc_max_length=128, precision="fp32")
+    assert torch.allclose(exported, torch.tensor(ours.encode(texts, side="doc").toarray()), atol=1e-5)
