@@ -5,6 +5,7 @@ contrast, no checkpoint selection, and tables whose contrasts name their own row
 import pytest
 from omegaconf import OmegaConf
 
+from vtlab.stages.mlm import adaptation_seed
 from vtlab.reproduce import main_rows, scales, sweeps, tables_of
 from helpers import CONF, compose_cfg
 
@@ -59,10 +60,12 @@ def test_every_main_arm_gets_the_same_compute_and_data(key):
     assert all(v == first for v in values.values()), {r: v for r, v in values.items() if v != first}
 
 
-def test_every_arm_is_mlm_adapted_on_its_own_vocabulary_and_seeded_by_the_run():
+def test_every_arm_is_mlm_adapted_on_its_own_vocabulary_once_for_all_its_seeds():
     for row in MAIN:
         cfg = _cfg(row, "seed=2")
         assert cfg.mlm.steps > 0 and cfg.mlm.corpus._target_ == "vtlab.data.clean.clean_mlm_corpus"
+        assert adaptation_seed(cfg) == 0  # shared by the arm's seeds and learning rates
+    assert adaptation_seed(_cfg(MAIN[0], "seed=2", "mlm.seed=null")) == 2  # unset: the run's own seed
     lowercase = _cfg("testbed/main/bpe-lowercase").vocab.preprocess
     assert lowercase.lowercase and lowercase.blank_prefix  # adapts on the text it will read, first word as "Ġword"
 
@@ -94,7 +97,7 @@ def test_the_primary_contrast_is_vt_against_lowercasing_at_one_segmentation():
 
 def test_every_arm_has_the_same_selection_grid_scored_on_dev_only():
     spec = _cfg(MAIN[0]).selection
-    assert spec.eval == "testbed-dev" and list(spec.grid.model.optimizer.lr) == [2.5e-4, 1e-3]
+    assert spec.eval == "testbed-dev" and list(spec.grid.model.optimizer.lr) == [1e-4, 2.5e-4]
     dev = _cfg(MAIN[0], "eval=testbed-dev").eval.evaluations
     assert list(dev) == ["boolq-clean-dev"] and dev["boolq-clean-dev"].collection.split == "dev"
     for table in ("ablation-init", "ablation-apc", "ablation-target"):
@@ -122,7 +125,7 @@ def test_no_checkpoint_selection_and_no_evaluation_set_as_dev():
 
 def test_seeds_per_table_and_ablations_reuse_the_main_table(tmp_path):
     planned = sweeps("testbed", None, list(tables_of("testbed")), tmp_path)
-    assert "seed=0,1,2" in planned["main"] and "seed=0" in planned["references"]
+    assert "seed=0,1,2,3,4" in planned["main"] and "seed=0" in planned["references"]
     for table in ("ablation-init", "ablation-apc", "ablation-target"):
         assert "seed=0,1" in planned[table] and any(o.startswith("reuse_runs=") for o in planned[table])
 
@@ -153,8 +156,8 @@ def test_the_default_run_selects_on_dev_before_the_main_table_and_runs_jobs_side
         "main",
     ]  # the ablations are outside the 60-minute default
     select, main_table = commands[1], commands[2]
-    assert "model.optimizer.lr=0.00025,0.001" in select and "eval=testbed-dev" in select and " seed=0 " in select
-    assert "experiment=testbed/selected-main/wp-native," in main_table and "seed=0,1,2" in main_table
+    assert "model.optimizer.lr=0.0001,0.00025" in select and "eval=testbed-dev" in select and " seed=0 " in select
+    assert "experiment=testbed/selected-main/wp-native," in main_table and "seed=0,1,2,3,4" in main_table
     # seed 0 reuses the selection's training at the chosen setting (vtlab.runs.reuse.reuse_training)
     assert f"reuse_runs=['{tmp_path.resolve()}/select-main']" in main_table
     assert f"hydra.searchpath=[file://{tmp_path.resolve()}/selected-main]" in main_table

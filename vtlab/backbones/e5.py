@@ -20,14 +20,13 @@ import numpy as np
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from vtlab.assets import ASSETS, asset_path, cache_dir
-from vtlab.atomic import build_dir, stable_hash
+from vtlab.assets import ASSETS, asset_path
+from vtlab.atomic import stable_hash
 from vtlab.backbones.e5s_file import E5SFile, read_e5s
-from vtlab.backbones.pretrained import Backbone
+from vtlab.backbones.cached import CachedBackbone
 from vtlab.backbones.unigram import unigram_tokenizer
 from vtlab.errors import ConfigError
 
-MARKER = "vtlab_backbone.json"
 # the E5S1 file of each variant (vtlab/assets.py)
 VARIANTS = {"enpt": "e5-small-enpt", "full": "e5-small"}
 
@@ -82,7 +81,7 @@ def masked_lm(e5: E5SFile, head: Literal["identity", "normal"], seed: int, dropo
     return model
 
 
-class E5Small(Backbone):
+class E5Small(CachedBackbone):
     """multilingual-e5-small (4-bit weights dequantized to fp32) with a new MLM head; `variant` "enpt": the 47,284
     English + Portuguese pieces (the default: about ModernBERT's vocabulary size), "full": all 250,002."""
 
@@ -116,38 +115,15 @@ class E5Small(Backbone):
             attn_implementation=attn_implementation,
         )
 
-    def cache_key(self) -> str:
-        return self.dirname
+    def _write(self, tmp: Path) -> None:
+        e5 = read_e5s(e5_file(self))
+        unigram_tokenizer(e5.vocabulary, e5.header.max_position_embeddings).save_pretrained(tmp)
+        p = self.params
+        masked_lm(e5, p["head"], p["seed"], p["dropout"]).save_pretrained(tmp)
 
-    def _source(self, tokenizer: bool) -> tuple[str, str]:
-        return str(self.materialize()), "backbone.name_or_path"
+    def _record(self) -> dict[str, object]:
+        return {"class": type(self).__name__, "recipe": self.recipe, "source": str(e5_file(self)), **self.params}
 
-    def materialize(self) -> Path:
-        """Convert into the cache if absent (atomically; a racing builder's complete directory wins)."""
-        final = cache_dir("backbones") / self.dirname
 
-        def complete(d: Path) -> bool:
-            return (d / MARKER).is_file()
-
-        if not complete(final):
-            source = asset_path(VARIANTS[self.params["variant"]])
-
-            def write(tmp: Path) -> None:
-                e5 = read_e5s(source)
-                unigram_tokenizer(e5.vocabulary, e5.header.max_position_embeddings).save_pretrained(tmp)
-                p = self.params
-                masked_lm(e5, p["head"], p["seed"], p["dropout"]).save_pretrained(tmp)
-                (tmp / MARKER).write_text(
-                    json.dumps(
-                        {"class": type(self).__name__, "recipe": self.recipe, "source": str(source), **self.params},
-                        indent=1,
-                    )
-                )
-
-            try:
-                build_dir(final, write, complete)
-            except OSError:
-                if not complete(final):
-                    raise
-        self.name_or_path = str(final)
-        return final
+def e5_file(backbone: E5Small) -> Path:
+    return asset_path(VARIANTS[backbone.params["variant"]])

@@ -13,15 +13,15 @@ from typing import TypeVar
 import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from vtlab.assets import asset_path, cache_dir
-from vtlab.atomic import build_dir, stable_hash
-from vtlab.backbones.pretrained import Backbone
+from vtlab.assets import asset_path
+from vtlab.atomic import stable_hash
+from vtlab.backbones.cached import CachedBackbone
 from vtlab.errors import AssetError
 
 T = TypeVar("T")
 
 
-class _GeneratedBackbone(Backbone):
+class _GeneratedBackbone(CachedBackbone):
     """Tokenizer built from an offline asset + random-init model, saved once under the cache, then loaded from there."""
 
     recipe = "override"  # bump when the build changes, so old caches are not reused
@@ -51,32 +51,12 @@ class _GeneratedBackbone(Backbone):
             name_or_path=self.prefix, family=self.family, attn_implementation="sdpa", name=name or self.prefix
         )
 
-    def cache_key(self) -> str:
-        return self.dirname
+    def _write(self, tmp: Path) -> None:
+        self._build_tokenizer().save_pretrained(tmp)
+        self._build_model().save_pretrained(tmp)
 
-    def _source(self, tokenizer: bool) -> tuple[str, str]:
-        return str(self.materialize()), "backbone.name_or_path"
-
-    def materialize(self) -> Path:
-        """Build into the cache if absent (atomically: concurrent builders may race); return the directory."""
-        final = cache_dir("backbones") / self.dirname
-        complete = lambda d: (d / "vtlab_backbone.json").is_file()  # noqa: E731
-        if not complete(final):
-
-            def write(tmp: Path) -> None:
-                self._build_tokenizer().save_pretrained(tmp)
-                self._build_model().save_pretrained(tmp)
-                (tmp / "vtlab_backbone.json").write_text(
-                    json.dumps({"class": type(self).__name__, "recipe": self.recipe, **self.params}, indent=1)
-                )
-
-            try:  # another process may finish first: its directory wins; an incomplete earlier build is replaced
-                build_dir(final, write, complete, disk_errors=False)
-            except OSError:
-                if not complete(final):
-                    raise
-        self.name_or_path = str(final)
-        return final
+    def _record(self) -> dict[str, object]:
+        return {"class": type(self).__name__, "recipe": self.recipe, **self.params}
 
     def _seeded(self, build: Callable[[], T]) -> T:
         with torch.random.fork_rng(devices=[]):

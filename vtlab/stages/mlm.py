@@ -37,6 +37,11 @@ def _loggers(cfg: DictConfig, out: Path) -> list[Logger]:
     return loggers
 
 
+def adaptation_seed(cfg: DictConfig) -> int:
+    """`mlm.seed` when set (one adaptation shared by every seed of a sweep), else the run's seed."""
+    return int(cfg.seed if cfg.mlm.get("seed") is None else cfg.mlm.seed)
+
+
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     m = cfg.mlm
     check_recipe(m)
@@ -48,7 +53,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     out, report = train_cached(
         start,
         m,
-        int(cfg.seed if m.get("seed") is None else m.seed),
+        adaptation_seed(cfg),
         preprocess,
         cfg.trainer,
         log_dir=run_dir / "mlm",
