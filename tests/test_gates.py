@@ -77,3 +77,43 @@ def test_subsampled_leaves_as_many_distractors_as_golds_when_asked():
     assert len(unasked.queries) == 20 and len(unasked.corpus) == 40
     with pytest.raises(DataError, match="distractors_per_gold=-1"):
         subsampled(_coll, max_docs=30, distractors_per_gold=-1)
+
+
+SPEC = {"dataset": "boolq-clean-dev", "measure": "nDCG@10"}
+
+
+def test_learning_gate_passes_at_the_reference_and_makes_the_table_exploratory_below_it(capsys):
+    passed = gates.check_learning("testbed-e5-native", 0.8351, "testbed-bm25", 0.8351, SPEC)
+    assert passed["passed"] and passed["exploratory"] is None and capsys.readouterr().err == ""
+    failed = gates.check_learning("testbed-e5-native", 0.8190, "testbed-bm25", 0.8351, SPEC)
+    assert not failed["passed"] and failed["score"] == 0.8190 and failed["reference_score"] == 0.8351
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and line.startswith("vtlab: learning gate: testbed-e5-native") and "0.8190" in line
+    assert "0.8351" in line and "no verdicts" in line and failed["exploratory"] in line
+
+
+def test_a_failed_learning_gate_marks_the_table_and_a_passed_one_removes_an_old_mark(tmp_path):
+    from vtlab.report import read_exploratory
+    from vtlab.reproduce import mark_exploratory
+
+    mark_exploratory(tmp_path, "learning gate: below BM25")
+    assert read_exploratory(tmp_path) == "learning gate: below BM25"
+    mark_exploratory(tmp_path, None)
+    assert read_exploratory(tmp_path) is None
+
+
+def test_the_control_gate_reads_the_average_over_the_collections(tmp_path):
+    import json
+
+    from vtlab.reproduce import row_metric
+
+    for num, values in enumerate([{"a": 0.9, "b": 0.5}, {"a": 0.7, "b": 0.3}]):
+        job = tmp_path / str(num)
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(f"- seed={num}\n")
+        (job / "status.json").write_text(json.dumps({"status": "done", "name": "testbed-wp-native"}))
+        for name, value in values.items():
+            (job / "eval" / name).mkdir(parents=True)
+            (job / "eval" / name / "metrics.json").write_text(json.dumps({"metrics": {"nDCG@10": value}}))
+    assert row_metric(tmp_path, "testbed-wp-native", dataset=None) == pytest.approx(0.6)  # mean of 0.7 and 0.5
+    assert row_metric(tmp_path, "testbed-wp-native", dataset="a") == pytest.approx(0.8)
