@@ -303,6 +303,25 @@ def test_no_multirun_yaml_incomplete_and_names(tmp_path: Path) -> None:
     assert "jobs: the 4 job directories present (no multirun.yaml)" in to_markdown(table)
 
 
+def test_a_seed_stopped_by_the_collapse_detector_is_counted_and_named(tmp_path: Path) -> None:
+    """A job whose training the collapse detector stopped (collapse.json beside status.json "done") is evaluated and
+    counted like any seed, and the row's status names it, so a collapsed seed cannot hide inside a mean ± std."""
+    sweep = tmp_path / "sweep"
+    write_job(sweep, 0, ["experiment=a", "seed=0"], "exp-a", metrics={"boolq": m(0.8, 1.0, 10, 100)})
+    dead = write_job(sweep, 1, ["experiment=a", "seed=1"], "exp-a", metrics={"boolq": m(0.0, 0.0, 0, 0)})
+    (dead / "collapse.json").write_text(json.dumps({"kind": "dead", "side": "query", "step": 24}))
+    write_job(sweep, 2, ["experiment=b", "seed=0"], "exp-b", metrics={"boolq": m(0.7, 1.0, 10, 100)})
+    rows = md_rows(to_markdown(build_table(sweep)))[1:]
+    assert rows[0][:3] == ["exp-a", "2", "0.4000 ± 0.5657"]
+    assert rows[0][-1] == "collapsed (seed=1): dead collapse on the query side at step 24, training stopped there"
+    assert rows[1][-1] == "ok"
+    (dead / "collapse.json").write_text("{not json")
+    assert (
+        "collapsed (seed=1): the collapse detector fired, its record unreadable"
+        in md_rows(to_markdown(build_table(sweep)))[1][-1]
+    )
+
+
 def test_glob_over_a_config_group_and_collection_sweep(tmp_path: Path) -> None:
     """`experiment=glob(*) eval=boolq,scifact` expanded with Hydra's parser against the sweep's config dir: 2 rows ×
     2 collections = 4 jobs; only experiment a ran (jobs 0, 1), so b's two jobs are missing. Jobs that differ only in

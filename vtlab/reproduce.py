@@ -2,15 +2,17 @@
 `vtlab.report`.
 
     python -m vtlab.reproduce                          # the testbed (offline, 2 cores): real pretrained weights,
-                                                       # 3 seeds for the main table, 2 for ablations, sanity gates
+                                                       # the default tables at their seeds, with the gates
+    python -m vtlab.reproduce --tables real-case       # an optional table (here with the references it needs)
     python -m vtlab.reproduce --scale paper            # the authors' recipe through hydra/launcher=slurm (GPUs, hub)
 
 Each scale's tables, in run order, with their rows and default seeds, are defined in conf/tables/<scale>.yaml: a
 table of rows runs those files of conf/experiment/<scale>/<table>/ in that order; each ablation is one experiment
 config whose `hydra.sweeper.params` lists its values. Sweeps write to <out>/<table>/
 — one directory per table — and a rerun into the same directory overwrites it, so pass another --out to keep an
-earlier run. At the testbed scale the gates of vtlab/gates.py run first (the case gate, before any row) and last (the
-quality gate); a failed gate exits 3 with one line.
+earlier run. At the testbed scale the gates of vtlab/gates.py run first (the case gate, before any row), per table (a
+table's learning gate: below it, the table is reported as exploratory) and last (the control and quality gates); a
+failed case, control or quality gate exits 3 with one line.
 """
 
 from __future__ import annotations
@@ -108,10 +110,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--seeds",
         type=int,
         default=None,
-        help="seeds for every table (default: each table's own, testbed: 3 main / 2 ablations / 1 references)",
+        help="seeds for every table (default: each table's own, `seeds` in conf/tables/<scale>.yaml)",
     )
     p.add_argument(
-        "--tables", default=None, help="comma-separated, e.g. main,ablation-init (default: all of the scale)"
+        "--tables", default=None, help="comma-separated, e.g. main,real-case (default: the tables not marked optional)"
     )
     p.add_argument("--no-gates", action="store_true", help="testbed: skip the sanity gates (smoke runs only)")
     p.add_argument("--out", type=Path, default=None, help="default: outputs/reproduce/<scale>")

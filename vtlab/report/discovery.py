@@ -54,6 +54,7 @@ class Job:
     contrasts: tuple[tuple[str, str], ...] = ()  # its config's report.contrasts
     primary: tuple[str, str] | None = None  # its config's report.primary
     problems: tuple[str, ...] = ()  # what is wrong with them (the table is still written; the report exits 2)
+    collapse: str | None = None  # the collapse detector stopped its training (collapse.json): what and when
     _per_query: dict[str, dict[str, dict[str, float]] | None] = field(default_factory=dict, repr=False)
 
     def per_query(self, dataset: str) -> dict[str, dict[str, float]] | None:
@@ -195,6 +196,19 @@ def _job_state(status: dict[str, Any] | None, has_metrics: bool) -> State:
     return State.NO_METRICS if state is State.DONE and not has_metrics else state
 
 
+def _collapse(job_dir: Path) -> str | None:
+    """What the collapse detector recorded (vtlab/callbacks/collapse_detector.py: collapse.json) in words, or None."""
+    path = job_dir / "collapse.json"
+    if not path.is_file():
+        return None
+    try:
+        fired = _load_json(path, "collapse.json")
+    except ReportError as exc:
+        return f"the collapse detector fired, its record unreadable ({exc})"
+    side = f" on the {fired['side']} side" if fired.get("side") else ""
+    return f"{fired.get('kind', 'a')} collapse{side} at step {fired.get('step', '?')}, training stopped there"
+
+
 def read_job(job_dir: Path, num: int) -> Job:
     overrides_yaml = job_dir / ".hydra" / "overrides.yaml"
     overrides = tuple(str(o) for o in (_load_yaml(overrides_yaml) or [])) if overrides_yaml.is_file() else ()
@@ -221,6 +235,7 @@ def read_job(job_dir: Path, num: int) -> Job:
         num=num,
         overrides=overrides,
         state=_job_state(status, bool(metrics)),
+        collapse=_collapse(job_dir),
         name=str(name) if name is not None else (status or {}).get("name"),
         seed=seed,
         error=(status or {}).get("error"),

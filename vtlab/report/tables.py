@@ -60,7 +60,7 @@ class Row:
     label: str
     n: int
     cells: list[Cell]
-    notes: list[str]  # one per job that did not finish: "failed (seed=1): <error>", "missing (seed=2)", ...
+    notes: list[str]  # per job that did not finish or collapsed: "failed (seed=1): <error>", "missing (seed=2)", ...
     jobs: list[Job] = field(default_factory=list)
 
     @property
@@ -147,6 +147,8 @@ def _mean_metrics(ms: list[dict[str, Any]]) -> dict[str, float]:
 
 def _job_note(job: Job) -> str:
     which = " ".join(o for o in job.overrides if not _is_row_key(o)) or f"job {job.num}"
+    if job.state is State.DONE:  # finished, its metrics counted, but its training stopped on a collapse
+        return f"collapsed ({which}): {job.collapse}"
     note = f"{job.state.value} ({which})"
     return f"{note}: {job.error}" if job.error else note
 
@@ -189,7 +191,7 @@ def build_table(sweep: str | Path, measure: str = DEFAULT_MEASURE) -> Table:
     for label, group in zip(_labels(list(groups.values())), groups.values()):
         seeds = _seed_metrics(group)
         cells = [Cell([v for s in seeds if (v := c.value(s)) is not None]) for c in columns]
-        notes = [_job_note(j) for j in group if j.state is not State.DONE]
+        notes = [_job_note(j) for j in group if j.state is not State.DONE or j.collapse]
         rows.append(Row(label, len(seeds), cells, notes, jobs=group))
     names = {j.name for j in jobs if j.name is not None}
     title = names.pop() if len(names) == 1 else f"{sweep.parent.name}/{sweep.name}"
