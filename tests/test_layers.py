@@ -1,4 +1,4 @@
-"""The import layering of ../shared/ARCHITECTURE.md, enforced: entry → stages → library → foundations, no cycles,
+"""The import layering of docs/architecture.md, enforced: entry → stages → library → foundations, no cycles,
 no function-level vtlab imports (they only hide cycles). Every module under vtlab/ is parsed with `ast`, never
 imported, so a broken or slow module cannot hide a violation. Adjust LIBRARY_FOLDERS / LAYERS / LAZY_IMPORTS below,
 nothing else."""
@@ -290,7 +290,7 @@ def test_vtlab_import_layering():
     if problems:
         pytest.fail(
             f"{len(problems)} import-layering violation(s) (rules: tests/test_layers.py, "
-            "../shared/ARCHITECTURE.md):\n  " + "\n  ".join(problems),
+            "docs/architecture.md):\n  " + "\n  ".join(problems),
             pytrace=False,
         )
 

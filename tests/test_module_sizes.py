@@ -1,4 +1,4 @@
-"""Module sizes (../shared/ARCHITECTURE.md): a stage is a short recipe (stages/*.py: at most 120 lines), and no module
+"""Module sizes (docs/architecture.md): a stage is a short recipe (stages/*.py: at most 120 lines), and no module
 of vtlab/ grows past 450 lines; a longer one is split by job within its concept's folder. Lines as `ruff format` leaves
 them (make test checks the formatting), counted as `wc -l` counts them."""
 

@@ -5,7 +5,7 @@ Out of the box glibc gives freed memory back to the kernel as soon as more than 
 lies free at the top of the heap, and serves every allocation above that threshold (at most 32 MiB) with fresh pages,
 so a forward pass that allocates and frees the same tens of MiB per batch has them faulted in and zeroed by the kernel
 again for every batch: SPLADE-tiny encoding 2,800 passages took ~700k page faults, 3-6% of its time
-(docs/performance.md). keep_freed_memory raises the threshold to that 32 MiB ceiling and keeps up to TRIM_BYTES
+(docs/kernels.md). keep_freed_memory raises the threshold to that 32 MiB ceiling and keeps up to TRIM_BYTES
 free at the top of the heap; the encoder runs its body in chunks below the threshold (vtlab.models.encoder.BODY_BYTES).
 The cost: up to TRIM_BYTES of freed memory stays in the process instead of going back to the system.
 

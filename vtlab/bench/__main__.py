@@ -28,12 +28,12 @@ from vtlab.bench.parts import SEISMIC, Log, encode_part, retrieval_part, train_p
 from vtlab.bench.summary import summarize
 from vtlab.bench.table import table
 
-# Budget of the whole run on 2 AVX2 cores (target total_wall_s <= 900), estimated, not measured: from the AVX2 run in
-# docs/performance.md (2,938 BoolQ-val passages = 349k tokens at <= 256, 3,270 questions = 37k tokens: vtlab fp32
-# 9.5k doc tokens/s, floor 11.2k, ONNX Runtime 4.5k, bf16 1.2k, sentence-transformers 1.3k; MiniLM-L6: vtlab 2.0k,
-# ORT 0.9k, ST 0.6k; int8 0.93x fp32 without VNNI) scaled to the testbed's texts (2,800 passages = 412k tokens,
-# 1,304 questions = 19k; the first 500 passages 82k tokens, 256: 42k, 300: 49k), plus ~8 s per worker to start and
-# load and its 64-text warm-up. ORT-int8 has no AVX2 figure yet: budgeted as ORT fp32.
+# Budget of the whole run on 2 AVX2 cores (target total_wall_s <= 900), estimated, not measured: from an AVX2 run of an
+# earlier bench in git history (2,938 BoolQ-val passages = 349k tokens at <= 256, 3,270 questions = 37k tokens: vtlab
+# fp32 9.5k doc tokens/s, floor 11.2k, ONNX Runtime 4.5k, bf16 1.2k, sentence-transformers 1.3k; MiniLM-L6: vtlab 2.0k,
+# ORT 0.9k, ST 0.6k; int8 0.93x fp32 without VNNI) scaled to the testbed's texts (2,800 passages = 412k tokens, 1,304
+# questions = 19k; the first 500 passages 82k tokens, 256: 42k, 300: 49k), plus ~8 s per worker to start and load and
+# its 64-text warm-up. ORT-int8 has no AVX2 figure yet: budgeted as ORT fp32.
 #   encode SPLADE-tiny, all texts: fp32 55 s, int8 59, ORT 102, ORT-int8 102;
 #          first 300: ST 51, floor 10; first 128: bf16 27 (all texts where bf16 is native); export/quality ~15 → ~420 s
 #   encode MiniLM (opt-in: --models splade-tiny,minilm), first 300: vtlab 41, ST 116, ORT 76, floor 38     → ~285 s

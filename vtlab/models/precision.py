@@ -4,11 +4,11 @@ the CPU's flags alone, no timing, so every model on one machine is encoded alike
 needs: auto's timing probe can pick int8 for one model and bf16 for the next when they run at similar speed).
 
 - bf16: measured with `make bench` on this project's machines, bf16 encoding was 1.7× faster than fp32 on an
-  AVX-512-bf16 CPU (both with fused pooling kernels; docs/performance.md), 3.6× on an AMX one (fp32 then on torch's
+  AVX-512-bf16 CPU (both with fused pooling kernels; docs/kernels.md), 3.6× on an AMX one (fp32 then on torch's
   GEMM), and ~9× slower on an AVX2-only one (oneDNN emulates bf16 there). Native: `avx512_bf16`/`amx_bf16`.
 - int8: native with VNNI (`avx512_vnni`, `avx_vnni`) or AMX (`amx_int8`) — int8 dot products in hardware — and with AVX2
   alone, where vtlab's fused pooling kernel multiplies u8 × s8 through vpmaddubsw (vtlab/models/avx2.c: 6-bit
-  activations in the head; docs/performance.md). Quantization error depends on the model's weights and activations, so
+  activations in the head; docs/kernels.md). Quantization error depends on the model's weights and activations, so
   auto takes int8 only after a check on the model itself (`choose_auto`): on PROBE_PAIRS BoolQ *train* (question,
   passage) pairs (never an evaluation set), encoded in fp32 and in each native candidate, a candidate's vectors must
   agree with fp32's (`Agreement`, thresholds below) and it must have encoded the passages faster than fp32; the fastest

@@ -26,7 +26,7 @@ What runs how (chosen by measurement, torch 2.13 CPU, SPLADE-tiny):
   the faster on this core timed and kept; built with AVX-VNNI it keeps 8). Measured on the Zen 5 EPYC with torch,
   oneDNN, fbgemm and vtlab held to AVX2: the head 2.4× fp32's, encoding 1.84× in `make bench` (oneDNN's int8 tiles
   instead: 0.93× on an AMX Xeon held to AVX2), nDCG@10 on the testbed's four sets ≥ 99.7% of fp32
-  (docs/performance.md).
+  (docs/kernels.md).
 
 The fp32 network is never modified: an int8 body is a copy whose nn.Linear modules are replaced and whose other
 tensors (embeddings, LayerNorms, the fp32 decoder the pooling bypasses) are shared with the original.
