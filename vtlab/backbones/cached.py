@@ -19,6 +19,7 @@ class CachedBackbone(Backbone):
     """A backbone whose directory `_write(tmp)` builds; `dirname` names it in the cache (and is its cache key)."""
 
     dirname: str
+    disk_errors = True  # a full disk → one DiskError line (vtlab.atomic.build_dir); False: the OSError as it is
 
     def cache_key(self) -> str:
         return self.dirname
@@ -48,7 +49,7 @@ class CachedBackbone(Backbone):
                 (tmp / MARKER).write_text(json.dumps(self._record(), indent=1))
 
             try:
-                build_dir(final, write, complete, disk_errors=False)
+                build_dir(final, write, complete, disk_errors=self.disk_errors)
             except OSError:
                 if not complete(final):
                     raise

@@ -25,6 +25,7 @@ class _GeneratedBackbone(CachedBackbone):
     """Tokenizer built from an offline asset + random-init model, saved once under the cache, then loaded from there."""
 
     recipe = "override"  # bump when the build changes, so old caches are not reused
+    disk_errors = False
     prefix = "generated"
     random_init = True
     family = "override"  # the architecture family (Backbone.family)
