@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from test_report import write_job, write_multirun
 from vtlab.report.discovery import ReportError
-from vtlab.report.selection import choose, write_selected
+from vtlab.report.selection import Choice, choose, override_text, refine, write_selected
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 DEV = {
@@ -70,3 +70,38 @@ def test_the_written_config_is_the_arm_with_its_choice(tmp_path):
     rest = {k: v for k, v in OmegaConf.to_container(cfg).items() if k not in ("model", "report")}
     assert rest == {k: v for k, v in OmegaConf.to_container(base).items() if k not in ("model", "report")}
     assert yaml.safe_load((root / "selection.json").read_text())["testbed-wp-native"]["score"] == 0.64
+
+
+def _choice(arm: str, values: dict, score: float) -> Choice:
+    return Choice(arm, values, score, ((values, score),))
+
+
+def test_the_second_stage_replaces_a_choice_only_where_dev_scores_it_higher():
+    lr = {"model.optimizer.lr": 0.0001}
+    first = {"a": _choice("a", lr, 0.88), "b": _choice("b", lr, 0.84), "c": _choice("c", lr, 0.80)}
+    off = {"apc.percentile": None}
+    then = {"a": _choice("a", off, 0.89), "b": _choice("b", off, 0.83), "c": _choice("c", off, 0.80)}
+    out = refine(first, then)
+    assert out["a"].values == {**lr, **off} and out["a"].score == 0.89
+    assert out["b"].values == lr and out["b"].score == 0.84
+    assert out["c"].values == lr  # a tie keeps the grid's choice
+    # every setting tried, the second stage's with the full values it ran at
+    assert out["b"].tried == ((lr, 0.84), ({**lr, **off}, 0.83))
+    with pytest.raises(ReportError, match="c have no job in the second stage"):
+        refine(first, {"a": then["a"], "b": then["b"]})
+
+
+def test_a_setting_of_null_is_written_as_null_and_composes_to_apc_switched_off(tmp_path):
+    assert override_text(None) == "null" and override_text(0.00025) == "0.00025"
+    values = {"model.optimizer.lr": 0.0001, "apc.percentile": None}
+    root = tmp_path / "selected"
+    chosen = {"testbed-wp-native": _choice("testbed-wp-native", values, 0.89)}
+    write_selected(chosen, {"testbed-wp-native": "testbed/main/wp-native"}, root, "testbed/selected")
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        base = compose("config", overrides=["experiment=testbed/main/wp-native"])
+        cfg = compose(
+            "config", overrides=["experiment=testbed/selected/wp-native", f"hydra.searchpath=[file://{root}]"]
+        )
+    assert base.apc.percentile == 60 and cfg.apc.percentile is None and cfg.model.optimizer.lr == 0.0001
+    rest = {k: v for k, v in OmegaConf.to_container(cfg).items() if k not in ("model", "report", "apc")}
+    assert rest == {k: v for k, v in OmegaConf.to_container(base).items() if k not in ("model", "report", "apc")}

@@ -153,13 +153,17 @@ def test_the_default_run_selects_on_dev_before_the_main_table_and_runs_jobs_side
     assert [c.split("hydra.sweep.dir=")[1].split()[0].rsplit("/", 1)[1] for c in commands] == [
         "references",
         "select-main",
+        "select-main-then",
         "main",
     ]  # the ablations are outside the 60-minute default
-    select, main_table = commands[1], commands[2]
+    select, then, main_table = commands[1], commands[2], commands[3]
     assert "model.optimizer.lr=0.0001,0.00025" in select and "eval=testbed-dev" in select and " seed=0 " in select
+    # the second stage: each arm's chosen config (its best rate) with APC switched off, on the same dev and seed
+    assert " apc.percentile=null " in then and "experiment=testbed/selected-main/wp-native," in then
+    assert "eval=testbed-dev" in then and " seed=0 " in then and "model.optimizer.lr" not in then
     assert "experiment=testbed/selected-main/wp-native," in main_table and "seed=0,1,2,3,4" in main_table
-    # seed 0 reuses the selection's training at the chosen setting (vtlab.runs.reuse.reuse_training)
-    assert f"reuse_runs=['{tmp_path.resolve()}/select-main']" in main_table
+    # seed 0 reuses the selection's training at the chosen setting (vtlab.runs.reuse.reuse_training), either stage's
+    assert f"reuse_runs=['{tmp_path.resolve()}/select-main','{tmp_path.resolve()}/select-main-then']" in main_table
     assert f"hydra.searchpath=[file://{tmp_path.resolve()}/selected-main]" in main_table
     assert all("hydra/launcher=parallel" in c for c in commands)
 
@@ -198,7 +202,7 @@ def test_the_real_case_table_runs_with_its_references_and_selects_on_dev_first(t
     select, table = commands[1], commands[2]
     assert "model.optimizer.lr=0.00015,0.0003" in select and "eval=testbed-dev" in select
     assert "experiment=testbed/selected-real-case/e5-native," in table and "seed=0,1,2,3,4" in table
-    assert f"reuse_runs=['{tmp_path.resolve()}/select-real-case']" in table
+    assert f"reuse_runs=['{tmp_path.resolve()}/select-real-case']" in table  # no second stage: APC is its recipe's
 
 
 def test_real_case_arms_start_from_the_same_e5_and_get_the_same_compute():
@@ -213,3 +217,14 @@ def test_real_case_arms_start_from_the_same_e5_and_get_the_same_compute():
     names = {c.name for c in cfgs}
     assert list(primary) == ["testbed-e5-vt", "testbed-e5-lowercase-masked"]
     assert {a for pair in cfgs[0].report.contrasts for a in pair} <= names
+
+
+def test_an_ablation_takes_its_arms_choice_except_of_what_it_varies():
+    from vtlab.reproduce import _chosen_for
+    from vtlab.report.selection import Choice
+
+    values = {"model.optimizer.lr": 0.0001, "apc.percentile": None}
+    chosen = {"testbed-bpe-vt": Choice("testbed-bpe-vt", values, 0.8, ((values, 0.8),))}
+    assert _chosen_for("ablation-init", "testbed", chosen) == ["model.optimizer.lr=0.0001", "apc.percentile=null"]
+    # ablation-apc varies APC itself: the arm's choice to switch it off would turn every row of it off
+    assert _chosen_for("ablation-apc", "testbed", chosen) == ["model.optimizer.lr=0.0001"]

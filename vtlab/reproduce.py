@@ -142,9 +142,9 @@ def _selection_spec(scale: str, table: str) -> dict[str, Any] | None:
     return None if spec is None else OmegaConf.to_container(spec, resolve=True)
 
 
-def selection_dirs(out: Path, table: str) -> tuple[Path, Path]:
-    """(the selection sweep, the chosen configs' search path) of a row table."""
-    return out / f"select-{table}", out / f"selected-{table}"
+def selection_dirs(out: Path, table: str) -> tuple[Path, Path, Path]:
+    """(the selection sweep, the chosen configs' search path, the second stage's sweep) of a row table."""
+    return out / f"select-{table}", out / f"selected-{table}", out / f"select-{table}-then"
 
 
 def select_settings(
@@ -155,30 +155,30 @@ def select_settings(
     run: Callable[[list[str], Path], None],
     dry_run: bool = False,
 ) -> tuple[list[str], dict[str, selection.Choice]]:
-    """Run every arm of a row table on the selection grid at one seed, scored on dev (equal selection budget), and
-    write each arm's config with its choice; returns the table's `experiment=`/search-path overrides that run them,
-    and the choices by arm name."""
+    """Run every arm of a row table on the selection grid at one seed, scored on dev (equal selection budget), then
+    on the second stage's settings (`selection.then`) at its best, and write each arm's config with its choice;
+    returns the table's `experiment=`/search-path/reuse overrides that run them, and the choices by arm name."""
     grid = dict(_grid_keys(spec["grid"]))
+    then = dict(_grid_keys(spec.get("then") or {}))
     rows = main_rows(scale, table)
-    sweep_dir, root = selection_dirs(out, table)
+    sweep_dir, root, then_dir = selection_dirs(out, table)
+    common = [f"seed={spec['seed']}", f"eval={spec['eval']}"]
     # the grid first, so Hydra varies the arm fastest: jobs side by side are other arms, not waiting on one MLM cache
-    run(
-        [
-            *(f"{k}={','.join(map(str, v))}" for k, v in grid.items()),
-            f"experiment={','.join(rows)}",
-            f"seed={spec['seed']}",
-            f"eval={spec['eval']}",
-        ],
-        sweep_dir,
-    )
+    run([*_sweep_values(grid), f"experiment={','.join(rows)}", *common], sweep_dir)
     root = root.resolve()
     search = f"hydra.searchpath=[file://{root}]"
     selected = f"{scale}/selected-{table}"
-    if dry_run:
-        return [f"experiment={','.join(selected + '/' + r.rsplit('/', 1)[1] for r in rows)}", search], {}
-    chosen = selection.choose(sweep_dir, list(grid), spec["dataset"], spec["measure"])
-    names = {_row_name(r): r for r in rows}
-    experiments = selection.write_selected(chosen, names, root, selected)
+    names = {_row_name(r): r for r in rows} if not dry_run else {}
+    chosen: dict[str, selection.Choice] = {}
+    if not dry_run:
+        chosen = selection.choose(sweep_dir, list(grid), spec["dataset"], spec["measure"])
+        selection.write_selected(chosen, names, root, selected)
+    arms = f"experiment={','.join(selected + '/' + r.rsplit('/', 1)[1] for r in rows)}"
+    if then:
+        run([*_sweep_values(then), arms, *common, search], then_dir)
+        if not dry_run:
+            chosen = selection.refine(chosen, selection.choose(then_dir, list(then), spec["dataset"], spec["measure"]))
+            selection.write_selected(chosen, names, root, selected)
     for name, choice in chosen.items():
         print(
             f"selected on {spec['dataset']} {spec['measure']}: {name} {choice.values} ({choice.score:.4f}; tried "
@@ -186,7 +186,14 @@ def select_settings(
             + ")",
             flush=True,
         )
-    return [f"experiment={','.join(experiments[name] for name in names)}", search], chosen
+    # seed 0 at the chosen setting was trained by the selection: evaluated on the test sets, not retrained
+    reuse = ",".join(f"'{d.resolve()}'" for d in ([sweep_dir, then_dir] if then else [sweep_dir]))
+    return [arms, search, f"reuse_runs=[{reuse}]"], chosen
+
+
+def _sweep_values(grid: dict[str, list[Any]]) -> list[str]:
+    """Hydra sweep overrides for a grid: key=a,b (None as null)."""
+    return [f"{k}={','.join(map(selection.override_text, v))}" for k, v in grid.items()]
 
 
 def _grid_keys(node: dict[str, Any], prefix: str = "") -> list[tuple[str, list[Any]]]:
@@ -208,11 +215,15 @@ def _row_name(row: str) -> str:
 
 
 def _chosen_for(table: str, scale: str, chosen: dict[str, selection.Choice]) -> list[str]:
-    """An ablation runs on a main arm (`selection.arm` in its config) with that arm's settings chosen on dev."""
-    arm = OmegaConf.select(_composed(f"{scale}/{table}"), "selection.arm")
+    """An ablation runs on a main arm (`selection.arm` in its config) with that arm's settings chosen on dev, except
+    those of what it varies itself (ablation-apc sweeps `apc`: the arm's choice of APC is not imposed on its rows)."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=[f"experiment={scale}/{table}"], return_hydra_config=True)
+    arm = OmegaConf.select(cfg, "selection.arm")
     if arm is None or not chosen:
         return []
-    return [f"{k}={v}" for k, v in chosen[arm].values.items()]
+    varied = {str(key).split(".")[0] for key in OmegaConf.select(cfg, "hydra.sweeper.params", default={}) or {}}
+    return [f"{k}={selection.override_text(v)}" for k, v in chosen[arm].values.items() if k.split(".")[0] not in varied]
 
 
 def _check_gates(out: Path, tables: list[str]) -> dict[str, Any]:
@@ -323,11 +334,11 @@ def main(argv: list[str] | None = None) -> int:
                     report[f"learning:{table}"] = learning
                     gates.write(out / "gates.json", report)
                     exploratory = learning.get("exploratory")
-                # seed 0 at the chosen setting was trained by the selection: evaluated on the test sets, not retrained
+                reuse = [o for o in rows if o.startswith("reuse_runs=")]
                 overrides = (
-                    rows
+                    [o for o in rows if not o.startswith("reuse_runs=")]
                     + [o for o in overrides if not o.startswith("experiment=")]
-                    + [f"reuse_runs=['{selection_dirs(out, table)[0].resolve()}']"]
+                    + reuse
                 )
             elif not row_table:
                 overrides = overrides + _chosen_for(table, args.scale, chosen.get("main", {}))

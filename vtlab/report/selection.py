@@ -4,8 +4,9 @@ seed and scored on the dev split — never on an evaluation set — and keeps it
 `vtlab.reproduce` runs the selection sweep (`selection` in the table's experiment config: the grid, the dev evaluation,
 the measure, the seed), then `choose` reads it and `write_selected` writes one experiment config per arm — the arm's
 own config plus its chosen values, with every tried value's dev score recorded under `report.selection` — which the
-table's sweep then runs at all seeds. A job that failed or did not score leaves its arm without a choice: the arm is
-named in the error, nothing is guessed.
+table's sweep then runs at all seeds. A table may add a second stage (`selection.then`): settings each arm tries at its
+best of the grid (e.g. APC switched off), kept only where they score higher on dev (`refine`). A job that failed or
+did not score leaves its arm without a choice: the arm is named in the error, nothing is guessed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ class Choice:
     values: dict[str, Any]  # the chosen setting, e.g. {"model.optimizer.lr": 0.001}
     score: float
     tried: tuple[tuple[dict[str, Any], float | None], ...]  # every setting tried and its dev score (None: no result)
+
+
+def override_text(value: Any) -> str:
+    """A value as a Hydra override writes it: None is `null` (str(None) would be the string "None")."""
+    return "null" if value is None else str(value)
 
 
 def _setting(overrides: tuple[str, ...], keys: list[str]) -> dict[str, Any]:
@@ -54,6 +60,24 @@ def choose(sweep: Path, keys: list[str], dataset: str, measure: str) -> dict[str
     for arm, runs in tried.items():
         values, score = max(runs, key=lambda r: r[1])  # max keeps the first of equal scores
         out[arm] = Choice(arm, values, score, tuple(runs))
+    return out
+
+
+def refine(first: dict[str, Choice], then: dict[str, Choice]) -> dict[str, Choice]:
+    """The second stage of a selection: `then` holds each arm's jobs at its `first` choice plus a setting of
+    `selection.then`; a setting replaces the first choice only where it scores higher on dev (a tie keeps the grid's
+    choice, which changes less). Every setting tried is recorded with the full values it ran at."""
+    missing = sorted(set(first) - set(then))
+    if missing:
+        raise ReportError(f"selection: {', '.join(missing)} have no job in the second stage (selection.then)")
+    out = {}
+    for arm, choice in first.items():
+        runs = tuple(({**choice.values, **values}, score) for values, score in then[arm].tried)
+        values, score = choice.values, choice.score
+        for tried_values, tried_score in runs:
+            if tried_score is not None and tried_score > score:
+                values, score = tried_values, tried_score
+        out[arm] = Choice(arm, values, score, choice.tried + runs)
     return out
 
 
