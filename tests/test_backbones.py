@@ -303,3 +303,29 @@ def test_backbone_configs_instantiate_without_loading() -> None:
         assert bb.trust_remote_code == (name == "gte-multilingual")
     assert isinstance(instantiate(OmegaConf.load(files["tiny-modernbert"])), TinyModernBert)
     assert isinstance(instantiate(OmegaConf.load(files["tiny-roberta"])), TinyRoberta)
+
+
+# -- incomplete model directories --------------------------------------------------------------------------------------
+def test_a_model_directory_without_its_tokenizer_is_refused_naming_what_is_missing(tmp_path: Path) -> None:
+    import shutil
+
+    src = _require("splade-tiny")
+    model = tmp_path / "no-tokenizer"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(src / name, model / name)
+    with pytest.raises(AssetError, match=r"no-tokenizer: no tokenizer files: expected tokenizer\.json .*backbone\."):
+        Backbone(str(model)).load_tokenizer()
+    # the same weights with a tokenizer named elsewhere load
+    assert len(Backbone(str(model), tokenizer=str(src)).load_tokenizer()) == 30522
+
+
+def test_a_tokenizer_that_knows_no_word_is_refused(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordLevel({"[UNK]": 0, "zzz": 1}, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]").save_pretrained(tmp_path / "tok")
+    with pytest.raises(AssetError, match=r"maps 'the cat sat on the mat' to unknown tokens only"):
+        Backbone(str(_require("splade-tiny")), tokenizer=str(tmp_path / "tok")).load_tokenizer()

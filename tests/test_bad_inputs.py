@@ -210,9 +210,14 @@ def _beir(
     return load_beir(str(root))
 
 
-@case(DataError, r"corpus\.jsonl:2: duplicate doc id '_id'='d1'")
+@case(DataError, r"corpus\.jsonl:2: duplicate doc id '_id'='d1' with another text than at line 1 \('a' there, 'b'")
 def duplicate_document_ids(tmp, mp):
     return _beir(tmp, corpus='{"_id": "d1", "text": "a"}\n{"_id": "d1", "text": "b"}\n')
+
+
+@case(DataError, r"test\.tsv:3: duplicate judgment of \('q1', 'd1'\) with another grade than at line 2 \(1 there")
+def conflicting_judgments(tmp, mp):
+    return _beir(tmp, qrels="query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td1\t0\n")
 
 
 @case(DataError, r"test\.tsv:2: 'corpus-id' 'd9' is not in corpus\.jsonl")
@@ -836,9 +841,9 @@ def test_cli_exits_2_with_one_line_and_leaves_earlier_outputs(cli_runs, name: st
         assert not records
 
 
-# ---- docs/reliability.md: its table of bad inputs shows the messages the cases above really give ------------------
+# ---- docs/bad-inputs.md: its table of bad inputs shows the messages the cases above really give ------------------
 
-RELIABILITY = ROOT / "docs" / "reliability.md"
+RELIABILITY = ROOT / "docs" / "bad-inputs.md"
 # In a row's message, what varies: an elision, `<what>`, or the doc's path names; paths are compared by their last part
 _VARIES = re.compile(r"…|\.\.\.|<[^<>]+>|\b(?:DIR|FILE|CACHE|PATH)\b")
 _DIRECTORIES = re.compile(r"[^\s'\"(=\[]*/")
@@ -867,9 +872,9 @@ def reliability_rows() -> dict[str, str]:
         cells = line.strip().removeprefix("|").removesuffix("|").split(" | ")
         keys = re.findall(r"`([^`]+)`", cells[-1])
         shown = re.search(r"`(vtlab: error: [^`]*)`", " | ".join(cells[1:-1]))
-        assert not keys or shown, f"docs/reliability.md: the row {cells[0]!r} names cases but shows no message"
+        assert not keys or shown, f"docs/bad-inputs.md: the row {cells[0]!r} names cases but shows no message"
         for key in keys:
-            assert key not in rows, f"docs/reliability.md: case {key} keys two rows"
+            assert key not in rows, f"docs/bad-inputs.md: case {key} keys two rows"
             rows[key] = shown.group(1)
     return rows
 
@@ -898,7 +903,7 @@ def test_the_reliability_table_shows_each_keyed_cases_real_message(tmp_path: Pat
     rows = reliability_rows()
     cases = {name: (make, error) for name, make, error, _ in CASES}
     assert sorted(k for k in rows if k.removeprefix("cli:") not in (cases if ":" not in k else CLI_NAMES)) == []
-    assert sorted(set(cases) - set(rows)) == sorted(UNDOCUMENTED), "a case needs a row in docs/reliability.md"
+    assert sorted(set(cases) - set(rows)) == sorted(UNDOCUMENTED), "a case needs a row in docs/bad-inputs.md"
     assert len(rows) >= 55
     wrong = {}
     for name, row in rows.items():
@@ -917,7 +922,7 @@ def test_the_reliability_table_shows_each_keyed_cases_real_message(tmp_path: Pat
 def test_the_reliability_table_shows_each_cli_cases_real_line(cli_runs, name: str) -> None:
     row = reliability_rows().get(f"cli:{name}")
     if row is None:
-        pytest.skip(f"no row of docs/reliability.md is keyed by cli:{name}")
+        pytest.skip(f"no row of docs/bad-inputs.md is keyed by cli:{name}")
     res = cli_runs[name][0]
     (line,) = [line for line in res.stderr.splitlines() if line.startswith("vtlab: error: ")]
     assert shows(row, line), (row, line)

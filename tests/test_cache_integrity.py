@@ -62,22 +62,51 @@ def test_seal_and_problem(tmp_path: Path) -> None:
     assert integrity.problem(entry) == "unreadable completion marker vtlab_complete.json (JSONDecodeError)"
 
 
+def test_a_sealed_entry_holds_exactly_what_it_recorded(tmp_path: Path) -> None:
+    entry = tmp_path / "entry"
+    (entry / "sub").mkdir(parents=True)
+    (entry / "model.bin").write_bytes(b"weights")
+    integrity.seal(entry)
+    assert integrity.problem(entry) is None
+    # files a loader would read if they were there (the tokenizer's added tokens): not the entry that was built
+    (entry / "added_tokens.json").write_text('{"x": 99999}')
+    (entry / "sub" / "special_tokens_map.json").write_text("{}")
+    assert integrity.problem(entry) == "added_tokens.json was not there when it was built (2 file(s) added)"
+    (entry / "added_tokens.json").unlink()
+    (entry / "sub" / "special_tokens_map.json").unlink()
+    assert integrity.problem(entry) is None
+    # a link, to a file or a folder, whatever it points at
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (entry / "vocab.txt").symlink_to(elsewhere / "vocab.txt")
+    assert integrity.problem(entry) == "vocab.txt is a link (1 in all): a sealed entry holds only the files it recorded"
+    (entry / "vocab.txt").unlink()
+    (entry / "sub" / "more").symlink_to(elsewhere, target_is_directory=True)
+    assert integrity.problem(entry).startswith("sub/more is a link")
+    (entry / "sub" / "more").unlink()
+    assert integrity.problem(entry) is None
+
+
 # ---- the caches ---------------------------------------------------------------------------------------------------
 
 
-def test_damaged_transfer_cache_is_rebuilt_with_one_warning(caplog) -> None:
+@pytest.mark.parametrize("damage", ["truncated", "added"])
+def test_damaged_transfer_cache_is_rebuilt_with_one_warning(caplog, damage: str) -> None:
     vocab = PretrainedVocab(name="bert-uncased", tokenizer="asset:minilm", embedding_model="asset:splade-tiny")
     out = cached_transfer(Backbone("asset:splade-tiny"), vocab, Mean())
     built = _digests(out)
-    _truncate(out / "model.safetensors")
+    if damage == "truncated":
+        _truncate(out / "model.safetensors")
+        why = "model.safetensors differs from the sha256 recorded when it was built (truncated or changed)"
+    else:  # the round-three case: extra tokenizer files made the loader index past the embedding table
+        (out / "added_tokens.json").write_text(json.dumps({"[NEW]": 40000}))
+        (out / "special_tokens_map.json").write_text(json.dumps({"additional_special_tokens": ["[NEW]"]}))
+        why = "added_tokens.json was not there when it was built (2 file(s) added)"
     with caplog.at_level(logging.WARNING, logger="vtlab"):
         again = cached_transfer(Backbone("asset:splade-tiny"), vocab, Mean())
     assert again == out
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [
-        f"vocabulary transfer cache {out} is not usable (model.safetensors differs from the sha256 "
-        "recorded when it was built (truncated or changed)): rebuilding it"
-    ]
+    assert warnings == [f"vocabulary transfer cache {out} is not usable ({why}): rebuilding it"]
     timed = ("transfer_report.json", integrity.MARKER)  # the report holds the build's seconds
     assert {k: v for k, v in _digests(out).items() if k not in timed} == {
         k: v for k, v in built.items() if k not in timed

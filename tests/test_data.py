@@ -41,6 +41,8 @@ def test_read_valid_and_aliases(tmp_path: Path) -> None:
 
 BAD_LINES = [
     ('{"query": "q", "positive": ', "invalid JSON"),
+    ('{"query": "q, "positive": "p"}', "invalid JSON (Expecting ',' delimiter at column 16)"),
+    ('{"query": "q', "invalid JSON (Unterminated string starting at column 11)"),  # json's message ends in "at"
     ({"positive": "p", "negatives": ["n"]}, "'query'"),
     ({"query": "q", "negatives": ["n"]}, "'positive'"),
     ({"query": "  ", "positive": "p", "negatives": ["n"]}, "'query' is an empty string"),
@@ -117,6 +119,45 @@ def test_beir_roundtrip(tmp_path: Path) -> None:
     assert back == c
     with pytest.raises(DataError, match=r"split 'test' \(available splits: \['dev'\]\)"):
         load_beir(str(tmp_path / "tiny"))
+
+
+def test_beir_repeats_identical_lines_with_one_warning_and_refuses_conflicts_naming_both_lines(tmp_path, caplog):
+    d = tmp_path / "b"
+    (d / "qrels").mkdir(parents=True)
+    docs = ['{"_id": "d1", "text": "a"}', '{"_id": "d2", "text": "b"}', '{"_id": "d1", "text": "a"}']
+    (d / "corpus.jsonl").write_text("\n".join(docs) + "\n")
+    (d / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n{"_id": "q1", "text": "x"}\n')
+    (d / "qrels" / "test.tsv").write_text("q1\td1\t1\nq1\td2\t0\nq1\td1\t1\nq1\td1\t1\n")
+    with caplog.at_level("WARNING", logger="vtlab"):
+        c = load_beir(str(d))
+    assert c.corpus == {"d1": "a", "d2": "b"} and c.queries == {"q1": "x"} and c.qrels == {"q1": {"d1": 1, "d2": 0}}
+    warned = sorted(r.getMessage().split(": ", 1)[1] for r in caplog.records)
+    caplog.clear()
+    assert warned == [
+        "1 line(s) repeat an earlier doc id identically: ignored",
+        "1 line(s) repeat an earlier query id identically: ignored",
+        "2 line(s) repeat an earlier judgment identically: ignored",
+    ]
+    # a later line that disagrees is an error, not a silent choice (the later grade used to win)
+    (d / "qrels" / "test.tsv").write_text("q1\td1\t1\nq1\td2\t0\nq1\td2\t2\n")
+    with pytest.raises(
+        DataError, match=r"test\.tsv:3: duplicate judgment of \('q1', 'd2'\) .* than at line 2 \(0 there, 2 here\)"
+    ):
+        load_beir(str(d))
+    (d / "qrels" / "test.tsv").write_text("q1\td1\t1\n")
+    (d / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n{"_id": "q1", "text": "y"}\n')
+    with pytest.raises(DataError, match=r"queries\.jsonl:2: duplicate query id '_id'='q1' with another text than at"):
+        load_beir(str(d))
+
+
+def test_all_judgments_zero_counts_the_judged_pairs(tmp_path: Path) -> None:
+    d = tmp_path / "z"
+    (d / "qrels").mkdir(parents=True)
+    (d / "corpus.jsonl").write_text('{"_id": "d1", "text": "a"}\n')
+    (d / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n')
+    (d / "qrels" / "test.tsv").write_text("q1\td1\t0\nq1\td1\t0\n")
+    with pytest.raises(DataError, match=r"all 1 judged \(query, doc\) pairs have a 'score' of 0"):
+        load_beir(str(d))
 
 
 def test_beir_titles_and_unjudged_queries(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""Honest process state: a run stopped by a signal exits 128 + signal (130 for Ctrl-C, 143 for SIGTERM) with one line
-and status.json "interrupted"; a sweep with a failed job exits non-zero after running all its jobs."""
+"""Honest process state: a run stopped by a signal exits 128 + signal (130 for Ctrl-C, 143 for SIGTERM, 129 for a
+dropped ssh session's SIGHUP, 131 for SIGQUIT) with one line saying what a rerun does for its stage, and status.json
+"interrupted"; a sweep with a failed job exits non-zero after running all its jobs."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from vtlab.runs.status import SweepExitCode, interrupting_signal
+from vtlab.runs.status import CAUGHT, SweepExitCode, catch_signals, interrupting_signal, raise_terminated
 
 ROOT = Path(__file__).resolve().parents[1]
 _ENV = {
@@ -70,12 +71,14 @@ def _interrupt_while_running(proc: subprocess.Popen, run_dir: Path, sig: signal.
 
 @pytest.fixture(scope="module")
 def interrupted_runs(tmp_path_factory) -> dict[str, tuple[int, str, dict]]:
-    """SIGTERM during training (after its first checkpoint), SIGINT during evaluation (once the run has started):
-    both at once, each in its own run directory, each signalled as soon as its marker appears."""
+    """SIGTERM and SIGHUP during training (after its first checkpoint), SIGINT and SIGQUIT during evaluation (once the
+    run has started): all at once, each in its own run directory, each signalled as soon as its marker appears."""
     tmp = tmp_path_factory.mktemp("signals")
     cases = {
         "sigterm_training": (_TRAIN, "checkpoints/last.ckpt", signal.SIGTERM),
+        "sighup_training": (_TRAIN, "checkpoints/last.ckpt", signal.SIGHUP),
         "sigint_evaluation": (_EVAL, "status.json", signal.SIGINT),
+        "sigquit_evaluation": (_EVAL, "status.json", signal.SIGQUIT),
     }
     procs = {
         name: (_start(ov, tmp / name, tmp / f"{name}.log"), tmp / name, tmp / f"{name}.log", marker, sig)
@@ -101,7 +104,13 @@ def interrupted_runs(tmp_path_factory) -> dict[str, tuple[int, str, dict]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "name,code,signame", [("sigterm_training", 143, "SIGTERM"), ("sigint_evaluation", 130, "SIGINT")]
+    "name,code,signame",
+    [
+        ("sigterm_training", 143, "SIGTERM"),
+        ("sighup_training", 129, "SIGHUP"),
+        ("sigint_evaluation", 130, "SIGINT"),
+        ("sigquit_evaluation", 131, "SIGQUIT"),
+    ],
 )
 def test_a_signal_gives_its_exit_code_one_line_and_status_interrupted(interrupted_runs, name, code, signame) -> None:
     rc, stderr, status = interrupted_runs[name]
@@ -110,7 +119,27 @@ def test_a_signal_gives_its_exit_code_one_line_and_status_interrupted(interrupte
     lines = [ln for ln in stderr.splitlines() if ln.startswith("vtlab: ")]
     assert lines == [stderr.strip().splitlines()[-1]], stderr[-3000:]
     assert lines[0].startswith(f"vtlab: interrupted by {signame} (exit {code});"), lines
+    # what a rerun does: training resumes from its checkpoint; an evaluation has none and runs again
+    rerun = "resume from its last checkpoint" if name.endswith("training") else "run it again"
+    assert rerun in lines[0], lines
     assert status["status"] == "interrupted" and status["error"] == f"interrupted by {signame}", status
+
+
+def test_every_caught_signal_raises_with_its_number_and_an_ignored_one_stays_ignored() -> None:
+    saved = {s: signal.getsignal(s) for s in CAUGHT}
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a process: the run must outlive its terminal
+        catch_signals()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        for signum in set(CAUGHT) - {signal.SIGHUP}:
+            assert signal.getsignal(signum) is raise_terminated
+            try:
+                raise_terminated(signum, None)
+            except BaseException as exc:  # noqa: BLE001 - Terminated is a BaseException on purpose
+                assert interrupting_signal(exc) == signum
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
 
 
 def test_lightning_interruptions_map_to_their_signal() -> None:
@@ -173,3 +202,16 @@ def test_multirun_with_failed_jobs_runs_them_all_and_exits_1(tmp_path: Path) -> 
     statuses = {p.parent.name: json.loads(p.read_text())["status"] for p in sweep.glob("*/status.json")}
     assert statuses == {"0": "failed", "1": "failed"}, res.stderr[-3000:]  # both jobs ran
     assert res.stderr.strip().splitlines()[-1].startswith("vtlab: error: 2 of 2 jobs of the sweep"), res.stderr[-3000:]
+
+
+def test_an_exception_chain_that_loops_is_walked_once_not_forever() -> None:
+    # found by tests/test_fuzz_inputs.py: a YAML error whose context chain comes back to itself hung the run's end
+    from vtlab.errors import DataError, exception_chain, user_error
+
+    a, b = ValueError("a"), KeyError("b")
+    a.__context__, b.__context__ = b, a
+    assert [type(e) for e in exception_chain(a)] == [ValueError, KeyError]
+    assert user_error(a) is a and interrupting_signal(b) is None
+    c = DataError("c")
+    c.__cause__ = c
+    assert list(exception_chain(c)) == [c] and user_error(c) is c

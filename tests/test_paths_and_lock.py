@@ -168,6 +168,47 @@ def test_the_usual_targets_pass(layout, overrides) -> None:
     check_config(_export_cfg(layout, *(o.format(**layout) for o in overrides)))
 
 
+@pytest.mark.parametrize("planted", ["vectors", "sparse-encoder"])
+def test_a_link_planted_at_a_default_output_is_refused_and_nothing_is_written_through_it(layout, planted) -> None:
+    # round three: `ln -s <elsewhere> R/vectors`, then an export with the defaults wrote <elsewhere>/anserini/
+    elsewhere = layout["tmp"] / "elsewhere"
+    elsewhere.mkdir()
+    (layout["R"] / planted).symlink_to(elsewhere, target_is_directory=True)
+    key = {"vectors": "export.vectors.dir", "sparse-encoder": "export.out"}[planted]
+    with pytest.raises(ConfigError) as ei:
+        check_config(_export_cfg(layout, "export.vectors.formats=[anserini]", "export.overwrite=true"))
+    msg = str(ei.value)
+    assert msg.startswith(f"{key}={layout['R'] / planted}: goes through the link {layout['R'] / planted} (to "), msg
+    assert f"out of the run directory {layout['R']}" in msg and ei.value.key == key
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_link_inside_the_run_that_stays_inside_it_is_fine(layout) -> None:
+    (layout["R"] / "real-vectors").mkdir()
+    (layout["R"] / "vectors").symlink_to(layout["R"] / "real-vectors", target_is_directory=True)
+    check_config(_export_cfg(layout, "export.vectors.formats=[anserini]"))
+
+
+def test_a_lock_file_is_never_opened_through_a_link_nor_truncated(tmp_path: Path) -> None:
+    from vtlab.atomic import file_lock
+    from vtlab.errors import LinkError
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    lock = tmp_path / "cache" / "entry.lock"
+    lock.parent.mkdir()
+    lock.symlink_to(victim)
+    with pytest.raises(LinkError, match=r"entry\.lock: is a link, and a lock file is never opened through one"):
+        with file_lock(lock):
+            pass
+    assert victim.read_text() == "precious\n"
+    own = tmp_path / "cache" / "own.lock"
+    own.write_text("left by an earlier build")
+    with file_lock(own):
+        pass
+    assert own.read_text() == "left by an earlier build"  # not truncated: a lock's bytes are not its point
+
+
 def test_overwrite_replaces_only_an_earlier_export_or_an_empty_directory(tmp_path: Path) -> None:
     """What export_sentence_transformers checks before and right before replacing `export.out`."""
     empty, export, other, file = tmp_path / "empty", tmp_path / "export", tmp_path / "data", tmp_path / "f"

@@ -153,17 +153,13 @@ def test_the_default_run_selects_on_dev_before_the_main_table_and_runs_jobs_side
     assert [c.split("hydra.sweep.dir=")[1].split()[0].rsplit("/", 1)[1] for c in commands] == [
         "references",
         "select-main",
-        "select-main-then",
         "main",
     ]  # the ablations are outside the 60-minute default
-    select, then, main_table = commands[1], commands[2], commands[3]
+    select, main_table = commands[1], commands[2]
     assert "model.optimizer.lr=0.0001,0.00025" in select and "eval=testbed-dev" in select and " seed=0 " in select
-    # the second stage: each arm's chosen config (its best rate) with APC switched off, on the same dev and seed
-    assert " apc.percentile=null " in then and "experiment=testbed/selected-main/wp-native," in then
-    assert "eval=testbed-dev" in then and " seed=0 " in then and "model.optimizer.lr" not in then
     assert "experiment=testbed/selected-main/wp-native," in main_table and "seed=0,1,2,3,4" in main_table
-    # seed 0 reuses the selection's training at the chosen setting (vtlab.runs.reuse.reuse_training), either stage's
-    assert f"reuse_runs=['{tmp_path.resolve()}/select-main','{tmp_path.resolve()}/select-main-then']" in main_table
+    # seed 0 reuses the selection's training at the chosen setting (vtlab.runs.reuse.reuse_training)
+    assert f"reuse_runs=['{tmp_path.resolve()}/select-main']" in main_table
     assert f"hydra.searchpath=[file://{tmp_path.resolve()}/selected-main]" in main_table
     assert all("hydra/launcher=parallel" in c for c in commands)
 
@@ -202,7 +198,7 @@ def test_the_real_case_table_runs_with_its_references_and_selects_on_dev_first(t
     select, table = commands[1], commands[2]
     assert "model.optimizer.lr=0.00015,0.0003" in select and "eval=testbed-dev" in select
     assert "experiment=testbed/selected-real-case/e5-native," in table and "seed=0,1,2,3,4" in table
-    assert f"reuse_runs=['{tmp_path.resolve()}/select-real-case']" in table  # no second stage: APC is its recipe's
+    assert f"reuse_runs=['{tmp_path.resolve()}/select-real-case']" in table
 
 
 def test_real_case_arms_start_from_the_same_e5_and_get_the_same_compute():
@@ -228,3 +224,25 @@ def test_an_ablation_takes_its_arms_choice_except_of_what_it_varies():
     assert _chosen_for("ablation-init", "testbed", chosen) == ["model.optimizer.lr=0.0001", "apc.percentile=null"]
     # ablation-apc varies APC itself: the arm's choice to switch it off would turn every row of it off
     assert _chosen_for("ablation-apc", "testbed", chosen) == ["model.optimizer.lr=0.0001"]
+
+
+def test_a_second_selection_stage_runs_each_arms_choice_with_its_settings_and_reuses_both(tmp_path):
+    # selection.then (the APC sensitivity check of docs/testbed.md): each arm's chosen config, with the setting
+    import vtlab.reproduce as reproduce
+
+    spec = {
+        "grid": {"model": {"optimizer": {"lr": [1e-4, 2.5e-4]}}},
+        "then": {"apc": {"percentile": [None]}},
+        "eval": "testbed-dev",
+        "dataset": "boolq-clean-dev",
+        "measure": "nDCG@10",
+        "seed": 0,
+    }
+    runs = []
+    overrides, _ = reproduce.select_settings(spec, "testbed", "main", tmp_path, lambda o, d: runs.append((o, d)), True)
+    (grid, first), (then, second) = runs
+    assert first.name == "select-main" and second.name == "select-main-then"
+    assert grid[0] == "model.optimizer.lr=0.0001,0.00025" and then[0] == "apc.percentile=null"
+    assert then[1].startswith("experiment=testbed/selected-main/wp-native,") and "eval=testbed-dev" in then
+    assert any(o.startswith("hydra.searchpath=") for o in then)
+    assert overrides[-1] == f"reuse_runs=['{first.resolve()}','{second.resolve()}']"

@@ -17,7 +17,8 @@ from vtlab.errors import DiskError, note_write_roots, one_line
 from vtlab.logs import guard_log_files, quiet_third_party
 from vtlab.paths import CONF_DIR
 from vtlab.pipeline import run_or_exit
-from vtlab.runs.status import RunStatus, error_line, interrupted_line, interrupting_signal, raise_terminated
+from vtlab.runs.directory import trains
+from vtlab.runs.status import CAUGHT, RunStatus, catch_signals, error_line, interrupted_line, interrupting_signal
 
 log = logging.getLogger("vtlab")
 
@@ -33,8 +34,9 @@ def main(cfg: DictConfig) -> None:
     # an error that names no file (safetensors' "No space left on device (os error 28)") is placed among these
     note_write_roots(cfg.paths.run_dir, os.environ.get("VTLAB_CACHE") or os.path.expanduser("~/.cache/vtlab"))
     hc = HydraConfig.get()
-    # SIGTERM (a scheduler's kill, `timeout`) as an exception, like Ctrl-C: status.json and the exit code tell
-    signal.signal(signal.SIGTERM, raise_terminated)
+    # TERM (a scheduler's kill, `timeout`), HUP (a dropped ssh session), QUIT, USR1/2 as an exception, like Ctrl-C:
+    # status.json and the exit code tell
+    catch_signals()
     status = RunStatus(cfg.paths.run_dir, name=cfg.name, overrides=list(hc.overrides.task))
     started = []
 
@@ -47,10 +49,11 @@ def main(cfg: DictConfig) -> None:
     except BaseException as exc:  # noqa: BLE001 - interruptions too: recorded, then an honest exit code
         signum = interrupting_signal(exc)
         if signum is not None:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the status write short
+            for signum_ in (signal.SIGINT, *CAUGHT):  # a second signal must not cut the status write short
+                signal.signal(signum_, signal.SIG_IGN)
             if started:
                 status.interrupted(signum)
-            print(interrupted_line(signum, cfg.paths.run_dir), file=sys.stderr)
+            print(interrupted_line(signum, cfg.paths.run_dir, resumes=trains(cfg)), file=sys.stderr)
             raise SystemExit(128 + signum) from None  # a sweep stops too: the user asked to stop
         if started:
             status.fail(exc)

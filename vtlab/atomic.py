@@ -10,6 +10,7 @@ file (one line at the entry point, not a traceback); on every failure path the t
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import glob
 import hashlib
@@ -24,7 +25,7 @@ from typing import IO, Any, BinaryIO, TextIO
 
 import numpy as np
 
-from vtlab.errors import disk_error
+from vtlab.errors import LinkError, disk_error
 
 
 def stable_hash(blob: str | bytes | Iterable[bytes], length: int = 16) -> str:
@@ -274,7 +275,15 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
     concurrent builders of one cache entry wait instead of building it twice."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
+    # never through a link (a link planted at a lock path of a shared cache would lead the open elsewhere), and never
+    # truncating: a lock file's bytes are not its point
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise LinkError(f"{path}: is a link, and a lock file is never opened through one: remove it") from None
+        raise
+    with os.fdopen(fd, "r+b") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

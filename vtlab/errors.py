@@ -5,11 +5,22 @@ from __future__ import annotations
 import errno
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """`exc` and the exceptions it arose from (each one's cause, else its context), each once: a chain can loop (an
+    exception raised again while handling itself), and a walk that did not stop there would hang the run at its end."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 class VtlabError(Exception):
@@ -37,6 +48,10 @@ class ConfigError(VtlabError, ValueError):
 
 class RunDirError(VtlabError):
     """The run directory cannot be used as asked: it holds an earlier run's results, or there is nothing to resume."""
+
+
+class LinkError(VtlabError):
+    """A write would go through a link that leads out of where it belongs (a run directory, the cache): refused."""
 
 
 class NonFiniteLossError(VtlabError, FloatingPointError):
@@ -83,11 +98,9 @@ def disk_errno(exc: BaseException) -> int | None:
 
 def disk_problem(exc: BaseException) -> tuple[str, str] | None:
     """(what happened, errno name) for the first disk error in `exc`'s chain (see `disk_errno`), else None."""
-    seen: BaseException | None = exc
-    while seen is not None:
+    for seen in exception_chain(exc):
         if (code := disk_errno(seen)) is not None:
             return _DISK_ERRNOS[code][0], errno.errorcode[code]
-        seen = seen.__cause__ or seen.__context__
     return None
 
 
@@ -95,8 +108,7 @@ def disk_error(path: str | os.PathLike[str], exc: BaseException) -> DiskError | 
     """A DiskError naming `path` when `exc` (or an exception it arose from: torch.save reports a failed write as a
     RuntimeError raised while handling the OSError) is a full disk, an exceeded quota, a read-only file system, a
     file-size limit or a denied permission; None for anything else."""
-    seen: BaseException | None = exc
-    while seen is not None:
+    for seen in exception_chain(exc):
         if isinstance(seen, DiskError):
             return seen
         if (code := disk_errno(seen)) is not None:
@@ -105,7 +117,6 @@ def disk_error(path: str | os.PathLike[str], exc: BaseException) -> DiskError | 
                 f"{path}: cannot write: {what} ({errno.errorcode[code]}); {fix} or choose another "
                 "location (hydra.run.dir, VTLAB_CACHE); nothing half-written was left behind"
             )
-        seen = seen.__cause__ or seen.__context__
     return None
 
 
@@ -176,22 +187,18 @@ def user_error(exc: BaseException) -> BaseException | None:
     """The user-facing error behind `exc` (Hydra wraps errors raised while instantiating targets), if any. A full,
     over-quota or read-only disk or a file-size limit anywhere in the chain wins (a DiskError; pathlib's mkdir raises
     EROFS while handling its own FileNotFoundError, which would otherwise name a missing directory as the cause)."""
-    seen = exc
-    while seen is not None:
+    for seen in exception_chain(exc):
         if isinstance(seen, DiskError):
             return seen
         if (code := disk_errno(seen)) in _WRITE_ERRNOS:
             return _as_disk_error(seen, code)
-        seen = seen.__cause__ or seen.__context__
-    seen = exc
-    while seen is not None:
+    for seen in exception_chain(exc):
         if (code := disk_errno(seen)) is not None:  # a denied permission: before FileNotFoundError's kin (OSError)
             return _as_disk_error(seen, code)
         if isinstance(seen, _USER_ERRORS) and not isinstance(seen, InstantiationException):
             return seen
         if _is_signature_error(seen):
             return seen
-        seen = seen.__cause__ or seen.__context__
     return None
 
 
@@ -213,13 +220,12 @@ def config_key(exc: BaseException, cfg: DictConfig | None = None) -> str | None:
     """The config key behind `exc`: the one a ConfigError names (`key`), else the one whose instantiation raised it
     (from Hydra's InstantiationException), following an interpolation to the key the user sets
     (model.doc_regularizer → regularizer.doc)."""
-    seen, key, named = exc, None, None
-    while seen is not None:
+    key, named = None, None
+    for seen in exception_chain(exc):
         if isinstance(seen, InstantiationException) and (m := _FULL_KEY.search(str(seen))):
             key = m.group(1)  # the innermost one wins: the node that actually failed
         if named is None and isinstance(seen, ConfigError) and seen.key:
             named = seen.key  # more precise than the node being instantiated (a leaf of it)
-        seen = seen.__cause__ or seen.__context__
     key = named or key
     if key is None or cfg is None:
         return key

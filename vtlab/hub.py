@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlparse
 
-from vtlab.errors import AssetError
+from vtlab.errors import AssetError, exception_chain
 
 # huggingface_hub.constants.ENV_VARS_TRUE_VALUES: a flag is on when its value, upper-cased, is one of these
 TRUE_VALUES = frozenset({"1", "ON", "YES", "TRUE"})
@@ -69,13 +69,11 @@ def reachable() -> bool:
 
 def is_connection_error(exc: BaseException) -> bool:
     """Whether `exc` (or an exception it was raised from) means "no connection to the hub"."""
-    seen: BaseException | None = exc
-    while seen is not None:
+    for seen in exception_chain(exc):
         if isinstance(seen, (ConnectionError, TimeoutError, socket.gaierror)) or "ConnectError" in type(seen).__name__:
             return True
         if type(seen).__name__ in {"LocalEntryNotFoundError", "OfflineModeIsEnabled"}:
             return True
-        seen = seen.__cause__ or seen.__context__
     return False
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,8 +69,8 @@ def content_key(path: Path) -> str:
 
 
 def problem(directory: Path) -> str | None:
-    """None when `directory` holds its completion marker and every file the marker lists has its recorded sha256;
-    otherwise what is wrong (for the warning)."""
+    """None when `directory` holds its completion marker and exactly the files the marker lists, each with its
+    recorded sha256 (no file added, none missing, no link); otherwise what is wrong (for the warning)."""
     marker = directory / MARKER
     if not marker.is_file():
         return f"no completion marker {MARKER} (an interrupted build, or one from before vtlab wrote markers)"
@@ -79,13 +80,34 @@ def problem(directory: Path) -> str | None:
             raise ValueError("no files listed")
     except (OSError, ValueError, KeyError, TypeError) as e:
         return f"unreadable completion marker {MARKER} ({type(e).__name__})"
+    held, links = _held(directory)
+    if links:
+        return f"{links[0]} is a link ({len(links)} in all): a sealed entry holds only the files it recorded"
+    if extra := sorted(held - set(files)):
+        return f"{extra[0]} was not there when it was built ({len(extra)} file(s) added)"
     for rel, digest in sorted(files.items()):
         path = directory / rel
-        if not path.is_file():
+        if rel not in held:
             return f"{rel} is missing"
         if sha256_file(path) != digest:
             return f"{rel} differs from the sha256 recorded when it was built (truncated or changed)"
     return None
+
+
+def _held(directory: Path) -> tuple[set[str], list[str]]:
+    """(the regular files under `directory` but its marker, the links under it), no link followed: a sealed entry
+    holds exactly the files its marker records, so an added file (an added_tokens.json a loader would read) or a link
+    to elsewhere means it is not the entry that was built."""
+    files, links = set(), []
+    for root, dirs, names in os.walk(directory, followlinks=False):
+        for name in dirs + names:
+            path = Path(root, name)
+            rel = str(path.relative_to(directory))
+            if path.is_symlink():
+                links.append(rel)
+            elif name in names and rel != MARKER:
+                files.add(rel)
+    return files, sorted(links)
 
 
 def build(out: Path, write: Callable[[Path], None]) -> Path:

@@ -137,6 +137,42 @@ def check_model_dir(source: str, field: str, memory: int | None = None) -> None:
     _check_sizes(config, field, physical_memory() if memory is None else memory)
 
 
+# what a tokenizer directory holds, one of these at least: a fast tokenizer, a WordPiece or BPE vocabulary, a
+# SentencePiece model
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "sentencepiece.model",
+)
+_PROBE = "the cat sat on the mat"  # words every tokenizer of a language model knows
+
+
+def check_tokenizer_dir(source: str, field: str) -> None:
+    """A local directory loaded as a tokenizer must hold its files: without them transformers builds a near-empty
+    default tokenizer that maps every word to unknown (and a model trained or evaluated with it scores noise)."""
+    root = Path(source)
+    if root.is_dir() and not any((root / name).is_file() for name in TOKENIZER_FILES):
+        raise AssetError(
+            f"{root}: no tokenizer files: expected {TOKENIZER_FILES[0]} (or {', '.join(TOKENIZER_FILES[1:])}) in the "
+            f"model directory, or name the tokenizer with backbone.tokenizer=<dir or hub id> (config key: {field})"
+        )
+
+
+def check_tokenizer_encodes(tokenizer: Any, source: str, field: str) -> None:
+    """A tokenizer must encode plain English words into known tokens, not unknown ones only."""
+    ids = tokenizer(_PROBE, add_special_tokens=False)["input_ids"]
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if not ids or (unk is not None and all(i == unk for i in ids)):
+        raise AssetError(
+            f"{field}={source!r}: its tokenizer maps {_PROBE!r} to unknown tokens only ({len(ids)} ids): a damaged or "
+            "empty vocabulary; expected the model's own tokenizer files"
+        )
+
+
 def _check_sizes(config: Path, field: str, memory: int | None) -> None:
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
@@ -318,7 +354,10 @@ class Backbone:
     # -- public ------------------------------------------------------------------------------------------------------
     def load_tokenizer(self) -> PreTrainedTokenizerBase:
         source, field = self._source(tokenizer=True)
+        if not _auto_map(source):  # a model with its own code may build its tokenizer there (refused without opt-in)
+            check_tokenizer_dir(source, field)
         tokenizer = self._load(AutoTokenizer.from_pretrained, source, field)
+        check_tokenizer_encodes(tokenizer, source, field)
         if self.tokenizer:
             self._check_vocab_fits(tokenizer)
         return tokenizer

@@ -45,7 +45,7 @@ from typing import Callable, Iterator  # noqa: E402
 
 from vtlab import hub  # noqa: E402
 from vtlab.atomic import atomic_write_text  # noqa: E402
-from vtlab.data.text_files import iter_lines  # noqa: E402
+from vtlab.data.text_files import iter_lines, json_line  # noqa: E402
 from vtlab.errors import AssetError, DataError  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -73,10 +73,7 @@ def iter_corpus_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[str, str]]
 
 
 def _json_obj(where: str, line: str) -> dict[str, Any]:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+    obj = json_line(where, line)
     if not isinstance(obj, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -121,6 +118,33 @@ def _run_id(obj: dict[str, Any], where: str) -> str:
     return v
 
 
+class _Records:
+    """The records of one file by key (a doc id, a query id, a judged (query, doc) pair). The same key again with
+    another value is an error naming both lines; with the same value it is a repeat, counted and reported once."""
+
+    def __init__(self, what: str, value: str) -> None:
+        self.what, self.value = what, value  # e.g. "doc id", "text"
+        self.items: dict[Any, Any] = {}
+        self._first: dict[Any, str] = {}
+        self.repeats = 0
+
+    def add(self, key: Any, value: Any, where: str, shown: str) -> None:
+        if key not in self.items:
+            self.items[key], self._first[key] = value, where
+        elif self.items[key] == value:
+            self.repeats += 1
+        else:
+            raise DataError(
+                f"{where}: duplicate {self.what} {shown} with another {self.value} than at line "
+                f"{self._first[key].rsplit(':', 1)[1]} ({self.items[key]!r} there, {value!r} here): expected each "
+                f"{self.what} once"
+            )
+
+    def warn(self, path: Path) -> None:
+        if self.repeats:
+            log.warning("%s: %d line(s) repeat an earlier %s identically: ignored", path, self.repeats, self.what)
+
+
 def load_beir(path: str, split: str = "test") -> Collection:
     """Load a BEIR-layout directory: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.
 
@@ -137,24 +161,24 @@ def load_beir(path: str, split: str = "test") -> Collection:
         have = sorted(p.stem for p in (root / "qrels").glob("*.tsv")) if (root / "qrels").is_dir() else []
         raise DataError(f"{qrels_path}: missing qrels for split '{split}' (available splits: {have or 'none'})")
 
-    corpus: dict[str, str] = {}
+    docs = _Records("doc id", "text")
     for where, did, text in _corpus_records(root / "corpus.jsonl", ids=_run_id):
-        if did in corpus:
-            raise DataError(f"{where}: duplicate doc id '_id'={did!r}")
-        corpus[did] = text
+        docs.add(did, text, where, f"'_id'={did!r}")
+    docs.warn(root / "corpus.jsonl")
+    corpus: dict[str, str] = docs.items
 
-    all_queries: dict[str, str] = {}
+    queries_read = _Records("query id", "text")
     for where, line in iter_lines(root / "queries.jsonl"):
         obj = _json_obj(where, line)
         qid = _run_id(obj, where)
-        if qid in all_queries:
-            raise DataError(f"{where}: duplicate query id '_id'={qid!r}")
         text = _str_field(obj, "text", where, True)
         if not text.strip():
             raise DataError(f"{where}: field 'text' of query {qid!r} is an empty string (expected the query text)")
-        all_queries[qid] = text
+        queries_read.add(qid, text, where, f"'_id'={qid!r}")
+    queries_read.warn(root / "queries.jsonl")
+    all_queries: dict[str, str] = queries_read.items
 
-    qrels: dict[str, dict[str, int]] = {}
+    judged = _Records("judgment", "grade")
     for n, (where, line) in enumerate(iter_lines(qrels_path)):
         cols = line.split("\t")
         if n == 0 and cols[0].strip() == "query-id":
@@ -172,6 +196,10 @@ def load_beir(path: str, split: str = "test") -> Collection:
             raise DataError(f"{where}: 'query-id' {qid!r} is not in queries.jsonl")
         if did not in corpus:
             raise DataError(f"{where}: 'corpus-id' {did!r} is not in corpus.jsonl")
+        judged.add((qid, did), grade, where, f"of ({qid!r}, {did!r})")
+    judged.warn(qrels_path)
+    qrels: dict[str, dict[str, int]] = {}
+    for (qid, did), grade in judged.items.items():
         qrels.setdefault(qid, {})[did] = grade
 
     if not qrels:
@@ -181,8 +209,8 @@ def load_beir(path: str, split: str = "test") -> Collection:
         )
     if not judged_queries(qrels):
         raise DataError(
-            f"{qrels_path}: no query has a positive grade (all {sum(map(len, qrels.values()))} judgments "
-            "of its 'score' column are 0 or less), so no measure can score anything: expected at least "
+            f"{qrels_path}: no query has a positive grade (all {len(judged.items)} judged (query, doc) pairs "
+            "have a 'score' of 0 or less), so no measure can score anything: expected at least "
             "one relevant document (score >= 1)"
         )
     queries = {qid: t for qid, t in all_queries.items() if qid in qrels}

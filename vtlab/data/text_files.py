@@ -29,16 +29,23 @@ def iter_lines(path: Path) -> Iterator[tuple[str, str]]:
                 yield where, line
 
 
+def json_line(where: str, line: str) -> object:
+    """One JSON value of a JSONL line; DataError naming `where` and the column when it is not JSON. (json's own
+    message may end in "at", as "Unterminated string starting at": the column follows it once, not "at at".)"""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        msg = e.msg.removesuffix(" at")
+        raise DataError(f"{where}: invalid JSON ({msg} at column {e.colno})") from None
+
+
 def _read_txt(path: Path, field: str, key: str) -> Iterator[str]:
     return (line for _, line in iter_lines(path))
 
 
 def _read_jsonl(path: Path, field: str, key: str) -> Iterator[str]:
     for where, line in iter_lines(path):
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+        obj = json_line(where, line)
         text = obj.get(field) if isinstance(obj, dict) else None
         if not isinstance(text, str):
             raise DataError(

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from vtlab.atomic import atomic_write_text
 from vtlab.data.examples import TripletExample, Triplets
+from vtlab.data.text_files import json_line
 from vtlab.errors import DataError
 
 log = logging.getLogger("vtlab")
@@ -134,10 +135,7 @@ def _json_lines(path: str, what: str) -> list[tuple[str, Any]]:
             raise DataError(f"{where}: not valid UTF-8 (byte {e.start} of the line)") from None
         if not line.strip():
             continue
-        try:
-            out.append((where, json.loads(line)))
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+        out.append((where, json_line(where, line)))
     return out
 
 

@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from vtlab.data.collections import Collection
 from vtlab.errors import VtlabError
@@ -48,8 +50,7 @@ class RunConfig:
         self.command = command
         path = None if run_dir is None else Path(run_dir) / ".hydra" / "config.yaml"
         self.path = path if path is not None and path.is_file() else None
-        loaded = OmegaConf.load(self.path) if self.path is not None else None
-        self.recorded: DictConfig | None = loaded if isinstance(loaded, DictConfig) else None
+        self.recorded: DictConfig | None = _load(self.path) if self.path is not None else None
         self.overrides = list(overrides or [])
         self._checked: dict[str, tuple[Any, str]] = {}
 
@@ -79,13 +80,19 @@ class RunConfig:
         applied = [k for k in keys if k.startswith(key + ".")]
         dropped = [f"{key}.{k}" for k in EXPORT_NODES.get(key, ())]
         merged = self.recorded
-        if applied or dropped:
-            merged = copy.deepcopy(self.recorded)  # interpolations in the node still resolve in the run's config
-            for k in applied:
-                _set(merged, k, OmegaConf.select(self.command, k, default=_ABSENT))
-            for k in dropped:
-                _set(merged, k, _ABSENT)
-        node = OmegaConf.select(merged, key)
+        try:  # a node (or a parent of it) that is an interpolation which does not resolve: named, not a traceback
+            if applied or dropped:
+                merged = copy.deepcopy(self.recorded)  # interpolations in the node still resolve in the run's config
+                for k in applied:
+                    _set(merged, k, OmegaConf.select(self.command, k, default=_ABSENT))
+                for k in dropped:
+                    _set(merged, k, _ABSENT)
+            node = OmegaConf.select(merged, key)
+        except (OmegaConfBaseException, RecursionError) as e:
+            if strict:
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise VtlabError(f"{self.path} ({key}): does not resolve ({first})") from e
+            return None, f"{self.path} ({key})"
         if node is not None and rename_targets(copy.deepcopy(node)):  # a run recorded before a target was renamed
             if merged is self.recorded:
                 merged = copy.deepcopy(self.recorded)  # the node's interpolations still resolve in the run's config
@@ -96,9 +103,10 @@ class RunConfig:
             check_targets(node, f"{where})")
             try:
                 resolved = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-            except Exception:  # noqa: BLE001 - omegaconf raises several types; when strict, the error as it is
+            except Exception as e:  # noqa: BLE001 - omegaconf raises several types; when strict, named where it is
                 if strict:
-                    raise
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    raise VtlabError(f"{where}): does not resolve ({first})") from e
                 return node, f"{where})"
             check_targets(resolved, f"{where}, resolved)")
         self._checked[key] = node, f"{where})"
@@ -113,6 +121,26 @@ class RunConfig:
             log.debug("export: %s of %s not resolved (%s)", key, self.path or "the command", exc)
             return None
         return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def _load(path: Path) -> DictConfig:
+    """A recorded config as data (YAML tags that would build objects are refused by the safe loader); VtlabError
+    naming the file when it is no mapping of config keys."""
+    try:
+        loaded = OmegaConf.load(path)
+    # OSError: unreadable, or a YAML scalar (omegaconf's "Invalid loaded object type"); Recursion: `&a [*a]`
+    except (yaml.YAMLError, UnicodeDecodeError, OmegaConfBaseException, RecursionError, OSError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise VtlabError(
+            f"{path}: not a readable run config ({type(e).__name__}: {first}): expected the .hydra/config.yaml a "
+            "vtlab run writes"
+        ) from None
+    if not isinstance(loaded, DictConfig):
+        raise VtlabError(
+            f"{path}: not a run config (a YAML {type(loaded).__name__}, not a mapping of config keys): expected the "
+            ".hydra/config.yaml a vtlab run writes"
+        )
+    return loaded
 
 
 def _set(config: DictConfig, key: str, value: Any) -> None:

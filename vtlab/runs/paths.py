@@ -51,6 +51,22 @@ def _within(inner: Path, outer: Path) -> bool:
     return inner == outer or outer in inner.parents
 
 
+def link_out_of(path: Path, root: Path) -> Path | None:
+    """The first link on the way from `root` (itself not counted: the user may keep runs on another disk) down to
+    `path` that leads outside `root`, or None. Paths are compared as written, so a link is seen, not followed."""
+    path, root = Path(os.path.abspath(path)), Path(os.path.abspath(root))
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return None
+    real_root, at = _real(root), root
+    for part in parts:
+        at = at / part
+        if at.is_symlink() and not _within(_real(at), real_root):
+            return at
+    return None
+
+
 def _select(cfg: DictConfig, key: str) -> Any:
     try:
         return OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
@@ -118,6 +134,12 @@ def output_problem(
     """Why `path` may not be written (None if it may). `source`: the run being exported; `this`: this command's run
     directory; `default`: the output's default in the run (always allowed there); `inputs`: other paths read (the
     cache, the corpus), by what names them; `replaces`: the output replaces `path` as a whole."""
+    for root in (r for r in (source, this) if r is not None):
+        if (link := link_out_of(path, root)) is not None:
+            return (
+                f"goes through the link {link} (to {_real(link)}), out of the run directory {root}: nothing is "
+                "written outside a run through a link"
+            )
     p = _real(path)
     for what, given in inputs.items():
         q = _real(given)
