@@ -88,7 +88,8 @@ def test_qrels_with_no_positive_grade_are_refused_at_load_naming_the_file(tmp_pa
     root = write_beir(tmp_path / "zeros", qrels=[(q, d, 0) for q, d, _ in POSITIVE_QRELS])
     with pytest.raises(DataError) as ei:
         load_beir(str(root))
-    assert str(ei.value).startswith(f"{root / 'qrels' / 'test.tsv'}: no query has a positive grade (all 4 judgments")
+    qrels = root / "qrels" / "test.tsv"
+    assert str(ei.value).startswith(f"{qrels}: no query has a positive grade (all 4 judged (query, doc) pairs")
     _one_line(ei.value)
 
 
@@ -444,7 +445,7 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
     return {
         "qrels_all_zero": (
             [*_EVAL, f"eval.path={zeros}"],
-            [f"{zeros}/qrels/test.tsv: no query has a positive grade (all 4 judgments"],
+            [f"{zeros}/qrels/test.tsv: no query has a positive grade (all 4 judged (query, doc) pairs"],
         ),
         "bom_in_every_file": ([*_EVAL, f"eval.path={bom}"], []),
         "doc_id_with_a_space": (

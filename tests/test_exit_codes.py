@@ -51,6 +51,8 @@ def _start(overrides: list[str], run_dir: Path, log: Path) -> subprocess.Popen:
             env=_ENV,
             stdout=subprocess.DEVNULL,
             stderr=f,
+            # as from a terminal: a suite started under nohup would hand its HUP-ignoring disposition down
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
         )
 
 

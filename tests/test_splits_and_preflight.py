@@ -342,7 +342,7 @@ def broken_eval_runs(tmp_path_factory):
 @pytest.mark.parametrize(
     "name,expected",
     [
-        ("qrels_all_zero", "/qrels/test.tsv: no query has a positive grade (all 1 judgments"),
+        ("qrels_all_zero", "/qrels/test.tsv: no query has a positive grade (all 1 judged (query, doc) pairs"),
         ("no_corpus", "/corpus.jsonl: missing BEIR file (expected corpus.jsonl, queries.jsonl and qrels/test.tsv"),
     ],
 )
