@@ -841,9 +841,9 @@ def test_cli_exits_2_with_one_line_and_leaves_earlier_outputs(cli_runs, name: st
         assert not records
 
 
-# ---- docs/bad-inputs.md: its table of bad inputs shows the messages the cases above really give ------------------
+# ---- docs/bad-inputs*.md: their tables of bad inputs show the messages the cases above really give -------------
 
-RELIABILITY = ROOT / "docs" / "bad-inputs.md"
+PAGES = (ROOT / "docs" / "bad-inputs.md", ROOT / "docs" / "bad-inputs-runs.md")  # data files; the rest
 # In a row's message, what varies: an elision, `<what>`, or the doc's path names; paths are compared by their last part
 _VARIES = re.compile(r"…|\.\.\.|<[^<>]+>|\b(?:DIR|FILE|CACHE|PATH)\b")
 _DIRECTORIES = re.compile(r"[^\s'\"(=\[]*/")
@@ -864,18 +864,19 @@ UNDOCUMENTED = {
 
 
 def reliability_rows() -> dict[str, str]:
-    """case id (`name` or `cli:name`) → the message its row shows (the row's first `vtlab: error: …`)."""
-    text = RELIABILITY.read_text(encoding="utf-8")
-    table = text.split("| case | what you see | checked by |\n|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    """case id (`name` or `cli:name`) → the message its row shows (the row's first `vtlab: error: …`), over PAGES."""
     rows: dict[str, str] = {}
-    for line in table.splitlines():
-        cells = line.strip().removeprefix("|").removesuffix("|").split(" | ")
-        keys = re.findall(r"`([^`]+)`", cells[-1])
-        shown = re.search(r"`(vtlab: error: [^`]*)`", " | ".join(cells[1:-1]))
-        assert not keys or shown, f"docs/bad-inputs.md: the row {cells[0]!r} names cases but shows no message"
-        for key in keys:
-            assert key not in rows, f"docs/bad-inputs.md: case {key} keys two rows"
-            rows[key] = shown.group(1)
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        table = text.split("| case | what you see | checked by |\n|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+        for line in table.splitlines():
+            cells = line.strip().removeprefix("|").removesuffix("|").split(" | ")
+            keys = re.findall(r"`([^`]+)`", cells[-1])
+            shown = re.search(r"`(vtlab: error: [^`]*)`", " | ".join(cells[1:-1]))
+            assert not keys or shown, f"docs/{page.name}: the row {cells[0]!r} names cases but shows no message"
+            for key in keys:
+                assert key not in rows, f"docs/{page.name}: case {key} keys two rows"
+                rows[key] = shown.group(1)
     return rows
 
 
@@ -903,7 +904,7 @@ def test_the_reliability_table_shows_each_keyed_cases_real_message(tmp_path: Pat
     rows = reliability_rows()
     cases = {name: (make, error) for name, make, error, _ in CASES}
     assert sorted(k for k in rows if k.removeprefix("cli:") not in (cases if ":" not in k else CLI_NAMES)) == []
-    assert sorted(set(cases) - set(rows)) == sorted(UNDOCUMENTED), "a case needs a row in docs/bad-inputs.md"
+    assert sorted(set(cases) - set(rows)) == sorted(UNDOCUMENTED), "a case needs a row in docs/bad-inputs*.md"
     assert len(rows) >= 55
     wrong = {}
     for name, row in rows.items():
@@ -922,7 +923,7 @@ def test_the_reliability_table_shows_each_keyed_cases_real_message(tmp_path: Pat
 def test_the_reliability_table_shows_each_cli_cases_real_line(cli_runs, name: str) -> None:
     row = reliability_rows().get(f"cli:{name}")
     if row is None:
-        pytest.skip(f"no row of docs/bad-inputs.md is keyed by cli:{name}")
+        pytest.skip(f"no row of docs/bad-inputs*.md is keyed by cli:{name}")
     res = cli_runs[name][0]
     (line,) = [line for line in res.stderr.splitlines() if line.startswith("vtlab: error: ")]
     assert shows(row, line), (row, line)
