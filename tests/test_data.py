@@ -121,13 +121,23 @@ def test_beir_roundtrip(tmp_path: Path) -> None:
         load_beir(str(tmp_path / "tiny"))
 
 
+def _beir_dir(d: Path, corpus: str, queries: str, qrels: str) -> Path:
+    """A BEIR directory at `d` with these three files' texts (qrels as the test split)."""
+    (d / "qrels").mkdir(parents=True, exist_ok=True)
+    (d / "corpus.jsonl").write_text(corpus)
+    (d / "queries.jsonl").write_text(queries)
+    (d / "qrels" / "test.tsv").write_text(qrels)
+    return d
+
+
 def test_beir_repeats_identical_lines_with_one_warning_and_refuses_conflicts_naming_both_lines(tmp_path, caplog):
-    d = tmp_path / "b"
-    (d / "qrels").mkdir(parents=True)
     docs = ['{"_id": "d1", "text": "a"}', '{"_id": "d2", "text": "b"}', '{"_id": "d1", "text": "a"}']
-    (d / "corpus.jsonl").write_text("\n".join(docs) + "\n")
-    (d / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n{"_id": "q1", "text": "x"}\n')
-    (d / "qrels" / "test.tsv").write_text("q1\td1\t1\nq1\td2\t0\nq1\td1\t1\nq1\td1\t1\n")
+    d = _beir_dir(
+        tmp_path / "b",
+        "\n".join(docs) + "\n",
+        '{"_id": "q1", "text": "x"}\n{"_id": "q1", "text": "x"}\n',
+        "q1\td1\t1\nq1\td2\t0\nq1\td1\t1\nq1\td1\t1\n",
+    )
     with caplog.at_level("WARNING", logger="vtlab"):
         c = load_beir(str(d))
     assert c.corpus == {"d1": "a", "d2": "b"} and c.queries == {"q1": "x"} and c.qrels == {"q1": {"d1": 1, "d2": 0}}
@@ -151,21 +161,20 @@ def test_beir_repeats_identical_lines_with_one_warning_and_refuses_conflicts_nam
 
 
 def test_all_judgments_zero_counts_the_judged_pairs(tmp_path: Path) -> None:
-    d = tmp_path / "z"
-    (d / "qrels").mkdir(parents=True)
-    (d / "corpus.jsonl").write_text('{"_id": "d1", "text": "a"}\n')
-    (d / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n')
-    (d / "qrels" / "test.tsv").write_text("q1\td1\t0\nq1\td1\t0\n")
+    d = _beir_dir(
+        tmp_path / "z", '{"_id": "d1", "text": "a"}\n', '{"_id": "q1", "text": "x"}\n', "q1\td1\t0\nq1\td1\t0\n"
+    )
     with pytest.raises(DataError, match=r"all 1 judged \(query, doc\) pairs have a 'score' of 0"):
         load_beir(str(d))
 
 
 def test_beir_titles_and_unjudged_queries(tmp_path: Path) -> None:
-    d = tmp_path / "b"
-    (d / "qrels").mkdir(parents=True)
-    (d / "corpus.jsonl").write_text('{"_id": "d1", "title": "Cats", "text": "sit"}\n{"_id": 2, "text": "dogs"}\n')
-    (d / "queries.jsonl").write_text('{"_id": "q1", "text": "cat"}\n{"_id": "q2", "text": "never judged"}\n')
-    (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\t2\t0\n")
+    d = _beir_dir(
+        tmp_path / "b",
+        '{"_id": "d1", "title": "Cats", "text": "sit"}\n{"_id": 2, "text": "dogs"}\n',
+        '{"_id": "q1", "text": "cat"}\n{"_id": "q2", "text": "never judged"}\n',
+        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\t2\t0\n",
+    )
     c = load_beir(str(d))
     assert c.corpus == {"d1": "Cats sit", "2": "dogs"}
     assert c.queries == {"q1": "cat"} and c.qrels == {"q1": {"d1": 1, "2": 0}}

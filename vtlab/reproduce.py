@@ -205,9 +205,10 @@ def _grid_keys(node: dict[str, Any], prefix: str = "") -> list[tuple[str, list[A
     return out
 
 
-def _composed(experiment: str) -> Any:
+def _composed(experiment: str, hydra: bool = False) -> Any:
+    """The composed config of `experiment` (with the `hydra` node, e.g. a sweep's params, when asked)."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose("config", overrides=[f"experiment={experiment}"])
+        return compose("config", overrides=[f"experiment={experiment}"], return_hydra_config=hydra)
 
 
 def _row_name(row: str) -> str:
@@ -217,8 +218,7 @@ def _row_name(row: str) -> str:
 def _chosen_for(table: str, scale: str, chosen: dict[str, selection.Choice]) -> list[str]:
     """An ablation runs on a main arm (`selection.arm` in its config) with that arm's settings chosen on dev, except
     those of what it varies itself (ablation-apc sweeps `apc`: the arm's choice of APC is not imposed on its rows)."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=[f"experiment={scale}/{table}"], return_hydra_config=True)
+    cfg = _composed(f"{scale}/{table}", hydra=True)
     arm = OmegaConf.select(cfg, "selection.arm")
     if arm is None or not chosen:
         return []

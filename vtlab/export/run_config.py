@@ -90,8 +90,7 @@ class RunConfig:
             node = OmegaConf.select(merged, key)
         except (OmegaConfBaseException, RecursionError) as e:
             if strict:
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                raise VtlabError(f"{self.path} ({key}): does not resolve ({first})") from e
+                raise VtlabError(f"{self.path} ({key}): does not resolve ({_first_line(e)})") from e
             return None, f"{self.path} ({key})"
         if node is not None and rename_targets(copy.deepcopy(node)):  # a run recorded before a target was renamed
             if merged is self.recorded:
@@ -105,8 +104,7 @@ class RunConfig:
                 resolved = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
             except Exception as e:  # noqa: BLE001 - omegaconf raises several types; when strict, named where it is
                 if strict:
-                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                    raise VtlabError(f"{where}): does not resolve ({first})") from e
+                    raise VtlabError(f"{where}): does not resolve ({_first_line(e)})") from e
                 return node, f"{where})"
             check_targets(resolved, f"{where}, resolved)")
         self._checked[key] = node, f"{where})"
@@ -130,10 +128,9 @@ def _load(path: Path) -> DictConfig:
         loaded = OmegaConf.load(path)
     # OSError: unreadable, or a YAML scalar (omegaconf's "Invalid loaded object type"); Recursion: `&a [*a]`
     except (yaml.YAMLError, UnicodeDecodeError, OmegaConfBaseException, RecursionError, OSError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise VtlabError(
-            f"{path}: not a readable run config ({type(e).__name__}: {first}): expected the .hydra/config.yaml a "
-            "vtlab run writes"
+            f"{path}: not a readable run config ({type(e).__name__}: {_first_line(e)}): expected the "
+            ".hydra/config.yaml a vtlab run writes"
         ) from None
     if not isinstance(loaded, DictConfig):
         raise VtlabError(
@@ -141,6 +138,11 @@ def _load(path: Path) -> DictConfig:
             ".hydra/config.yaml a vtlab run writes"
         )
     return loaded
+
+
+def _first_line(exc: BaseException) -> str:
+    """What an omegaconf or YAML error says, its first line (they append the node's key and type on later ones)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _set(config: DictConfig, key: str, value: Any) -> None:

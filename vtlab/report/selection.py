@@ -73,10 +73,7 @@ def refine(first: dict[str, Choice], then: dict[str, Choice]) -> dict[str, Choic
     out = {}
     for arm, choice in first.items():
         runs = tuple(({**choice.values, **values}, score) for values, score in then[arm].tried)
-        values, score = choice.values, choice.score
-        for tried_values, tried_score in runs:
-            if tried_score is not None and tried_score > score:
-                values, score = tried_values, tried_score
+        values, score = max([(choice.values, choice.score), *runs], key=lambda r: r[1])  # max keeps the first of ties
         out[arm] = Choice(arm, values, score, choice.tried + runs)
     return out
 
