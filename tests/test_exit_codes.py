@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from vtlab.runs.status import CAUGHT, SweepExitCode, catch_signals, interrupting_signal, raise_terminated
+from vtlab.runs.signals import CAUGHT, catch_signals, interrupting_signal, raise_terminated
+from vtlab.runs.status import SweepExitCode
 
 ROOT = Path(__file__).resolve().parents[1]
 _ENV = {
@@ -122,8 +123,10 @@ def test_a_signal_gives_its_exit_code_one_line_and_status_interrupted(interrupte
     assert lines == [stderr.strip().splitlines()[-1]], stderr[-3000:]
     assert lines[0].startswith(f"vtlab: interrupted by {signame} (exit {code});"), lines
     # what a rerun does: training resumes from its checkpoint; an evaluation has none and runs again
-    rerun = "resume from its last checkpoint" if name.endswith("training") else "run it again"
-    assert rerun in lines[0], lines
+    if name.endswith("training"):
+        assert " with: python -m vtlab " in lines[0] and "hydra.run.dir=" in lines[0], lines
+    else:
+        assert "nothing to resume" in lines[0] and "to run it again: python -m vtlab " in lines[0], lines
     assert status["status"] == "interrupted" and status["error"] == f"interrupted by {signame}", status
 
 

@@ -99,7 +99,13 @@ def test_every_arm_has_the_same_selection_grid_scored_on_dev_only():
     spec = _cfg(MAIN[0]).selection
     assert spec.eval == "testbed-dev" and list(spec.grid.model.optimizer.lr) == [1e-4, 2.5e-4]
     dev = _cfg(MAIN[0], "eval=testbed-dev").eval.evaluations
-    assert list(dev) == ["boolq-clean-dev"] and dev["boolq-clean-dev"].collection.split == "dev"
+    assert list(dev) == ["boolq-clean-dev", "squad-dev", "sciriff-dev"] and spec.dataset is None  # their mean
+    assert dev["boolq-clean-dev"].collection.split == "dev"
+    assert (
+        dev["squad-dev"].collection._target_
+        == dev["sciriff-dev"].collection.load._target_
+        == "vtlab.data.splits.held_out"
+    )
     for table in ("ablation-init", "ablation-apc", "ablation-target"):
         assert _cfg(f"testbed/{table}").selection.arm == "testbed-bpe-vt"
 

@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -17,8 +18,16 @@ from vtlab.errors import DiskError, note_write_roots, one_line
 from vtlab.logs import guard_log_files, quiet_third_party
 from vtlab.paths import CONF_DIR
 from vtlab.pipeline import run_or_exit
-from vtlab.runs.directory import trains
-from vtlab.runs.status import CAUGHT, RunStatus, catch_signals, error_line, interrupted_line, interrupting_signal
+from vtlab.runs.directory import LAST_CKPT, release_run_dir_lock, trains
+from vtlab.runs.signals import (
+    CAUGHT,
+    catch_signals,
+    interrupted_line,
+    interrupting_signal,
+    rerun_command,
+    resume_command,
+)
+from vtlab.runs.status import RunStatus, error_line
 
 log = logging.getLogger("vtlab")
 
@@ -53,8 +62,13 @@ def main(cfg: DictConfig) -> None:
                 signal.signal(signum_, signal.SIG_IGN)
             if started:
                 status.interrupted(signum)
-            print(interrupted_line(signum, cfg.paths.run_dir, resumes=trains(cfg)), file=sys.stderr)
-            raise SystemExit(128 + signum) from None  # a sweep stops too: the user asked to stop
+            last = Path(cfg.paths.run_dir) / LAST_CKPT
+            checkpoint = last if trains(cfg) and last.is_file() else None
+            task = list(hc.overrides.task)
+            command = resume_command(task, cfg.paths.run_dir) if checkpoint else rerun_command(task)
+            release_run_dir_lock(Path(cfg.paths.run_dir))  # free when the line appears: the rerun may start at once
+            print(interrupted_line(signum, cfg.paths.run_dir, checkpoint, command, trains(cfg)), file=sys.stderr)
+            leave(128 + signum)  # a sweep stops too: the user asked to stop
         if started:
             status.fail(exc)
         if hc.mode == RunMode.MULTIRUN:
@@ -71,6 +85,18 @@ def main(cfg: DictConfig) -> None:
             return
         print(one_line(err), file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def leave(code: int) -> None:
+    """Exit now, the line printed: flush what is open and skip the interpreter's teardown (collecting a large
+    model's objects took minutes on a loaded machine, holding the CPU past the line a scheduler reads)."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish(exit_code=code, quiet=True)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

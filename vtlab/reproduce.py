@@ -181,9 +181,8 @@ def select_settings(
             selection.write_selected(chosen, names, root, selected)
     for name, choice in chosen.items():
         print(
-            f"selected on {spec['dataset']} {spec['measure']}: {name} {choice.values} ({choice.score:.4f}; tried "
-            + ", ".join(f"{v} {s:.4f}" for v, s in choice.tried)
-            + ")",
+            f"selected on {selection.dev_name(spec['dataset'])} {spec['measure']}: {name} {choice.values} "
+            f"({choice.score:.4f}; tried " + ", ".join(f"{v} {s:.4f}" for v, s in choice.tried) + ")",
             flush=True,
         )
     # seed 0 at the chosen setting was trained by the selection: evaluated on the test sets, not retrained

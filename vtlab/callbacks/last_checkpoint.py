@@ -8,6 +8,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from vtlab.errors import ConfigError
+from vtlab.runs.signals import defer_signals, pending, raise_pending
 
 
 class LastCheckpoint(ModelCheckpoint):
@@ -17,6 +18,11 @@ class LastCheckpoint(ModelCheckpoint):
     written before that validation, counts the validation as done and skips it (the run would then miss a dev score
     and may keep another best checkpoint). The only writer of last.ckpt: the best-by-dev ModelCheckpoint keeps
     save_last off, since two writers make Lightning version each other's file as last-v1.ckpt.
+
+    A signal while training (TERM, INT, HUP, QUIT, USR1, USR2: vtlab.runs.signals) waits for the end of the step under
+    way; last.ckpt is then written and the signal raised, so an interrupted run always has a step to resume from. When
+    a validation would follow that step the checkpoint is written before it: a resumed run then skips that one
+    validation, which is better than nothing to resume from.
     """
 
     def __init__(self, dirpath: str, every_n_train_steps: int = 50) -> None:
@@ -27,9 +33,16 @@ class LastCheckpoint(ModelCheckpoint):
         super().__init__(dirpath=dirpath, every_n_train_steps=every_n_train_steps, save_top_k=0, save_last=True)
         self._save_after_validation = False
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        defer_signals(True)
+
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        if pending() is not None:
+            if trainer.global_step != self._last_global_step_saved:
+                self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+            raise_pending()
         if _validation_follows(trainer):
             due = trainer.global_step % self._every_n_train_steps == 0
             self._save_after_validation = self._save_after_validation or due
@@ -43,8 +56,12 @@ class LastCheckpoint(ModelCheckpoint):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        defer_signals(False)
         if trainer.global_step != self._last_global_step_saved:  # the final steps since the last multiple of N
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        defer_signals(False)
 
 
 def _validation_follows(trainer: pl.Trainer) -> bool:

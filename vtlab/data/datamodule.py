@@ -173,6 +173,7 @@ class TripletDataModule(pl.LightningDataModule):
         preprocess: Callable[[str], str] | None = None,
         dev_path: str | None = None,
         dev_split: str = "dev",
+        teacher: Callable[[Sequence[TripletExample]], Sequence[TripletExample]] | None = None,
     ) -> None:
         super().__init__()
         for key, value, low in (
@@ -185,6 +186,7 @@ class TripletDataModule(pl.LightningDataModule):
         ):
             _check_int(f"data.{key}", value, low)
         self._train_src, self._dev_src = train, dev
+        self._teacher = teacher  # scores the training examples for distillation (vtlab.data.teacher.teacher_scored)
         self._dev_path = str(dev_path) if dev_path else None
         if dev_path:  # the scalar way to give your own dev set; it replaces any `dev` node of the data config
             self._dev_src = _beir_dev(str(dev_path), str(dev_split))
@@ -245,6 +247,8 @@ class TripletDataModule(pl.LightningDataModule):
         examples = list(examples) if examples is not None else []
         if not examples:
             raise DataError(f"{name}: the training set is empty")
+        if self._teacher is not None:
+            examples = list(self._teacher(examples))
         with_scores = 0
         for i, ex in enumerate(examples):
             if not isinstance(ex, TripletExample):

@@ -39,21 +39,37 @@ def _setting(overrides: tuple[str, ...], keys: list[str]) -> dict[str, Any]:
     return {k: yaml.safe_load(pairs[k]) for k in keys if k in pairs}
 
 
-def choose(sweep: Path, keys: list[str], dataset: str, measure: str) -> dict[str, Choice]:
-    """arm name → its best setting of `keys` by `measure` on `dataset` (ties: the first tried, in sweep order)."""
+def dev_score(metrics: dict[str, dict[str, Any]], sets: list[str], measure: str) -> float | None:
+    """The mean of `measure` over the dev collections `sets` (None: one of them lacks it)."""
+    values = [metrics.get(d, {}).get(measure) for d in sets]
+    if not values or any(v is None for v in values):
+        return None
+    return sum(float(v) for v in values) / len(values)
+
+
+def dev_name(dataset: str | None) -> str:
+    """How a selection's dev score is named in its lines."""
+    return "dev-average" if dataset is None else dataset
+
+
+def choose(sweep: Path, keys: list[str], dataset: str | None, measure: str) -> dict[str, Choice]:
+    """arm name → its best setting of `keys` by `measure` on `dataset` (None: the mean over the dev collections; ties:
+    the first tried, in sweep order)."""
     jobs, _ = collect_jobs(sweep)
+    # dataset None: every collection any job of the sweep scored, so that no arm is averaged over fewer of them
+    sets = list(dict.fromkeys(d for j in jobs for d in j.metrics)) if dataset is None else [dataset]
     tried: dict[str, list[tuple[dict[str, Any], float | None]]] = {}
     for job in jobs:
         if job.name is None:
             continue
-        value = job.metrics.get(dataset, {}).get(measure) if job.state is State.DONE else None
-        tried.setdefault(job.name, []).append((_setting(job.overrides, keys), None if value is None else float(value)))
+        value = dev_score(job.metrics, sets, measure) if job.state is State.DONE else None
+        tried.setdefault(job.name, []).append((_setting(job.overrides, keys), value))
     if not tried:
         raise ReportError(f"selection: no job under {sweep}")
     unscored = sorted(arm for arm, runs in tried.items() if any(score is None for _, score in runs))
     if unscored:
         raise ReportError(
-            f"selection: {', '.join(unscored)} under {sweep} have a setting without a {dataset} "
+            f"selection: {', '.join(unscored)} under {sweep} have a setting without a {dev_name(dataset)} "
             f"{measure} (failed or missing jobs): every arm must be scored on the whole grid"
         )
     out = {}

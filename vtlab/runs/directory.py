@@ -129,6 +129,17 @@ def hold_run_dir_lock(run_dir: Path) -> None:
     _HELD[(st.st_dev, st.st_ino)] = fd  # never closed: the kernel releases the lock when the process ends
 
 
+def release_run_dir_lock(run_dir: Path) -> None:
+    """Give up the lock hold_run_dir_lock took (an interrupted run, before its last line: a rerun may start at once)."""
+    try:
+        st = os.stat(run_dir)
+    except OSError:
+        return
+    fd = _HELD.pop((st.st_dev, st.st_ino), None)
+    if fd is not None:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def run_dir_lock(run_dir: Path, key: str = "paths.run_dir") -> Iterator[None]:
     """An exclusive flock on the run directory itself (no lock file to leave behind) for the whole run: a second

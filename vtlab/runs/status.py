@@ -21,10 +21,10 @@ from typing import Any, Sequence
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
-from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from vtlab.atomic import atomic_write, write_json
-from vtlab.errors import DiskError, disk_problem, exception_chain, one_line, user_error
+from vtlab.errors import DiskError, disk_problem, one_line, user_error
+from vtlab.runs.signals import interrupting_signal
 
 STATUS_FILE = "status.json"
 # Room kept in status.json from the start (trailing spaces, which JSON ignores): the final record (finished, seconds,
@@ -139,49 +139,6 @@ def _what(err: DiskError) -> str:
     return f"{problem[0]} ({problem[1]})" if problem else str(err)
 
 
-# ---- signals: an interrupted run exits 128 + signal number, like a shell reports a process killed by it ----------
-
-
-# the signals a run records as an interruption: a scheduler's kill (TERM), a dropped ssh session (HUP), Ctrl-\ (QUIT),
-# a batch system's warning (USR1/USR2; under SLURM with auto-requeue, Lightning takes USR1 over while fitting)
-CAUGHT = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-
-
-class Terminated(BaseException):
-    """A signal in CAUGHT, raised where the process is (like KeyboardInterrupt for SIGINT): a BaseException, so no
-    `except Exception` on the way swallows it, and Lightning's fit tears down and re-raises it."""
-
-    def __init__(self, signum: int = signal.SIGTERM) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = int(signum)
-
-
-def raise_terminated(signum: int, frame: Any) -> None:
-    raise Terminated(signum)
-
-
-def catch_signals() -> None:
-    """Every signal in CAUGHT raises Terminated with its number (SIGINT is Python's KeyboardInterrupt already). One
-    the process was started ignoring stays ignored: `nohup` ignores HUP so that a run outlives its terminal."""
-    for signum in CAUGHT:
-        if signal.getsignal(signum) is not signal.SIG_IGN:
-            signal.signal(signum, raise_terminated)
-
-
-def interrupting_signal(exc: BaseException) -> int | None:
-    """The signal behind `exc`, if it is (or was raised while handling) an interruption: SIGINT for Ctrl-C (also after
-    Lightning turned it into `sys.exit(1)`), the caught signal's own for Terminated, SIGTERM for Lightning's
-    SIGTERMException (a SystemExit without a code, which would otherwise exit 0)."""
-    for seen in exception_chain(exc):
-        if isinstance(seen, KeyboardInterrupt):
-            return int(signal.SIGINT)
-        if isinstance(seen, Terminated):
-            return seen.signum
-        if isinstance(seen, SIGTERMException):
-            return int(signal.SIGTERM)
-    return None
-
-
 def exit_code(exc: BaseException) -> int:
     """The exit status `python -m vtlab` ends with when a run raises `exc`: 128 + signal for an interruption, 2 for a
     user error (vtlab.pipeline.run_or_exit), a SystemExit's own code, else 1."""
@@ -191,16 +148,6 @@ def exit_code(exc: BaseException) -> int:
     if isinstance(exc, SystemExit):
         return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     return 2 if isinstance(exc, Exception) and user_error(exc) is not None else 1
-
-
-def interrupted_line(signum: int, run_dir: str | Path, resumes: bool) -> str:
-    """The one line an interrupted run ends with; `resumes`: the run trains, so a rerun continues from its last
-    checkpoint (an evaluation or export has none: a rerun does it again)."""
-    rerun = "resume from its last checkpoint" if resumes else "run it again (it keeps no partial results)"
-    return (
-        f"vtlab: interrupted by {signal.Signals(signum).name} (exit {128 + signum}); {run_dir} keeps what was "
-        f"written: rerun the same command to {rerun}"
-    )
 
 
 class SweepExitCode(Callback):

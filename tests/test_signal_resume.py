@@ -1,0 +1,122 @@
+"""A run stopped by a signal while training can always be resumed: the step under way finishes, checkpoints/last.ckpt
+is written (long before the first periodic save), the process prints one line holding the exact command that resumes
+it and exits within seconds with its run directory's lock free, and that command, run as printed, ends with the same
+metrics and weights as a run that was never stopped."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
+_ENV["TOKENIZERS_PARALLELISM"] = "false"
+STEPS = 40
+_RUN = [
+    "backbone=splade-tiny",
+    "vocab=native",
+    "apc=off",
+    "baseline=false",
+    "logger=none",
+    f"trainer.max_steps={STEPS}",
+    f"trainer.val_check_interval={STEPS}",
+    "callbacks.last_checkpoint.every_n_train_steps=1000",  # no periodic save: only the signal's
+    "callbacks.progress_bar.every=1",
+    "trainer.log_every_n_steps=1",
+    "data.batch_size=4",
+    "data.doc_max_length=64",
+    "data.dev.dev_size=20",
+    "data.dev.max_docs=100",
+    "+eval.collection.max_queries=40",
+    "+eval.collection.max_docs=150",
+]
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "a") as f:  # a file: a pipe nobody drains could stall the run
+        return subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=_ENV,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+        )
+
+
+def _results(run_dir: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    metrics = json.loads((run_dir / "eval" / "boolq-clean" / "metrics.json").read_text())["metrics"]
+    quality = {k: v for k, v in metrics.items() if not k.endswith(("_s", "_ms_per_query"))}
+    return quality, load_file(str(run_dir / "model" / "model.safetensors"))
+
+
+def _lock_is_free(run_dir: Path) -> bool:
+    """Whether another process could take the run directory's lock (an flock on the directory itself) now."""
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # closing drops the lock if it was taken
+    return True
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> tuple[dict, dict[str, torch.Tensor]]:
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    proc = _start([sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={tmp / 'run'}"], tmp / "log")
+    assert proc.wait(timeout=600) == 0, (tmp / "log").read_text()[-3000:]
+    return _results(tmp / "run")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
+def test_a_signal_at_step_3_leaves_a_checkpoint_and_the_printed_command_resumes_it(tmp_path, reference, sig):
+    run_dir, log = tmp_path / "run", tmp_path / "log"
+    proc = _start([sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={run_dir}"], log)
+    deadline = time.monotonic() + 300
+    while f"train: step 3/{STEPS}" not in log.read_text(errors="replace"):
+        assert proc.poll() is None, f"the run ended before step 3: {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, "no step 3 after 300 s"
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    line = None
+    while proc.poll() is None and line is None:  # the moment the line appears
+        line = next((ln for ln in log.read_text(errors="replace").splitlines() if "vtlab: interrupted" in ln), None)
+        time.sleep(0.01)
+    seen = time.monotonic()
+    if line is not None:
+        assert _lock_is_free(run_dir), "the run directory is still locked when the line appears"
+    rc = proc.wait(timeout=60)
+    assert time.monotonic() - seen <= 5, "more than 5 s from the line to the exit"
+    text = log.read_text(errors="replace")
+    assert rc == 128 + sig, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    line = [ln for ln in text.splitlines() if ln.startswith("vtlab: interrupted")][-1]
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    step = int(torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"])
+    assert 3 <= step < STEPS, step
+    assert line.startswith(f"vtlab: interrupted by {sig.name} (exit {128 + sig}); resume from {ckpt} with: "), line
+    command = shlex.split(line.split(" with: ", 1)[1])
+    assert command[:3] == ["python", "-m", "vtlab"] and f"hydra.run.dir={run_dir}" in command
+    resumed = _start([sys.executable, *command[1:]], log)  # as printed (this interpreter for `python`)
+    assert resumed.wait(timeout=600) == 0, log.read_text()[-3000:]
+    got_metrics, got_weights = _results(run_dir)
+    ref_metrics, ref_weights = reference
+    assert got_metrics == ref_metrics
+    assert got_weights.keys() == ref_weights.keys()
+    for name, tensor in ref_weights.items():
+        assert torch.equal(tensor, got_weights[name]), name

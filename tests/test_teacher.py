@@ -1,0 +1,100 @@
+"""Teacher scores for distillation (vtlab/data/teacher.py): each score is the teacher's sparse dot product of the query
+and the passage, checked against SPLADE computed by hand from the Hugging Face masked-LM; the teacher runs once (then
+the cache answers); a damaged cache file is named, not trusted; the DataModule hands the scores to the loss."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from vtlab.assets import asset_path
+from vtlab.backbones import Backbone
+from vtlab.data.datamodule import TripletDataModule
+from vtlab.data.examples import TripletExample
+from vtlab.data.teacher import teacher_scored
+from vtlab.errors import DataError
+from vtlab.models.encoder import SpladeEncoder
+
+EXAMPLES = [
+    TripletExample(
+        "is the eiffel tower in paris",
+        "The Eiffel Tower is a wrought-iron lattice tower in Paris, France.",
+        ["Mount Fuji is the highest mountain in Japan.", "The Colosseum is an amphitheatre in Rome."],
+    ),
+    TripletExample(
+        "do penguins live at the north pole",
+        "Penguins live almost exclusively in the Southern Hemisphere; none live in the Arctic.",
+        [
+            "Polar bears hunt seals on Arctic sea ice.",
+            "The Eiffel Tower is a wrought-iron lattice tower in Paris, France.",
+        ],
+    ),
+]
+
+
+def _teacher() -> SpladeEncoder:
+    return SpladeEncoder.from_backbone(
+        Backbone("asset:splade-tiny"), precision="fp32", query_max_length=32, doc_max_length=64
+    )
+
+
+def _splade_by_hand(texts: list[str], max_length: int) -> np.ndarray:
+    """SPLADE max pooling, log(1 + relu(logits)) over the real tokens, straight from transformers in fp32."""
+    path = asset_path("splade-tiny")
+    tok, mlm = AutoTokenizer.from_pretrained(path), AutoModelForMaskedLM.from_pretrained(path).eval()
+    enc = tok(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    with torch.no_grad():
+        logits = mlm(**enc).logits.float()
+    w = torch.log1p(torch.relu(logits)) * enc["attention_mask"].unsqueeze(-1)
+    return w.max(dim=1).values.numpy()
+
+
+@pytest.mark.usefixtures("empty_cache")
+def test_scores_are_the_teachers_dot_products_and_the_teacher_runs_once():
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return _teacher()
+
+    scored = teacher_scored(EXAMPLES, factory, name="tiny-q32-d64")
+    for ex, out in zip(EXAMPLES, scored):
+        q = _splade_by_hand([ex.query], 32)[0]
+        d = _splade_by_hand([ex.positive, *ex.negatives], 64)
+        np.testing.assert_allclose(out.scores, d @ q, rtol=1e-4, atol=1e-3)
+        assert (out.query, out.positive, out.negatives) == (ex.query, ex.positive, ex.negatives)
+    assert scored[0].scores[0] > max(scored[0].scores[1:])  # the teacher ranks the answer first
+    again = teacher_scored(EXAMPLES, factory, name="tiny-q32-d64")
+    assert calls == [1] and [e.scores for e in again] == [e.scores for e in scored]
+
+
+def test_a_damaged_score_file_is_named(empty_cache):
+    teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
+    (path,) = (empty_cache / "teacher-scores").glob("tiny-q32-d64-*.json")
+    path.write_text(json.dumps([[1.0, 2.0]]))
+    with pytest.raises(DataError, match=f"{path}: expected a list of 2 score lists"):
+        teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
+    path.write_text("[[1.0")
+    with pytest.raises(DataError, match=f"{path}: unreadable teacher scores"):
+        teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
+    with pytest.raises(DataError, match="name='a/b'"):
+        teacher_scored(EXAMPLES, _teacher, name="a/b")
+
+
+@pytest.mark.usefixtures("empty_cache")
+def test_the_datamodule_passes_teacher_scores_to_the_loss():
+    teacher = _teacher()
+    dm = TripletDataModule(
+        EXAMPLES,
+        tokenizer=teacher.tokenizer,
+        batch_size=2,
+        num_negatives=2,
+        teacher=lambda ex: teacher_scored(ex, lambda: teacher, name="tiny-q32-d64"),
+    )
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    expected = teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
+    got = batch["teacher_scores"].tolist()
+    assert sorted(map(tuple, got)) == sorted(tuple(e.scores) for e in expected)

@@ -1,0 +1,129 @@
+"""Signals: an interrupted run exits 128 + the signal's number, like a shell reports a process killed by it, and a run
+that trains stops at a step boundary with a checkpoint to resume from.
+
+Outside training a caught signal raises where the process is (Terminated; SIGINT is Python's KeyboardInterrupt).
+While training (`defer_signals`, switched on by vtlab.callbacks.last_checkpoint) the first signal is only noted: the
+step under way finishes, `last.ckpt` is written, and then it is raised (`raise_pending`). A second signal raises at
+once, for a user who will not wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+from vtlab.errors import exception_chain
+
+# the signals a run records as an interruption: a scheduler's kill (TERM), a dropped ssh session (HUP), Ctrl-\ (QUIT),
+# a batch system's warning (USR1/USR2; under SLURM with auto-requeue, Lightning takes USR1 over while fitting)
+CAUGHT = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+_deferring = False
+log = logging.getLogger("vtlab")
+_pending: list[int] = []
+
+
+class Terminated(BaseException):
+    """A signal in CAUGHT, raised where the process is (like KeyboardInterrupt for SIGINT): a BaseException, so no
+    `except Exception` on the way swallows it, and Lightning's fit tears down and re-raises it."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
+def _raise(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+def raise_terminated(signum: int, frame: Any) -> None:
+    """The handler of every caught signal (and of SIGINT while training): raise it, or note it while training."""
+    if _deferring and not _pending:
+        _pending.append(int(signum))
+        log.warning(
+            "%s received: stopping after this training step, once its checkpoint is written (send it again to stop "
+            "at once)",
+            signal.Signals(signum).name,
+        )
+        return
+    _raise(signum)
+
+
+def catch_signals() -> None:
+    """Every signal in CAUGHT raises Terminated with its number (SIGINT is Python's KeyboardInterrupt already). One
+    the process was started ignoring stays ignored: `nohup` ignores HUP so that a run outlives its terminal."""
+    for signum in CAUGHT:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, raise_terminated)
+
+
+def defer_signals(on: bool) -> None:
+    """While training (`on`): a signal waits for the end of the step under way (`pending`, `raise_pending`). Ctrl-C
+    is deferred too when it would raise KeyboardInterrupt (Python's default). Call from the main thread."""
+    global _deferring
+    _deferring = bool(on)
+    if not on:
+        _pending.clear()
+    sigint = signal.getsignal(signal.SIGINT)
+    if on and sigint is signal.default_int_handler:
+        signal.signal(signal.SIGINT, raise_terminated)
+    elif not on and sigint is raise_terminated:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pending() -> int | None:
+    """The signal noted while training, if any."""
+    return _pending[0] if _pending else None
+
+
+def raise_pending() -> None:
+    """Raise the noted signal (after the caller wrote its checkpoint); nothing when none is noted."""
+    if _pending:
+        signum = _pending[0]
+        defer_signals(False)
+        _raise(signum)
+
+
+def interrupting_signal(exc: BaseException) -> int | None:
+    """The signal behind `exc`, if it is (or was raised while handling) an interruption: SIGINT for Ctrl-C (also after
+    Lightning turned it into `sys.exit(1)`), the caught signal's own for Terminated, SIGTERM for Lightning's
+    SIGTERMException (a SystemExit without a code, which would otherwise exit 0)."""
+    for seen in exception_chain(exc):
+        if isinstance(seen, KeyboardInterrupt):
+            return int(signal.SIGINT)
+        if isinstance(seen, Terminated):
+            return seen.signum
+        if isinstance(seen, SIGTERMException):
+            return int(signal.SIGTERM)
+    return None
+
+
+def resume_command(overrides: Sequence[str], run_dir: str | Path) -> str:
+    """The command that continues a run in `run_dir` from its checkpoint: its own overrides with `hydra.run.dir`
+    pinned to the directory (a dated default directory would be a new one), less `resume=`/`overwrite=` (the default
+    resume=auto continues; overwrite=true would delete the checkpoint)."""
+    drop = {"hydra.run.dir", "paths.run_dir", "resume", "overwrite"}
+    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in drop]
+    return shlex.join(["python", "-m", "vtlab", *kept, f"hydra.run.dir={run_dir}"])
+
+
+def rerun_command(overrides: Sequence[str]) -> str:
+    """The command that runs it again from the start: the same overrides (a new run directory unless they pin one)."""
+    return shlex.join(["python", "-m", "vtlab", *overrides])
+
+
+def interrupted_line(signum: int, run_dir: str | Path, checkpoint: Path | None, command: str, trains: bool) -> str:
+    """The one line an interrupted run ends with: the command that resumes it from `checkpoint`, or why a rerun
+    starts over (an evaluation or export keeps no partial results; a training run stopped before its first save)."""
+    head = f"vtlab: interrupted by {signal.Signals(signum).name} (exit {128 + signum}); "
+    if checkpoint is not None:
+        return f"{head}resume from {checkpoint} with: {command}"
+    why = "it stopped before its first checkpoint" if trains else "an evaluation or export keeps no partial results"
+    return f"{head}nothing to resume in {run_dir} ({why}); to run it again: {command}"
