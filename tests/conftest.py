@@ -9,6 +9,8 @@ from typing import Iterator
 
 import pytest
 
+import vtlab  # noqa: F401 - registers the resolvers conf/config.yaml uses (the run's name)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")

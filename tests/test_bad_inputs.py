@@ -742,6 +742,14 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
             [*_SMALL, "stage=finetune", "+model.learning_rate=1e-4"],
             ["unexpected keyword argument 'learning_rate'", "(config key: model)"],
         ),
+        "misspelt_config_key": (
+            [*_SMALL, "regularizer.doc.weigth=1e-3"],
+            ["regularizer.doc.weigth: no such config key (did you mean regularizer.doc.weight"],
+        ),
+        "unknown_group_choice": (
+            [*_SMALL, "vocab=bert-uncasd"],
+            ["vocab=bert-uncasd: no such choice in conf/vocab/ (did you mean vocab=bert-uncased?)"],
+        ),
         "resume_without_checkpoint": ([*_SMALL, "resume=true"], ["resume=true: nothing to resume"]),
         "non_finite_loss": (
             [*_SMALL, "stage=finetune", "loss.temperature=1e-39", "trainer.max_steps=3"],
@@ -815,6 +823,8 @@ CLI_NAMES = [
     "finished_run_dir",
     "negative_lambda",
     "unknown_config_key",
+    "misspelt_config_key",
+    "unknown_group_choice",
     "resume_without_checkpoint",
     "non_finite_loss",
     "missing_model_dir",

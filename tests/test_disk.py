@@ -215,24 +215,46 @@ def test_the_cli_prints_one_line_for_a_full_disk(tmp_path: Path, capsys, monkeyp
 # ---- every way a run ends: status.json, the log, the run dir, errors that libraries wrap -------------------------
 
 
-def test_status_json_is_written_over_its_reserved_room_when_the_disk_is_full(tmp_path: Path, monkeypatch) -> None:
-    """A disk that filled up during the run: the temp file of the usual write cannot be written, status.json's own
-    bytes can (they need no new block)."""
-    from vtlab.runs.status import RESERVE, RunStatus, read_status
+def test_status_json_is_written_in_the_room_its_reserve_kept_when_the_disk_is_full(tmp_path: Path, monkeypatch) -> None:
+    """A disk that filled up during the run: the usual write of the final record fails until the reserve beside
+    status.json is deleted, which frees the blocks it needs; status.json itself carries no padding."""
+    from vtlab.runs.status import RESERVE, RESERVE_FILE, RunStatus, read_status
 
     status = RunStatus(tmp_path, name="run", overrides=["x=1"])
     status.start()
-    size = (tmp_path / "status.json").stat().st_size
-    assert size > RESERVE and read_status(tmp_path)["status"] == "running"
-    _full_disk(monkeypatch)
-    status.fail(DiskError("x" * 5000))  # longer than the room: the error is shortened, the record stays JSON
+    reserve = tmp_path / RESERVE_FILE
+    assert reserve.stat().st_size == RESERVE and read_status(tmp_path)["status"] == "running"
+    assert (tmp_path / "status.json").read_text().endswith("}\n")  # no blanks to scroll past
+    real_fdopen = atomic.os.fdopen
+
+    def fdopen(fd, mode="r", **kwargs):  # full while the reserve holds its blocks
+        if reserve.exists():
+            raw = _FullDisk(fd, "w")
+            return io.BufferedWriter(raw) if "b" in mode else io.TextIOWrapper(io.BufferedWriter(raw), **kwargs)
+        return real_fdopen(fd, mode, **kwargs)
+
+    monkeypatch.setattr(atomic.os, "fdopen", fdopen)
+    status.fail(DiskError("x" * 5000))
     monkeypatch.undo()
     record = read_status(tmp_path)
-    assert record["status"] == "failed" and record["error"].startswith("xxx") and record["error"].endswith("…")
-    assert record["finished"] and (tmp_path / "status.json").stat().st_size == size
-    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]  # no temp file
-    status.done()  # with room again: the usual write, without the padding
-    assert read_status(tmp_path)["status"] == "done" and not (tmp_path / "status.json").read_text().endswith("  \n")
+    assert record["status"] == "failed" and record["error"].startswith("x" * 100)
+    assert record["finished"] and [p.name for p in tmp_path.iterdir()] == ["status.json"]  # no reserve, no temp file
+
+
+def test_a_finished_run_leaves_no_reserve(tmp_path: Path) -> None:
+    from vtlab.runs.status import RESERVE_FILE, RunStatus, read_status
+
+    for end in ("done", "fail", "interrupted"):
+        status = RunStatus(tmp_path / end, name="run")
+        status.start()
+        assert (tmp_path / end / RESERVE_FILE).exists()
+        {
+            "done": status.done,
+            "fail": lambda: status.fail(RuntimeError("x")),
+            "interrupted": lambda: status.interrupted(15),
+        }[end]()
+        assert [p.name for p in (tmp_path / end).iterdir()] == ["status.json"], end
+        assert read_status(tmp_path / end)["status"] in ("done", "failed", "interrupted")
 
 
 def test_a_status_that_cannot_be_written_at_all_is_said_on_stderr(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -133,7 +133,7 @@ def test_each_sweep_job_logs_its_own_wandb_run(sweep):
     for job, stage in (("0", "evaluate"), ("1", "all")):
         r = runs[job]
         assert r["job_type"] == stage and r["config"]["stage"]["name"] == stage
-        assert r["name"] == r["config"]["name"] == f"{stage}-splade-tiny-native"
+        assert r["name"] == r["config"]["name"] == f"{stage}-splade-tiny-native-boolq"  # the data in the name
         assert r["group"] == str(sweep_dir)  # one group per sweep
         assert r["exit"] == 0 and r["tables"] == 1  # finished, with its own results table only
         metrics = json.loads((sweep_dir / job / "eval" / "boolq" / "metrics.json").read_text())["metrics"]
@@ -179,7 +179,7 @@ def test_a_failed_run_finishes_its_wandb_run_with_its_exit_code(tmp_path, step, 
     while (r := wandb_run(tmp_path))["exit"] is None and time.monotonic() < deadline:
         time.sleep(0.1)  # wandb's service writes the run's last records just after finish() returns
     assert r["exit"] == code and "probe" in r["history"]
-    assert r["name"] == r["group"] == "evaluate-splade-tiny-native"  # a single run outside a sweep: its own group
+    assert r["name"] == r["group"] == "evaluate-splade-tiny-native-boolq-clean"  # a single run: its own group
 
 
 # ---- names and directories -------------------------------------------------------------------------------------------
@@ -188,9 +188,11 @@ def test_a_failed_run_finishes_its_wandb_run_with_its_exit_code(tmp_path, step, 
 @pytest.mark.parametrize(
     "overrides,name",
     [
-        ([], "all-splade-tiny-corpus-wordpiece"),
-        (["stage=evaluate", "vocab=native"], "evaluate-splade-tiny-native"),
-        (["stage=export", "backbone=tiny-modernbert"], "export-tiny-modernbert-corpus-wordpiece"),
+        ([], "all-splade-tiny-corpus-wordpiece-boolq-clean"),
+        (["stage=evaluate", "vocab=native"], "evaluate-splade-tiny-native-boolq-clean"),
+        (["stage=export", "backbone=tiny-modernbert"], "export-tiny-modernbert-corpus-wordpiece-boolq-clean"),
+        (["eval=beir", "eval.path=/data/pydocs/"], "all-splade-tiny-corpus-wordpiece-pydocs"),  # your own data
+        (["eval=none"], "all-splade-tiny-corpus-wordpiece"),
         (["stage=transfer", "name=mine"], "mine"),
         (["experiment=quickstart"], "quickstart"),
     ],

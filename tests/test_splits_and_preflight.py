@@ -437,3 +437,49 @@ def test_the_cli_refuses_a_resume_whose_triplets_changed(tmp_path):
     assert second.returncode == 2, second.stderr[-3000:]
     one_error_line(second.stderr, [f"{train.resolve()} (data.train.path) changed (size ", "resume_with_changes=true"])
     assert _snapshot(run_dir) == before  # checkpoints, the inputs record, status: as they were
+
+
+def test_a_dev_set_sharing_the_evaluation_corpus_gets_one_warning_with_counts(caplog):
+    """One BEIR directory with dev and test qrels (a common layout): dev and evaluation share the corpus."""
+    import logging
+
+    from vtlab.data.collections import Collection
+    from vtlab.data.preflight import warn_dev_overlap
+
+    corpus = {f"d{i}": f"Passage number {i}." for i in range(10)}
+    dev = Collection("mine", corpus, {"q1": "first question"}, {"q1": {"d1": 1}})
+    test = Collection("mine", corpus, {"q2": "second question", "q3": "First  question"}, {"q2": {"d2": 1}})
+    apart = Collection("other", {"x": "another text"}, {"q": "another question"}, {"q": {"x": 1}})
+    with caplog.at_level(logging.WARNING, logger="vtlab"):
+        warn_dev_overlap(dev, [test, apart], "/data/mine")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "data.dev_path=/data/mine shares 10 of the evaluation set mine's 10 passages and 1 of its 2 questions: "
+        "checkpoints chosen on dev see the evaluation's texts; give dev its own corpus for a clean evaluation"
+    ]
+
+
+def test_a_vocabulary_learned_on_the_evaluation_corpus_is_said(tmp_path, caplog):
+    import logging
+
+    from omegaconf import OmegaConf
+
+    from vtlab.data.preflight import warn_vocab_on_eval_corpus
+
+    (tmp_path / "mine").mkdir()
+    same = OmegaConf.create(
+        {
+            "vocab": {"corpus": {"path": str(tmp_path / "mine" / "corpus.jsonl")}},
+            "eval": {"path": str(tmp_path / "mine") + "/"},
+        }
+    )
+    other = OmegaConf.create(
+        {"vocab": {"corpus": {"path": str(tmp_path / "texts.txt")}}, "eval": {"path": str(tmp_path / "mine")}}
+    )
+    with caplog.at_level(logging.WARNING, logger="vtlab"):
+        warn_vocab_on_eval_corpus(other)
+        warn_vocab_on_eval_corpus(OmegaConf.create({"vocab": {"name": "bert-uncased"}}))
+        assert not caplog.records
+        warn_vocab_on_eval_corpus(same)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith(f"vocab.corpus.path and eval.path are the same collection ({tmp_path / 'mine'})")

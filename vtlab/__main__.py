@@ -27,6 +27,7 @@ from vtlab.runs.signals import (
     rerun_command,
     resume_command,
 )
+from vtlab.runs.overrides import bad_override
 from vtlab.runs.status import RunStatus, error_line
 
 log = logging.getLogger("vtlab")
@@ -100,4 +101,9 @@ def leave(code: int) -> None:
 
 
 if __name__ == "__main__":
+    # a misspelt key or unknown choice: one line with the closest valid ones, before Hydra composes or a model loads
+    problem = bad_override(sys.argv[1:], CONF_DIR)
+    if problem is not None:
+        print(f"vtlab: error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
     main()

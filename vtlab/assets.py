@@ -9,7 +9,9 @@ wheel and only the registered paths are unzipped into the environment (`<sys.pre
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,8 @@ from typing import Any, Literal
 from vtlab.atomic import atomic_path
 from vtlab.errors import AssetError
 from vtlab.integrity import content_key
+
+log = logging.getLogger("vtlab")
 
 
 @dataclass(frozen=True)
@@ -271,11 +275,33 @@ def asset_path(name: str, verify: bool = False) -> Path:
 
 
 def cache_dir(*parts: str) -> Path:
-    """`$VTLAB_CACHE` (or ~/.cache/vtlab) joined with `parts`; created."""
+    """`$VTLAB_CACHE` (or ~/.cache/vtlab) joined with `parts`; created. Each folder from the cache root down is one that
+    no other user can write into (`closed_to_others`)."""
     root = os.environ.get("VTLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "vtlab")
     path = Path(root, *parts)
     path.mkdir(parents=True, exist_ok=True)
+    at = Path(root)
+    for part in ("", *parts):
+        at = at / part if part else at
+        closed_to_others(at)
     return path
+
+
+def closed_to_others(folder: Path) -> None:
+    """The same rule for every cache folder: one that every user can write (world-writable, no sticky bit) is closed
+    when it is this user's (a warning names it; its sealed entries are still checked before use), and refused when it
+    is another user's. Group-writable folders stay as they are: a team's shared cache."""
+    st = os.stat(folder)
+    mode = stat.S_IMODE(st.st_mode)
+    if not mode & 0o002 or mode & stat.S_ISVTX:
+        return
+    if st.st_uid != os.getuid():
+        raise AssetError(
+            f"{folder}: a cache folder every user can write (mode {mode:o}) and owned by uid {st.st_uid}, not you: "
+            "set VTLAB_CACHE to a folder of your own"
+        )
+    os.chmod(folder, mode & ~0o002)
+    log.warning("%s was writable by every user (mode %o): made %o", folder, mode, mode & ~0o002)
 
 
 def resolve(name_or_path: str) -> str:

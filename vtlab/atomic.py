@@ -25,7 +25,7 @@ from typing import IO, Any, BinaryIO, TextIO
 
 import numpy as np
 
-from vtlab.errors import LinkError, disk_error
+from vtlab.errors import LinkError, disk_error, write_roots
 
 
 def stable_hash(blob: str | bytes | Iterable[bytes], length: int = 16) -> str:
@@ -48,6 +48,46 @@ def json_hash(obj: Any, length: int = 16) -> str:
     return stable_hash(json.dumps(obj, sort_keys=True, default=str), length)
 
 
+def real_path(path: str | os.PathLike[str]) -> Path:
+    """`path` with every link followed (where a write would really land)."""
+    return Path(os.path.realpath(path))
+
+
+def within(inner: Path, outer: Path) -> bool:
+    """`inner` is `outer` or below it (both real paths)."""
+    return inner == outer or outer in inner.parents
+
+
+def link_out_of(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path | None:
+    """The first link on the way from `root` (itself not counted: the user may keep runs on another disk) down to
+    `path` that leads outside `root`, or None. Paths are compared as written, so a link is seen, not followed."""
+    path, root = Path(os.path.abspath(path)), Path(os.path.abspath(root))
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return None
+    real_root, at = real_path(root), root
+    for part in parts:
+        at = at / part
+        if at.is_symlink() and not within(real_path(at), real_root):
+            return at
+    return None
+
+
+def guard_write(path: str | os.PathLike[str]) -> None:
+    """LinkError when `path` lies under a root this process writes in (the run directory, the cache:
+    vtlab.errors.note_write_roots) but a link on the way leads out of it (and into no other root): a link planted in a
+    run or cache directory must not carry a write elsewhere. Every writer here calls it."""
+    roots = write_roots()
+    for root in roots:
+        link = link_out_of(path, root)
+        if link is not None and not any(within(real_path(link), real_path(r)) for r in roots):
+            raise LinkError(
+                f"{path}: goes through the link {link} (to {real_path(link)}), out of {root}: nothing is written "
+                "out of a run or cache directory through a link; remove the link"
+            )
+
+
 @contextlib.contextmanager
 def _on_failure(path: Path, cleanup: Callable[[], object] | None = None, disk_errors: bool = True) -> Iterator[None]:
     """The one failure path of the writes here: `cleanup()` (remove the temp file or directory), then re-raise, as a
@@ -68,6 +108,7 @@ def _temp_file(path: Path, suffix: str, mode: int | None, disk_errors: bool) -> 
     """A fresh temp file `.NAME.XXXX<suffix>` next to `path` (open fd, name); renamed onto `path` when the block
     completes, after a chmod to `mode` (None: as the writer left it)."""
     tmp: Path | None = None
+    guard_write(path)
     with _on_failure(path, lambda: tmp is not None and tmp.unlink(missing_ok=True), disk_errors):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
@@ -120,6 +161,7 @@ def replace_dir(tmp: str | os.PathLike[str], out: str | os.PathLike[str]) -> Pat
     """Move the finished directory `tmp` to `out` by renames only, replacing what `out` is (a directory is moved
     aside, then deleted; a link or a file is removed): readers see the old directory or the new one, whole."""
     tmp, out = Path(tmp), Path(out)
+    guard_write(out)
     if out.is_symlink() or out.is_file():
         out.unlink()
     elif out.exists():
@@ -137,6 +179,7 @@ def atomic_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temp directory next to `out`; when the block completes, it replaces `out` (a directory or a link) by
     renames: a crash leaves the old directory or the new one, never a half-written one. On error the temp is removed."""
     out = Path(out)
+    guard_write(out)
     with _on_failure(out):
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
@@ -153,6 +196,7 @@ def scratch_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
     """A fresh temp directory next to `out` (mode 0700; on its file system, so what is built in it can be renamed into
     place with `replace_dir`), removed with whatever is still in it when the block ends."""
     out = Path(out)
+    guard_write(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:
@@ -197,6 +241,7 @@ def publish_dir(tmp: str | os.PathLike[str], out: str | os.PathLike[str], comple
     first: its entry is as good, and wins); an incomplete `out` is moved aside and deleted first. `tmp` is gone
     afterwards either way. Whether `tmp` became `out`."""
     tmp, out = Path(tmp), Path(out)
+    guard_write(out)
     try:
         if complete(out):
             return False
@@ -227,6 +272,7 @@ def build_dir(
     removed first; on every failure path this build's temp dir is removed too; a full, over-quota or read-only disk
     is one DiskError line naming `out` (`disk_errors=False`: the OSError as it is)."""
     out = Path(out)
+    guard_write(out)
     with _on_failure(out, disk_errors=disk_errors):
         out.parent.mkdir(parents=True, exist_ok=True)
         remove_orphans(out)
@@ -257,6 +303,7 @@ def atomic_symlink(target: str | os.PathLike[str], link: str | os.PathLike[str])
     """Point `link` at the directory `target`, replacing an older link in one rename (never a dangling or half-made
     link)."""
     link = Path(link)
+    guard_write(link)
     link.parent.mkdir(parents=True, exist_ok=True)
     tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 from vtlab.errors import disk_problem
 
@@ -98,3 +99,9 @@ def _stop_on_disk_error(
         )
 
     return handle_error
+
+
+def print_line(console: Any, text: str) -> None:
+    """`text` on one line of `console` (rich) however wide the terminal or log: a path wrapped mid-word cannot be
+    copied, and no markup in a path is interpreted."""
+    console.print(text, soft_wrap=True, markup=False, highlight=False)

@@ -23,7 +23,8 @@ from typing import Any
 from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from vtlab.data.collections import HUB_LOADERS, load_beir
+from vtlab.data.collections import HUB_LOADERS, Collection, load_beir
+from vtlab.data.overlap import normalize
 
 # the evaluation's own check of a loaded collection: the same words now as after training
 from vtlab.evaluation import _check_collection
@@ -46,10 +47,12 @@ def preflight(cfg: DictConfig) -> None:
     evaluates_late, trains = EVALUATE_STEP in steps[1:], TRAINING_STEP in steps
     if evaluates_late or trains:  # a run directory the pipeline refuses is refused before any data is read
         check_run_dir(Path(str(cfg.paths.run_dir)), cfg.get("resume", "auto"), cfg.get("overwrite", False))
-    if evaluates_late:  # evaluation after another stage: its data is checked before that stage runs
-        check_eval(cfg)
+    evaluated = check_eval(cfg) if evaluates_late else []  # evaluation after another stage: checked before it runs
+    warn_vocab_on_eval_corpus(cfg)
     if trains:
-        check_dev_path(cfg)
+        dev = check_dev_path(cfg)
+        if dev is not None:
+            warn_dev_overlap(dev, evaluated, str(cfg.data.dev_path))
         check_inputs(cfg)
 
 
@@ -88,8 +91,10 @@ def eval_members(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
     return [("eval", ev)]
 
 
-def check_eval(cfg: DictConfig) -> None:
-    """Load and check each evaluation collection that is not on the hub (DataError / Hydra's error naming the key)."""
+def check_eval(cfg: DictConfig) -> list[Collection]:
+    """Load and check each evaluation collection that is not on the hub (DataError / Hydra's error naming the key);
+    returns them."""
+    out = []
     for key, node in eval_members(cfg):
         if _reads_hub(node):
             log.info("%s reads the Hugging Face hub: checked when evaluated, not ahead of the run", key)
@@ -97,6 +102,7 @@ def check_eval(cfg: DictConfig) -> None:
         collection = getattr(instantiate(node), "collection", None)  # RetrievalEvaluation loads it on first use
         if collection is not None:
             _check_collection(collection, trec_ids=True)
+            out.append(collection)
             log.info(
                 "%s: %s checked before the run (%d queries over %d documents)",
                 key,
@@ -106,13 +112,55 @@ def check_eval(cfg: DictConfig) -> None:
             )
 
 
-def check_dev_path(cfg: DictConfig) -> None:
-    """A dev set given as data.dev_path parses (the data module reads it again after the model loads)."""
+def check_dev_path(cfg: DictConfig) -> Collection | None:
+    """A dev set given as data.dev_path parses (the data module reads it again after the model loads); returns it."""
     dev_path = OmegaConf.select(cfg, "data.dev_path", default=None)
-    if dev_path:
-        load_beir(
-            str(Path(str(dev_path)).expanduser()), split=str(OmegaConf.select(cfg, "data.dev_split", default="dev"))
+    if not dev_path:
+        return None
+    return load_beir(
+        str(Path(str(dev_path)).expanduser()), split=str(OmegaConf.select(cfg, "data.dev_split", default="dev"))
+    )
+
+
+def _dir_of(path: Any) -> Path | None:
+    """The BEIR directory a path names (the directory itself, or the one holding its corpus.jsonl), resolved."""
+    if not path:
+        return None
+    p = Path(str(path)).expanduser()
+    return (p.parent if p.name.startswith("corpus.jsonl") else p).resolve()
+
+
+def warn_vocab_on_eval_corpus(cfg: DictConfig) -> None:
+    """A vocabulary learned from the collection the run is evaluated on (vocab.corpus.path = eval.path, as for a
+    domain WordPiece on your own data) is transductive: legitimate, but to be said when the result is reported."""
+    corpus = _dir_of(OmegaConf.select(cfg, "vocab.corpus.path", default=None))
+    evaluated = _dir_of(OmegaConf.select(cfg, "eval.path", default=None))
+    if corpus is not None and corpus == evaluated:
+        log.warning(
+            "vocab.corpus.path and eval.path are the same collection (%s): the vocabulary is learned from the passages "
+            "the run is evaluated on; report it as such, or point vocab.corpus.path at other texts of the domain",
+            corpus,
         )
+
+
+def warn_dev_overlap(dev: Collection, evaluated: list[Collection], dev_path: str) -> None:
+    """One warning per evaluation set that shares passages or questions with the dev set (one BEIR directory with a
+    dev and a test qrels file is a common layout): what is chosen on dev has then seen the evaluation's texts."""
+    dev_docs, dev_queries = set(map(normalize, dev.corpus.values())), set(map(normalize, dev.queries.values()))
+    for coll in evaluated:
+        docs = sum(normalize(t) in dev_docs for t in set(coll.corpus.values()))
+        queries = sum(normalize(t) in dev_queries for t in set(coll.queries.values()))
+        if docs or queries:
+            log.warning(
+                "data.dev_path=%s shares %d of the evaluation set %s's %d passages and %d of its %d questions: "
+                "checkpoints chosen on dev see the evaluation's texts; give dev its own corpus for a clean evaluation",
+                dev_path,
+                docs,
+                coll.name,
+                len(set(coll.corpus.values())),
+                queries,
+                len(set(coll.queries.values())),
+            )
 
 
 def check_inputs(cfg: DictConfig) -> None:

@@ -14,6 +14,7 @@ from vtlab.evaluation.budgets import Budget
 from vtlab.evaluation.metrics import SPARSITY_KEYS
 
 TIMING_KEYS: tuple[str, ...] = (
+    "choose_precision_s",
     "encode_query_s",
     "encode_query_ms_per_query",
     "encode_doc_s",
@@ -83,6 +84,7 @@ def results_table(
             ("FLOPS", "flops", "{:.3f}"),
         ],
         [
+            ("choosing precision", "choose_precision_s", "{:.1f} s"),
             ("encode queries", "encode_query_s", "{:.1f} s"),
             ("  per query", "encode_query_ms_per_query", "{:.2f} ms"),
             ("encode docs", "encode_doc_s", "{:.1f} s"),

@@ -33,6 +33,7 @@ TASK = {"type": "sparse-information-retrieval", "name": "Sparse Information Retr
 METRIC_IDS = {"nDCG": "ndcg", "RR": "mrr", "R": "recall", "P": "precision", "AP": "map"}
 QUALITY_FORMATS = {"query_active_dims": "{:.1f}", "doc_active_dims": "{:.1f}", "flops": "{:.3f}"}
 TIMING_FORMATS = {
+    "choose_precision_s": "{:.1f} s",
     "encode_query_s": "{:.1f} s",
     "encode_query_ms_per_query": "{:.2f} ms",
     "encode_doc_s": "{:.1f} s",

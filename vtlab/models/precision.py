@@ -296,6 +296,7 @@ def choose_auto(
         if cached is not None and set(cached) == set(candidates):
             trials = cached
         else:
+            log.info("choosing precision: timing %s on this model and CPU (once; the result is cached)", candidates)
             trials = {p: measure(p) for p in ("fp32", *[c for c in candidates if c != "fp32"])}
             if path:
                 save_trials(path, trials)

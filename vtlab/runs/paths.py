@@ -21,6 +21,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from vtlab.atomic import link_out_of, real_path, within
 from vtlab.errors import ConfigError
 
 EXPORT_MANIFEST = "vtlab_export.json"  # what vtlab.export.sentence_transformers writes into every export
@@ -40,31 +41,6 @@ def cache_root() -> Path:
 def is_run_dir(path: Path) -> bool:
     """A directory a vtlab run wrote: Hydra's record of it or its status.json."""
     return (path / ".hydra").is_dir() or (path / "status.json").is_file()
-
-
-def _real(path: Path) -> Path:
-    return Path(os.path.realpath(path))  # symlinks followed: a link must not lead an output into an input
-
-
-def _within(inner: Path, outer: Path) -> bool:
-    """`inner` is `outer` or below it (both real paths)."""
-    return inner == outer or outer in inner.parents
-
-
-def link_out_of(path: Path, root: Path) -> Path | None:
-    """The first link on the way from `root` (itself not counted: the user may keep runs on another disk) down to
-    `path` that leads outside `root`, or None. Paths are compared as written, so a link is seen, not followed."""
-    path, root = Path(os.path.abspath(path)), Path(os.path.abspath(root))
-    try:
-        parts = path.relative_to(root).parts
-    except ValueError:
-        return None
-    real_root, at = _real(root), root
-    for part in parts:
-        at = at / part
-        if at.is_symlink() and not _within(_real(at), real_root):
-            return at
-    return None
 
 
 def _select(cfg: DictConfig, key: str) -> Any:
@@ -137,26 +113,26 @@ def output_problem(
     for root in (r for r in (source, this) if r is not None):
         if (link := link_out_of(path, root)) is not None:
             return (
-                f"goes through the link {link} (to {_real(link)}), out of the run directory {root}: nothing is "
+                f"goes through the link {link} (to {real_path(link)}), out of the run directory {root}: nothing is "
                 "written outside a run through a link"
             )
-    p = _real(path)
+    p = real_path(path)
     for what, given in inputs.items():
-        q = _real(given)
-        if _within(q, p) or _within(p, q):
-            return f"{'is' if p == q else 'holds' if _within(q, p) else 'is inside'} {what}"
-    own = this is not None and _within(p, _real(this))  # this command's own directory: its outputs go there
-    is_default = default is not None and p == _real(default)
+        q = real_path(given)
+        if within(q, p) or within(p, q):
+            return f"{'is' if p == q else 'holds' if within(q, p) else 'is inside'} {what}"
+    own = this is not None and within(p, real_path(this))  # this command's own directory: its outputs go there
+    is_default = default is not None and p == real_path(default)
     if source is not None:
-        s = _real(source)
-        if _within(s, p):
+        s = real_path(source)
+        if within(s, p):
             return f"{'is' if p == s else 'holds'} the run being exported (run_dir={source})"
-        if _within(p, s) and not (own or is_default):
+        if within(p, s) and not (own or is_default):
             return (
                 f"is inside the run being exported (run_dir={source}), where only its "
                 f"{default.name if default is not None else 'default'}/ is written"
             )
-    if replaces and this is not None and _within(_real(this), p) and p != _real(this):
+    if replaces and this is not None and within(real_path(this), p) and p != real_path(this):
         return f"holds this run's own directory {this}"
     if not (own or is_default):
         for above in (p, *p.parents):
@@ -164,7 +140,7 @@ def output_problem(
                 return "is a run directory" if above == p else f"is inside the run directory {above}"
     if p.is_dir():  # a run directly in it (the usual layout of a folder of runs); deeper ones are not searched
         for child in sorted(p.iterdir()):
-            if child.is_dir() and is_run_dir(child) and not (this is not None and _real(child) == _real(this)):
+            if child.is_dir() and is_run_dir(child) and not (this is not None and real_path(child) == real_path(this)):
                 return f"holds the run directory {child}"
     return None
 

@@ -5,7 +5,8 @@ tells a failed job from one that is still running or never started. Format:
 {"status": "running" | "done" | "failed" | "interrupted", "name": str, "overrides": [str], "started": iso,
  "finished": iso | null,
  "seconds": float | null, "error": str | null}
-While a run is running the file ends in RESERVE trailing spaces: room for the final record on a disk that fills up.
+While a run is running, `.status.reserve` beside it holds RESERVE bytes: room for the final record on a disk that fills
+up (deleted to make that room, and when the run ends).
 """
 
 from __future__ import annotations
@@ -22,15 +23,16 @@ from typing import Any, Sequence
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from vtlab.atomic import atomic_write, write_json
+from vtlab.atomic import atomic_write, atomic_write_bytes, write_json
 from vtlab.errors import DiskError, disk_problem, one_line, user_error
 from vtlab.runs.signals import interrupting_signal
 
 STATUS_FILE = "status.json"
-# Room kept in status.json from the start (trailing spaces, which JSON ignores): the final record (finished, seconds,
-# an error line of up to 2000 characters) can then be written over it in place, needing no new block, when the disk
-# filled up during the run and the usual write (a temp file renamed into place) fails
-RESERVE = 4096
+# Room kept beside status.json from the start (RESERVE_FILE): when the disk filled up during the run and the usual
+# write (a temp file renamed into place) fails, deleting it frees the blocks the final record (finished, seconds, an
+# error line of up to 2000 characters) needs
+RESERVE = 8192
+RESERVE_FILE = ".status.reserve"
 
 
 def _now() -> str:
@@ -40,6 +42,7 @@ def _now() -> str:
 class RunStatus:
     def __init__(self, run_dir: str | Path, name: str, overrides: Sequence[str] = ()) -> None:
         self.path = Path(run_dir) / STATUS_FILE
+        self.reserve = Path(run_dir) / RESERVE_FILE
         self.record: dict[str, Any] = {
             "status": "running",
             "name": name,
@@ -55,14 +58,28 @@ class RunStatus:
         return json.dumps(self.record, indent=2) + "\n"
 
     def _write(self, **update: Any) -> None:
-        """The record, atomically; on a full disk written over the reserved room of the file start() wrote, in place.
-        DiskError (naming status.json) when neither works."""
+        """The record, atomically; on a full disk again once the reserve is deleted, else over the file's own bytes in
+        place. DiskError (naming status.json) when nothing works."""
         self.record.update(update)
         try:
             write_json(self.path, self.record)  # a full, read-only, ... disk: a DiskError naming status.json
         except DiskError:
+            if self._release_reserve():
+                try:
+                    write_json(self.path, self.record)
+                    return
+                except DiskError:
+                    pass
             if not self._overwrite_in_place():
                 raise
+
+    def _release_reserve(self) -> bool:
+        """Delete the reserve (its blocks become free); whether there was one."""
+        try:
+            self.reserve.unlink()
+            return True
+        except OSError:
+            return False
 
     def _overwrite_in_place(self) -> bool:
         """Write the record over the existing file's own bytes (no truncation, no new file): on a full disk this needs
@@ -103,6 +120,7 @@ class RunStatus:
         run's own error, already reported, keeps its exit code)."""
         try:
             self._write(**update)
+            self._release_reserve()
         except DiskError as err:
             print(
                 f"vtlab: error: {self.path}: could not record the run as {update['status']!r}, it still says "
@@ -111,13 +129,16 @@ class RunStatus:
             )
 
     def start(self) -> None:
-        """Written with RESERVE bytes of room to spare (see RESERVE); a DiskError when the run dir cannot take it."""
-        atomic_write(self.path, lambda f: f.write(self._text() + " " * RESERVE + "\n"))
+        """The running record, and RESERVE bytes of room beside it (RESERVE_FILE); a DiskError when the run dir cannot
+        take them."""
+        atomic_write(self.path, lambda f: f.write(self._text()))
+        atomic_write_bytes(self.reserve, lambda f: f.write(b"\0" * RESERVE))
 
     def done(self) -> None:
         """DiskError when status.json cannot say so: the run's results are written, but a sweep would count it
         unfinished."""
         self._write(status="done", finished=_now(), seconds=round(time.perf_counter() - self._t0, 1))
+        self._release_reserve()
 
     def fail(self, exc: BaseException) -> None:
         self._finish(

@@ -14,6 +14,7 @@ from vtlab.atomic import write_json
 from vtlab.data.collections import judged_queries
 from vtlab.evaluation import EvaluationSuite, average, results_table
 from vtlab.evaluation.baseline import baseline_metrics
+from vtlab.logs import print_line
 from vtlab.stages.build import build_encoder
 from vtlab.tracking.loggers import log_results, run_loggers
 
@@ -72,6 +73,8 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     if len(results) > 1:
         write_json(run_dir / "eval" / "summary.json", {"datasets": results, "average": summary})
         console.print(results_table(summary, title=f"{cfg.name}: average over {len(results)} datasets"))
-    console.print(f"outputs: {run_dir.resolve()}  (metrics: {run_dir / 'eval'}/<dataset>/metrics.json)")
+    eval_dir = (run_dir / "eval").resolve()
+    files = [eval_dir / n / "metrics.json" for n in results] + ([eval_dir / "summary.json"] if len(results) > 1 else [])
+    print_line(console, f"outputs: {run_dir.resolve()}  (metrics: {', '.join(map(str, files))})")
     log_results(run_loggers(cfg, state), results, run_dir)
     return {**state, "metrics": summary, "results": results, "eval_dir": run_dir / "eval"}

@@ -19,6 +19,7 @@ from vtlab.export.corpus import IDF_FIX, QUERIES_FIX, corpus_docs, corpus_path, 
 from vtlab.export.hub import push_to_hub
 from vtlab.export.model_card import portable_values
 from vtlab.export.model_extras import model_extras, this_run_overrides
+from vtlab.logs import print_line
 from vtlab.export.outputs import export_outputs
 from vtlab.export.run_config import EvalSource, RunConfig
 from vtlab.export.run_encoder import encoder_from_run
@@ -76,9 +77,9 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         result["export_dir"] = export_sentence_transformers(
             encoder, out, overwrite=bool(ex.overwrite), source=portable_values(src, out, base), extras=extras
         )
-        console.print(f"sentence-transformers: {out.resolve()}  (SparseEncoder({str(out)!r}))")
+        print_line(console, f"sentence-transformers: {out.resolve()}  (SparseEncoder({str(out)!r}))")
     if formats:
-        console.print(line, soft_wrap=True, markup=False, highlight=False)  # one line, whatever the terminal width
+        print_line(console, line)
         n = write_vectors(
             encoder,
             corpus_docs(corpus, source),
@@ -88,7 +89,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         )
         result["vector_files"] = [f.path for f in formats]
         for f in formats:
-            console.print(f"vectors ({type(f).__name__}, {n} documents): {f.path.resolve()}")
+            print_line(console, f"vectors ({type(f).__name__}, {n} documents): {f.path.resolve()}")
     if query_formats:
         queries = source.collection("export.vectors.queries=true: the queries", QUERIES_FIX).queries.items()
         n = write_vectors(
@@ -101,9 +102,9 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         )
         result["query_vector_files"] = [f.path for f in query_formats]
         for f in query_formats:
-            console.print(f"query vectors ({type(f).__name__}, {n} queries): {f.path.resolve()}")
+            print_line(console, f"query vectors ({type(f).__name__}, {n} queries): {f.path.resolve()}")
     if repo is not None:
         url = push_to_hub(out.absolute(), repo, private=bool(ex.get("private", False)))
-        console.print(f"pushed to the Hub: {url}")
+        print_line(console, f"pushed to the Hub: {url}")
         result["hub_url"] = url
     return result

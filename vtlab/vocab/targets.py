@@ -344,10 +344,15 @@ class CorpusWordPiece(CachedTokenizerVocab):
         tk.add_special_tokens(list(SPECIALS))
         if tk.get_vocab_size() < self.vocab_size:
             log.warning(
-                "vocab=%s: the corpus only supports %d of vocab.vocab_size=%d tokens",
+                "vocab=%s: the corpus %s only supports %d of vocab.vocab_size=%d tokens (min_frequency %d): the "
+                "vocabulary is that smaller one; give a larger corpus (vocab.corpus.path) or set vocab.vocab_size=%d "
+                "so that the run's config says what it trained",
                 self.name,
+                self._corpus_name(),
                 tk.get_vocab_size(),
                 self.vocab_size,
+                self.min_frequency,
+                tk.get_vocab_size(),
             )
         cls_id, sep_id = tk.token_to_id("[CLS]"), tk.token_to_id("[SEP]")
         tk.post_processor = TemplateProcessing(

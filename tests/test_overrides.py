@@ -1,0 +1,65 @@
+"""A misspelt key or an unknown group choice (vtlab/runs/overrides.py): one `vtlab: error:` line naming it with the
+closest valid keys or choices, exit 2, before Hydra composes or any model loads, and no run directory made."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import CONF
+from vtlab.runs.overrides import bad_override, command_line_overrides
+
+_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        (
+            "regularizer.doc.weigth=1e-3",
+            "regularizer.doc.weigth: no such config key (did you mean regularizer.doc.weight",
+        ),
+        ("vocab=bert-uncasd", "vocab=bert-uncasd: no such choice in conf/vocab/ (did you mean vocab=bert-uncased?)"),
+    ],
+)
+def test_the_cli_names_the_key_and_the_closest_valid_one(tmp_path, override, expected):
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "vtlab", override], cwd=tmp_path, env=_ENV, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and proc.stderr.startswith(
+        f"vtlab: error: {expected}"
+    )
+    assert "+" not in proc.stderr  # never the advice to add the misspelt key
+    assert list(tmp_path.iterdir()) == []  # no outputs/ made: Hydra never ran
+    assert time.perf_counter() - start < 30  # no model was loaded (a run's start alone takes longer)
+
+
+def test_group_choices_sweeps_and_nested_keys_are_checked_as_composed():
+    assert bad_override(["experiment=testbed/main/wp-nativ"], CONF).startswith(
+        "experiment=testbed/main/wp-nativ: no such choice in conf/experiment/ (did you mean "
+        "experiment=testbed/main/wp-native"
+    )
+    assert "did you mean trainer.max_steps" in bad_override(["-m", "trainer.max_step=3,4"], CONF)
+    assert "vocab=nativ" in bad_override(["-m", "vocab=native,nativ"], CONF)  # every value of a sweep
+    # keys that exist only once an experiment is composed are found in it
+    assert bad_override(["experiment=testbed/main/wp-native", "selection.grid.model.optimizer.lr=[1e-4]"], CONF) is None
+    assert bad_override(["selection.seed=1"], CONF) is not None  # no selection node without the experiment
+    # valid lines, additions on purpose, deletions, Hydra's own keys and help flags are left to Hydra
+    for argv in (
+        ["mlm.steps=100", "seed=3"],
+        ["+foo.bar=1"],
+        ["~logger"],
+        ["hydra/launcher=slurm", "hydra.launcher.tasks_per_node=8"],
+        ["--help"],
+        ["vocab=null"],
+    ):
+        assert bad_override(argv, CONF) is None, argv
+
+
+def test_flags_and_their_values_are_not_overrides():
+    assert command_line_overrides(["-m", "--cfg", "job", "a=1", "-p", "model", "b=2"]) == ["a=1", "b=2"]
+    assert command_line_overrides(["--info", "a=1"]) is None
