@@ -4,10 +4,10 @@
 from pathlib import Path
 
 import scipy.sparse as sp
+from helpers import compose_cfg
 from hydra.utils import instantiate
 
 from vtlab.pipeline import run
-from helpers import compose_cfg
 
 
 def export_vectors(tmp: Path, n_queries: int, n_docs: int, *overrides: str):

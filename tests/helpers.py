@@ -1,7 +1,7 @@
 """Plain helpers shared by the test modules (importable at collection time, unlike fixtures)."""
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig

@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from exported_vectors import export_vectors
 
+from vtlab.errors import VtlabError
 from vtlab.evaluation import compute_metrics
 from vtlab.export import anserini
 from vtlab.export.vectors import AnseriniJsonVectors, AnseriniQueries, token_strings
-from vtlab.errors import VtlabError
 from vtlab.index import InvertedIndex, to_run
-from exported_vectors import export_vectors
 
 N_QUERIES, N_DOCS, SCALE = 100, 300, 100  # 100 questions, their passages + distractors
 # |nDCG@10(Anserini) − nDCG@10(vtlab float index)|; 1 query in 100 whose relevant passage drops rank 1 → 2: 0.0037

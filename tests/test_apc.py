@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers import CONF, compose_cfg
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from vtlab.apc import APC
-from vtlab.callbacks.apc import APCCallback
 from vtlab.backbones import Backbone
+from vtlab.callbacks.apc import APCCallback
+from vtlab.data.corpora import boolq_passages
 from vtlab.errors import VtlabError
 from vtlab.models.encoder import SpladeEncoder
-from vtlab.data.corpora import boolq_passages
-from helpers import CONF, compose_cfg
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 # shorter than the default 256: same statistics (39.8% vs 39.9% positive at 128), a quarter of the CPU time

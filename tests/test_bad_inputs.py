@@ -17,12 +17,20 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import one_error_line
 from torch import nn
 
-from vtlab.errors import AssetError, ConfigError, DataError, NonFiniteLossError, RunDirError, VtlabError
-from vtlab.errors import one_line, user_error
+from vtlab.errors import (
+    AssetError,
+    ConfigError,
+    DataError,
+    NonFiniteLossError,
+    RunDirError,
+    VtlabError,
+    one_line,
+    user_error,
+)
 from vtlab.runs.directory import LAST_CKPT, prepare_run_dir
-from helpers import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 

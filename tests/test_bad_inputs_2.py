@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from helpers import CONF, ROOT, compose_cfg, one_error_line
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
 
-from helpers import CONF, ROOT, compose_cfg, one_error_line
 from vtlab.assets import asset_path
 from vtlab.backbones import Backbone
 from vtlab.backbones.pretrained import check_model_dir, position_limit

@@ -12,8 +12,8 @@ import pytest
 
 from vtlab import cpu
 from vtlab.bench.summary import TARGETS, base_key, judge, summarize
-from vtlab.bench.table import table
 from vtlab.bench.synthetic import synthetic_collection
+from vtlab.bench.table import table
 
 
 def test_judge_reports_met_and_shortfall():

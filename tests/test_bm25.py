@@ -9,6 +9,7 @@ from pathlib import Path
 import bm25s
 import numpy as np
 import pytest
+from helpers import compose_cfg
 from omegaconf import OmegaConf
 
 from vtlab.data.boolq import boolq_collection
@@ -16,7 +17,6 @@ from vtlab.errors import AssetError, VtlabError
 from vtlab.evaluation import evaluate
 from vtlab.models.bm25 import BM25Encoder
 from vtlab.stages.build import build_encoder
-from helpers import compose_cfg
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",

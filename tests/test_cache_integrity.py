@@ -11,14 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from vtlab import integrity
 from vtlab.backbones import Backbone
 from vtlab.vocab.init import Mean
 from vtlab.vocab.targets import SPECIALS, CorpusWordPiece, PretrainedVocab
 from vtlab.vocab.transfer import cached_transfer
-
-from helpers import ROOT
 
 pytestmark = pytest.mark.usefixtures("empty_cache")  # every test builds, damages and rebuilds its own entries
 

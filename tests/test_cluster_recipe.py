@@ -5,12 +5,12 @@ nodes equal trainer.num_nodes, and its time limit covers the plan's estimate of 
 
 import re
 
+from helpers import CONF, ROOT
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 
-from helpers import CONF, ROOT
 from vtlab import paper_plan
 
 DOCS = ("docs/experiments.md", "docs/paper-scale.md")

@@ -8,8 +8,8 @@ from safetensors.torch import load_file
 
 from vtlab.assets import cache_dir
 from vtlab.backbones import TinyBert
-from vtlab.models.mlm_pretrained import MLMPretrained
 from vtlab.models.mlm import train_cached
+from vtlab.models.mlm_pretrained import MLMPretrained
 
 
 def _recipe(steps: int) -> dict:

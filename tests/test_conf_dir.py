@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from helpers import CONF, ROOT
+
 from vtlab.paths import CONF_DIR
 
 

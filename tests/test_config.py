@@ -5,10 +5,9 @@ import subprocess
 import sys
 
 import pytest
+from helpers import CONF, ROOT, compose_cfg
 from hydra.utils import get_object, instantiate
 from omegaconf import OmegaConf, open_dict
-
-from helpers import CONF, ROOT, compose_cfg
 
 GROUPS = sorted(d.name for d in CONF.iterdir() if d.is_dir() and d.name not in ("hydra", "tables"))  # hydra/: Hydra's
 # own groups; tables/: what vtlab.reproduce runs, read by it (not a group of the run's config)

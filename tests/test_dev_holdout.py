@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers import CONF, compose_cfg
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -24,7 +25,6 @@ from vtlab.data.boolq import split_train
 from vtlab.data.corpora import TextCorpus
 from vtlab.data.near_duplicates import near_duplicate_pairs, similar_question_pairs, words
 from vtlab.data.overlap import normalize
-from helpers import CONF, compose_cfg
 
 SEEDS = (0, 1, 2)
 TABLES = OmegaConf.to_container(OmegaConf.load(CONF / "tables" / "testbed.yaml"))

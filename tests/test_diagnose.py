@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import ROOT, compose_cfg
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE, WordPiece
 from transformers import PreTrainedTokenizerFast
@@ -25,7 +26,6 @@ from vtlab.diagnose.verdict import rank, suggest
 from vtlab.errors import DataError, VtlabError
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.vocab.canonical import _byte_alphabet
-from helpers import ROOT, compose_cfg
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 

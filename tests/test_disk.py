@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_resume import _RUN, _cfg  # tests/ is on sys.path (rootdir conftest)
 from torch import nn
 
-from test_resume import _RUN, _cfg  # tests/ is on sys.path (rootdir conftest)
 from vtlab import atomic
 from vtlab.atomic import atomic_dir, atomic_write, atomic_write_bytes
-from vtlab.errors import DiskError
 from vtlab.callbacks.checkpoints import SameDirCheckpointIO, check_free_space
+from vtlab.errors import DiskError
 
 Usage = namedtuple("Usage", "total used free")
 MiB = 2**20

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-README_MAX_BYTES = 15_000  # issue 29: a page a researcher reads in five minutes; reference lives in docs/
+README_MAX_BYTES = 15_000  # a page a researcher reads in five minutes; reference lives in docs/
 
 
 def relative_links(page: Path) -> list[str]:

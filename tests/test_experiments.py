@@ -1,11 +1,11 @@
-"""The paper's tables as configs: paper-scale rows match the authors' recipe (vt-method.md §2.1–2.5), ablations sweep
+"""The paper's tables as configs: paper-scale rows match the authors' recipe (docs/paper-scale.md), ablations sweep
 the right values, the SLURM launcher composes, reproduce builds sweeps."""
 
 import pytest
+from helpers import CONF, compose_cfg
 from omegaconf import OmegaConf
 
 from vtlab import reproduce
-from helpers import CONF, compose_cfg
 
 
 def experiment(name, *extra):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from helpers import compose_cfg
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -24,7 +25,6 @@ from vtlab.models.encoder import SpladeEncoder
 from vtlab.models.inference_free import InferenceFreeEncoder
 from vtlab.pipeline import run, run_or_exit
 from vtlab.vocab.targets import Normalizer
-from helpers import compose_cfg
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 

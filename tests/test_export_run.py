@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT, compose_cfg
 from omegaconf import OmegaConf
 
 from vtlab.backbones import Backbone
 from vtlab.errors import VtlabError
 from vtlab.pipeline import run
-from helpers import ROOT, compose_cfg
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 

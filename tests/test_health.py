@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import compose_cfg
 
-from vtlab.errors import VtlabError
 from vtlab.callbacks.collapse_detector import CollapseDetector
+from vtlab.callbacks.health import margin, mean_pairwise_cosine
 from vtlab.callbacks.health_monitor import HealthMonitor
 from vtlab.callbacks.preflight import PreflightCheck
-from vtlab.callbacks.health import margin, mean_pairwise_cosine
+from vtlab.errors import VtlabError
 from vtlab.stages import finetune
-from helpers import compose_cfg
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 MAX_STEPS = 8

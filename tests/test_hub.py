@@ -11,8 +11,8 @@ import datasets.config
 import huggingface_hub
 import huggingface_hub.constants
 import pytest
-
 from helpers import ROOT
+
 from vtlab import hub
 from vtlab.backbones.pretrained import Backbone
 from vtlab.data import collections, corpora, hf

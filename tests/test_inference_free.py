@@ -7,6 +7,7 @@ import math
 import pytest
 import scipy.sparse as sp
 import torch
+from helpers import compose_cfg
 from hydra.utils import instantiate
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
@@ -22,7 +23,6 @@ from vtlab.pipeline import run
 from vtlab.regularizers import Flops
 from vtlab.vocab.init import Semantic
 from vtlab.vocab.transfer import TransferOptions, apply_transfer
-from helpers import compose_cfg
 
 pytestmark = pytest.mark.usefixtures("fresh_cache")
 CORPUS = ["apple banana", "apple cherry apple", "banana", "grape"]

@@ -12,7 +12,6 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT
 
 # Layer of each module: the first layer (top to bottom) with a matching pattern (fnmatch on dotted module names).

@@ -6,8 +6,8 @@ import unicodedata
 
 import pytest
 import torch
-
 from helpers import compose_cfg
+
 from vtlab import gates
 from vtlab.backbones import TinyModernBert
 from vtlab.data.clean import clean_train_passages

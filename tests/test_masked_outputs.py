@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import compose_cfg
 from hydra.utils import instantiate
 from transformers import BertConfig, BertForMaskedLM
 
@@ -21,7 +22,6 @@ from vtlab.vocab.init import Auto, Semantic, Subword
 from vtlab.vocab.masked_outputs import MASKED_BIAS, RECIPE, CasedOutputsMasked, cased_ids
 from vtlab.vocab.targets import NativeVocab, Normalizer, VocabConfigError
 from vtlab.vocab.transfer import TransferOptions, cached_transfer, check_compatible, transferred_backbone
-from helpers import compose_cfg
 
 pytestmark = pytest.mark.usefixtures("fresh_cache")
 

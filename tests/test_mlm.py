@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers import compose_cfg
 
 from vtlab.backbones import TinyModernBert
 from vtlab.data import corpora
-from vtlab.errors import AssetError, VtlabError
 from vtlab.data.text import TextDataModule, pack_spans
+from vtlab.errors import AssetError, VtlabError
 from vtlab.models.mlm import MLMModule
-from helpers import compose_cfg
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 

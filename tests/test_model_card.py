@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import compose_cfg
 from omegaconf import OmegaConf
+from test_export_run import cli, evaluated_run, write_beir
 
 from vtlab.errors import VtlabError
 from vtlab.evaluation import SPARSITY_KEYS, TIMING_KEYS
 from vtlab.pipeline import run, run_or_exit
-from helpers import compose_cfg
-from test_export_run import cli, evaluated_run, write_beir
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 
@@ -208,6 +208,7 @@ def test_push_to_hub_offline_is_refused_before_any_work(tmp_path, capsys, monkey
 
     # no offline flag, but no connection either
     import huggingface_hub.constants
+
     import vtlab.hub
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")

@@ -9,6 +9,7 @@ import ast
 from pathlib import Path
 
 from helpers import ROOT
+
 from vtlab.diagnose.corpus import corpus_name
 from vtlab.errors import DataError
 from vtlab.runs.status import error_line

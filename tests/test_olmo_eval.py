@@ -38,9 +38,8 @@ def collections(fresh_cache: Path) -> dict[str, Collection]:  # fresh: the colle
 def test_the_loaders_are_the_configs_out_of_domain_sets() -> None:
     """olmo_eval.LOADERS (what the leak checks hold out) is every olmo_eval loader conf/eval/ood.yaml and the testbed's
     suite evaluate on, in their order: no name → loader table, and a set added to a config cannot escape the checks."""
-    from omegaconf import OmegaConf
-
     from helpers import CONF
+    from omegaconf import OmegaConf
 
     def targets(node) -> list[str]:
         if isinstance(node, dict):

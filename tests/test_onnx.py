@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import compose_cfg
 
 from vtlab.backbones import Backbone, TinyModernBert, TinyRoberta
 from vtlab.errors import VtlabError
@@ -14,7 +15,6 @@ from vtlab.export.onnx import export_onnx
 from vtlab.export.onnx_runtime import GRAPH_VERSION, OnnxSparseEncoder
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.pipeline import run, run_or_exit
-from helpers import compose_cfg
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 

@@ -7,8 +7,8 @@ import sys
 import time
 
 import pytest
-
 from helpers import CONF
+
 from vtlab.runs.overrides import bad_override, command_line_overrides
 
 _ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}

@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from vtlab.vocab.targets import CorpusWordPiece
-from helpers import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -4,9 +4,9 @@ the YAML files next to the code."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
+import tomllib
 from helpers import ROOT
 
 

@@ -4,10 +4,10 @@ and the same APC, the authors' baselines as published get neither, the primary c
 and the plan prices each row by the output rows its head really projects onto."""
 
 import pytest
+from helpers import compose_cfg
 from omegaconf import OmegaConf
 
 from vtlab import paper_plan, reproduce
-from helpers import compose_cfg
 
 ROWS = reproduce.main_rows("paper")  # paper/main/<row>, in the table's order
 # run_vt.sh, written out: MLM 20k steps of total batch 2048 (64 per device × 4 × 8 GPUs), then APC p60 over all

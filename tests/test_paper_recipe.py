@@ -1,4 +1,4 @@
-"""Paper scale behaves as the authors' code (vt-method.md §2.1, §2.4–2.5; issue 17). Every test re-computes the
+"""Paper scale behaves as the authors' code (docs/paper-scale.md). Every test re-computes the
 authors' formula written out here (from their trainer.py, loss.py, dataset.py and probe script) or counts a
 brute-force sample, and each would fail on vtlab's earlier behaviour (global FLOPS mean, first positive only, dev
 selection on BoolQ, local in-batch losses, other positives as InfoNCE negatives, APC p60 with zeros)."""
@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from helpers import compose_cfg
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from scipy.stats import chisquare
@@ -26,7 +27,6 @@ from vtlab.data.datamodule import TripletDataset
 from vtlab.errors import ConfigError
 from vtlab.losses import InfoNCE, KLDivergence, MarginMSE
 from vtlab.regularizers import Flops
-from helpers import compose_cfg
 
 RUN_DIR = "paths.run_dir=/tmp/x"  # composed only, never run
 

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import compose_cfg, one_error_line
 from omegaconf import OmegaConf
 
 from vtlab.errors import ConfigError, RunDirError
+from vtlab.export.sentence_transformers import MANIFEST, check_target
 from vtlab.runs.checks import check_config
 from vtlab.runs.directory import hold_run_dir_lock, run_dir_lock
-from vtlab.export.sentence_transformers import MANIFEST, check_target
-from helpers import compose_cfg, one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from helpers import ROOT, compose_cfg
 
 from vtlab.pipeline import run
-from helpers import ROOT, compose_cfg
 
 pytestmark = pytest.mark.usefixtures("shared_cache")  # BoolQ collections and tiny backbones are built once
 

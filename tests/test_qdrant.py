@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from exported_vectors import export_vectors
 
 from vtlab.errors import VtlabError
 from vtlab.export.vectors import QdrantPoints, qdrant_point_id
 from vtlab.index import InvertedIndex
-from exported_vectors import export_vectors
 
 qdrant_client = pytest.importorskip("qdrant_client", reason="qdrant-client is a dev dependency (pip install -e .[dev])")
 models = qdrant_client.models

@@ -820,7 +820,7 @@ def test_budget_lines_are_exploratory_outside_holm(contrast_sweep) -> None:
             assert line[budget] == "full" and not any("†" in p for p in ps)
             assert line[reading] in ("", "–") or line[reading].startswith(VERDICTS)
     assert "The budget lines are exploratory, outside the Holm family: no verdict" in md
-    rows = list(csv.DictReader(io.StringIO((contrasts_csv(build_contrasts(build_table(sweep)))))))
+    rows = list(csv.DictReader(io.StringIO(contrasts_csv(build_contrasts(build_table(sweep))))))
     assert [r["exploratory"] for r in rows] == ["False"] * 3 + ["True"] * 3
 
 

@@ -19,19 +19,19 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers import compose_cfg
 from torch import nn
 
-from vtlab.data.collections import Collection
-from vtlab.data.datamodule import ResumableDataLoader, TripletDataModule
-from vtlab.data.examples import TripletExample
 from vtlab.atomic import atomic_dir
+from vtlab.callbacks.checkpoints import SameDirCheckpointIO
 from vtlab.callbacks.last_checkpoint import LastCheckpoint
 from vtlab.callbacks.resume_state import ResumeState
 from vtlab.callbacks.run_config import RunConfigLogger
-from vtlab.callbacks.checkpoints import SameDirCheckpointIO
+from vtlab.data.collections import Collection
+from vtlab.data.datamodule import ResumableDataLoader, TripletDataModule
+from vtlab.data.examples import TripletExample
 from vtlab.runs.directory import LAST_CKPT, prepare_run_dir
 from vtlab.tracking.resumable_csv import ResumableCSVLogger
-from helpers import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -504,8 +504,8 @@ def _checkpoint_recording(path: Path, configs: list) -> str:
 
 
 def test_resume_refuses_a_changed_config_unless_asked(tmp_path: Path) -> None:
-    from vtlab.errors import RunDirError
     from vtlab.callbacks.resume_state import resume_configs, run_config
+    from vtlab.errors import RunDirError
 
     first = _cfg(tmp_path / "a")
     ckpt = _checkpoint_recording(tmp_path / "last.ckpt", [run_config(first)])

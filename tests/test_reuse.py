@@ -5,11 +5,11 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import compose_cfg
 from omegaconf import OmegaConf
 
 from vtlab import pipeline, reproduce
 from vtlab.runs.reuse import MARKER, find_equal_run, reuse_training
-from helpers import compose_cfg
 
 
 def cfg_for(*overrides):

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import wandb
+from helpers import ROOT, compose_cfg
 from omegaconf import open_dict
 from pytorch_lightning.loggers import WandbLogger
 from wandb.proto import wandb_internal_pb2
 
-from helpers import ROOT, compose_cfg
 from vtlab.errors import VtlabError
 from vtlab.pipeline import run
 from vtlab.tracking.loggers import configured_loggers

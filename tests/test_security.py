@@ -22,8 +22,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from vtlab.errors import RunDirError
-from vtlab.errors import user_error
+from vtlab.errors import RunDirError, user_error
 from vtlab.runs.directory import LAST_CKPT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,9 +78,9 @@ def test_crafted_checkpoint_is_refused_and_nothing_runs(tmp_path: Path) -> None:
 def test_a_real_vtlab_checkpoint_needs_no_global_beyond_the_allow_list(tmp_path: Path) -> None:
     """What vtlab writes (Lightning state, the RNG streams of ResumeState, the last/best checkpoint callbacks, an
     optimizer and a scheduler) loads weights-only: nothing outside CHECKPOINT_GLOBALS; and Lightning resumes from it."""
+    from vtlab.callbacks.checkpoints import CHECKPOINT_GLOBALS, SameDirCheckpointIO, load_checkpoint
     from vtlab.callbacks.last_checkpoint import LastCheckpoint
     from vtlab.callbacks.resume_state import ResumeState
-    from vtlab.callbacks.checkpoints import CHECKPOINT_GLOBALS, SameDirCheckpointIO, load_checkpoint
 
     class Toy(pl.LightningModule):
         def __init__(self) -> None:
@@ -357,9 +356,8 @@ def test_the_opt_in_prints_what_it_imports_and_then_imports_it(tmp_path: Path) -
 
 
 def test_gte_multilingual_needs_the_per_run_opt_in() -> None:
-    from hydra.utils import instantiate
-
     from helpers import compose_cfg
+    from hydra.utils import instantiate
 
     default = instantiate(compose_cfg(["backbone=gte-multilingual"]).backbone)
     opted = instantiate(compose_cfg(["backbone=gte-multilingual", "backbone.allow_remote_code=true"]).backbone)
@@ -480,9 +478,8 @@ def saved_model(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) ->
 def _crafted_run(tmp: Path, model: Path, attack: _Attack, marker: Path) -> Path:
     """A run directory (real model/) whose recorded config is a real one (SPLADE-tiny, a BEIR eval) with the
     attack's payload at <node>.<key>."""
-    from omegaconf import OmegaConf
-
     from helpers import compose_cfg
+    from omegaconf import OmegaConf
 
     run_dir = tmp / "colleague-run"
     shutil.copytree(model, run_dir / "model")
@@ -559,6 +556,7 @@ def test_export_refuses_each_crafted_run_config_and_nothing_of_it_runs(
     naming R's config file and the key, the marker absent and no file written anywhere under the test's directory
     (the export's own run directory aside)."""
     from helpers import compose_cfg
+
     from vtlab.errors import VtlabError
     from vtlab.pipeline import run
 
@@ -709,9 +707,9 @@ def test_the_allow_list_is_exactly_what_conf_gives_the_nodes_export_reads() -> N
 def test_every_conf_model_and_eval_passes_as_a_recorded_run(tmp_path: Path, model: str) -> None:
     """What vtlab itself records passes: a run of each conf/model with each conf/eval (and each conf/vocab's
     preprocess) has its model.encoder and eval read back from .hydra/config.yaml, raw and resolved."""
+    from helpers import compose_cfg
     from omegaconf import OmegaConf
 
-    from helpers import compose_cfg
     from vtlab.export.run_config import RunConfig
 
     evals = [p.stem for p in sorted((ROOT / "conf" / "eval").glob("*.yaml"))]
@@ -749,8 +747,8 @@ def test_targets_renamed_since_a_run_was_recorded_map_to_allowed_names_and_keep_
     and the baseline cache key still hashes the old names, so cached baselines stay valid."""
     from omegaconf import OmegaConf
 
-    from vtlab.export.safe_config import ALLOWED_TARGETS, RENAMED_TARGETS, check_targets, rename_targets
     from vtlab.evaluation.baseline import _keyed_targets
+    from vtlab.export.safe_config import ALLOWED_TARGETS, RENAMED_TARGETS, check_targets, rename_targets
 
     for old, new in RENAMED_TARGETS.items():
         assert new in ALLOWED_TARGETS and old not in ALLOWED_TARGETS

@@ -7,8 +7,8 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-
 from test_report import write_job, write_multirun
+
 from vtlab.report.discovery import ReportError
 from vtlab.report.selection import Choice, choose, override_text, refine, write_selected
 

@@ -1,4 +1,4 @@
-"""Issue 27: a dev set never overlaps its training set (questions, or gold passages the model trained on as positives),
+"""A dev set never overlaps its training set (questions, or gold passages the model trained on as positives),
 the evaluation data of `stage=all` is checked before training starts, and a resume reads the inputs its run started
 with. Each refusal is one `vtlab: error:` line naming the config keys or the file.
 """
@@ -21,9 +21,9 @@ from hydra.utils import instantiate
 from vtlab.data.collections import Collection
 from vtlab.data.examples import TripletExample
 from vtlab.data.overlap import check_disjoint, normalize
+from vtlab.data.preflight import preflight
 from vtlab.errors import DataError, RunDirError, one_line, user_error
 from vtlab.runs.inputs import INPUTS_JSON, difference, fingerprint
-from vtlab.data.preflight import preflight
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 

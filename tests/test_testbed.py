@@ -3,11 +3,11 @@ recipe for the two relocated models, VT against lowercasing at identical segment
 contrast, no checkpoint selection, and tables whose contrasts name their own rows."""
 
 import pytest
+from helpers import CONF, compose_cfg
 from omegaconf import OmegaConf
 
-from vtlab.stages.mlm import adaptation_seed
 from vtlab.reproduce import main_rows, scales, sweeps, tables_of
-from helpers import CONF, compose_cfg
+from vtlab.stages.mlm import adaptation_seed
 
 MAIN = main_rows("testbed")
 SAME = [
@@ -222,8 +222,8 @@ def test_real_case_arms_start_from_the_same_e5_and_get_the_same_compute():
 
 
 def test_an_ablation_takes_its_arms_choice_except_of_what_it_varies():
-    from vtlab.reproduce import _chosen_for
     from vtlab.report.selection import Choice
+    from vtlab.reproduce import _chosen_for
 
     values = {"model.optimizer.lr": 0.0001, "apc.percentile": None}
     chosen = {"testbed-bpe-vt": Choice("testbed-bpe-vt", values, 0.8, ((values, 0.8),))}

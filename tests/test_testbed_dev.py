@@ -6,11 +6,11 @@ The selection reads the mean over the dev collections (`selection.dataset: null`
 from pathlib import Path
 
 import pytest
+from helpers import CONF, compose_cfg
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
-
-from helpers import CONF, compose_cfg
 from test_report import write_job, write_multirun
+
 from vtlab.data.collections import Collection
 from vtlab.data.splits import held_out
 from vtlab.errors import DataError

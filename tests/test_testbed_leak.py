@@ -8,13 +8,13 @@ import re
 import time
 
 import pytest
+from helpers import CONF, compose_cfg
 from hydra.utils import instantiate
 
 from vtlab.data.boolq import boolq_triplets, train_pairs, validation_pairs
 from vtlab.data.clean import boolq_clean_collection, boolq_clean_dropped, clean_validation_pairs
 from vtlab.data.near_duplicates import near_duplicate_pairs, shingles, similar_question_pairs
 from vtlab.vocab.targets import CorpusWordPiece
-from helpers import CONF, compose_cfg
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 ROWS = sorted(p.stem for p in (CONF / "experiment" / "testbed" / "main").glob("*.yaml"))

@@ -4,12 +4,11 @@ import json
 
 import pytest
 from pytorch_lightning.loggers import CSVLogger
-
 from test_evaluation import TOY, VOCAB, BagOfWords  # tests/ is on sys.path (rootdir conftest)
+
 from vtlab.data.collections import Collection
 from vtlab.errors import VtlabError
-from vtlab.evaluation import EvaluationSuite, average
-from vtlab.evaluation import RetrievalEvaluation
+from vtlab.evaluation import EvaluationSuite, RetrievalEvaluation, average
 from vtlab.runs.status import RunStatus, error_line, read_status
 from vtlab.tracking.loggers import log_results
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import compose_cfg
 from hydra.utils import instantiate
 
 from vtlab.data.collections import Collection
@@ -18,7 +19,6 @@ from vtlab.data.corpora import TextCorpus
 from vtlab.errors import DataError, VtlabError, user_error
 from vtlab.evaluation import RetrievalEvaluation
 from vtlab.vocab.targets import CorpusWordPiece
-from helpers import compose_cfg
 
 
 @contextlib.contextmanager

@@ -372,9 +372,8 @@ def test_subword_bytelevel_target_wordpiece_source(bert_and_olmo):
     ],
 )
 def test_init_configs_instantiate(group, cls, name, similarity):
-    from hydra.utils import instantiate
-
     from helpers import compose_cfg
+    from hydra.utils import instantiate
 
     cfg = compose_cfg(config_name=group, config_dir=CONF / "init")  # the group file alone, as its own config
     assert "_target_" in cfg and cfg.name == name
@@ -385,9 +384,8 @@ def test_init_configs_instantiate(group, cls, name, similarity):
 
 
 def test_similarity_override_from_the_command_line():
-    from hydra.utils import instantiate
-
     from helpers import compose_cfg
+    from hydra.utils import instantiate
 
     cfg = compose_cfg(["init=semantic", "init.similarity=pmi"])
     init = instantiate(cfg.init)

@@ -5,6 +5,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+from helpers import compose_cfg
 from hydra.utils import instantiate
 
 from vtlab.data.corpora import boolq_passages
@@ -18,7 +19,6 @@ from vtlab.vocab.targets import (
     blank_prefix_lower,
     to_lower,
 )
-from helpers import compose_cfg
 
 TEXTS = ["The Café in Paris", "  already spaced", "ÉCOLE naïve", "", "x"]
 

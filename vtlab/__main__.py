@@ -19,6 +19,7 @@ from vtlab.logs import guard_log_files, quiet_third_party
 from vtlab.paths import CONF_DIR
 from vtlab.pipeline import run_or_exit
 from vtlab.runs.directory import LAST_CKPT, release_run_dir_lock, trains
+from vtlab.runs.overrides import bad_override
 from vtlab.runs.signals import (
     CAUGHT,
     catch_signals,
@@ -27,7 +28,6 @@ from vtlab.runs.signals import (
     rerun_command,
     resume_command,
 )
-from vtlab.runs.overrides import bad_override
 from vtlab.runs.status import RunStatus, error_line
 
 log = logging.getLogger("vtlab")

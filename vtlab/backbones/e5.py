@@ -22,8 +22,8 @@ from transformers import BertConfig, BertForMaskedLM
 
 from vtlab.assets import ASSETS, asset_path
 from vtlab.atomic import stable_hash
-from vtlab.backbones.e5s_file import E5SFile, read_e5s
 from vtlab.backbones.cached import CachedBackbone
+from vtlab.backbones.e5s_file import E5SFile, read_e5s
 from vtlab.backbones.unigram import unigram_tokenizer
 from vtlab.errors import ConfigError
 

@@ -9,10 +9,11 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from vtlab.cpu import isa_env, max_isa
 

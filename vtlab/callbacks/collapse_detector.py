@@ -11,8 +11,8 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
-from vtlab.errors import VtlabError
 from vtlab.callbacks.health import side_stats
+from vtlab.errors import VtlabError
 
 log = logging.getLogger("vtlab")
 

@@ -8,8 +8,8 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from vtlab.errors import VtlabError
 from vtlab.callbacks.health import active_dims, flops, margin
+from vtlab.errors import VtlabError
 
 
 class HealthMonitor(pl.Callback):

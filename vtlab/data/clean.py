@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from vtlab.data import olmo_eval
 from vtlab.data.boolq import (
     cached_collection,
     cached_triplets,
@@ -38,7 +39,6 @@ from vtlab.data.boolq import (
     train_pairs,
     validation_pairs,
 )
-from vtlab.data import olmo_eval
 from vtlab.data.collections import Collection
 from vtlab.data.examples import TripletExample
 from vtlab.data.near_duplicates import (

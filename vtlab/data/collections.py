@@ -36,12 +36,12 @@ def judged_queries(qrels: dict[str, dict[str, int]]) -> list[str]:
 
 import gzip  # noqa: E402
 import json  # noqa: E402
-import random  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
+import random  # noqa: E402
 import re  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Callable, Iterator  # noqa: E402
 
 from vtlab import hub  # noqa: E402
 from vtlab.atomic import atomic_write_text  # noqa: E402

@@ -6,8 +6,9 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pytorch_lightning as pl

@@ -10,8 +10,9 @@ import json
 import logging
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from vtlab.atomic import atomic_write_text
 from vtlab.data.examples import TripletExample, Triplets

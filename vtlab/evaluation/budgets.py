@@ -6,8 +6,9 @@ Each measure and sparsity key comes back again per budget as `<key>@<budget>`, e
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp

@@ -6,7 +6,8 @@ score a query whose judgments are all 0 as 0 on every measure and average it in;
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import ir_measures
 import numpy as np

@@ -17,8 +17,9 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import scipy.sparse as sp

@@ -53,7 +53,7 @@ ALLOWED_TARGETS: frozenset[str] = frozenset(
 
 # Targets renamed since runs were recorded: the canonical name a recorded config may hold -> the current one. A run
 # directory keeps the config it ran with, so a run from before vtlab/evaluation.py and vtlab/eval_suite.py became the
-# vtlab/evaluation/ package (issue 29) names the old paths (`vtlab.eval_suite` no longer exists). RunConfig replaces
+# vtlab/evaluation/ package names the old paths (`vtlab.eval_suite` no longer exists). RunConfig replaces
 # each old name by its new one (`rename_targets`) before check_targets: an old name is accepted exactly when its new
 # one is, and nothing else is. Never drop an entry while such runs may be exported.
 RENAMED_TARGETS: dict[str, str] = {

@@ -24,8 +24,9 @@ the kernel does at a few ns each (scipy: ~11 ns), see README "Performance".
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp

@@ -14,7 +14,7 @@ heap_factor 0.7: 0.963; query_cut 20, heap_factor 0.9: 0.997 at 1.2x the query t
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -124,8 +124,3 @@ class SeismicIndex:
                 scores[r, j] = score
                 indices[r, j] = int(doc)
         return scores, indices
-
-
-def build_seismic(docs: sp.csr_matrix, doc_ids: Sequence[str] | None = None, **params: object) -> SeismicIndex:
-    """Index factory for `evaluate(index=...)`."""
-    return SeismicIndex(docs, doc_ids, **params)

@@ -81,7 +81,7 @@ class IdfTable:
         lowercase: bool = False,
         preprocess: Callable[[str], str] | None = None,
         cache: bool = True,
-    ) -> "IdfTable":
+    ) -> IdfTable:
         """Compute (or load from the cache) the table of `texts` under `tokenizer`."""
         texts = list(texts)
         if not texts:
@@ -106,7 +106,7 @@ class IdfTable:
         )
 
     @classmethod
-    def from_json(cls, path: str | Path, tokenizer: Any) -> "IdfTable":
+    def from_json(cls, path: str | Path, tokenizer: Any) -> IdfTable:
         """Load {token: weight}; tokens absent from the file weigh 0, tokens unknown to `tokenizer` are an error."""
         path = Path(path)
         try:

@@ -71,7 +71,7 @@ class InferenceFreeEncoder(SpladeEncoder):
             self.set_idf(IdfTable.from_json(idf_path, tokenizer))
 
     @classmethod
-    def from_backbone(cls, backbone: Backbone, shared: bool | None = None, **kwargs: Any) -> "InferenceFreeEncoder":
+    def from_backbone(cls, backbone: Backbone, shared: bool | None = None, **kwargs: Any) -> InferenceFreeEncoder:
         """A saved inference-free model (or an OpenSearch doc model) ships its table as `idf.json` beside the weights:
         used when `idf_path` is not given, from a local directory or, for a hub id, downloaded from the repo."""
         if shared is False:

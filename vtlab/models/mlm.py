@@ -5,9 +5,9 @@ $VTLAB_CACHE/mlm and loads the cached model afterwards."""
 from __future__ import annotations
 
 import functools
-import re
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path

@@ -24,8 +24,6 @@ once each way, so a test that only passes where auto happens to pick fp32 shows 
 
 from __future__ import annotations
 
-from typing import Any
-
 import functools
 import json
 import logging
@@ -33,6 +31,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from vtlab.evaluation import stats
 from vtlab.errors import VtlabError
+from vtlab.evaluation import stats
 from vtlab.report.contrasts import add_cli_contrast, build_contrasts
 from vtlab.report.discovery import CONTRAST_KEY, ReportError
 from vtlab.report.plot import write_tradeoff

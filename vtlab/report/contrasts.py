@@ -4,7 +4,7 @@ the reading of each contrast's headline line (vtlab.report.readings; see vtlab.r
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from vtlab.evaluation import split_budget_key, stats
 from vtlab.report.discovery import ReportError, State

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf

@@ -5,7 +5,7 @@ exploratory whose lines carry no verdict at all (see vtlab.report.contrasts, vtl
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from vtlab.evaluation import stats
 from vtlab.report.discovery import EXPLORATORY_FILE

@@ -6,8 +6,8 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from vtlab.atomic import atomic_write
 from vtlab.report.lines import ContrastLine, Contrasts

@@ -4,9 +4,10 @@ average, FLOPS and active dims), cells (mean ± sample std over seeds), and the 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -25,7 +25,6 @@ from omegaconf import DictConfig, OmegaConf
 from vtlab.runs.directory import trains
 from vtlab.runs.status import job_dirs, read_status
 
-
 log = logging.getLogger("vtlab")
 
 IGNORED = ("name", "group", "paths", "reuse_runs", "report", "selection")  # wandb labels, where the run writes,

@@ -17,8 +17,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig

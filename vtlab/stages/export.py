@@ -19,12 +19,12 @@ from vtlab.export.corpus import IDF_FIX, QUERIES_FIX, corpus_docs, corpus_path, 
 from vtlab.export.hub import push_to_hub
 from vtlab.export.model_card import portable_values
 from vtlab.export.model_extras import model_extras, this_run_overrides
-from vtlab.logs import print_line
 from vtlab.export.outputs import export_outputs
 from vtlab.export.run_config import EvalSource, RunConfig
 from vtlab.export.run_encoder import encoder_from_run
 from vtlab.export.sentence_transformers import export_sentence_transformers
 from vtlab.export.vectors import write_vectors
+from vtlab.logs import print_line
 from vtlab.stages.build import build_encoder
 
 __all__ = ["run"]

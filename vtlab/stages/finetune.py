@@ -17,14 +17,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from vtlab.atomic import atomic_dir
+from vtlab.callbacks.checkpoints import SameDirCheckpointIO, check_free_space, chosen_checkpoint, load_checkpoint
 from vtlab.callbacks.resume_state import ResumeState, resume_configs
 from vtlab.callbacks.run_config import RunConfigLogger
 from vtlab.callbacks.vocab_transfer import VocabTransferCallback
-from vtlab.callbacks.checkpoints import SameDirCheckpointIO, check_free_space, chosen_checkpoint, load_checkpoint
 from vtlab.errors import ConfigError
 from vtlab.models.precision import trainer_precision
-from vtlab.tracking.loggers import configured_loggers, resolved_config
 from vtlab.stages.build import transfer_parts
+from vtlab.tracking.loggers import configured_loggers, resolved_config
 from vtlab.vocab.transfer import transferred_backbone
 
 log = logging.getLogger("vtlab")

@@ -37,7 +37,7 @@ from vtlab.assets import source_key
 from vtlab.backbones import Backbone
 from vtlab.errors import VtlabError
 from vtlab.vocab.canonical import bytelevel_bytes, tokenizer_kind
-from vtlab.vocab.targets import CachedTokenizerVocab, PretrainedVocab, Preprocess
+from vtlab.vocab.targets import CachedTokenizerVocab, Preprocess, PretrainedVocab
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class LowercaseBPE(CachedTokenizerVocab):
     than Python's Unicode tables (tokenizers lowercases them, str.lower does not).
     """
 
-    def __init__(self, name: str, source: "str | Backbone", preprocess: Preprocess | None = None) -> None:
+    def __init__(self, name: str, source: str | Backbone, preprocess: Preprocess | None = None) -> None:
         super().__init__(name, preprocess)
         if not source:
             raise VtlabError(

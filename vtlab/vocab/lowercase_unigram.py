@@ -23,7 +23,7 @@ from vtlab.assets import source_key
 from vtlab.backbones import Backbone
 from vtlab.errors import VtlabError
 from vtlab.vocab.lowercase_bpe import FINAL_SIGMA, has_uppercase, renumber_post_processor
-from vtlab.vocab.targets import CachedTokenizerVocab, PretrainedVocab, Preprocess
+from vtlab.vocab.targets import CachedTokenizerVocab, Preprocess, PretrainedVocab
 
 _RECIPE = "lowercase-unigram-v1"  # bump when the build changes, so old caches are not reused
 
@@ -34,7 +34,7 @@ class LowercaseUnigram(CachedTokenizerVocab):
     `source`: a Backbone (e.g. vtlab.backbones.E5Small) or a tokenizer hub id / directory / asset:NAME. No model has
     embeddings in it (`embedding_source()` is None): with `init=subword` every row is copied from its source row."""
 
-    def __init__(self, name: str, source: "str | Backbone", preprocess: Preprocess | None = None) -> None:
+    def __init__(self, name: str, source: str | Backbone, preprocess: Preprocess | None = None) -> None:
         super().__init__(name, preprocess)
         if not source:
             raise VtlabError(

@@ -10,8 +10,8 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
 from pathlib import Path
+from typing import Any, ClassVar
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -148,8 +148,8 @@ class PretrainedVocab(TargetVocab):
     def __init__(
         self,
         name: str,
-        tokenizer: "str | Backbone",
-        embedding_model: "str | Backbone | None" = None,
+        tokenizer: str | Backbone,
+        embedding_model: str | Backbone | None = None,
         preprocess: Preprocess | None = None,
     ) -> None:
         super().__init__(name, preprocess)
@@ -168,7 +168,7 @@ class PretrainedVocab(TargetVocab):
         # Backbone's loader gives the quick offline check and one-line errors; we only rename the blamed key.
         return Backbone(self.tokenizer)._load(AutoTokenizer.from_pretrained, resolve(self.tokenizer), "vocab.tokenizer")
 
-    def embedding_source(self) -> "str | Backbone | None":
+    def embedding_source(self) -> str | Backbone | None:
         return self.embedding_model
 
     def cache_key(self) -> str:
