@@ -1,5 +1,6 @@
 """Plain helpers shared by the test modules (importable at collection time, unlike fixtures)."""
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -8,6 +9,14 @@ from omegaconf import DictConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+# the environment of a `python -m vtlab` a test starts: offline (hub, datasets, wandb), no tokenizer threads
+OFFLINE_ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 def compose_cfg(

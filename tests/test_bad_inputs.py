@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import one_error_line
+from helpers import ROOT, one_error_line
 from torch import nn
 
 from vtlab.errors import (
@@ -31,8 +31,6 @@ from vtlab.errors import (
     user_error,
 )
 from vtlab.runs.directory import LAST_CKPT, prepare_run_dir
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # ---- direct cases: (id, function(tmp_path, monkeypatch) that must raise, exception type, regex on the message) -------
 

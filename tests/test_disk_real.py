@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import one_error_line
+from helpers import ROOT, one_error_line
 
 from vtlab.runs.status import RESERVE, RESERVE_FILE
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 # a checkpoint every step: the disk is filled after the first one, the second one meets it
 _TRAIN = [
     "backbone=splade-tiny",

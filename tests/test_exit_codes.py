@@ -5,7 +5,6 @@ dropped ssh session's SIGHUP, 131 for SIGQUIT) with one line saying what a rerun
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,19 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import OFFLINE_ENV, ROOT
 from omegaconf import OmegaConf
 
 from vtlab.runs.signals import CAUGHT, catch_signals, interrupting_signal, raise_terminated
 from vtlab.runs.status import SweepExitCode
 
-ROOT = Path(__file__).resolve().parents[1]
-_ENV = {
-    **os.environ,
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "WANDB_MODE": "offline",
-    "TOKENIZERS_PARALLELISM": "false",
-}
 _TRAIN = [
     "backbone=splade-tiny",
     "vocab=native",
@@ -49,7 +41,7 @@ def _start(overrides: list[str], run_dir: Path, log: Path) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={run_dir}"],
             cwd=ROOT,
-            env=_ENV,
+            env=OFFLINE_ENV,
             stdout=subprocess.DEVNULL,
             stderr=f,
             # as from a terminal: a suite started under nohup would hand its HUP-ignoring disposition down
@@ -198,7 +190,7 @@ def test_multirun_with_failed_jobs_runs_them_all_and_exits_1(tmp_path: Path) -> 
             f"hydra.sweep.dir={sweep}",
         ],
         cwd=ROOT,
-        env=_ENV,
+        env=OFFLINE_ENV,
         capture_output=True,
         text=True,
         timeout=600,

@@ -4,13 +4,12 @@ explicit command line (`eval=...`, `eval.KEY=...`, `export.vectors.corpus=...`) 
 its targets are checked before anything in it is instantiated, and an evaluation suite needs a member picked."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, compose_cfg
+from helpers import OFFLINE_ENV, ROOT, compose_cfg
 from omegaconf import OmegaConf
 
 from vtlab.backbones import Backbone
@@ -20,7 +19,6 @@ from vtlab.pipeline import run
 pytestmark = pytest.mark.usefixtures("shared_cache")
 
 TOPICS = ["volcano", "glacier", "comet", "orchid", "falcon", "harbor", "violin", "cactus", "lantern", "meteor"]
-_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def write_beir(root: Path, prefix: str, n_docs: int = 30, n_queries: int = 10) -> Path:
@@ -54,7 +52,7 @@ def cli(*overrides: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "vtlab", *overrides],
         cwd=ROOT,
-        env={**os.environ, **_ENV},
+        env=OFFLINE_ENV,
         capture_output=True,
         text=True,
         timeout=300,

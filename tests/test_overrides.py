@@ -1,17 +1,14 @@
 """A misspelt key or an unknown group choice (vtlab/runs/overrides.py): one `vtlab: error:` line naming it with the
 closest valid keys or choices, exit 2, before Hydra composes or any model loads, and no run directory made."""
 
-import os
 import subprocess
 import sys
 import time
 
 import pytest
-from helpers import CONF
+from helpers import CONF, OFFLINE_ENV
 
 from vtlab.runs.overrides import bad_override, command_line_overrides
-
-_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
 
 
 @pytest.mark.parametrize(
@@ -27,7 +24,12 @@ _ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
 def test_the_cli_names_the_key_and_the_closest_valid_one(tmp_path, override, expected):
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "vtlab", override], cwd=tmp_path, env=_ENV, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "vtlab", override],
+        cwd=tmp_path,
+        env=OFFLINE_ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and proc.stderr.startswith(

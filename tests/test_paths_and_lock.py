@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import compose_cfg, one_error_line
+from helpers import ROOT, compose_cfg, one_error_line
 from omegaconf import OmegaConf
 
 from vtlab.errors import ConfigError, RunDirError
@@ -24,7 +24,6 @@ from vtlab.export.sentence_transformers import MANIFEST, check_target
 from vtlab.runs.checks import check_config
 from vtlab.runs.directory import hold_run_dir_lock, run_dir_lock
 
-ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 pytestmark = pytest.mark.usefixtures("shared_cache")
 CHEAP = ["stage=evaluate", "eval=none", "logger=none", "baseline=false", "vocab=native", "apc=off"]

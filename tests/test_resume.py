@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import compose_cfg
+from helpers import OFFLINE_ENV, ROOT, compose_cfg
 from torch import nn
 
 from vtlab.atomic import atomic_dir
@@ -32,9 +32,6 @@ from vtlab.data.datamodule import ResumableDataLoader, TripletDataModule
 from vtlab.data.examples import TripletExample
 from vtlab.runs.directory import LAST_CKPT, prepare_run_dir
 from vtlab.tracking.resumable_csv import ResumableCSVLogger
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 # ---- toy training: what the batches and the RNG look like across a restart --------------------------------------
 
@@ -331,13 +328,6 @@ _RUN = [
     "+eval.collection.max_queries=40",
     "+eval.collection.max_docs=150",
 ]
-_ENV = {
-    **os.environ,
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "WANDB_MODE": "offline",
-    "TOKENIZERS_PARALLELISM": "false",
-}
 
 
 # the SIGKILL test also checks the CSV log: a row every second step (and each validation's)
@@ -350,7 +340,7 @@ def _vtlab(run_dir: Path, log: Path) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "vtlab", *_RUN, *_LOGGED, f"hydra.run.dir={run_dir}"],
             cwd=ROOT,
-            env=_ENV,
+            env=OFFLINE_ENV,
             stdout=f,
             stderr=subprocess.STDOUT,
         )
@@ -457,7 +447,7 @@ def test_a_second_writer_through_the_cli_gets_one_line_and_writes_nothing(tmp_pa
         res = subprocess.run(
             [sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={tmp_path}"],
             cwd=ROOT,
-            env=_ENV,
+            env=OFFLINE_ENV,
             capture_output=True,
             text=True,
             timeout=300,
@@ -570,7 +560,7 @@ def test_a_refused_resume_through_the_cli_leaves_the_record_and_status_byte_iden
     res = subprocess.run(
         [sys.executable, "-m", "vtlab", *_FIRST, "model.optimizer.lr=0.001", f"hydra.run.dir={tmp_path}"],
         cwd=ROOT,
-        env=_ENV,
+        env=OFFLINE_ENV,
         capture_output=True,
         text=True,
         timeout=600,
@@ -604,7 +594,7 @@ def test_a_resume_refused_for_changed_inputs_through_the_cli_changes_nothing(tmp
     res = subprocess.run(
         [sys.executable, "-m", "vtlab", *first, f"hydra.run.dir={run_dir}"],
         cwd=ROOT,
-        env=_ENV,
+        env=OFFLINE_ENV,
         capture_output=True,
         text=True,
         timeout=600,

@@ -20,19 +20,11 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers import OFFLINE_ENV, ROOT
 from torch import nn
 
 from vtlab.errors import RunDirError, user_error
 from vtlab.runs.directory import LAST_CKPT
-
-ROOT = Path(__file__).resolve().parents[1]
-_ENV = {
-    **os.environ,
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "WANDB_MODE": "offline",
-    "TOKENIZERS_PARALLELISM": "false",
-}
 
 
 class _RunsCode:
@@ -144,7 +136,7 @@ def test_rerun_with_a_crafted_last_ckpt_refuses_with_one_line(tmp_path: Path) ->
             f"hydra.run.dir={run_dir}",
         ],
         cwd=ROOT,
-        env=_ENV,
+        env=OFFLINE_ENV,
         capture_output=True,
         text=True,
         timeout=600,
@@ -187,7 +179,7 @@ def _load_in_subprocess(cache: Path, **env: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=300,
-        env={**_ENV, "VTLAB_CACHE": str(cache), **env},
+        env={**OFFLINE_ENV, "VTLAB_CACHE": str(cache), **env},
     )
 
 
@@ -345,7 +337,7 @@ def test_the_opt_in_prints_what_it_imports_and_then_imports_it(tmp_path: Path) -
         capture_output=True,
         text=True,
         timeout=300,
-        env={**_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")},
+        env={**OFFLINE_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")},
     )
     assert res.returncode == 0, res.stderr
     assert (
@@ -541,7 +533,7 @@ def test_each_crafted_payload_runs_when_hydra_instantiates_it(tmp_path: Path, na
         capture_output=True,
         text=True,
         timeout=300,
-        env={**_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")},
+        env={**OFFLINE_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")},
     )
     assert res.returncode == 0, res.stderr[-3000:]
     assert marker.exists(), res.stderr[-3000:]
@@ -598,7 +590,7 @@ def test_export_command_refuses_a_crafted_run_config_with_one_line(
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, **_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")},
+        env={**OFFLINE_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")},
     )
     assert res.returncode == 2, res.stderr[-3000:]
     assert one_error_line(res.stderr) == f"vtlab: error: {_refusal(run_dir, attack)}"

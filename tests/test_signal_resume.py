@@ -17,11 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import OFFLINE_ENV, ROOT
 from safetensors.torch import load_file
 
-ROOT = Path(__file__).resolve().parents[1]
-_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
-_ENV["TOKENIZERS_PARALLELISM"] = "false"
 STEPS = 40
 _RUN = [
     "backbone=splade-tiny",
@@ -49,7 +47,7 @@ def _start(args: list[str], log: Path) -> subprocess.Popen:
         return subprocess.Popen(
             args,
             cwd=ROOT,
-            env=_ENV,
+            env=OFFLINE_ENV,
             stdout=f,
             stderr=subprocess.STDOUT,
             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import CONF, ROOT, compose_cfg, one_error_line
+from helpers import CONF, OFFLINE_ENV, ROOT, compose_cfg, one_error_line
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
@@ -27,13 +27,6 @@ from vtlab.runs.inputs import INPUTS_JSON, difference, fingerprint
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 
-_ENV = {
-    **os.environ,
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "WANDB_MODE": "offline",
-    "TOKENIZERS_PARALLELISM": "false",
-}
 _FAST = [
     "backbone=splade-tiny",
     "vocab=native",
@@ -289,7 +282,7 @@ def _run(args: list[str], run_dir: Path) -> tuple[subprocess.CompletedProcess, f
     proc = subprocess.run(
         [sys.executable, "-m", "vtlab", *args, f"hydra.run.dir={run_dir}"],
         cwd=ROOT,
-        env=_ENV,
+        env=OFFLINE_ENV,
         capture_output=True,
         text=True,
         timeout=900,
@@ -323,7 +316,7 @@ def broken_eval_runs(tmp_path_factory):
                     f"hydra.run.dir={tmp / 'runs' / name}",
                 ],
                 cwd=ROOT,
-                env=_ENV,
+                env=OFFLINE_ENV,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
