@@ -93,7 +93,7 @@ def test_learning_gate_passes_at_the_reference_and_makes_the_table_exploratory_b
 
 
 def test_a_failed_learning_gate_marks_the_table_and_a_passed_one_removes_an_old_mark(tmp_path):
-    from vtlab.report import read_exploratory
+    from vtlab.report.discovery import read_exploratory
     from vtlab.reproduce import mark_exploratory
 
     mark_exploratory(tmp_path, "learning gate: below BM25")

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vtlab.report import build_table, main, to_csv, to_latex, to_markdown
+from vtlab.report.cli import main
+from vtlab.report.render import to_csv, to_latex, to_markdown
+from vtlab.report.tables import build_table
 
 EXPERIMENT = "+experiment=testbed/ablation-init"
 
@@ -233,7 +235,7 @@ def test_latex_has_the_same_rows(ablation: Path) -> None:
 
 
 def test_latex_escapes() -> None:
-    from vtlab.report import latex_escape
+    from vtlab.report.render import latex_escape
 
     assert latex_escape("a_b 50% R&D #1 {x} ~^\\ a|b $") == (
         r"a\_b 50\% R\&D \#1 \{x\} \textasciitilde{}\textasciicircum{}\textbackslash{} a\textbar{}b \$"
@@ -384,7 +386,8 @@ import itertools  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats as scipy_stats  # noqa: E402
 
-from vtlab.report import build_contrasts, tradeoff_points  # noqa: E402
+from vtlab.report.contrasts import build_contrasts  # noqa: E402
+from vtlab.report.plot import tradeoff_points  # noqa: E402
 
 QUERIES = {"boolq": [f"b{i}" for i in range(12)], "scifact": [f"s{i}" for i in range(8)]}
 ROWS = {"bpe-vt": (0.55, 3), "bpe-native": (0.50, 2), "bpe-lowercase": (0.53, 2)}  # name: (level, seeds)
@@ -550,7 +553,7 @@ def test_contrast_query_sets_must_match_and_old_runs_are_a_note(contrast_sweep, 
 
 # ------------------------------------------------------------------------------------------------ seed level, Holm
 
-from vtlab.report import contrasts_csv, contrasts_markdown  # noqa: E402
+from vtlab.report.render import contrasts_csv, contrasts_markdown  # noqa: E402
 
 
 def seed_values(data: dict, row: str, seed: int, key: str = "nDCG@10") -> dict:
@@ -718,7 +721,8 @@ def test_testbed_tables_declare_a_primary_among_their_contrasts() -> None:
 # ------------------------------------------------------------------------------------------------ readings, planning
 
 from vtlab.evaluation.stats import SeedComparison, seed_t_test  # noqa: E402
-from vtlab.report import EXPLORATORY_FILE, ContrastLine, Contrasts, write_exploratory  # noqa: E402
+from vtlab.report.discovery import EXPLORATORY_FILE, write_exploratory  # noqa: E402
+from vtlab.report.lines import ContrastLine, Contrasts  # noqa: E402
 from vtlab.report.readings import adjust  # noqa: E402
 
 VERDICTS = ("confirmed", "refuted", "undecided")

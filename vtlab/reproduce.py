@@ -34,7 +34,8 @@ from omegaconf import OmegaConf
 from vtlab import gates, paper_plan
 from vtlab.errors import VtlabError
 from vtlab.paths import CONF_DIR
-from vtlab.report import EXPLORATORY_FILE, State, collect_jobs, selection, write_exploratory
+from vtlab.report import selection
+from vtlab.report.discovery import EXPLORATORY_FILE, State, collect_jobs, write_exploratory
 
 CONF = CONF_DIR / "experiment"
 TABLES = CONF_DIR / "tables"  # <scale>.yaml: that scale's tables, rows, default seeds (the one place they are defined)
