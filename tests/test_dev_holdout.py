@@ -135,10 +135,21 @@ def _texts(node: DictConfig) -> list[str]:
     return list(obj() if callable(obj) else obj)
 
 
+HELD_OUT = "vtlab.data.splits.held_out"
+
+
 def _collections(suite: DictConfig) -> Iterator[DictConfig]:
+    """The dev collections to check against training. The parts cut from an out-of-domain evaluation set
+    (vtlab.data.splits.held_out) are left to tests/test_testbed_leak.py, which holds every passage of those sets
+    (olmo_eval.LOADERS, whole) out of training, the MLM corpora and the tokenizers."""
     for ev in suite.evaluations.values():
         coll = ev.collection
-        yield coll.load if "load" in coll else coll
+        node = coll.load if "load" in coll else coll
+        held = next((c for c in (coll, node) if c.get("_target_") == HELD_OUT), None)
+        if held is not None:
+            assert held.load._target_.startswith("vtlab.data.olmo_eval."), held
+            continue
+        yield node
 
 
 _DEVS: dict[str, tuple[list[str], list[str]]] = {}  # dev collection config -> (gold passages, questions)

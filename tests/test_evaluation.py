@@ -191,6 +191,7 @@ def test_evaluate_end_to_end(tmp_path):
         "query_active_dims",
         "doc_active_dims",
         "flops",
+        "choose_precision_s",
         "encode_query_s",
         "encode_query_ms_per_query",
         "encode_doc_s",

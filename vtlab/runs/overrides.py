@@ -67,7 +67,7 @@ def _missing(cfg: DictConfig, key: str) -> bool:
     for part in key.split("."):
         if not isinstance(node, DictConfig):
             return False  # a key below a value: Hydra's own message says so
-        if part not in node:
+        if part not in node.keys():  # `in node` is False for a key whose value is still ??? (to be given)
             return True
         node = node._get_node(part)  # noqa: SLF001
     return False
