@@ -35,6 +35,11 @@ def _keyed_targets(tree: Any) -> Any:
     return tree
 
 
+# what an evaluation reports (its measures, sparsity and timing keys): bump when that changes, so that a cached
+# baseline is evaluated again rather than shown with another run's columns
+REPORT_VERSION = 2
+
+
 def baseline_metrics(
     evaluation: Callable[[Any], dict[str, float]],
     plain_encoder: Callable[[], Any],
@@ -53,6 +58,7 @@ def baseline_metrics(
             "eval": _keyed_targets(eval_config),
             "dataset": dataset,
             "encoder": {k: v for k, v in encoder_config.items() if k != "backbone"},
+            "report": REPORT_VERSION,
         }
     )
     path = cache_dir("evals") / f"{key}.json"
