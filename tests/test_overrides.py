@@ -62,6 +62,17 @@ def test_group_choices_sweeps_and_nested_keys_are_checked_as_composed():
         assert bad_override(argv, CONF) is None, argv
 
 
+def test_config_directories_added_with_searchpath_extend_choices_and_keys(tmp_path):
+    (tmp_path / "loss").mkdir()
+    (tmp_path / "loss" / "hinge.yaml").write_text("_target_: mylosses.Hinge\nmargin: 2.0\n")
+    added = f"hydra.searchpath=[file://{tmp_path}]"
+    assert bad_override([added, "loss=hinge", "loss.margin=3"], CONF) is None
+    assert bad_override([added, "loss=hinge", "loss.margn=3"], CONF) == (
+        "loss.margn: no such config key (did you mean loss.margin?)"
+    )
+    assert bad_override(["loss=hinge"], CONF).startswith("loss=hinge: no such choice in conf/loss/")
+
+
 def test_flags_and_their_values_are_not_overrides():
     assert command_line_overrides(["-m", "--cfg", "job", "a=1", "-p", "model", "b=2"]) == ["a=1", "b=2"]
     assert command_line_overrides(["--info", "a=1"]) is None

@@ -83,6 +83,12 @@ def bad_override(argv: Sequence[str], conf_dir: Path, config_name: str = "config
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException:
         return None  # a syntax error: Hydra's own message shows where
+    dirs, extra = [conf_dir], []
+    for o in parsed:  # config directories added with hydra.searchpath extend the groups (docs/architecture.md)
+        if o.key_or_group == "hydra.searchpath" and not o.is_delete():
+            extra.append(o.input_line)
+            value = o.value()
+            dirs += [Path(str(v).removeprefix("file://")) for v in (value if isinstance(value, list) else [value])]
     groups: list[str] = []
     keys: list[str] = []
     for o in parsed:
@@ -90,15 +96,16 @@ def bad_override(argv: Sequence[str], conf_dir: Path, config_name: str = "config
         if o.is_add() or o.is_force_add() or o.is_delete() or name.split(".")[0].split("/")[0] == "hydra":
             continue
         values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
-        group_dir = conf_dir / name
-        if group_dir.is_dir():
+        group_dirs = [d / name for d in dirs if (d / name).is_dir()]
+        if group_dirs:
+            choices = sorted({c for g in group_dirs for c in _choices(g)})
             for value in values:
-                if value != "null" and not (group_dir / f"{value}.yaml").is_file():
-                    near = _suggest(value, _choices(group_dir))
+                if value != "null" and value not in choices:
+                    near = _suggest(value, choices)
                     hint = (
                         f"did you mean {' or '.join(f'{name}={n}' for n in near)}?"
                         if near
-                        else (f"choices: {', '.join(_choices(group_dir)[:12])}")
+                        else (f"choices: {', '.join(choices[:12])}")
                     )
                     return f"{name}={value}: no such choice in conf/{name}/ ({hint})"
             groups.append(f"{name}={values[0]}")
@@ -108,7 +115,7 @@ def bad_override(argv: Sequence[str], conf_dir: Path, config_name: str = "config
         return None
     try:
         with initialize_config_dir(str(conf_dir), version_base="1.3"):
-            cfg = compose(config_name, overrides=groups)
+            cfg = compose(config_name, overrides=[*extra, *groups])
     except HydraException:
         return None  # Hydra reports what fails with the group choices themselves
     for key in keys:
