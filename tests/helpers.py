@@ -1,8 +1,10 @@
 """Plain helpers shared by the test modules (importable at collection time, unlike fixtures)."""
 
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
@@ -17,6 +19,31 @@ OFFLINE_ENV = {
     "WANDB_MODE": "offline",
     "TOKENIZERS_PARALLELISM": "false",
 }
+# a real SPLADE-tiny training run small enough for a test (add its steps, cadence, stage): fp32 encoding, so that two
+# runs compared bit for bit never depend on what precision=auto picks on the CPU
+TINY_RUN = [
+    "backbone=splade-tiny",
+    "vocab=native",
+    "apc=off",
+    "baseline=false",
+    "logger=none",
+    "model.encoder.precision=fp32",
+    "data.batch_size=4",
+    "data.doc_max_length=64",
+    "data.dev.dev_size=20",
+    "data.dev.max_docs=100",
+    "+eval.collection.max_queries=40",
+    "+eval.collection.max_docs=150",
+]
+
+
+def run_results(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A finished TINY_RUN's BoolQ-clean metrics without timings, and its trained weights."""
+    from safetensors.torch import load_file
+
+    metrics = json.loads((run_dir / "eval" / "boolq-clean" / "metrics.json").read_text())["metrics"]
+    quality = {k: v for k, v in metrics.items() if not k.endswith(("_s", "_ms_per_query"))}
+    return quality, load_file(str(run_dir / "model" / "model.safetensors"))
 
 
 def compose_cfg(

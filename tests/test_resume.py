@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import OFFLINE_ENV, ROOT, compose_cfg
+from helpers import OFFLINE_ENV, ROOT, TINY_RUN, compose_cfg, run_results
 from torch import nn
 
 from vtlab.atomic import atomic_dir
@@ -313,20 +313,10 @@ def test_refused_run_writes_nothing_and_never_starts(tmp_path: Path) -> None:
 # ---- a real run, SIGKILLed mid-training -----------------------------------------------------------------------
 
 _RUN = [
-    "backbone=splade-tiny",
-    "vocab=native",
-    "apc=off",
-    "baseline=false",
-    "logger=none",
+    *TINY_RUN,
     "trainer.max_steps=12",
     "trainer.val_check_interval=6",
     "callbacks.last_checkpoint.every_n_train_steps=3",
-    "data.batch_size=4",
-    "data.doc_max_length=64",
-    "data.dev.dev_size=20",
-    "data.dev.max_docs=100",
-    "+eval.collection.max_queries=40",
-    "+eval.collection.max_docs=150",
 ]
 
 
@@ -352,14 +342,6 @@ def _tail(log: Path) -> str:
 
 def _ckpt_step(path: Path) -> int:
     return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
-
-
-def _results(run_dir: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    metrics = json.loads((run_dir / "eval" / "boolq-clean" / "metrics.json").read_text())
-    quality = {k: v for k, v in metrics["metrics"].items() if not k.endswith(("_s", "_ms_per_query"))}  # no timings
-    from safetensors.torch import load_file
-
-    return quality, load_file(str(run_dir / "model" / "model.safetensors"))
 
 
 def _logged(run_dir: Path) -> list[dict[str, str]]:
@@ -393,8 +375,8 @@ def test_sigkilled_training_resumes_to_the_same_metrics_and_weights(tmp_path: Pa
     assert resumed.wait(timeout=600) == 0, _tail(run_log)
     assert reference.wait(timeout=600) == 0, _tail(ref_log)
     assert _ckpt_step(last) == 12
-    ref_metrics, ref_weights = _results(ref_dir)
-    got_metrics, got_weights = _results(run_dir)
+    ref_metrics, ref_weights = run_results(ref_dir)
+    got_metrics, got_weights = run_results(run_dir)
     assert got_metrics == ref_metrics  # exactly: CPU training is deterministic here
     trec = Path("eval") / "boolq-clean" / "run.trec"
     assert (run_dir / trec).read_bytes() == (ref_dir / trec).read_bytes()  # every score of every ranked document

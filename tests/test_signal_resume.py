@@ -6,7 +6,6 @@ metrics and weights as a run that was never stopped."""
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shlex
 import signal
@@ -17,27 +16,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import OFFLINE_ENV, ROOT
-from safetensors.torch import load_file
+from helpers import OFFLINE_ENV, ROOT, TINY_RUN, run_results
 
 STEPS = 40
 _RUN = [
-    "backbone=splade-tiny",
-    "vocab=native",
-    "apc=off",
-    "baseline=false",
-    "logger=none",
+    *TINY_RUN,
     f"trainer.max_steps={STEPS}",
     f"trainer.val_check_interval={STEPS}",
     "callbacks.last_checkpoint.every_n_train_steps=1000",  # no periodic save: only the signal's
     "callbacks.progress_bar.every=1",
     "trainer.log_every_n_steps=1",
-    "data.batch_size=4",
-    "data.doc_max_length=64",
-    "data.dev.dev_size=20",
-    "data.dev.max_docs=100",
-    "+eval.collection.max_queries=40",
-    "+eval.collection.max_docs=150",
 ]
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 
@@ -52,12 +40,6 @@ def _start(args: list[str], log: Path) -> subprocess.Popen:
             stderr=subprocess.STDOUT,
             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
         )
-
-
-def _results(run_dir: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    metrics = json.loads((run_dir / "eval" / "boolq-clean" / "metrics.json").read_text())["metrics"]
-    quality = {k: v for k, v in metrics.items() if not k.endswith(("_s", "_ms_per_query"))}
-    return quality, load_file(str(run_dir / "model" / "model.safetensors"))
 
 
 def _lock_is_free(run_dir: Path) -> bool:
@@ -77,7 +59,7 @@ def reference(tmp_path_factory) -> tuple[dict, dict[str, torch.Tensor]]:
     tmp = tmp_path_factory.mktemp("uninterrupted")
     proc = _start([sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={tmp / 'run'}"], tmp / "log")
     assert proc.wait(timeout=600) == 0, (tmp / "log").read_text()[-3000:]
-    return _results(tmp / "run")
+    return run_results(tmp / "run")
 
 
 @pytest.mark.slow
@@ -112,7 +94,7 @@ def test_a_signal_at_step_3_leaves_a_checkpoint_and_the_printed_command_resumes_
     assert command[:3] == ["python", "-m", "vtlab"] and f"hydra.run.dir={run_dir}" in command
     resumed = _start([sys.executable, *command[1:]], log)  # as printed (this interpreter for `python`)
     assert resumed.wait(timeout=600) == 0, log.read_text()[-3000:]
-    got_metrics, got_weights = _results(run_dir)
+    got_metrics, got_weights = run_results(run_dir)
     ref_metrics, ref_weights = reference
     assert got_metrics == ref_metrics
     assert got_weights.keys() == ref_weights.keys()

@@ -63,12 +63,12 @@ def main(cfg: DictConfig) -> None:
                 signal.signal(signum_, signal.SIG_IGN)
             if started:
                 status.interrupted(signum)
-            last = Path(cfg.paths.run_dir) / LAST_CKPT
-            checkpoint = last if trains(cfg) and last.is_file() else None
+            run_dir, training = Path(cfg.paths.run_dir), trains(cfg)
+            checkpoint = run_dir / LAST_CKPT if training and (run_dir / LAST_CKPT).is_file() else None
             task = list(hc.overrides.task)
-            command = resume_command(task, cfg.paths.run_dir) if checkpoint else rerun_command(task)
-            release_run_dir_lock(Path(cfg.paths.run_dir))  # free when the line appears: the rerun may start at once
-            print(interrupted_line(signum, cfg.paths.run_dir, checkpoint, command, trains(cfg)), file=sys.stderr)
+            command = resume_command(task, run_dir) if checkpoint else rerun_command(task)
+            release_run_dir_lock(run_dir)  # free when the line appears: the rerun may start at once
+            print(interrupted_line(signum, run_dir, checkpoint, command, training), file=sys.stderr)
             leave(128 + signum)  # a sweep stops too: the user asked to stop
         if started:
             status.fail(exc)

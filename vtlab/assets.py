@@ -280,10 +280,8 @@ def cache_dir(*parts: str) -> Path:
     root = os.environ.get("VTLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "vtlab")
     path = Path(root, *parts)
     path.mkdir(parents=True, exist_ok=True)
-    at = Path(root)
-    for part in ("", *parts):
-        at = at / part if part else at
-        closed_to_others(at)
+    for depth in range(len(parts) + 1):
+        closed_to_others(Path(root, *parts[:depth]))
     return path
 
 

@@ -95,9 +95,9 @@ def row_metric(
     for j in jobs:
         if j.name != name or j.state is not State.DONE:
             continue
-        sets = list(j.metrics) if dataset is None else [dataset]
-        if sets and all(measure in j.metrics.get(d, {}) for d in sets):
-            values.append(statistics.fmean(float(j.metrics[d][measure]) for d in sets))
+        value = selection.dev_score(j.metrics, list(j.metrics) if dataset is None else [dataset], measure)
+        if value is not None:
+            values.append(value)
     if not values:
         where = "its collections" if dataset is None else dataset
         raise gates.GateError(f"gate: no finished job named {name!r} with {where} {measure} under {sweep}")

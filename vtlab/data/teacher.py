@@ -6,6 +6,7 @@ once per machine."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -52,6 +53,7 @@ def teacher_scored(
     `name` identifies the teacher and its settings in the cache key: change it with the teacher."""
     if not name or "/" in name:
         raise DataError(f"teacher_scored: name={name!r}: expected a non-empty name without '/' (the cache key)")
+    source = getattr(examples, "source", None) or {}
     examples = list(examples)
     path = (
         cache_dir("teacher-scores")
@@ -74,15 +76,5 @@ def teacher_scored(
     for ex, s in zip(examples, scores, strict=True):
         if not isinstance(s, list) or len(s) != 1 + len(ex.negatives):
             raise DataError(f"{path}: a score list does not match its triplet's {1 + len(ex.negatives)} passages")
-        out.append(
-            TripletExample(
-                ex.query,
-                ex.positive,
-                list(ex.negatives),
-                [float(v) for v in s],
-                ex.query_id,
-                ex.positive_id,
-                ex.negative_ids,
-            )
-        )
-    return Triplets(out, getattr(examples, "source", None) or {})
+        out.append(dataclasses.replace(ex, scores=[float(v) for v in s]))
+    return Triplets(out, source)
