@@ -51,8 +51,8 @@ def main(cfg: DictConfig) -> None:
     started = []
 
     def start() -> None:  # only once the run dir is accepted: a refused run never touches an earlier run's status
+        started.append(True)  # first: a signal arriving while status.json is written still records the interruption
         status.start()
-        started.append(True)
 
     try:
         run_or_exit(cfg, on_start=start)
