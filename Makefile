@@ -8,11 +8,11 @@ PIP := $(PY) -m pip --disable-pip-version-check
 install: $(VENV)/.installed
 
 # torch first: it is the CPU wheel on local disk; anything else asking for torch would pull a multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml vtlab/assets.py
+$(VENV)/.installed: pyproject.toml vtlab/core/assets.py
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[dev]'
-	$(PY) -m vtlab.assets install
+	$(PY) -m vtlab.core.assets install
 	touch $@
 
 demo: install
@@ -43,7 +43,7 @@ clean-cache:
 bench: install
 	HF_HUB_OFFLINE=1 $(PY) -m vtlab.bench $(BENCH_ARGS)
 
-# The paper's main table + ablations as Hydra sweeps, then the tables (vtlab/reproduce.py, vtlab/report/).
+# The paper's main table + ablations as Hydra sweeps, then the tables (vtlab/reproduce/__init__.py, vtlab/report/).
 # SCALE=testbed (default) runs offline from real pretrained weights, with seeds, paired tests and sanity gates;
 # SCALE=paper submits the authors' recipe through hydra/launcher=slurm.
 # SEEDS=N overrides every table's own number of seeds.

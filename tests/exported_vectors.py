@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from helpers import compose_cfg
 from hydra.utils import instantiate
 
-from vtlab.pipeline import run
+from vtlab.stages.pipeline import run
 
 
 def export_vectors(tmp: Path, n_queries: int, n_docs: int, *overrides: str):

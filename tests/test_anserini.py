@@ -18,7 +18,7 @@ import pytest
 import scipy.sparse as sp
 from exported_vectors import export_vectors
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.evaluation import compute_metrics
 from vtlab.export import anserini
 from vtlab.export.vectors import AnseriniJsonVectors, AnseriniQueries, token_strings

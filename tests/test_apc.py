@@ -12,11 +12,11 @@ from helpers import CONF, compose_cfg
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from vtlab.apc import APC
+from vtlab.apc.calibration import APC
 from vtlab.backbones import Backbone
 from vtlab.callbacks.apc import APCCallback
+from vtlab.core.errors import VtlabError
 from vtlab.data.corpora import boolq_passages
-from vtlab.errors import VtlabError
 from vtlab.models.encoder import SpladeEncoder
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
@@ -97,7 +97,7 @@ def test_per_term_cutoff_is_each_terms_own_percentile(percentile, tmp_path):
 
 
 def _write_report(report, out):
-    from vtlab.apc import write_outputs
+    from vtlab.apc.calibration import write_outputs
 
     jpath, png = write_outputs(report, out)
     assert json.loads(jpath.read_text())["per_term"] is True

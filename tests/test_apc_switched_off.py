@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from vtlab.apc import APC, OFF_LOGIT, summary_line, write_outputs
+from vtlab.apc.calibration import APC, OFF_LOGIT, summary_line, write_outputs
 from vtlab.backbones import TinyModernBert
 from vtlab.callbacks.apc import APCCallback
+from vtlab.core.errors import VtlabError
 from vtlab.data.corpora import boolq_passages
-from vtlab.errors import VtlabError
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.vocab.masked_outputs import MASKED_BIAS, CasedOutputsMasked, cased_ids
 

@@ -1,4 +1,5 @@
-"""vtlab.assets: registry entries, locating and verifying real installed assets, error messages, cache dir, resolve."""
+"""vtlab.core.assets: registry entries, locating and verifying real installed assets, error messages, cache dir,
+resolve."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from vtlab import assets
-from vtlab.assets import ASSETS, HUB, Asset, asset_path, cache_dir, resolve
-from vtlab.errors import AssetError
+from vtlab.core import assets
+from vtlab.core.assets import ASSETS, HUB, Asset, asset_path, cache_dir, resolve
+from vtlab.core.errors import AssetError
 
 BERT_VOCAB_MD5 = "64800d5d8528ce344256daf115d4965e"  # HF bert-base-uncased vocab.txt (offline-assets.md)
 

@@ -24,10 +24,10 @@ from transformers import (
     RobertaForMaskedLM,
 )
 
-from vtlab import hub
-from vtlab.assets import HUB, asset_path
 from vtlab.backbones import Backbone, TinyModernBert, TinyRoberta, decoder_site
-from vtlab.errors import AssetError
+from vtlab.core import hub
+from vtlab.core.assets import HUB, asset_path
+from vtlab.core.errors import AssetError
 
 REPO = Path(__file__).resolve().parents[1]
 V, H = 97, 32
@@ -45,7 +45,7 @@ def test_offline_hub_error_is_fast_and_one_line() -> None:
     code = textwrap.dedent("""
         import time
         from vtlab.backbones import Backbone
-        from vtlab.errors import AssetError
+        from vtlab.core.errors import AssetError
         for load in ("load_tokenizer", "load_model"):
             t = time.time()
             try:

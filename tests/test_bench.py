@@ -10,10 +10,10 @@ from argparse import Namespace
 import numpy as np
 import pytest
 
-from vtlab import cpu
 from vtlab.bench.summary import TARGETS, base_key, judge, summarize
 from vtlab.bench.synthetic import synthetic_collection
 from vtlab.bench.table import table
+from vtlab.runtime import cpu
 
 
 def test_judge_reports_met_and_shortfall():
@@ -259,7 +259,7 @@ def test_table_says_every_sample_and_verdict(bf16_native):
 
 def test_machine_reports_cpu_features_and_the_auto_choice(monkeypatch):
     from vtlab.bench.common import machine
-    from vtlab.models.precision import AUTO_ENV
+    from vtlab.runtime.precision import AUTO_ENV
 
     monkeypatch.delenv(AUTO_ENV, raising=False)  # what this CPU makes auto pick, not the suite's forced precision
 
@@ -273,7 +273,7 @@ def test_machine_reports_cpu_features_and_the_auto_choice(monkeypatch):
     assert info["bf16_native"] == bool({"avx512_bf16", "amx_bf16"} & flags)
     assert info["int8_native"] == bool({"avx512_vnni", "avx_vnni", "amx_int8", "avx2"} & flags)
     assert info["precision_auto"] == ("bf16" if info["bf16_native"] else "fp32")
-    from vtlab.models import fused
+    from vtlab.runtime import fused
 
     assert set(info["fused_pooling_kernels"]) == {"fp32", "bf16", "int8"}
     for precision, dtype in fused.DTYPES.items():
@@ -290,7 +290,7 @@ def test_machine_reports_cpu_features_and_the_auto_choice(monkeypatch):
 def test_pooling_microbench_times_each_precision_with_each_kernel_and_the_tiles(tmp_path):
     """`python -m vtlab.bench.pooling`: a row per precision × kernel that computes it here × threads, plus the tiled
     GEMM for each precision, written to --out."""
-    from vtlab.models import fused
+    from vtlab.runtime import fused
 
     out = tmp_path / "pooling.json"
     args = ["--texts", "2", "--length", "20", "--real", "15", "--hidden", "64", "--vocab", "300", "--repeats", "1"]
@@ -348,7 +348,7 @@ def test_vtlab_worker_times_prefixes_and_its_quality_is_the_evaluation_s(texts, 
     assert r["doc"]["prefix"]["20"]["n"] == 20 and r["doc"]["prefix"]["20"]["wall_s"] <= r["doc"]["wall_s"]
     assert sp.load_npz(tmp_path / "vtlab-splade-tiny-doc.npz").shape[0] == n_docs
     assert r["auto"]["precision"] in ("fp32", "bf16", "int8") and r["auto"]["reason"]  # what auto runs for the model
-    from vtlab.models.fused import in_use
+    from vtlab.runtime.fused import in_use
 
     assert r["pooling_kernel"] == in_use()["fp32"]  # by the CPU's flags alone for fp32: the same in every process
     q = quality(tmp_path, "splade-tiny", {"vtlab": None, "vtlab-bf16": "not measured: sample only"}, sets)
@@ -367,7 +367,7 @@ def test_vtlab_worker_times_prefixes_and_its_quality_is_the_evaluation_s(texts, 
 def test_onnx_workers_run_without_torch_fp32_equal_int8_close(texts, tmp_path, reduce_range):
     """The ONNX Runtime rows: fp32 graphs equal vtlab's vectors to 1e-4; the int8 graphs (quantize_graphs) change
     them, within the agreement vtlab's own int8 must show before precision=auto may pick it (MIN_DOC_COSINE,
-    MIN_TOP10_OVERLAP, derived in vtlab/models/precision.py); neither process loads torch."""
+    MIN_TOP10_OVERLAP, derived in vtlab/runtime/precision.py); neither process loads torch."""
     pytest.importorskip("onnxruntime")
     import onnx
     import scipy.sparse as sp
@@ -375,7 +375,7 @@ def test_onnx_workers_run_without_torch_fp32_equal_int8_close(texts, tmp_path, r
     from vtlab.backbones import Backbone
     from vtlab.bench.encode import DOC_LEN, QUERY_LEN, onnx_dir, onnx_int8_dir, read_texts
     from vtlab.models.encoder import SpladeEncoder
-    from vtlab.models.precision import agreement
+    from vtlab.runtime.precision import agreement
 
     path, _ = texts
     fp32_dir, int8_dir = onnx_dir("splade-tiny"), onnx_int8_dir("splade-tiny", reduce_range)

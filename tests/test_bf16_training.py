@@ -7,7 +7,7 @@ import pytorch_lightning as pl
 from hydra.utils import instantiate
 
 from tests.helpers import compose_cfg
-from vtlab.models.precision import trainer_precision
+from vtlab.runtime.precision import trainer_precision
 from vtlab.stages.finetune import build_module
 
 pytestmark = pytest.mark.usefixtures("shared_cache")

@@ -12,8 +12,8 @@ import pytest
 from helpers import compose_cfg
 from omegaconf import OmegaConf
 
+from vtlab.core.errors import AssetError, VtlabError
 from vtlab.data.boolq import boolq_collection
-from vtlab.errors import AssetError, VtlabError
 from vtlab.evaluation import evaluate
 from vtlab.models.bm25 import BM25Encoder
 from vtlab.stages.build import build_encoder

@@ -1,6 +1,6 @@
-"""Memory reuse between batches: glibc told to keep freed memory (vtlab.allocator) stops the kernel refaulting the same
-tens of MiB for every batch, and the encoder's body in row chunks (vtlab.models.encoder.head_inputs) gives the hidden
-states of one pass. Every comparison runs in fp32 (no autocast), against the unchunked network."""
+"""Memory reuse between batches: glibc told to keep freed memory (vtlab.runtime.allocator) stops the kernel refaulting
+the same tens of MiB for every batch, and the encoder's body in row chunks (vtlab.models.encoder.head_inputs) gives the
+hidden states of one pass. Every comparison runs in fp32 (no autocast), against the unchunked network."""
 
 import os
 import platform
@@ -12,18 +12,18 @@ import pytest
 import torch
 from transformers import BertConfig
 
-from vtlab.allocator import USER_SETTINGS
 from vtlab.backbones import Backbone, decoder_bypassed
 from vtlab.models import encoder as encoder_module
 from vtlab.models.encoder import SpladeEncoder, body_rows, head_inputs
-from vtlab.models.precision import probe_texts
+from vtlab.runtime.allocator import USER_SETTINGS
+from vtlab.runtime.precision import probe_texts
 
 MiB = 2**20
 
 # a forward pass's pattern: tens of MiB allocated, touched and freed, again and again; prints faulted pages per page
 ALLOCATE = """
 import resource, sys
-from vtlab.allocator import keep_freed_memory
+from vtlab.runtime.allocator import keep_freed_memory
 print(keep_freed_memory() if sys.argv[1] == "keep" else None)
 MiB = 2**20
 def faults(): return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -55,7 +55,7 @@ def test_keep_freed_memory_stops_the_kernel_refaulting_each_step():
 
 
 def test_keep_freed_memory_leaves_the_users_malloc_settings(monkeypatch):
-    from vtlab.allocator import keep_freed_memory
+    from vtlab.runtime.allocator import keep_freed_memory
 
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
     assert keep_freed_memory() is False

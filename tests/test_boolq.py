@@ -40,7 +40,7 @@ def test_validation_collection() -> None:
     assert all(d in c.corpus for rel in c.qrels.values() for d in rel)
     assert set(c.qrels) == set(c.queries)
     # the cache dir is a plain BEIR dir (usable as eval=beir eval.path=...)
-    from vtlab.assets import cache_dir
+    from vtlab.core.assets import cache_dir
 
     dirs = [p for p in (cache_dir("collections")).iterdir() if p.name.startswith("boolq-validation-")]
     assert len(dirs) == 1 and load_beir(str(dirs[0])).qrels == c.qrels
@@ -76,14 +76,14 @@ def test_triplets_negatives_and_scores(triplets) -> None:
     # BM25 "teacher" ranks the gold passage above every mined negative for a good share of queries
     share = sum(ex.scores[0] > max(ex.scores[1:]) for ex in triplets) / len(triplets)
     assert share > 0.4
-    from vtlab.assets import cache_dir
+    from vtlab.core.assets import cache_dir
 
     assert any(p.name.startswith("boolq-n4-dev300-s0") for p in cache_dir("triplets").iterdir())
     assert boolq.boolq_triplets(num_negatives=4, dev_size=300, seed=0)[:5] == triplets[:5]  # cached read
 
 
 def test_bad_split() -> None:
-    from vtlab.errors import DataError
+    from vtlab.core.errors import DataError
 
     with pytest.raises(DataError, match="split='test'"):
         boolq.boolq_collection("test")

@@ -1,5 +1,6 @@
-"""Cache entries are built through vtlab.integrity.build: a full disk is one line naming the entry and leaves no temp
-dir; temp dirs that a killed builder left are removed by the next build on the same host, a live builder's are not."""
+"""Cache entries are built through vtlab.core.integrity.build: a full disk is one line naming the entry and leaves no
+temp dir; temp dirs that a killed builder left are removed by the next build on the same host, a live builder's are
+not."""
 
 import errno
 import os
@@ -9,8 +10,8 @@ import sys
 
 import pytest
 
-from vtlab import integrity
-from vtlab.errors import DiskError
+from vtlab.core import integrity
+from vtlab.core.errors import DiskError
 
 
 def _write(tmp):

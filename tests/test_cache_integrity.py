@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-from vtlab import integrity
 from vtlab.backbones import Backbone
+from vtlab.core import integrity
 from vtlab.vocab.init import Mean
 from vtlab.vocab.targets import SPECIALS, CorpusWordPiece, PretrainedVocab
 from vtlab.vocab.transfer import cached_transfer
@@ -160,7 +160,7 @@ def test_damaged_vocabulary_cache_is_retrained(caplog) -> None:
 
 
 def test_truncated_weights_in_a_model_directory_name_the_file(tmp_path: Path) -> None:
-    from vtlab.errors import AssetError
+    from vtlab.core.errors import AssetError
 
     model_dir = Backbone("asset:splade-tiny")._source(tokenizer=False)[0]
     copy = tmp_path / "model"
@@ -197,7 +197,7 @@ def test_damaged_idf_cache_is_recomputed_with_one_warning(tmp_path: Path, caplog
     import numpy as np
     from transformers import AutoTokenizer
 
-    from vtlab.assets import asset_path, cache_dir
+    from vtlab.core.assets import asset_path, cache_dir
     from vtlab.models.idf import IdfTable, document_frequencies
 
     tok = AutoTokenizer.from_pretrained(str(asset_path("minilm")))
@@ -226,7 +226,7 @@ def test_damaged_idf_cache_is_recomputed_with_one_warning(tmp_path: Path, caplog
 
 
 def test_damaged_baseline_eval_cache_is_evaluated_again(caplog) -> None:
-    from vtlab.assets import cache_dir
+    from vtlab.core.assets import cache_dir
     from vtlab.evaluation.baseline import baseline_metrics
 
     calls = []

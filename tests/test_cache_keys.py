@@ -4,7 +4,7 @@ values they had when they hashed one joined buffer."""
 
 import hashlib
 
-from vtlab.atomic import json_hash, stable_hash
+from vtlab.core.atomic import json_hash, stable_hash
 from vtlab.vocab.targets import _corpus_id
 
 TEXTS = ["Apple é 😀", "", "a\0b", "plain"] * 50

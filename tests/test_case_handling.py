@@ -49,7 +49,7 @@ def test_fvt_from_uncased_starts_word_initial_case_variants_as_copies(tmp_path, 
     from helpers import compose_cfg
     from hydra.utils import instantiate
 
-    from vtlab.gates import MAX_CASE_ROW_COSINE
+    from vtlab.reproduce.gates import MAX_CASE_ROW_COSINE
 
     monkeypatch.setenv("VTLAB_CACHE", str(tmp_path))
     start = instantiate(compose_cfg(["backbone=testbed-bpe"]).backbone.start)

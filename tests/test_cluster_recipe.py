@@ -11,7 +11,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 
-from vtlab import paper_plan
+from vtlab.reproduce import paper_plan
 
 DOCS = ("docs/experiments.md", "docs/paper-scale.md")
 

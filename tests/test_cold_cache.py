@@ -6,8 +6,8 @@ import shutil
 import torch
 from safetensors.torch import load_file
 
-from vtlab.assets import cache_dir
 from vtlab.backbones import TinyBert
+from vtlab.core.assets import cache_dir
 from vtlab.models.mlm import train_cached
 from vtlab.models.mlm_pretrained import MLMPretrained
 

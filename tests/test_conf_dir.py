@@ -1,5 +1,5 @@
-"""The conf/ directory is computed once, in vtlab/paths.py: it is the repository's conf/, the Hydra entry point reads
-it, and no other module computes it again."""
+"""The conf/ directory is computed once, in vtlab/core/paths.py: it is the repository's conf/, the Hydra entry point
+reads it, and no other module computes it again."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from helpers import CONF, ROOT
 
-from vtlab.paths import CONF_DIR
+from vtlab.core.paths import CONF_DIR
 
 
 def test_conf_dir_is_the_repositorys_conf() -> None:
@@ -34,7 +34,7 @@ def test_no_other_module_computes_the_conf_dir() -> None:
     found = {}
     for path in sorted(Path(ROOT, "vtlab").rglob("*.py")):
         rel = str(path.relative_to(ROOT))
-        if rel != "vtlab/paths.py":
+        if rel != "vtlab/core/paths.py":
             for m in computes.finditer(path.read_text(encoding="utf-8")):
                 found.setdefault(rel, []).append(m.group(0).strip())
     assert found == {}

@@ -1,5 +1,5 @@
-"""vtlab.cpu: the CPU's flags and $VTLAB_MAX_CPU_ISA, which makes one machine run (and measure, and test) what an
-older CPU kind would: its flags held to that level in vtlab, and torch's libraries held there in child processes."""
+"""vtlab.runtime.cpu: the CPU's flags and $VTLAB_MAX_CPU_ISA, which makes one machine run (and measure, and test) what
+an older CPU kind would: its flags held to that level in vtlab, and torch's libraries held there in child processes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from vtlab import cpu
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
+from vtlab.runtime import cpu
 
 SAPPHIRE = frozenset(
     "fpu sse2 avx avx2 fma avx512f avx512bw avx512_vnni avx512_bf16 avx_vnni amx_tile amx_bf16 amx_int8".split()
@@ -42,7 +42,7 @@ def test_a_child_process_runs_at_the_level_in_vtlab_and_in_torch():
     """In a child started with isa_env("avx2"): vtlab's flags have no AVX-512 or AMX, so no fused kernel past AVX2
     is chosen, and torch's own CPU capability is AVX2 (what ATEN_CPU_CAPABILITY holds it to)."""
     code = (
-        "import json, torch; from vtlab import cpu; from vtlab.models import fused; "
+        "import json, torch; from vtlab.runtime import cpu, fused; "
         "print(json.dumps({'flags': sorted(cpu.cpu_flags()), 'kernels': fused.in_use(), "
         "'torch': torch.backends.cpu.get_cpu_capability()}))"
     )

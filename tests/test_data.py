@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from vtlab.core.errors import AssetError, DataError
 from vtlab.data.collections import Collection, load_beir, load_hf_beir, load_mteb, save_beir
 from vtlab.data.datamodule import TripletDataModule
 from vtlab.data.examples import TripletExample
 from vtlab.data.mining import BM25Index, mine_hard_negatives
 from vtlab.data.triplets import read_jsonl_triplets, write_jsonl_triplets
-from vtlab.errors import AssetError, DataError
 
 # ---- triplet JSONL -------------------------------------------------------------------------------------
 

@@ -14,8 +14,9 @@ from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE, WordPiece
 from transformers import PreTrainedTokenizerFast
 
-from vtlab.apc import APC
+from vtlab.apc.calibration import APC
 from vtlab.backbones import Backbone
+from vtlab.core.errors import DataError, VtlabError
 from vtlab.diagnose.__main__ import main as diagnose_main
 from vtlab.diagnose.activity import output_activity
 from vtlab.diagnose.corpus import load_corpus
@@ -23,7 +24,6 @@ from vtlab.diagnose.redundancy import redundancy
 from vtlab.diagnose.sparsity import Place, apc_effect
 from vtlab.diagnose.tokenizer_fit import tokenize_corpus, tokenizer_fit
 from vtlab.diagnose.verdict import rank, suggest
-from vtlab.errors import DataError, VtlabError
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.vocab.canonical import _byte_alphabet
 
@@ -210,7 +210,7 @@ def test_redundancy_bytelevel_cased_hand_computed():
 
 def test_real_vocabularies_bert_uncased_vs_cased_bpe():
     """The shipped tokenizers: bert-base-uncased maps 'the' to {the, ##the}; the cased OLMo BPE to six entries."""
-    from vtlab.assets import asset_path
+    from vtlab.core.assets import asset_path
 
     bert = Backbone("asset:minilm").load_tokenizer()
     olmo = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(str(asset_path("olmo-tokenizer"))))
@@ -350,7 +350,7 @@ def test_corpus_files_and_errors(tmp_path):
 # -- the real command --------------------------------------------------------------------------------------------------
 def test_stage_report_with_activity(tmp_path):
     """One run of the stage (in process): the per-run report with the activity section and APC's histogram."""
-    from vtlab.pipeline import run
+    from vtlab.stages.pipeline import run
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in CORPUS))

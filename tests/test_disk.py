@@ -21,10 +21,10 @@ import torch
 from test_resume import _RUN, _cfg  # tests/ is on sys.path (rootdir conftest)
 from torch import nn
 
-from vtlab import atomic
-from vtlab.atomic import atomic_dir, atomic_write, atomic_write_bytes
 from vtlab.callbacks.checkpoints import SameDirCheckpointIO, check_free_space
-from vtlab.errors import DiskError
+from vtlab.core import atomic
+from vtlab.core.atomic import atomic_dir, atomic_write, atomic_write_bytes
+from vtlab.core.errors import DiskError
 
 Usage = namedtuple("Usage", "total used free")
 MiB = 2**20
@@ -86,7 +86,7 @@ def test_a_resume_counts_the_checkpoints_it_will_replace(tmp_path: Path, monkeyp
 
 def test_a_full_run_dir_stops_training_before_its_first_step(tmp_path: Path, monkeypatch, capsys) -> None:
     """The real fine-tuning stage (splade-tiny) on a disk with 1 MiB free: refused before a step or a checkpoint."""
-    from vtlab.pipeline import run_or_exit
+    from vtlab.stages.pipeline import run_or_exit
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     steps = []
@@ -194,7 +194,7 @@ def test_other_write_errors_are_not_called_a_full_disk(tmp_path: Path) -> None:
 
 def test_the_cli_prints_one_line_for_a_full_disk(tmp_path: Path, capsys, monkeypatch) -> None:
     """What the entry point does with a DiskError from deep inside a stage: one line, exit 2."""
-    from vtlab.pipeline import run_or_exit
+    from vtlab.stages.pipeline import run_or_exit
 
     def fails(cfg, on_start=None):
         try:
@@ -202,7 +202,7 @@ def test_the_cli_prints_one_line_for_a_full_disk(tmp_path: Path, capsys, monkeyp
         except DiskError as e:
             raise RuntimeError("wrapped by a library") from e
 
-    monkeypatch.setattr("vtlab.pipeline.run", fails)
+    monkeypatch.setattr("vtlab.stages.pipeline.run", fails)
     _full_disk(monkeypatch)
     with pytest.raises(SystemExit) as ei:
         run_or_exit(_cfg(tmp_path))
@@ -283,7 +283,7 @@ def test_a_status_that_cannot_be_written_at_all_is_said_on_stderr(tmp_path: Path
 
 
 def test_disk_errors_anywhere_in_the_chain_are_one_line_naming_the_path(tmp_path: Path) -> None:
-    from vtlab.errors import note_write_roots, one_line, user_error
+    from vtlab.core.errors import note_write_roots, one_line, user_error
     from vtlab.runs.status import exit_code
 
     cache = tmp_path / "cache"
@@ -335,7 +335,7 @@ def test_disk_errors_anywhere_in_the_chain_are_one_line_naming_the_path(tmp_path
 def test_a_log_file_on_a_full_disk_is_one_warning_not_a_traceback_per_record(tmp_path: Path, capsys) -> None:
     import logging
 
-    from vtlab.logs import guard_log_files
+    from vtlab.core.logs import guard_log_files
 
     handler = logging.FileHandler(tmp_path / "job.log")
     root = logging.getLogger()

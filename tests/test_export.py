@@ -16,14 +16,14 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from vtlab.backbones import Backbone, TinyRoberta
+from vtlab.core.errors import VtlabError
 from vtlab.data.boolq import boolq_collection
 from vtlab.data.collections import iter_corpus_jsonl
-from vtlab.errors import VtlabError
 from vtlab.export.sentence_transformers import export_sentence_transformers
 from vtlab.export.vectors import AnseriniJsonVectors, OpenSearchBulk, escape_feature, unescape_feature, write_vectors
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.models.inference_free import InferenceFreeEncoder
-from vtlab.pipeline import run, run_or_exit
+from vtlab.stages.pipeline import run, run_or_exit
 from vtlab.vocab.targets import Normalizer
 
 pytestmark = pytest.mark.usefixtures("shared_cache")

@@ -13,8 +13,8 @@ from helpers import OFFLINE_ENV, ROOT, compose_cfg
 from omegaconf import OmegaConf
 
 from vtlab.backbones import Backbone
-from vtlab.errors import VtlabError
-from vtlab.pipeline import run
+from vtlab.core.errors import VtlabError
+from vtlab.stages.pipeline import run
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 

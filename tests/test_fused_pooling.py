@@ -1,5 +1,5 @@
-"""The C kernels of SPLADE's pooling against torch references: the bf16 tile max (vtlab/models/maxpool.c, any CPU with a
-C compiler) and the kernels that fuse the logits GEMM with the max (vtlab/models/fused.py: amx.c, avx512.c, avx2.c,
+"""The C kernels of SPLADE's pooling against torch references: the bf16 tile max (vtlab/runtime/maxpool.c, any CPU with
+a C compiler) and the kernels that fuse the logits GEMM with the max (vtlab/runtime/fused.py: amx.c, avx512.c, avx2.c,
 the latter also built with AVX-VNNI), each kernel and precision that runs on this CPU — an AMX Xeon runs them all;
 what this CPU cannot run is skipped, saying so."""
 
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from vtlab.models import fused, pooling
-from vtlab.models.quantize import quantize_weight
+from vtlab.runtime import fused, pooling
+from vtlab.runtime.quantize import quantize_weight
 
 
 @pytest.fixture(params=fused.KERNELS, ids=lambda k: k.name)
@@ -210,7 +210,7 @@ def test_the_openmp_split_adds_no_second_openmp_runtime():
 
 
 def test_int8_rivals_give_the_same_logits_bit_for_bit(monkeypatch):
-    """avx2 and avx2_shuffle (vtlab/models/avx2.c) differ only in how they widen exact integer sums, so which one the
+    """avx2 and avx2_shuffle (vtlab/runtime/avx2.c) differ only in how they widen exact integer sums, so which one the
     timing picks never changes a result: their logits are equal bit for bit, for hidden sizes the models use, with
     weights at -128 (stored as 0 by avx2_shuffle) and 127 among them."""
     rivals = [k for k in fused.INT8_RIVALS if fused.open_kernel(k) is not None]
@@ -423,7 +423,7 @@ def test_fused_paths_are_used_by_the_pooling_where_available(kernel, monkeypatch
     monkeypatch.setattr(fused, "max_logits_int8", spy("int8", fused.max_logits_int8))
     hidden, mask = _batch(B=2, L=10, H=64, seed=4)
     weight, bias = torch.randn(40, 64), torch.zeros(40)
-    from vtlab.models.quantize import Int8Decoder
+    from vtlab.runtime.quantize import Int8Decoder
 
     got = {}
     with torch.inference_mode():

@@ -4,8 +4,8 @@ sealed cache entry. Inputs are built from valid lines, then broken the ways file
 bytes, a byte order mark, duplicates that agree or conflict, control characters, numbers JSON does not have.
 
 The properties, for every input: the reader returns, or raises an error the entry point reports as one
-`vtlab: error:` line and exit 2 (`vtlab.errors.user_error`) — never another exception, which would be a traceback and
-exit 1; the line names the file read; and nothing is written into the input's folder (nor anywhere else: the folder
+`vtlab: error:` line and exit 2 (`vtlab.core.errors.user_error`) — never another exception, which would be a traceback
+and exit 1; the line names the file read; and nothing is written into the input's folder (nor anywhere else: the folder
 is the only place the reader is given)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from vtlab.errors import one_line, user_error
+from vtlab.core.errors import one_line, user_error
 
 # seeded and bounded: the same examples on every machine, within `make test`'s time
 FUZZ = settings(
@@ -242,7 +242,7 @@ def test_a_model_directory_is_checked_before_it_is_loaded(
     marker=_value.map(lambda v: json.dumps(v, allow_nan=True).encode()),
 )
 def test_a_sealed_cache_entry_is_usable_only_exactly_as_built(tmp_path: Path, change, data, marker) -> None:
-    from vtlab import integrity
+    from vtlab.core import integrity
 
     entry = _fresh(tmp_path) / "entry"
     (entry / "sub").mkdir(parents=True)

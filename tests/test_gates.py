@@ -1,10 +1,10 @@
-"""The testbed's sanity gates (vtlab/gates.py) and the subsampled evaluation collections they run on."""
+"""The testbed's sanity gates (vtlab/reproduce/gates.py) and the subsampled evaluation collections they run on."""
 
 import pytest
 
-from vtlab import gates
+from vtlab.core.errors import DataError
 from vtlab.data.collections import Collection, subsampled
-from vtlab.errors import DataError
+from vtlab.reproduce import gates
 
 
 def _case(groups, cosine, mass):

@@ -13,7 +13,7 @@ from vtlab.callbacks.collapse_detector import CollapseDetector
 from vtlab.callbacks.health import margin, mean_pairwise_cosine
 from vtlab.callbacks.health_monitor import HealthMonitor
 from vtlab.callbacks.preflight import PreflightCheck
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.stages import finetune
 
 pytestmark = pytest.mark.usefixtures("shared_cache")

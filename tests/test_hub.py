@@ -1,5 +1,5 @@
-"""vtlab.hub is the one way to the Hugging Face hub: one offline check, read as huggingface_hub reads its flags, and
-one loader for hub datasets and dataset files. Every loader path answers offline under every spelling of the flags
+"""vtlab.core.hub is the one way to the Hugging Face hub: one offline check, read as huggingface_hub reads its flags,
+and one loader for hub datasets and dataset files. Every loader path answers offline under every spelling of the flags
 (using only the local cache: nothing may reach the network) and online when no flag is set."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import huggingface_hub.constants
 import pytest
 from helpers import ROOT
 
-from vtlab import hub
 from vtlab.backbones.pretrained import Backbone
+from vtlab.core import hub
+from vtlab.core.errors import AssetError
 from vtlab.data import collections, corpora, hf
-from vtlab.errors import AssetError
 from vtlab.export import hub as export_hub
 
 FLAGS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -147,7 +147,7 @@ def test_model_paths_share_the_offline_check(var, value, calls, monkeypatch):
 
 def test_no_module_but_vtlab_hub_loads_hub_datasets_or_reads_the_offline_flags() -> None:
     """The one loader and the one check stay one: datasets.load_dataset, a dataset hf_hub_download and a read of the
-    offline flags appear in vtlab/hub.py only."""
+    offline flags appear in vtlab/core/hub.py only."""
     pattern = re.compile(
         r"datasets\.load_dataset\(|from datasets import[^\n]*load_dataset|repo_type=\"dataset\""
         r"|environ(?:\.get)?[(\[]\s*[\"'](?:HF_HUB_OFFLINE|HF_DATASETS_OFFLINE|TRANSFORMERS_OFFLINE)"

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from vtlab.assets import asset_path
 from vtlab.backbones import TinyModernBert
-from vtlab.errors import DataError
+from vtlab.core.assets import asset_path
+from vtlab.core.errors import DataError
 from vtlab.models import idf as idf_module
 from vtlab.models.idf import IdfTable, idf_from_df
 

@@ -11,16 +11,16 @@ from helpers import compose_cfg
 from hydra.utils import instantiate
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-from vtlab.assets import asset_path
 from vtlab.backbones import Backbone, TinyModernBert
+from vtlab.core.assets import asset_path
+from vtlab.core.errors import VtlabError
 from vtlab.data.collections import Collection
-from vtlab.errors import VtlabError
 from vtlab.evaluation import evaluate
 from vtlab.losses import InfoNCE
 from vtlab.models.idf import IdfTable
 from vtlab.models.inference_free import InferenceFreeEncoder, InferenceFreeModule
-from vtlab.pipeline import run
 from vtlab.regularizers import Flops
+from vtlab.stages.pipeline import run
 from vtlab.vocab.init import Semantic
 from vtlab.vocab.transfer import TransferOptions, apply_transfer
 

@@ -15,10 +15,10 @@ import pytest
 from helpers import ROOT
 
 # Layer of each module: the first layer (top to bottom) with a matching pattern (fnmatch on dotted module names).
-# An import may point down (to a later layer) or stay within its layer; upward imports are refused. The map names
-# folders and the few modules the vtlab/ root may hold (entry points, foundations, apc.py beside conf/apc/): a module
-# no pattern matches (a new loose module, a new folder) is refused until it is placed here, so the folder tree shows
-# the layers.
+# An import may point down (to a later layer) or stay within its layer; upward imports are refused. The patterns name
+# folders only (the vtlab/ root holds __init__ and __main__ alone): a module no pattern matches (a loose module, a new
+# folder) is refused until it is placed here, so the folder tree shows the layers. Between folders the imports form no
+# circle either (FOLDER_CIRCLES).
 LIBRARY_FOLDERS = (
     "vocab",
     "models",
@@ -32,14 +32,14 @@ LIBRARY_FOLDERS = (
     "export",
     "backbones",
     "tracking",
+    "apc",
+    "runtime",
 )
 LAYERS: dict[str, list[str]] = {
     "entry": [
         "vtlab.__main__",
         "vtlab.reproduce",
-        "vtlab.pipeline",
-        "vtlab.gates",
-        "vtlab.paper_plan",
+        "vtlab.reproduce.*",
         "vtlab.report",
         "vtlab.report.*",
         "vtlab.bench",
@@ -47,37 +47,25 @@ LAYERS: dict[str, list[str]] = {
         "*.__main__",
     ],
     "stages": ["vtlab.stages", "vtlab.stages.*"],
-    "foundations": [
-        "vtlab",
-        "vtlab.errors",
-        "vtlab.allocator",
-        "vtlab.atomic",
-        "vtlab.cpu",
-        "vtlab.assets",
-        "vtlab.hub",
-        "vtlab.integrity",
-        "vtlab.logs",
-        "vtlab.native",
-        "vtlab.paths",
-        "vtlab.runs",
-        "vtlab.runs.*",
-    ],
-    "library": ["vtlab.apc", *(f"vtlab.{folder}{tail}" for folder in LIBRARY_FOLDERS for tail in ("", ".*"))],
+    "library": [f"vtlab.{folder}{tail}" for folder in LIBRARY_FOLDERS for tail in ("", ".*")],
+    "foundations": ["vtlab", "vtlab.core", "vtlab.core.*", "vtlab.runs", "vtlab.runs.*"],
 }
 RANK = {"entry": 3, "stages": 2, "library": 1, "foundations": 0}  # higher may import lower
-# The one stage module every stage may import (shared builders); any other stage → stage import is refused.
+# The one stage module every stage may import (shared builders); any other stage → stage import is refused, but the
+# pipeline, which runs the stages a config names, imports them all.
 STAGES_SHARED = {"vtlab.stages", "vtlab.stages.build"}
+PIPELINE = "vtlab.stages.pipeline"
 # Function-level vtlab imports that are allowed: (importing module, imported module) → why it must stay lazy.
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
     # bench workers: each tool is measured in its own process, so a peer's process must not load vtlab's torch code
-    ("vtlab.bench.common", "vtlab.models.precision"): "imports torch; the ONNX Runtime encode worker (which imports "
+    ("vtlab.bench.common", "vtlab.runtime.precision"): "imports torch; the ONNX Runtime encode worker (which imports "
     "bench.common) must run without torch",
-    ("vtlab.bench.common", "vtlab.models.fused"): "imports torch; the ONNX Runtime encode worker (which imports "
+    ("vtlab.bench.common", "vtlab.runtime.fused"): "imports torch; the ONNX Runtime encode worker (which imports "
     "bench.common) must run without torch",
     ("vtlab.bench.encode", "vtlab.backbones"): "loads torch/transformers + vtlab's model: not in the st/onnx workers",
     ("vtlab.bench.encode", "vtlab.models.encoder"): "vtlab's encoder (torch): not in the st/onnx encode workers",
-    ("vtlab.bench.encode", "vtlab.models.pooling"): "torch: only the floor row uses it; not in the st/onnx workers",
-    ("vtlab.bench.encode", "vtlab.models.fused"): "torch: which kernel pooled, in vtlab's rows only; not in st/onnx",
+    ("vtlab.bench.encode", "vtlab.runtime.pooling"): "torch: only the floor row uses it; not in the st/onnx workers",
+    ("vtlab.bench.encode", "vtlab.runtime.fused"): "torch: which kernel pooled, in vtlab's rows only; not in st/onnx",
     ("vtlab.bench.encode", "vtlab.export.onnx"): "exporter imports torch: not in the onnx worker (runs without torch)",
     ("vtlab.bench.train", "vtlab.backbones"): "vtlab's model: not in the st train worker (its peak RSS is measured)",
     ("vtlab.bench.train", "vtlab.losses"): "vtlab's loss: not in the st train worker (its peak RSS is measured)",
@@ -88,7 +76,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     "its meaning (scipy peer included); see bench/retrieval.py",
     ("vtlab.bench.retrieval", "vtlab.index.seismic"): "imported after the build's RSS baseline (it loads vtlab.index "
     "too); see bench/retrieval.py",
-    ("vtlab.bench.retrieval", "vtlab.assets"): "loads hydra/omegaconf (~7 MB): moving it before the RSS baseline "
+    ("vtlab.bench.retrieval", "vtlab.core.assets"): "loads hydra/omegaconf (~7 MB): moving it before the RSS baseline "
     "would shift the BoolQ rows' build RSS; see bench/retrieval.py",
 }
 
@@ -117,7 +105,7 @@ def modules(package_dir: Path) -> dict[str, Path]:
 
 
 def _resolve(name: str, known: dict[str, Path]) -> str | None:
-    """The module `name` lives in: itself, else its nearest known parent (an attribute such as vtlab.errors.X)."""
+    """The module `name` lives in: itself, else its nearest known parent (an attribute such as vtlab.core.errors.X)."""
     while name:
         if name in known:
             return name
@@ -186,7 +174,7 @@ def layer_violations(edges: list[Import]) -> list[str]:
                 f"{e.where()}: {e.src} imports {e.dst}: upward import ({a} → {b}); {a} may import only "
                 f"{', '.join(n for n in RANK if RANK[n] <= RANK[a])}"
             )
-        elif a == b == "stages" and e.src not in STAGES_SHARED and e.dst not in STAGES_SHARED:
+        elif a == b == "stages" and e.src not in STAGES_SHARED | {PIPELINE} and e.dst not in STAGES_SHARED:
             out.append(
                 f"{e.where()}: {e.src} imports {e.dst}: stage → stage; stages share code only through "
                 "vtlab.stages.build"
@@ -273,12 +261,31 @@ def cycles(edges: list[Import]) -> list[str]:
     return out
 
 
+def folder(module: str) -> str:
+    """The folder a module lives in, as a node of the tree: `vtlab.core` for vtlab.core.errors, `vtlab` for the
+    package's own __init__/__main__."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 and parts[1] != "__main__" else parts[0]
+
+
+def folder_circles(edges: list[Import]) -> list[str]:
+    """One readable circle per tangle of folders: a folder that imports another which (through any others) imports
+    it back, each hop shown by one import that makes it."""
+    between = [
+        Import(folder(e.src), folder(e.dst), e.path, e.line, e.in_function)
+        for e in edges
+        if folder(e.src) != folder(e.dst)
+    ]
+    return cycles(between)
+
+
 def check(package_dir: Path, allowed: dict[tuple[str, str], str] = LAZY_IMPORTS) -> list[str]:
     edges = imports(package_dir)
     placed = [e for e in edges if layer(e.src) is not None and layer(e.dst) is not None]
     return (
         [f"[unplaced] {u}" for u in unplaced(package_dir)]
         + [f"[cycle] {c}" for c in cycles(edges)]
+        + [f"[folder circle] {c}" for c in folder_circles(edges)]
         + [f"[layer] {v}" for v in layer_violations(placed)]
         + [f"[function-level import] {v}" for v in function_level_violations(edges, allowed)]
     )
@@ -300,18 +307,31 @@ def test_lazy_import_allowlist_is_still_needed():
     assert set(LAZY_IMPORTS) <= lazy, f"stale LAZY_IMPORTS entries: {sorted(set(LAZY_IMPORTS) - lazy)}"
 
 
+def test_the_package_root_holds_only_its_entry_point():
+    """Code lives in folders, one per layer's concept: the root keeps __init__ and __main__ alone."""
+    root = {p.name for p in (ROOT / "vtlab").glob("*.py")}
+    assert root == {"__init__.py", "__main__.py"}, (
+        f"loose modules in vtlab/: {sorted(root - {'__init__.py', '__main__.py'})}"
+    )
+
+
 # -- the checker itself, on tiny synthetic packages named vtlab (so the real LAYERS table applies) --------------------
 CLEAN = {
     "__init__.py": "",
-    "__main__.py": "from vtlab.stages import train\nfrom vtlab import models\n",
-    "errors.py": "class VtlabError(Exception):\n    pass\n",
-    "models.py": "from vtlab.errors import VtlabError\nfrom . import data\n",
-    "data.py": "from .errors import VtlabError\n",
+    "__main__.py": "from vtlab.stages import train\nfrom vtlab.models import encoder\n",
+    "core/__init__.py": "",
+    "core/errors.py": "class VtlabError(Exception):\n    pass\n",
+    "models/__init__.py": "",
+    "models/encoder.py": "from vtlab.core.errors import VtlabError\nfrom ..data import text\n",
+    "data/__init__.py": "",
+    "data/text.py": "from ..core.errors import VtlabError\n",
     "stages/__init__.py": "",
-    "stages/build.py": "from vtlab.models import data\n",
-    "stages/train.py": "from vtlab.stages.build import data\nfrom ..errors import VtlabError\nimport vtlab.models\n",
+    "stages/build.py": "from vtlab.models import encoder\n",
+    "stages/train.py": (
+        "from vtlab.stages.build import encoder\nfrom ..core.errors import VtlabError\nimport vtlab.models.encoder\n"
+    ),
     "index/__init__.py": "def load():\n    from vtlab.index.seismic import Seismic\n    return Seismic\n",
-    "index/seismic.py": "from vtlab.errors import VtlabError\n",
+    "index/seismic.py": "from vtlab.core.errors import VtlabError\n",
 }
 
 
@@ -326,10 +346,10 @@ def _check(tmp_path: Path, files: dict[str, str]) -> list[str]:
 def test_checker_passes_a_clean_package(tmp_path):
     assert _check(tmp_path, {}) == []
     edges = {(e.src, e.dst, e.in_function) for e in imports(tmp_path / "vtlab")}
-    assert ("vtlab.models", "vtlab.data", False) in edges  # from . import data (a submodule)
-    assert ("vtlab.data", "vtlab.errors", False) in edges  # from .errors import X (an attribute)
-    assert ("vtlab.stages.train", "vtlab.errors", False) in edges  # from ..errors import X
-    assert ("vtlab.stages.train", "vtlab.models", False) in edges  # import vtlab.models
+    assert ("vtlab.models.encoder", "vtlab.data.text", False) in edges  # from ..data import text (a submodule)
+    assert ("vtlab.data.text", "vtlab.core.errors", False) in edges  # from ..core.errors import X (an attribute)
+    assert ("vtlab.stages.train", "vtlab.core.errors", False) in edges
+    assert ("vtlab.stages.train", "vtlab.models.encoder", False) in edges  # import vtlab.models.encoder
     assert ("vtlab.index", "vtlab.index.seismic", True) in edges  # allowlisted lazy import
 
 
@@ -337,7 +357,7 @@ def test_checker_refuses_a_module_in_no_layer(tmp_path):
     problems = _check(
         tmp_path,
         {
-            "helpers.py": "from vtlab.errors import VtlabError\n",
+            "helpers.py": "from vtlab.core.errors import VtlabError\n",
             "training/__init__.py": "",
             "training/loop.py": "from vtlab import helpers\n",
         },
@@ -352,22 +372,31 @@ def test_checker_refuses_a_module_in_no_layer(tmp_path):
     ]
 
 
-def test_the_package_root_holds_only_entry_points_foundations_and_apc():
-    """Library code lives in folders: the root's modules are the entry points, the foundations and apc.py."""
-    root = {p.stem for p in (ROOT / "vtlab").glob("*.py")}
-    allowed = {"__init__", "__main__", "apc"} | {
-        p.split(".")[1]
-        for name in ("entry", "foundations")
-        for p in LAYERS[name]
-        if p.count(".") == 1 and p.startswith("vtlab.") and "*" not in p
-    }
-    assert root <= allowed, f"loose library modules in vtlab/: {sorted(root - allowed)}"
-
-
 def test_checker_reports_a_cycle_with_its_path(tmp_path):
-    problems = _check(tmp_path, {"data.py": "from vtlab.errors import VtlabError\nimport vtlab.models\n"})
+    problems = _check(
+        tmp_path, {"data/text.py": "from vtlab.core.errors import VtlabError\nimport vtlab.models.encoder\n"}
+    )
     assert problems == [
-        "[cycle] import cycle vtlab.data → vtlab.models → vtlab.data (vtlab/data.py:2; vtlab/models.py:2)"
+        "[cycle] import cycle vtlab.data.text → vtlab.models.encoder → vtlab.data.text (vtlab/data/text.py:2; "
+        "vtlab/models/encoder.py:2)",
+        "[folder circle] import cycle vtlab.data → vtlab.models → vtlab.data (vtlab/data/text.py:2; "
+        "vtlab/models/encoder.py:2)",
+    ]
+
+
+def test_checker_reports_a_circle_between_folders_without_a_module_cycle(tmp_path):
+    """data.text → models.encoder → data.other: no module comes back to itself, but the folders do."""
+    problems = _check(
+        tmp_path,
+        {
+            "data/other.py": "x = 1\n",
+            "data/text.py": "from vtlab.models import encoder\n",
+            "models/encoder.py": "from vtlab.data import other\n",
+        },
+    )
+    assert problems == [
+        "[folder circle] import cycle vtlab.data → vtlab.models → vtlab.data (vtlab/data/text.py:1; "
+        "vtlab/models/encoder.py:1)"
     ]
 
 
@@ -375,16 +404,16 @@ def test_checker_reports_upward_imports(tmp_path):
     problems = _check(
         tmp_path,
         {
-            "errors.py": "from vtlab.models import data\n",  # foundations → library
-            "data.py": "x = 1\n\n\nfrom vtlab.stages import build\n",  # library → stages
+            "core/errors.py": "from vtlab.models import encoder\n",  # foundations → library
+            "data/text.py": "x = 1\n\n\nfrom vtlab.stages import build\n",  # library → stages
             "index/seismic.py": "import vtlab.__main__\n",  # library → entry
         },
     )
-    assert [p for p in problems if not p.startswith("[cycle]")] == [
-        "[layer] vtlab/data.py:4: vtlab.data imports vtlab.stages.build: upward import (library → stages); library "
-        "may import only library, foundations",
-        "[layer] vtlab/errors.py:1: vtlab.errors imports vtlab.models: upward import (foundations → library); "
-        "foundations may import only foundations",
+    assert [p for p in problems if not p.startswith(("[cycle]", "[folder circle]"))] == [
+        "[layer] vtlab/core/errors.py:1: vtlab.core.errors imports vtlab.models.encoder: upward import (foundations → "
+        "library); foundations may import only foundations",
+        "[layer] vtlab/data/text.py:4: vtlab.data.text imports vtlab.stages.build: upward import (library → stages); "
+        "library may import only library, foundations",
         "[layer] vtlab/index/seismic.py:1: vtlab.index.seismic imports vtlab.__main__: upward import (library → "
         "entry); library may import only library, foundations",
     ]
@@ -393,7 +422,12 @@ def test_checker_reports_upward_imports(tmp_path):
 def test_checker_refuses_a_stage_importing_another_stage(tmp_path):
     problems = _check(
         tmp_path,
-        {"stages/evaluate.py": "from vtlab.stages.train import data\nfrom vtlab.stages.build import data as d\n"},
+        {
+            "stages/evaluate.py": (
+                "from vtlab.stages.train import encoder\nfrom vtlab.stages.build import encoder as e\n"
+            ),
+            "stages/pipeline.py": "from vtlab.stages import evaluate, train\n",  # the pipeline runs them all
+        },
     )
     assert problems == [
         "[layer] vtlab/stages/evaluate.py:1: vtlab.stages.evaluate imports vtlab.stages.train: "
@@ -405,23 +439,23 @@ def test_checker_reports_function_level_imports_outside_the_allowlist(tmp_path):
     problems = _check(
         tmp_path,
         {
-            "models.py": """\
-        from vtlab.errors import VtlabError
+            "models/encoder.py": """\
+        from vtlab.core.errors import VtlabError
 
 
         class Model:
             def fit(self):
-                from . import data
-                import vtlab.errors as e
-                return data, e
+                from ..data import text
+                import vtlab.core.errors as e
+                return text, e
         """
         },
     )
     assert problems == [
-        "[function-level import] vtlab/models.py:6: vtlab.models imports vtlab.data inside a function; import it at "
-        "module level (break the cycle it hides), or add it to LAZY_IMPORTS with the reason",
-        "[function-level import] vtlab/models.py:7: vtlab.models imports vtlab.errors inside a function; import it "
-        "at module level (break the cycle it hides), or add it to LAZY_IMPORTS with the reason",
+        "[function-level import] vtlab/models/encoder.py:6: vtlab.models.encoder imports vtlab.data.text inside a "
+        "function; import it at module level (break the cycle it hides), or add it to LAZY_IMPORTS with the reason",
+        "[function-level import] vtlab/models/encoder.py:7: vtlab.models.encoder imports vtlab.core.errors inside a "
+        "function; import it at module level (break the cycle it hides), or add it to LAZY_IMPORTS with the reason",
     ]
     assert check(tmp_path / "vtlab", allowed={}) == [  # the seismic import too, once off the allowlist
         "[function-level import] vtlab/index/__init__.py:2: vtlab.index imports vtlab.index.seismic inside a "

@@ -8,10 +8,10 @@ import pytest
 import torch
 from helpers import compose_cfg
 
-from vtlab import gates
 from vtlab.backbones import TinyModernBert
 from vtlab.data.clean import clean_train_passages
 from vtlab.diagnose.case import case_groups, case_handling
+from vtlab.reproduce import gates
 from vtlab.vocab.canonical import special_ids
 from vtlab.vocab.init import Subword
 from vtlab.vocab.lowercase_bpe import LowercaseBPE, has_uppercase, token_text

@@ -10,9 +10,9 @@ import torch
 from helpers import compose_cfg
 
 from vtlab.backbones import TinyModernBert
+from vtlab.core.errors import AssetError, VtlabError
 from vtlab.data import corpora
 from vtlab.data.text import TextDataModule, pack_spans
-from vtlab.errors import AssetError, VtlabError
 from vtlab.models.mlm import MLMModule
 
 pytestmark = pytest.mark.usefixtures("shared_cache")

@@ -14,9 +14,9 @@ from helpers import compose_cfg
 from omegaconf import OmegaConf
 from test_export_run import cli, evaluated_run, write_beir
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.evaluation import SPARSITY_KEYS, TIMING_KEYS
-from vtlab.pipeline import run, run_or_exit
+from vtlab.stages.pipeline import run, run_or_exit
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 
@@ -209,11 +209,11 @@ def test_push_to_hub_offline_is_refused_before_any_work(tmp_path, capsys, monkey
     # no offline flag, but no connection either
     import huggingface_hub.constants
 
-    import vtlab.hub
+    import vtlab.core.hub
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(vtlab.hub, "reachable", lambda: False)
+    monkeypatch.setattr(vtlab.core.hub, "reachable", lambda: False)
     with pytest.raises(
         VtlabError,
         match=r"^export\.push_to_hub=user/repo: the Hugging Face Hub is not reachable "

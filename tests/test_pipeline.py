@@ -8,7 +8,7 @@ import sys
 import pytest
 from helpers import ROOT, compose_cfg
 
-from vtlab.pipeline import run
+from vtlab.stages.pipeline import run
 
 pytestmark = pytest.mark.usefixtures("shared_cache")  # BoolQ collections and tiny backbones are built once
 

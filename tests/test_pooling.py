@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from vtlab.models import pooling
-from vtlab.models.pooling import max_logits, splade_pool
+from vtlab.runtime import pooling
+from vtlab.runtime.pooling import max_logits, splade_pool
 
 
 def literal(hidden, weight, bias, mask):

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from vtlab import cpu
 from vtlab.backbones import Backbone
-from vtlab.errors import VtlabError
-from vtlab.models import precision as prec
+from vtlab.core.errors import VtlabError
 from vtlab.models.encoder import SpladeEncoder
+from vtlab.runtime import cpu
+from vtlab.runtime import precision as prec
 
 AVX2_ONLY = """processor\t: 0
 model name\t: AMD EPYC

@@ -1,4 +1,4 @@
-"""precision=int8 (vtlab.models.quantize) on the real offline SPLADE-tiny: every int8 layer within its derived error
+"""precision=int8 (vtlab.runtime.quantize) on the real offline SPLADE-tiny: every int8 layer within its derived error
 bound, the vectors within the bound that follows, retrieval on BoolQ-clean as good as fp32's; training refuses it;
 auto takes int8 only where the CPU runs it natively, it agrees with fp32 on the probe and it is faster (faked flags and
 timings), and a broken int8 model makes auto fall back."""
@@ -15,14 +15,13 @@ import pytest
 import torch
 from torch import nn
 
-from vtlab import cpu
 from vtlab.backbones import Backbone, decoder_bypassed
-from vtlab.errors import VtlabError
-from vtlab.models import precision as prec
-from vtlab.models import quantize
+from vtlab.core.errors import VtlabError
 from vtlab.models.encoder import SpladeEncoder
-from vtlab.models.pooling import max_logits, tiled_max_logits
-from vtlab.models.quantize import Int8Decoder, Int8Linear, quantize_network
+from vtlab.runtime import cpu, quantize
+from vtlab.runtime import precision as prec
+from vtlab.runtime.pooling import max_logits, tiled_max_logits
+from vtlab.runtime.quantize import Int8Decoder, Int8Linear, quantize_network
 
 pytestmark = pytest.mark.skipif(quantize.int8_unavailable() is not None, reason="this torch build has no int8 kernels")
 
@@ -136,8 +135,8 @@ def test_int8_linear_within_its_error_bound(tiny, passages):
 
 @pytest.mark.parametrize("level", ["avx2", "avx2_vnni"])
 def test_int8_linears_hold_their_bound_where_fbgemm_has_no_vnni(level):
-    """The bound test again, in a child process held to a CPU kind without fbgemm's VNNI kernels (vtlab.cpu: AVX2
-    only, and Intel client CPUs with AVX-VNNI but no AVX-512): fbgemm's AVX2 kernels sum u8×s8 pairs in saturating
+    """The bound test again, in a child process held to a CPU kind without fbgemm's VNNI kernels (vtlab.runtime.cpu:
+    AVX2 only, and Intel client CPUs with AVX-VNNI but no AVX-512): fbgemm's AVX2 kernels sum u8×s8 pairs in saturating
     int16, so the default activation grid must be 7-bit there. (It was 8-bit on AVX-VNNI CPUs while the choice went by
     the CPU's VNNI instead of fbgemm's: max error 0.97 for a bound of ~0.5.)"""
     if not {"avx2", "fma"} <= cpu.parse_cpu_flags(open("/proc/cpuinfo").read()):
@@ -378,8 +377,8 @@ def test_linear_copy_replaces_every_linear_but_the_decoder(tiny):
 def test_int8_body_follows_native_bf16(tiny, monkeypatch, cpuinfo, body):
     """The body runs in bf16 where the CPU computes bf16 natively (the fp32 network itself, shared, under autocast),
     else as an int8 copy; the decoder is int8 either way. A bad body name is refused."""
-    from vtlab.models import precision as prec
-    from vtlab.models import quantize
+    from vtlab.runtime import precision as prec
+    from vtlab.runtime import quantize
 
     monkeypatch.setattr(quantize, "cpu_flags", lambda: prec.parse_cpu_flags(cpuinfo))
     model, _ = tiny

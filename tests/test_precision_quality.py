@@ -15,9 +15,9 @@ import torch
 
 from vtlab.backbones import Backbone, decoder_bypassed
 from vtlab.data.boolq import validation_pairs
-from vtlab.models import precision as prec
-from vtlab.models import quantize
 from vtlab.models.encoder import SpladeEncoder
+from vtlab.runtime import precision as prec
+from vtlab.runtime import quantize
 
 SAPPHIRE = prec.parse_cpu_flags("flags : avx2 avx512f avx512_vnni avx512_bf16 amx_tile amx_bf16 amx_int8\n")
 NO_AVX2 = prec.parse_cpu_flags("flags : fpu sse2 sse4_2 avx\n")  # an x86 CPU before Haswell

@@ -12,8 +12,8 @@ from vtlab.backbones import Backbone
 from vtlab.data.collections import Collection
 from vtlab.evaluation.outputs import results_table
 from vtlab.evaluation.retrieval import evaluate
-from vtlab.models import precision as prec
 from vtlab.models.encoder import SpladeEncoder
+from vtlab.runtime import precision as prec
 
 PROBE_S = 0.4  # each faked trial of the probe takes this long
 

@@ -1,5 +1,5 @@
 """Training progress: a rich bar on a terminal (without Lightning's "Epoch 0/-2" for a run bounded by steps), log lines
-when the output is a file; third-party chatter filtered in one place (vtlab.logs)."""
+when the output is a file; third-party chatter filtered in one place (vtlab.core.logs)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 from pytorch_lightning.callbacks import RichProgressBar
 
-from vtlab import logs
-from vtlab.callbacks import progress
-from vtlab.callbacks.progress import LogProgress, StepBoundedRichBar
+from vtlab.core import logs
+from vtlab.tracking import progress
+from vtlab.tracking.progress import LogProgress, StepBoundedRichBar
 
 
 def _description(bar: RichProgressBar, max_epochs: int) -> str:

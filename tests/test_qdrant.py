@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from exported_vectors import export_vectors
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.export.vectors import QdrantPoints, qdrant_point_id
 from vtlab.index import InvertedIndex
 

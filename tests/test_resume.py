@@ -22,11 +22,11 @@ import torch
 from helpers import OFFLINE_ENV, ROOT, TINY_RUN, compose_cfg, run_results
 from torch import nn
 
-from vtlab.atomic import atomic_dir
 from vtlab.callbacks.checkpoints import SameDirCheckpointIO
 from vtlab.callbacks.last_checkpoint import LastCheckpoint
 from vtlab.callbacks.resume_state import ResumeState
 from vtlab.callbacks.run_config import RunConfigLogger
+from vtlab.core.atomic import atomic_dir
 from vtlab.data.collections import Collection
 from vtlab.data.datamodule import ResumableDataLoader, TripletDataModule
 from vtlab.data.examples import TripletExample
@@ -292,15 +292,15 @@ def test_checkpoint_write_failure_keeps_the_previous_last_ckpt(tmp_path: Path, m
 
 
 def test_apc_histogram_is_renamed_into_place(tmp_path: Path) -> None:
-    from vtlab.apc import save_histogram
+    from vtlab.apc.calibration import save_histogram
 
     out = save_histogram(torch.randn(500), 0.3, tmp_path / "apc_hist.png")
     assert out.read_bytes().startswith(b"\x89PNG") and [p.name for p in tmp_path.iterdir()] == ["apc_hist.png"]
 
 
 def test_refused_run_writes_nothing_and_never_starts(tmp_path: Path) -> None:
-    from vtlab.errors import RunDirError
-    from vtlab.pipeline import run
+    from vtlab.core.errors import RunDirError
+    from vtlab.stages.pipeline import run
 
     (tmp_path / "eval" / "boolq").mkdir(parents=True)
     (tmp_path / "eval" / "boolq" / "metrics.json").write_text("{}")
@@ -393,9 +393,9 @@ def test_sigkilled_training_resumes_to_the_same_metrics_and_weights(tmp_path: Pa
 
 
 def test_a_second_writer_of_a_run_directory_is_refused(tmp_path: Path) -> None:
-    from vtlab.errors import RunDirError
-    from vtlab.pipeline import run
+    from vtlab.core.errors import RunDirError
     from vtlab.runs.directory import run_dir_lock
+    from vtlab.stages.pipeline import run
 
     started = []
     with run_dir_lock(tmp_path):  # another process's run (flock: a second open of the directory conflicts too)
@@ -477,7 +477,7 @@ def _checkpoint_recording(path: Path, configs: list) -> str:
 
 def test_resume_refuses_a_changed_config_unless_asked(tmp_path: Path) -> None:
     from vtlab.callbacks.resume_state import resume_configs, run_config
-    from vtlab.errors import RunDirError
+    from vtlab.core.errors import RunDirError
 
     first = _cfg(tmp_path / "a")
     ckpt = _checkpoint_recording(tmp_path / "last.ckpt", [run_config(first)])
@@ -524,8 +524,8 @@ def _files(root: Path) -> dict[str, tuple[bytes, int]]:
 
 
 def test_a_refused_resume_is_refused_before_on_start_writes_anything(tmp_path: Path) -> None:
-    from vtlab.errors import RunDirError
-    from vtlab.pipeline import run
+    from vtlab.core.errors import RunDirError
+    from vtlab.stages.pipeline import run
 
     before = _interrupted_run(tmp_path)
     started = []

@@ -8,8 +8,9 @@ import pytest
 from helpers import compose_cfg
 from omegaconf import OmegaConf
 
-from vtlab import pipeline, reproduce
+from vtlab import reproduce
 from vtlab.runs.reuse import MARKER, find_equal_run, reuse_training
+from vtlab.stages import pipeline
 
 
 def cfg_for(*overrides):

@@ -19,8 +19,8 @@ from omegaconf import open_dict
 from pytorch_lightning.loggers import WandbLogger
 from wandb.proto import wandb_internal_pb2
 
-from vtlab.errors import VtlabError
-from vtlab.pipeline import run
+from vtlab.core.errors import VtlabError
+from vtlab.stages.pipeline import run
 from vtlab.tracking.loggers import configured_loggers
 
 

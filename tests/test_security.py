@@ -23,7 +23,7 @@ import torch
 from helpers import OFFLINE_ENV, ROOT
 from torch import nn
 
-from vtlab.errors import RunDirError, user_error
+from vtlab.core.errors import RunDirError, user_error
 from vtlab.runs.directory import LAST_CKPT
 
 
@@ -298,7 +298,7 @@ def _model_dir_with_code(tmp: Path, marker: Path) -> Path:
 
 def test_a_model_directory_with_code_is_refused_without_the_opt_in(tmp_path: Path) -> None:
     from vtlab.backbones import Backbone
-    from vtlab.errors import AssetError
+    from vtlab.core.errors import AssetError
 
     marker = tmp_path / "ran"
     d = _model_dir_with_code(tmp_path, marker)
@@ -376,17 +376,21 @@ class _Attack:
 
 def _torch_load_of_a_written_pickle(tmp: Path, marker: Path) -> dict:
     """torch.load (reached as vtlab.callbacks.checkpoints.torch.load) with weights_only false, of a protocol-0 pickle
-    that a nested vtlab.atomic.atomic_write_text writes first: a YAML file alone runs `touch marker`."""
+    that a nested vtlab.core.atomic.atomic_write_text writes first: a YAML file alone runs `touch marker`."""
     pickle_text = pickle.dumps(_RunsCode(marker), protocol=0).decode("ascii")
     return {
         "_target_": "vtlab.callbacks.checkpoints.torch.load",
         "weights_only": False,
-        "f": {"_target_": "vtlab.atomic.atomic_write_text", "path": str(tmp / "payload.pkl"), "lines": [pickle_text]},
+        "f": {
+            "_target_": "vtlab.core.atomic.atomic_write_text",
+            "path": str(tmp / "payload.pkl"),
+            "lines": [pickle_text],
+        },
     }
 
 
 def _write_text(tmp: Path, marker: Path) -> dict:
-    return {"_target_": "vtlab.atomic.atomic_write_text", "path": str(marker), "lines": ["written\n"]}
+    return {"_target_": "vtlab.core.atomic.atomic_write_text", "path": str(marker), "lines": ["written\n"]}
 
 
 def _copyfile(tmp: Path, marker: Path, partial: bool = False) -> dict:
@@ -426,7 +430,7 @@ ATTACKS = {
         "eval",
         "collection",
         _write_text,
-        f"_target_='vtlab.atomic.atomic_write_text' is not instantiated: {_NOT_ALLOWED}",
+        f"_target_='vtlab.core.atomic.atomic_write_text' is not instantiated: {_NOT_ALLOWED}",
     ),
     "copyfile": _Attack(
         "eval",
@@ -549,8 +553,8 @@ def test_export_refuses_each_crafted_run_config_and_nothing_of_it_runs(
     (the export's own run directory aside)."""
     from helpers import compose_cfg
 
-    from vtlab.errors import VtlabError
-    from vtlab.pipeline import run
+    from vtlab.core.errors import VtlabError
+    from vtlab.stages.pipeline import run
 
     attack, marker = ATTACKS[name], tmp_path / "ran"
     run_dir = _crafted_run(tmp_path, saved_model, attack, marker)
@@ -606,7 +610,7 @@ def test_export_command_refuses_a_crafted_run_config_with_one_line(
 def test_export_refuses_foreign_targets_in_a_run_config(tmp_path: Path, key: str) -> None:
     from omegaconf import OmegaConf
 
-    from vtlab.errors import VtlabError
+    from vtlab.core.errors import VtlabError
     from vtlab.export.run_encoder import encoder_from_run
 
     marker, run_dir = tmp_path / "ran", tmp_path / "colleague-run"
@@ -636,7 +640,7 @@ def test_a_vtlab_alias_passes_only_when_it_is_an_allowed_object() -> None:
 
     assert target_problem("vtlab.models.inference_free.SpladeEncoder.from_backbone") is None  # SpladeEncoder's own
     assert target_problem("vtlab.data.collections.atomic_write_text") == (
-        f"is not instantiated: it is vtlab.atomic.atomic_write_text, and {_NOT_ALLOWED}"
+        f"is not instantiated: it is vtlab.core.atomic.atomic_write_text, and {_NOT_ALLOWED}"
     )
     assert "it is shutil.copyfile" in target_problem("vtlab.runs.directory.shutil.copyfile")
     assert "it is vtlab.backbones.pretrained.Backbone" in target_problem("vtlab.backbones.Backbone")

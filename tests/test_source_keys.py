@@ -1,6 +1,6 @@
 """Caches derived from a local model or tokenizer (vocabulary transfers, MLM-adapted models, baseline evaluations) are
-keyed by what the directory holds, not where it is (vtlab.integrity.content_key via vtlab.assets.source_key): a model
-retrained into the same directory is not served what was derived from the old one, and vtlab's own sealed cache
+keyed by what the directory holds, not where it is (vtlab.core.integrity.content_key via vtlab.core.assets.source_key):
+a model retrained into the same directory is not served what was derived from the old one, and vtlab's own sealed cache
 entries keep their keys when the cache moves or is copied."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from vtlab import integrity
-from vtlab.assets import source_key
 from vtlab.backbones import Backbone
+from vtlab.core import integrity
+from vtlab.core.assets import source_key
 from vtlab.vocab.init import Mean
 from vtlab.vocab.targets import PretrainedVocab
 from vtlab.vocab.transfer import cached_transfer

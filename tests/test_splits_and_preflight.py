@@ -18,11 +18,11 @@ from helpers import CONF, OFFLINE_ENV, ROOT, compose_cfg, one_error_line
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from vtlab.core.errors import DataError, RunDirError, one_line, user_error
 from vtlab.data.collections import Collection
 from vtlab.data.examples import TripletExample
 from vtlab.data.overlap import check_disjoint, normalize
 from vtlab.data.preflight import preflight
-from vtlab.errors import DataError, RunDirError, one_line, user_error
 from vtlab.runs.inputs import INPUTS_JSON, difference, fingerprint
 
 pytestmark = pytest.mark.usefixtures("shared_cache")

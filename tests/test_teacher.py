@@ -9,12 +9,12 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from vtlab.assets import asset_path
 from vtlab.backbones import Backbone
+from vtlab.core.assets import asset_path
+from vtlab.core.errors import DataError
 from vtlab.data.datamodule import TripletDataModule
 from vtlab.data.examples import TripletExample
 from vtlab.data.teacher import teacher_scored
-from vtlab.errors import DataError
 from vtlab.models.encoder import SpladeEncoder
 
 EXAMPLES = [

@@ -11,9 +11,9 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from test_report import write_job, write_multirun
 
+from vtlab.core.errors import DataError
 from vtlab.data.collections import Collection
 from vtlab.data.splits import held_out
-from vtlab.errors import DataError
 from vtlab.report.discovery import ReportError
 from vtlab.report.selection import choose
 

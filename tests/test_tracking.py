@@ -6,8 +6,8 @@ import pytest
 from pytorch_lightning.loggers import CSVLogger
 from test_evaluation import TOY, VOCAB, BagOfWords  # tests/ is on sys.path (rootdir conftest)
 
+from vtlab.core.errors import VtlabError
 from vtlab.data.collections import Collection
-from vtlab.errors import VtlabError
 from vtlab.evaluation import EvaluationSuite, RetrievalEvaluation, average
 from vtlab.runs.status import RunStatus, error_line, read_status
 from vtlab.tracking.loggers import log_results

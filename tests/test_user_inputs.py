@@ -14,9 +14,9 @@ import pytest
 from helpers import compose_cfg
 from hydra.utils import instantiate
 
+from vtlab.core.errors import DataError, VtlabError, user_error
 from vtlab.data.collections import Collection
 from vtlab.data.corpora import TextCorpus
-from vtlab.errors import DataError, VtlabError, user_error
 from vtlab.evaluation import RetrievalEvaluation
 from vtlab.vocab.targets import CorpusWordPiece
 

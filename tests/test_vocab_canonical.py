@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from vtlab.errors import AssetError
+from vtlab.core.errors import AssetError
 from vtlab.vocab.canonical import (
     BYTES_MARK,
     bytelevel_bytes,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.vocab.canonical import Overlap
 from vtlab.vocab.init import AllRandom, Mean, NewRandom, Semantic, Subword
 from vtlab.vocab.similarity import Similarities, pmi_transform, sparsemax, zscore_transform
@@ -299,9 +299,9 @@ def test_all_random_copies_nothing():
 def bert_and_olmo():
     from transformers import AutoTokenizer
 
-    from vtlab.assets import asset_path
     from vtlab.backbones import TinyModernBert
-    from vtlab.errors import AssetError
+    from vtlab.core.assets import asset_path
+    from vtlab.core.errors import AssetError
 
     try:
         bert = AutoTokenizer.from_pretrained(str(asset_path("minilm")))

@@ -8,8 +8,8 @@ import pytest
 from helpers import compose_cfg
 from hydra.utils import instantiate
 
+from vtlab.core.errors import AssetError, VtlabError
 from vtlab.data.corpora import boolq_passages
-from vtlab.errors import AssetError, VtlabError
 from vtlab.vocab.targets import (
     CorpusWordPiece,
     NativeVocab,

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-from vtlab.assets import asset_path
 from vtlab.backbones import Backbone, TinyModernBert, TinyRoberta
-from vtlab.errors import VtlabError
+from vtlab.core.assets import asset_path
+from vtlab.core.errors import VtlabError
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.vocab.canonical import Overlap
 from vtlab.vocab.init import AllRandom, Mean, NewRandom, Semantic, Subword

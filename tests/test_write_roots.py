@@ -1,5 +1,5 @@
-"""No write leaves its root, whatever links the tree holds (vtlab.atomic.guard_write, called by every writer of
-vtlab.atomic), and every cache folder is closed to other users by one rule (vtlab.assets.closed_to_others)."""
+"""No write leaves its root, whatever links the tree holds (vtlab.core.atomic.guard_write, called by every writer of
+vtlab.core.atomic), and every cache folder is closed to other users by one rule (vtlab.core.assets.closed_to_others)."""
 
 import json
 import logging
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from vtlab import assets
-from vtlab.atomic import atomic_dir, atomic_path, atomic_write, build_dir, write_json
-from vtlab.errors import AssetError, LinkError, note_write_roots, write_roots
+from vtlab.core import assets
+from vtlab.core.atomic import atomic_dir, atomic_path, atomic_write, build_dir, write_json
+from vtlab.core.errors import AssetError, LinkError, note_write_roots, write_roots
 
 
 @pytest.fixture

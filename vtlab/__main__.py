@@ -1,4 +1,5 @@
-"""`python -m vtlab [overrides]`: the Hydra entry point. Thin on purpose: all wiring is in conf/ and vtlab.pipeline."""
+"""`python -m vtlab [overrides]`: the Hydra entry point. Thin on purpose: all wiring is in conf/ and
+vtlab.stages.pipeline."""
 
 from __future__ import annotations
 
@@ -13,11 +14,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from vtlab.allocator import keep_freed_memory
-from vtlab.errors import DiskError, note_write_roots, one_line
-from vtlab.logs import guard_log_files, quiet_third_party
-from vtlab.paths import CONF_DIR
-from vtlab.pipeline import run_or_exit
+from vtlab.core.errors import DiskError, note_write_roots, one_line
+from vtlab.core.logs import guard_log_files, quiet_third_party
+from vtlab.core.paths import CONF_DIR
 from vtlab.runs.directory import LAST_CKPT, release_run_dir_lock, trains
 from vtlab.runs.overrides import bad_override
 from vtlab.runs.signals import (
@@ -29,6 +28,8 @@ from vtlab.runs.signals import (
     resume_command,
 )
 from vtlab.runs.status import RunStatus, error_line
+from vtlab.runtime.allocator import keep_freed_memory
+from vtlab.stages.pipeline import run_or_exit
 
 log = logging.getLogger("vtlab")
 
@@ -40,7 +41,8 @@ def main(cfg: DictConfig) -> None:
     # past `ulimit -f` a write must fail (EFBIG: one line naming the file, status.json "failed"), not kill the process
     # with SIGXFSZ; Python ignores it already, this keeps it so for a job started otherwise (a launcher, a test)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    keep_freed_memory()  # freed activations stay in the process for the next batch, not refaulted (vtlab.allocator)
+    # freed activations stay in the process for the next batch, not refaulted (vtlab.runtime.allocator)
+    keep_freed_memory()
     # an error that names no file (safetensors' "No space left on device (os error 28)") is placed among these
     note_write_roots(cfg.paths.run_dir, os.environ.get("VTLAB_CACHE") or os.path.expanduser("~/.cache/vtlab"))
     hc = HydraConfig.get()

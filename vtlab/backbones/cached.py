@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vtlab.assets import cache_dir
-from vtlab.atomic import build_dir
 from vtlab.backbones.pretrained import Backbone
+from vtlab.core.assets import cache_dir
+from vtlab.core.atomic import build_dir
 
 MARKER = "vtlab_backbone.json"  # written last: its presence says the directory is complete
 
@@ -19,7 +19,7 @@ class CachedBackbone(Backbone):
     """A backbone whose directory `_write(tmp)` builds; `dirname` names it in the cache (and is its cache key)."""
 
     dirname: str
-    disk_errors = True  # a full disk → one DiskError line (vtlab.atomic.build_dir); False: the OSError as it is
+    disk_errors = True  # a full disk → one DiskError line (vtlab.core.atomic.build_dir); False: the OSError as it is
 
     def cache_key(self) -> str:
         return self.dirname

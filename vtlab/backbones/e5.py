@@ -20,14 +20,14 @@ import numpy as np
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from vtlab.assets import ASSETS, asset_path
-from vtlab.atomic import stable_hash
 from vtlab.backbones.cached import CachedBackbone
 from vtlab.backbones.e5s_file import E5SFile, read_e5s
 from vtlab.backbones.unigram import unigram_tokenizer
-from vtlab.errors import ConfigError
+from vtlab.core.assets import ASSETS, asset_path
+from vtlab.core.atomic import stable_hash
+from vtlab.core.errors import ConfigError
 
-# the E5S1 file of each variant (vtlab/assets.py)
+# the E5S1 file of each variant (vtlab/core/assets.py)
 VARIANTS = {"enpt": "e5-small-enpt", "full": "e5-small"}
 
 

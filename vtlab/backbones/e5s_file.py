@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vtlab.errors import AssetError
+from vtlab.core.errors import AssetError
 
 MAGIC = b"E5S1"
 Q4_BLOCK = 32

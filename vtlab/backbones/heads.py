@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from vtlab.errors import AssetError
+from vtlab.core.errors import AssetError
 
 
 def decoder_site(model: nn.Module) -> tuple[nn.Module, str]:

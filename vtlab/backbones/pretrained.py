@@ -15,10 +15,10 @@ from safetensors import SafetensorError, safe_open
 from torch import nn
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from vtlab import hub
-from vtlab.assets import looks_like_path, resolve, source_key
 from vtlab.backbones.heads import fix_decoder_bias
-from vtlab.errors import AssetError, ConfigError, gib
+from vtlab.core import hub
+from vtlab.core.assets import looks_like_path, resolve, source_key
+from vtlab.core.errors import AssetError, ConfigError, gib
 
 T = TypeVar("T")
 
@@ -275,7 +275,7 @@ class Backbone:
 
     def cache_key(self) -> str:
         """Identifies the weights + tokenizer this backbone loads (for caching derived artifacts such as transfers): a
-        local directory by its content (vtlab.assets.source_key), hub ids and assets by name."""
+        local directory by its content (vtlab.core.assets.source_key), hub ids and assets by name."""
         return f"{source_key(self.name_or_path)}|{source_key(self.tokenizer)}|{self.revision}"
 
     # -- where to load from ------------------------------------------------------------------------------------------

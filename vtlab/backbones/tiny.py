@@ -13,10 +13,10 @@ from typing import TypeVar
 import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from vtlab.assets import asset_path
-from vtlab.atomic import stable_hash
 from vtlab.backbones.cached import CachedBackbone
-from vtlab.errors import AssetError
+from vtlab.core.assets import asset_path
+from vtlab.core.atomic import stable_hash
+from vtlab.core.errors import AssetError
 
 T = TypeVar("T")
 

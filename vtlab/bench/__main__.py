@@ -9,9 +9,9 @@ so the ratios compare the two under the same machine load. Writes outputs/bench/
 top-10 lists used for the equality / recall checks, and outputs/bench/summary.json; prints a table of absolute figures,
 ratios and targets. Numbers are measured, never asserted: a target that is missed is reported with its shortfall.
 
-`VTLAB_MAX_CPU_ISA=avx2 make bench` measures what an AVX2-only CPU would run, on a newer one (vtlab.cpu): vtlab's
-flags, and torch's, oneDNN's and fbgemm's kernels in every worker, held to AVX2 (ONNX Runtime is not: its rows keep
-the real CPU's); summary.json records the level beside the flags it left.
+`VTLAB_MAX_CPU_ISA=avx2 make bench` measures what an AVX2-only CPU would run, on a newer one (vtlab.runtime.cpu):
+vtlab's flags, and torch's, oneDNN's and fbgemm's kernels in every worker, held to AVX2 (ONNX Runtime is not: its rows
+keep the real CPU's); summary.json records the level beside the flags it left.
 """
 
 from __future__ import annotations

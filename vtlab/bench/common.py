@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vtlab.cpu import isa_env, max_isa
+from vtlab.runtime.cpu import isa_env, max_isa
 
 
 def peak_rss_mb() -> float:
@@ -132,15 +132,15 @@ def machine() -> dict[str, Any]:
     # what the precisions run on: the CPU's vector, native-bf16 and native-int8 flags, and what precision=auto picks
     # here without a model (imported here: it loads torch, which the workers that run without it, ONNX Runtime's,
     # must not)
-    from vtlab.models.precision import NATIVE_FLAGS, cpu_flags, native, resolve_precision
+    from vtlab.runtime.precision import NATIVE_FLAGS, cpu_flags, native, resolve_precision
 
     flags = cpu_flags()
-    info["max_cpu_isa"] = max_isa()  # set: the flags below are that level's, not the CPU's own (vtlab.cpu)
+    info["max_cpu_isa"] = max_isa()  # set: the flags below are that level's, not the CPU's own (vtlab.runtime.cpu)
     wanted = {"avx2", "avx512f"}.union(*NATIVE_FLAGS.values())
     info.update({flag: flag in flags for flag in sorted(wanted)})
     info.update({f"{p}_native": native(p, flags) for p in NATIVE_FLAGS})
     info["precision_auto"] = resolve_precision("auto", "cpu")
-    from vtlab.models.fused import in_use
+    from vtlab.runtime.fused import in_use
 
     info["fused_pooling_kernels"] = in_use()  # per precision: amx / avx512 / avx2 / None (the tiled GEMM)
     try:

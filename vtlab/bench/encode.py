@@ -8,17 +8,17 @@ The texts are the parent's texts file (write_texts: the passages and questions o
 vtlab/bench/testbed.py), encoded at 256 / 64 tokens, batch 64.
 
 - `vtlab`: SpladeEncoder.encode (precision=fp32); `vtlab-bf16`: the same with precision=bf16 (bf16 autocast);
-  `vtlab-int8`: precision=int8 (vtlab.models.quantize; the int8 copy of the network is built in the warm-up, untimed).
+  `vtlab-int8`: precision=int8 (vtlab.runtime.quantize; the int8 copy of the network is built in the warm-up, untimed).
 - `onnx`: ONNX Runtime on the graphs `export.onnx=true` writes (SPLADE pooling inside), through
   vtlab.export.onnx_runtime.OnnxSparseEncoder: no torch in the process, tokenizers + onnxruntime only.
   `onnx-int8`: the same graphs after ONNX Runtime's dynamic int8 quantization (quantize_graphs), same worker path.
 - `st`: sentence-transformers SparseEncoder = MLMTransformer (fill-mask) + SpladePooling(max, relu), its own encode().
 - `floor`: what an encoder that computes the logits with torch's GEMM cannot skip, on vtlab's batches: tokenization,
   the encoder body + MLM head transform, and the vocabulary matmul on the real (non-pad) tokens only, into one reused
-  buffer; no pooling, no output. Where a fused pooling kernel runs (vtlab.models.fused: it never writes the logits),
+  buffer; no pooling, no output. Where a fused pooling kernel runs (vtlab.runtime.fused: it never writes the logits),
   vtlab can run below it.
-The vtlab rows and the floor run with the allocator settings `python -m vtlab` makes (vtlab.allocator); the peers with
-their own defaults.
+The vtlab rows and the floor run with the allocator settings `python -m vtlab` makes (vtlab.runtime.allocator); the
+peers with their own defaults.
 
 --splits N,M: the texts are encoded in consecutive slices [0, N), [N, M), [M, end), each timed, so the result holds
 the timing of every prefix (`prefix`) beside the whole: a row that encodes only a sample is compared with this one on
@@ -40,14 +40,14 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from vtlab.allocator import keep_freed_memory
-from vtlab.assets import asset_path, cache_dir
-from vtlab.atomic import build_dir
 from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, timed, write_result
+from vtlab.core.assets import asset_path, cache_dir
+from vtlab.core.atomic import build_dir
 from vtlab.data.boolq import boolq_collection
 
 # torch-free; onnxruntime is imported only when used
 from vtlab.export.onnx_runtime import GRAPH_VERSION, MANIFEST, OnnxSparseEncoder
+from vtlab.runtime.allocator import keep_freed_memory
 
 # vtlab.backbones, vtlab.models.* and vtlab.export.onnx are imported where used: they load torch (and vtlab's encoder)
 # into a process, and the `st` and `onnx` rows must measure their peer without them (the onnx rows without torch).
@@ -205,7 +205,7 @@ def setup_vtlab(path: Path, warm: list[str], batch: int, precision: str) -> Enco
     from vtlab.backbones import Backbone
     from vtlab.models.encoder import SpladeEncoder
 
-    keep_freed_memory()  # as `python -m vtlab` runs (vtlab.allocator)
+    keep_freed_memory()  # as `python -m vtlab` runs (vtlab.runtime.allocator)
     enc = SpladeEncoder.from_backbone(
         Backbone(str(path), family="bert"), query_max_length=QUERY_LEN, doc_max_length=DOC_LEN, precision=precision
     )
@@ -219,7 +219,7 @@ def setup_vtlab(path: Path, warm: list[str], batch: int, precision: str) -> Enco
 
 def auto_choice(path: Path) -> dict[str, str]:
     """What precision=auto runs for this model on this machine and why: its check (timing and agreement with fp32 on
-    BoolQ train pairs, vtlab.models.precision) run here, after the timed encoding, or read from the cache of a
+    BoolQ train pairs, vtlab.runtime.precision) run here, after the timed encoding, or read from the cache of a
     previous run on this machine."""
     from vtlab.backbones import Backbone
     from vtlab.models.encoder import SpladeEncoder
@@ -269,7 +269,7 @@ def setup_floor(path: Path, warm: list[str], batch: int) -> Encode:
 
     from vtlab.backbones import Backbone, decoder_bypassed
     from vtlab.models.encoder import SpladeEncoder, head_inputs
-    from vtlab.models.pooling import DEFAULT_CHUNK_BYTES, tile_shape
+    from vtlab.runtime.pooling import DEFAULT_CHUNK_BYTES, tile_shape
 
     keep_freed_memory()  # the body as vtlab runs it: its allocator settings and chunks (head_inputs)
     enc = SpladeEncoder.from_backbone(
@@ -370,7 +370,7 @@ def main() -> None:
         torch_loaded="torch" in sys.modules,
     )
     if args.tool in VTLAB_TOOLS:
-        from vtlab.models.fused import in_use
+        from vtlab.runtime.fused import in_use
 
         # the fused kernel that pooled here, after this process's own choice (int8: the faster of its rivals)
         result["pooling_kernel"] = in_use()[VTLAB_TOOLS[args.tool]]

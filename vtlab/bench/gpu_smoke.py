@@ -13,7 +13,7 @@ Texts are BoolQ validation questions/passages (an offline asset) with synthetic 
 
 Written as JSON (and printed): median step time, tokens/s (real and padded tokens of queries + documents), peak GPU
 memory, and the MLM head's share of step time from torch.profiler over a window of steps: the vocabulary projection
-(vtlab.models.pooling.MaskedMaxLogits forward + backward: tiled GEMM, max-pool, sparse backward) and the GEMM
+(vtlab.runtime.pooling.MaskedMaxLogits forward + backward: tiled GEMM, max-pool, sparse backward) and the GEMM
 kernels inside it.
 """
 
@@ -35,10 +35,10 @@ from hydra.utils import instantiate
 from torch.profiler import ProfilerActivity, profile
 
 from vtlab.bench.common import machine, peak_rss_mb, write_result
+from vtlab.core.paths import CONF_DIR
 from vtlab.data.boolq import validation_pairs
 from vtlab.data.datamodule import TripletDataModule
 from vtlab.data.examples import TripletExample
-from vtlab.paths import CONF_DIR
 
 HEAD = "MaskedMaxLogits"  # the autograd Function of the vocabulary projection + max-pool (profiler event names)
 GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")

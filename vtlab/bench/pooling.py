@@ -3,7 +3,7 @@
     python -m vtlab.bench.pooling [--texts 64] [--length 128] [--real 100] [--hidden 128] [--vocab 30522]
                                   [--threads 1,2] [--repeats 3] [--out FILE]
 
-For fp32, bf16 and int8, each fused kernel this CPU runs (vtlab.models.fused) and the tiled GEMM without one: the best
+For fp32, bf16 and int8, each fused kernel this CPU runs (vtlab.runtime.fused) and the tiled GEMM without one: the best
 of `repeats` timed calls on random hidden states (`real` of `length` positions per text unmasked), after a warm-up
 call that also packs the weight. Prints one line per measurement (milliseconds and G multiply-adds per second) and the
 CPU's flags; --out writes them as JSON. What `make bench` cannot show: how far each head is from its arithmetic peak.
@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from vtlab.bench.common import machine
-from vtlab.models import fused, pooling
-from vtlab.models.quantize import Int8Decoder
+from vtlab.runtime import fused, pooling
+from vtlab.runtime.quantize import Int8Decoder
 
 
 def best_ms(f: Callable[[], Any], repeats: int) -> float:

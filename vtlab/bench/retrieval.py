@@ -28,8 +28,8 @@ from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, timed, write_re
 from vtlab.bench.synthetic import DOC_DRAWS, synthetic_collection
 
 # vtlab.index (scipy and exact) and vtlab.index.seismic are imported after the RSS baseline of the build, and
-# vtlab.assets only where the synthetic collection is loaded (vtlab.index loads it, with hydra/omegaconf through
-# vtlab.errors): at module level they would move that import memory (~8 MB) out of the build's figures
+# vtlab.core.assets only where the synthetic collection is loaded (vtlab.index loads it, with hydra/omegaconf through
+# vtlab.core.errors): at module level they would move that import memory (~8 MB) out of the build's figures
 # (rss_after_build_mb, build_peak_rise_mb), the scipy peer's included.
 
 K = 10
@@ -37,7 +37,7 @@ K = 10
 
 def synthetic_path(n_docs: int, n_queries: int, seed: int = 0) -> Path:
     """The synthetic collection as two .npz files, generated once and cached (1M docs: ~30 s, ~1 GB)."""
-    from vtlab.assets import cache_dir  # not at module level: see the note at the top
+    from vtlab.core.assets import cache_dir  # not at module level: see the note at the top
 
     d = cache_dir("bench", f"synthetic-v1-d{DOC_DRAWS}-{n_docs}-{n_queries}-{seed}")
     if not (d / "queries.npz").is_file():

@@ -11,10 +11,10 @@ import scipy.sparse as sp
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from vtlab.core.paths import CONF_DIR
 from vtlab.data.collections import Collection, subsampled
 from vtlab.evaluation import compute_metrics
 from vtlab.index import InvertedIndex, to_run
-from vtlab.paths import CONF_DIR
 
 MEASURE, TOP_K = "nDCG@10", 100
 REFERENCE = "vtlab"  # fp32: the row every other precision's quality is a ratio to

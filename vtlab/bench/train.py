@@ -24,10 +24,10 @@ import time
 import warnings
 from typing import Any
 
-from vtlab.allocator import keep_freed_memory
-from vtlab.assets import asset_path
 from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, write_result
+from vtlab.core.assets import asset_path
 from vtlab.data.boolq import train_pairs
+from vtlab.runtime.allocator import keep_freed_memory
 
 # vtlab's model, loss and regularizer modules are imported in run_vtlab only: the `st` process measures
 # sentence-transformers' step time and peak RSS without them.
@@ -53,7 +53,7 @@ def run_vtlab(questions: list[str], passages: list[str], args: argparse.Namespac
     from vtlab.models.splade import SpladeModule
     from vtlab.regularizers import Flops
 
-    keep_freed_memory()  # as `python -m vtlab` runs (vtlab.allocator)
+    keep_freed_memory()  # as `python -m vtlab` runs (vtlab.runtime.allocator)
     pl.seed_everything(0, verbose=False)
     enc = SpladeEncoder.from_backbone(
         Backbone(str(asset_path("splade-tiny")), family="bert"),

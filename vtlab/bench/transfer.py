@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, ModernBertConfig, ModernBertForMaskedLM
 
-from vtlab.assets import asset_path
 from vtlab.backbones import TinyModernBert
 from vtlab.bench.common import peak_rss_mb
+from vtlab.core.assets import asset_path
 from vtlab.vocab.init import Semantic
 from vtlab.vocab.transfer import TransferOptions, apply_transfer
 

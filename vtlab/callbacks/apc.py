@@ -1,4 +1,4 @@
-"""Entries `apc` and `start_shift`: one decoder-bias shift (vtlab.apc) when fitting starts."""
+"""Entries `apc` and `start_shift`: one decoder-bias shift (vtlab.apc.calibration) when fitting starts."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytorch_lightning as pl
 import torch
 from safetensors.torch import load_file, save_file
 
-from vtlab import integrity
-from vtlab.apc import APC, flat_metrics, json_report, summary_line, write_outputs
-from vtlab.assets import cache_dir
-from vtlab.atomic import file_lock, stable_hash
-from vtlab.errors import VtlabError
+from vtlab.apc.calibration import APC, flat_metrics, json_report, summary_line, write_outputs
+from vtlab.core import integrity
+from vtlab.core.assets import cache_dir
+from vtlab.core.atomic import file_lock, stable_hash
+from vtlab.core.errors import VtlabError
 
 log = logging.getLogger("vtlab")
 

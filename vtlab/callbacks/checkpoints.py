@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from vtlab.atomic import atomic_write_bytes
-from vtlab.errors import DiskError, RunDirError, gib
+from vtlab.core.atomic import atomic_write_bytes
+from vtlab.core.errors import DiskError, RunDirError, gib
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl

@@ -12,7 +12,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from vtlab.callbacks.health import side_stats
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 
 log = logging.getLogger("vtlab")
 

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from vtlab.callbacks.health import active_dims, flops, margin
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 
 
 class HealthMonitor(pl.Callback):

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from vtlab.atomic import write_json
-from vtlab.errors import VtlabError
+from vtlab.core.atomic import write_json
+from vtlab.core.errors import VtlabError
 
 log = logging.getLogger("vtlab")
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from vtlab.errors import ConfigError
+from vtlab.core.errors import ConfigError
 from vtlab.runs.signals import defer_signals, pending, raise_pending
 
 

@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig
 
 from vtlab.callbacks.checkpoints import check_checkpoint_fits, load_checkpoint, rng_states, set_rng_states
-from vtlab.errors import RunDirError
+from vtlab.core.errors import RunDirError
 from vtlab.runs.reuse import comparable
 
 log = logging.getLogger("vtlab")

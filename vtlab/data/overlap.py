@@ -27,9 +27,9 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from vtlab.core.errors import DataError
 from vtlab.data.collections import Collection
 from vtlab.data.examples import TripletExample
-from vtlab.errors import DataError
 
 log = logging.getLogger("vtlab")
 

@@ -1,4 +1,4 @@
-"""Checks of the run's data before the expensive part, called by vtlab.pipeline right after the config checks.
+"""Checks of the run's data before the expensive part, called by vtlab.stages.pipeline right after the config checks.
 
 - The evaluation collection(s), when evaluation comes after another stage (stage=all: MLM, fine-tuning, then
   evaluation): loaded and checked now as the evaluation would (files exist and parse, qrels have a positive grade, doc
@@ -23,11 +23,10 @@ from typing import Any
 from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from vtlab.data.collections import HUB_LOADERS, Collection, load_beir
+from vtlab.data.collections import HUB_LOADERS, Collection, check_collection, load_beir
 from vtlab.data.overlap import normalize
 
 # the evaluation's own check of a loaded collection: the same words now as after training
-from vtlab.evaluation import _check_collection
 from vtlab.runs.directory import TRAINING_STEP, check_run_dir, run_dir_lock
 from vtlab.runs.inputs import check_resume, fingerprints, record
 
@@ -101,7 +100,7 @@ def check_eval(cfg: DictConfig) -> list[Collection]:
             continue
         collection = getattr(instantiate(node), "collection", None)  # RetrievalEvaluation loads it on first use
         if collection is not None:
-            _check_collection(collection, trec_ids=True)
+            check_collection(collection, trec_ids=True)
             out.append(collection)
             log.info(
                 "%s: %s checked before the run (%d queries over %d documents)",

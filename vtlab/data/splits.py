@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from vtlab.core.errors import DataError
 from vtlab.data.collections import Collection, judged_queries
-from vtlab.errors import DataError
 
 
 def _loaded(load: Any) -> Collection:

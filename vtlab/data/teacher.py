@@ -15,10 +15,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from vtlab.assets import cache_dir
-from vtlab.atomic import atomic_write_text, json_hash
+from vtlab.core.assets import cache_dir
+from vtlab.core.atomic import atomic_write_text, json_hash
+from vtlab.core.errors import DataError
 from vtlab.data.examples import TripletExample, Triplets
-from vtlab.errors import DataError
 
 VERSION = "t1"  # bump when what a score means changes, so cached scores are recomputed
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 
 log = logging.getLogger("vtlab")
 

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from vtlab.errors import DataError, VtlabError
+from vtlab.core.errors import DataError, VtlabError
 
 
 def iter_lines(path: Path) -> Iterator[tuple[str, str]]:

@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from vtlab.atomic import atomic_write_text
+from vtlab.core.atomic import atomic_write_text
+from vtlab.core.errors import DataError
 from vtlab.data.examples import TripletExample, Triplets
 from vtlab.data.text_files import json_line
-from vtlab.errors import DataError
 
 log = logging.getLogger("vtlab")
 
@@ -183,5 +183,5 @@ def triplet_to_dict(ex: TripletExample) -> dict[str, Any]:
 
 
 def write_jsonl_triplets(path: str | os.PathLike[str], examples: Iterable[TripletExample]) -> None:
-    """Write examples as JSONL atomically (vtlab.atomic: a temp file renamed into place)."""
+    """Write examples as JSONL atomically (vtlab.core.atomic: a temp file renamed into place)."""
     atomic_write_text(path, (json.dumps(triplet_to_dict(ex), ensure_ascii=False) + "\n" for ex in examples))

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from vtlab.core.errors import VtlabError
 from vtlab.diagnose.report import collect, render
-from vtlab.errors import VtlabError
 
 
 def main(argv: list[str] | None = None) -> int:

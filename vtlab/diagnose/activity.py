@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from vtlab.apc import APC, STAT_KEYS
-from vtlab.errors import VtlabError
-from vtlab.models.pooling import splade_activation
+from vtlab.apc.calibration import APC, STAT_KEYS
+from vtlab.core.errors import VtlabError
+from vtlab.runtime.pooling import splade_activation
 
 QUANTILES = np.linspace(0, 100, 101)
 FREQ_BUCKETS = ("dead", "<1%", "1-10%", "10-50%", "50%-always", "always-on")

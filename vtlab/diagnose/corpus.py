@@ -8,9 +8,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from vtlab.core.errors import DataError, VtlabError
 from vtlab.data.corpora import boolq_passages
 from vtlab.data.text_files import read_texts
-from vtlab.errors import DataError, VtlabError
 
 
 def read_file(path: str | Path, field: str = "text") -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from vtlab.atomic import atomic_path
+from vtlab.core.atomic import atomic_path
 from vtlab.diagnose.verdict import final_activity
 
 

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vtlab.atomic import atomic_write, write_json
+from vtlab.core.atomic import atomic_write, write_json
+from vtlab.core.errors import VtlabError
 from vtlab.diagnose.markdown import report_markdown
 from vtlab.diagnose.plots import render_plots
 from vtlab.diagnose.verdict import best, rank, suggest
-from vtlab.errors import VtlabError
 
 RESULT_FILE = "diagnose.json"
 

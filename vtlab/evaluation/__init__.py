@@ -18,7 +18,7 @@ modules: `vtlab.evaluation.stats`, `vtlab.evaluation.baseline`).
 from vtlab.evaluation.budgets import BUDGET_KEY, Budget, budget_key, parse_budgets, prune_top_k, split_budget_key
 from vtlab.evaluation.metrics import DEFAULT_MEASURES, SPARSITY_KEYS, compute_metrics, per_query_metrics, sparsity_stats
 from vtlab.evaluation.outputs import TIMING_KEYS, results_table, write_outputs, write_trec_run
-from vtlab.evaluation.retrieval import RetrievalEvaluation, SparseEncoder, _check_collection, evaluate  # noqa: F401  (runs.preflight)
+from vtlab.evaluation.retrieval import RetrievalEvaluation, SparseEncoder, evaluate
 from vtlab.evaluation.suite import EvaluationSuite, average
 
 __all__ = [

@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vtlab.assets import cache_dir
-from vtlab.atomic import json_hash, write_json
-from vtlab.export.safe_config import RENAMED_TARGETS
+from vtlab.core.assets import cache_dir
+from vtlab.core.atomic import json_hash, write_json
+from vtlab.core.targets import RENAMED_TARGETS
 
 log = logging.getLogger("vtlab")
 

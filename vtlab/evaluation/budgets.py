@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.evaluation.metrics import _means, per_query_metrics, sparsity_stats
 from vtlab.index.inverted import to_run
 

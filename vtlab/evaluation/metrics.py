@@ -13,8 +13,8 @@ import ir_measures
 import numpy as np
 import scipy.sparse as sp
 
+from vtlab.core.errors import DataError, VtlabError
 from vtlab.data.collections import judged_queries
-from vtlab.errors import DataError, VtlabError
 
 DEFAULT_MEASURES: tuple[str, ...] = ("nDCG@10", "RR@10", "R@100")
 SPARSITY_KEYS: tuple[str, ...] = ("query_active_dims", "doc_active_dims", "flops")

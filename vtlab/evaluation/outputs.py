@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from rich.table import Table
 
-from vtlab.atomic import atomic_write, write_json
-from vtlab.errors import DataError
+from vtlab.core.atomic import atomic_write, write_json
+from vtlab.core.errors import DataError
+from vtlab.data.collections import bad_trec_field
 from vtlab.evaluation.budgets import Budget
 from vtlab.evaluation.metrics import SPARSITY_KEYS
 
@@ -24,12 +24,6 @@ TIMING_KEYS: tuple[str, ...] = (
     "total_s",
 )
 
-_WHITESPACE = re.compile(r"\s")
-
-
-def _bad_trec_field(value: str) -> bool:
-    return not value or _WHITESPACE.search(value) is not None
-
 
 def write_trec_run(path: str | Path, run: dict[str, dict[str, float]], tag: str = "vtlab") -> Path:
     """Atomic TREC run file: `qid Q0 docid rank score tag`, ranks from 1, score descending per query.
@@ -40,13 +34,13 @@ def write_trec_run(path: str | Path, run: dict[str, dict[str, float]], tag: str 
     """
     for qid, docs in run.items():
         for what, value in (("query id", qid), *((f"document id (query {qid!r})", d) for d in docs)):
-            if _bad_trec_field(str(value)):
+            if bad_trec_field(str(value)):
                 raise DataError(
                     f"{path}: cannot write the TREC run: {what} {str(value)!r} is empty or contains "
                     "whitespace; TREC run lines are 'qid Q0 docid rank score tag' separated by "
                     "whitespace: use ids without spaces, tabs or newlines"
                 )
-    if _bad_trec_field(tag):
+    if bad_trec_field(tag):
         raise DataError(f"{path}: cannot write the TREC run: tag {tag!r} is empty or contains whitespace")
 
     def write(f: TextIO) -> None:

@@ -24,11 +24,11 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from vtlab.data.collections import Collection, judged_queries
-from vtlab.errors import DataError, VtlabError
+from vtlab.core.errors import VtlabError
+from vtlab.data.collections import Collection, check_collection
 from vtlab.evaluation.budgets import Budget, parse_budgets, search_budgets
 from vtlab.evaluation.metrics import DEFAULT_MEASURES, _means, _parse_measures, per_query_metrics, sparsity_stats
-from vtlab.evaluation.outputs import _bad_trec_field, write_outputs
+from vtlab.evaluation.outputs import write_outputs
 from vtlab.index import index_factory, index_names
 from vtlab.index.inverted import InvertedIndex, to_run
 
@@ -50,37 +50,6 @@ class SparseEncoder(Protocol):
 
 
 # ---------------------------------------------------------------------------------------------------- evaluate
-
-
-def _check_collection(collection: Collection, trec_ids: bool) -> list[str]:
-    """The judged query ids of a collection evaluate() can measure, checked before any encoding (a collection from
-    any loader; load_beir refuses the same problems with file:line). `trec_ids`: the ids go to run.trec, so each
-    must be non-empty and free of whitespace."""
-    name = collection.name
-    if not collection.queries or not collection.corpus:
-        raise DataError(f"collection {name!r} has {len(collection.queries)} queries and {len(collection.corpus)} docs")
-    judged = judged_queries(collection.qrels)
-    if not judged:
-        raise DataError(
-            f"collection {name!r}: no query has a positive relevance grade in its qrels "
-            f"({len(collection.qrels)} queries in them, every grade 0 or less): nothing can be measured"
-        )
-    if trec_ids:
-        for what, ids in (("query id", collection.queries), ("document id", collection.corpus)):
-            bad = next((i for i in ids if _bad_trec_field(str(i))), None)
-            if bad is not None:
-                raise DataError(
-                    f"collection {name!r}: {what} {bad!r} is empty or contains whitespace: expected ids "
-                    "without spaces, tabs or newlines (run.trec separates its fields by whitespace)"
-                )
-    if len(judged) < len(collection.qrels):
-        log.warning(
-            "%s: %d of the %d queries in the qrels have no positive grade; they are left out of the measures",
-            name,
-            len(collection.qrels) - len(judged),
-            len(collection.qrels),
-        )
-    return judged
 
 
 def _check_encoded(x: Any, n: int, vocab_size: int, side: str) -> sp.csr_matrix:
@@ -181,7 +150,7 @@ def evaluate(
     """
     _parse_measures(measures)  # fail on a bad measure name before spending minutes on encoding
     budgets = parse_budgets(budgets)
-    judged = _check_collection(collection, trec_ids=out_dir is not None)  # likewise bad data
+    judged = check_collection(collection, trec_ids=out_dir is not None)  # likewise bad data
     build_index = index or InvertedIndex
     query_ids, doc_ids = list(collection.queries), list(collection.corpus)
     t_start = time.perf_counter()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as scipy_stats
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 
 N_PERMUTATIONS = 10_000  # Monte Carlo sign flips; the p-value's standard error is ≤ 0.005 at p = 0.05
 SEED = 0  # fixed: the same inputs give the same p-value on every rerun of a report

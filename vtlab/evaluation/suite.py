@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.evaluation.budgets import parse_budgets
 
 log = logging.getLogger("vtlab")

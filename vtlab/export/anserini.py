@@ -6,7 +6,7 @@ reads <dir>/anserini/docs.jsonl and <dir>/anserini/queries.tsv (stage=export wit
 export.vectors.queries=true), builds the impact index <dir>/anserini/index (`IndexCollection -collection
 JsonVectorCollection -impact -pretokenized`) and writes the TREC run <dir>/anserini/run.trec (`SearchCollection
 -topicreader TsvString -impact -pretokenized`): each score is Σ query count × document integer weight. The jar is the
-`anserini-jar` asset (`python -m vtlab.assets install`); Java 11 or newer must be on PATH.
+`anserini-jar` asset (`python -m vtlab.core.assets install`); Java 11 or newer must be on PATH.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vtlab.assets import asset_path
-from vtlab.errors import VtlabError
+from vtlab.core.assets import asset_path
+from vtlab.core.errors import VtlabError
 
 INDEXER = "io.anserini.index.IndexCollection"
 SEARCHER = "io.anserini.search.SearchCollection"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from vtlab.core.errors import VtlabError
 from vtlab.data.collections import iter_corpus_jsonl
-from vtlab.errors import VtlabError
 from vtlab.export.run_config import EvalSource
 
 IDF_FIX = "export.vectors.corpus=<corpus.jsonl> (or model.encoder.idf_path)"

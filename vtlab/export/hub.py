@@ -9,10 +9,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vtlab import hub
-from vtlab.assets import looks_like_path
+from vtlab.core import hub
+from vtlab.core.assets import looks_like_path
+from vtlab.core.errors import VtlabError
 from vtlab.data.hf import MSMARCO, OPENSEARCH_REPO, ST_REPO
-from vtlab.errors import VtlabError
 
 log = logging.getLogger("vtlab")
 

@@ -28,11 +28,11 @@ import torch
 from torch import Tensor, nn
 
 from vtlab.backbones.heads import decoder_bypassed
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.export.onnx_runtime import GRAPH_VERSION, INPUTS, MANIFEST, OUTPUT
 from vtlab.export.sentence_transformers import _add_lowercase, encoder_settings, preprocess_parts
 from vtlab.models.inference_free import InferenceFreeEncoder
-from vtlab.models.pooling import splade_activation
+from vtlab.runtime.pooling import splade_activation
 
 log = logging.getLogger("vtlab")
 

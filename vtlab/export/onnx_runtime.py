@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 
 MANIFEST = "onnx.json"
 INPUTS = ("input_ids", "attention_mask")

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from omegaconf import DictConfig
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.export.hub import check_push
 from vtlab.export.sentence_transformers import check_target
 from vtlab.export.vectors import VectorFormat, vector_formats

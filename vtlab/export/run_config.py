@@ -21,8 +21,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from vtlab.core.errors import VtlabError
 from vtlab.data.collections import Collection
-from vtlab.errors import VtlabError
 from vtlab.export.safe_config import check_targets, rename_targets
 
 log = logging.getLogger("vtlab")

@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from vtlab.backbones import Backbone
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.export.run_config import RunConfig
 
 log = logging.getLogger("vtlab")

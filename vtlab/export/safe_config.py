@@ -23,7 +23,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
+from vtlab.core.targets import RENAMED_TARGETS
 
 # Exactly the objects the `model.encoder` nodes of conf/model, the `preprocess` nodes of conf/vocab they interpolate,
 # and the conf/eval nodes name (tests/test_security.py keeps this equal to what conf/ uses). Nothing that loads a
@@ -51,16 +52,6 @@ ALLOWED_TARGETS: frozenset[str] = frozenset(
         "vtlab.data.olmo_eval.qasper_collection",
     }
 )
-
-# Targets renamed since runs were recorded: the canonical name a recorded config may hold -> the current one. A run
-# directory keeps the config it ran with, so a run from before vtlab/evaluation.py and vtlab/eval_suite.py became the
-# vtlab/evaluation/ package names the old paths (`vtlab.eval_suite` no longer exists). RunConfig replaces
-# each old name by its new one (`rename_targets`) before check_targets: an old name is accepted exactly when its new
-# one is, and nothing else is. Never drop an entry while such runs may be exported.
-RENAMED_TARGETS: dict[str, str] = {
-    "vtlab.evaluation.RetrievalEvaluation": "vtlab.evaluation.retrieval.RetrievalEvaluation",
-    "vtlab.eval_suite.EvaluationSuite": "vtlab.evaluation.suite.EvaluationSuite",
-}
 
 # Keys whose true value makes a Backbone import a model directory's own Python: never from a file on disk.
 REMOTE_CODE_KEYS: tuple[str, ...] = ("allow_remote_code", "trust_remote_code")

@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from vtlab.atomic import replace_dir, scratch_dir
-from vtlab.errors import VtlabError
+from vtlab.core.atomic import replace_dir, scratch_dir
+from vtlab.core.errors import VtlabError
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.models.inference_free import InferenceFreeEncoder
 from vtlab.runs.paths import EXPORT_MANIFEST, check_export_target

@@ -39,9 +39,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from vtlab.atomic import atomic_write, write_json
-from vtlab.errors import VtlabError
-from vtlab.logs import interactive
+from vtlab.core.atomic import atomic_write, write_json
+from vtlab.core.errors import VtlabError
+from vtlab.core.logs import interactive
 from vtlab.models.idf import id_to_token
 
 

@@ -1,5 +1,5 @@
-"""The compiled exact top-k kernel (taat.c), built and loaded through vtlab.native (a library only this user built,
-its sha256 checked before it is loaded; scipy without it)."""
+"""The compiled exact top-k kernel (taat.c), built and loaded through vtlab.runtime.native (a library only this user
+built, its sha256 checked before it is loaded; scipy without it)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vtlab.native import Kernel, UntrustedDir, private_dir
+from vtlab.runtime.native import Kernel, UntrustedDir, private_dir
 
 __all__ = ["Hit", "UntrustedDir", "load", "private_dir", "taat_topk"]
 
@@ -26,7 +26,8 @@ class Hit(ctypes.Structure):
 
 
 def load() -> ctypes.CDLL | None:
-    """The kernel library with its signature set, or None (vtlab.native.Kernel.load): the index then uses scipy."""
+    """The kernel library with its signature set, or None (vtlab.runtime.native.Kernel.load): the index then uses
+    scipy."""
     lib = KERNEL.load()
     if lib is not None:
         p = ctypes.c_void_p

@@ -6,7 +6,7 @@ import math
 
 from torch import Tensor, nn
 
-from vtlab.errors import ConfigError
+from vtlab.core.errors import ConfigError
 from vtlab.regularizers.base import gather_with_grad
 
 

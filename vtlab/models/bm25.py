@@ -19,9 +19,9 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 
+from vtlab.core.errors import VtlabError
 from vtlab.data.mining import TOKEN_PATTERN
-from vtlab.errors import VtlabError
-from vtlab.models.precision import check_precision
+from vtlab.runtime.precision import check_precision
 
 
 class BM25Encoder:

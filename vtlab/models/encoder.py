@@ -17,14 +17,14 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from vtlab.atomic import stable_hash
 from vtlab.backbones import Backbone, decoder_bypassed
 from vtlab.backbones.pretrained import check_input_lengths
-from vtlab.errors import VtlabError
-from vtlab.logs import interactive
-from vtlab.models import precision as prec
-from vtlab.models.pooling import DEFAULT_CHUNK_BYTES, max_logits, splade_activation, tiled_max_logits
-from vtlab.models.quantize import Int8Network, int8_unavailable, quantize_network, require_int8, weights_version
+from vtlab.core.atomic import stable_hash
+from vtlab.core.errors import VtlabError
+from vtlab.core.logs import interactive
+from vtlab.runtime import precision as prec
+from vtlab.runtime.pooling import DEFAULT_CHUNK_BYTES, max_logits, splade_activation, tiled_max_logits
+from vtlab.runtime.quantize import Int8Network, int8_unavailable, quantize_network, require_int8, weights_version
 
 Side = Literal["query", "doc"]
 Forward = Callable[[Tensor, Tensor, Side], Tensor]
@@ -37,9 +37,9 @@ RUNNERS: dict[str, Callable[[SpladeEncoder, str], AbstractContextManager[Any]]] 
 }
 _CACHES = ("_int8_nets", "_int8_active", "_auto")  # per-process state: never copied, pickled or saved
 # Inference runs the body in row chunks whose widest activation stays within this many bytes, below glibc's mmap
-# threshold, so with vtlab.allocator's settings the same heap memory serves every batch instead of fresh pages from the
-# kernel (SPLADE-tiny at 64 × 256 tokens: a 32 MiB FFN activation); the head then pools the whole batch (its weight
-# streams from memory once per batch).
+# threshold, so with vtlab.runtime.allocator's settings the same heap memory serves every batch instead of fresh pages
+# from the kernel (SPLADE-tiny at 64 × 256 tokens: a 32 MiB FFN activation); the head then pools the whole batch (its
+# weight streams from memory once per batch).
 BODY_BYTES = 16 * 2**20
 
 
@@ -64,7 +64,7 @@ class SpladeEncoder(nn.Module):
         check_input_lengths(
             model, {"model.encoder.query_max_length": query_max_length, "model.encoder.doc_max_length": doc_max_length}
         )
-        self.precision = precision  # of encode(): auto or native (vtlab.models.precision), fp32, bf16 or int8
+        self.precision = precision  # of encode(): auto or native (vtlab.runtime.precision), fp32, bf16 or int8
         self._reset_caches()
         self.model = model
         self.query_model = query_model  # None → shared (siamese) encoder

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from vtlab.backbones import decoder_bypassed
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 
 log = logging.getLogger("vtlab")
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from vtlab.assets import cache_dir
-from vtlab.atomic import atomic_write_bytes, stable_hash, write_json
-from vtlab.errors import DataError
+from vtlab.core.assets import cache_dir
+from vtlab.core.atomic import atomic_write_bytes, stable_hash, write_json
+from vtlab.core.errors import DataError
 
 log = logging.getLogger("vtlab")
 

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vtlab import hub
-from vtlab.assets import looks_like_path
 from vtlab.backbones import Backbone
-from vtlab.errors import VtlabError
+from vtlab.core import hub
+from vtlab.core.assets import looks_like_path
+from vtlab.core.errors import VtlabError
 from vtlab.models.encoder import Side, SpladeEncoder
 from vtlab.models.idf import IdfTable, id_to_token
 from vtlab.models.optim import configure_optimizers

@@ -21,16 +21,16 @@ from pytorch_lightning.loggers import CSVLogger, Logger
 from torch import Tensor, nn
 from transformers import PreTrainedModel, get_scheduler
 
-from vtlab import integrity
-from vtlab.assets import cache_dir
-from vtlab.atomic import file_lock, stable_hash
 from vtlab.backbones import Backbone, decoder_bypassed
-from vtlab.callbacks.progress import progress_bar
+from vtlab.core import integrity
+from vtlab.core.assets import cache_dir
+from vtlab.core.atomic import file_lock, stable_hash
+from vtlab.core.errors import VtlabError
 from vtlab.data.text import TextDataModule
-from vtlab.errors import VtlabError
 from vtlab.models.head_fit import fit_head, head_inputs, span_batches
 from vtlab.models.optim import configure_optimizers
-from vtlab.models.precision import trainer_precision
+from vtlab.runtime.precision import trainer_precision
+from vtlab.tracking.progress import progress_bar
 
 log = logging.getLogger("vtlab")
 

@@ -16,8 +16,8 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from vtlab.atomic import stable_hash
 from vtlab.backbones import Backbone
+from vtlab.core.atomic import stable_hash
 from vtlab.models.mlm import train_cached
 
 

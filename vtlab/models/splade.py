@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from vtlab.errors import NonFiniteLossError
+from vtlab.core.errors import NonFiniteLossError
 from vtlab.evaluation import compute_metrics, sparsity_stats
 from vtlab.index import InvertedIndex, to_run
 from vtlab.losses import RankingLoss

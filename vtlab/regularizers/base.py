@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from vtlab.errors import ConfigError
+from vtlab.core.errors import ConfigError
 
 
 def gather_with_grad(x: Tensor) -> Tensor:

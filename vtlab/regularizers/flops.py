@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from vtlab.errors import ConfigError
+from vtlab.core.errors import ConfigError
 from vtlab.regularizers.base import Regularizer
 
 NORMALIZATIONS = ("global", "per_group")

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.evaluation import stats
 from vtlab.report.contrasts import add_cli_contrast, build_contrasts
 from vtlab.report.discovery import CONTRAST_KEY, ReportError

@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from vtlab.atomic import atomic_write
-from vtlab.errors import VtlabError
+from vtlab.core.atomic import atomic_write
+from vtlab.core.errors import VtlabError
 from vtlab.runs.status import job_dirs
 
 SEED_KEY = "seed"

@@ -8,7 +8,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from vtlab.atomic import atomic_path
+from vtlab.core.atomic import atomic_path
 from vtlab.report.tables import Table, _seed_metrics
 
 

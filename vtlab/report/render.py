@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from vtlab.atomic import atomic_write
+from vtlab.core.atomic import atomic_write
 from vtlab.report.lines import ContrastLine, Contrasts
 from vtlab.report.readings import MARK, format_p, format_signed, plan_cell
 from vtlab.report.tables import Cell, Row, Table
@@ -230,7 +230,7 @@ def contrasts_csv(contrasts: Contrasts) -> str:
 
 
 def write_text(path: str | Path, text: str) -> Path:
-    """Atomic (vtlab.atomic: a temp file renamed into place): readers never see half a table."""
+    """Atomic (vtlab.core.atomic: a temp file renamed into place): readers never see half a table."""
     return atomic_write(path, lambda f: f.write(text))
 
 

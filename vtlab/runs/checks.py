@@ -21,7 +21,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError
 
-from vtlab.errors import ConfigError
+from vtlab.core.errors import ConfigError
 from vtlab.runs.paths import check_paths
 
 # pytorch_lightning.Trainer(precision=...): lightning_fabric's _PRECISION_INPUT (tests/test_bad_inputs_2.py keeps them
@@ -44,7 +44,7 @@ LIGHTNING_PRECISIONS: tuple[str | int, ...] = (
     16,
     64,
 )
-ENCODER_PRECISIONS = ("auto", "native", "fp32", "bf16", "int8")  # vtlab.models.precision.PRECISIONS
+ENCODER_PRECISIONS = ("auto", "native", "fp32", "bf16", "int8")  # vtlab.runtime.precision.PRECISIONS
 INDEXES = ("exact", "scipy", "seismic")  # vtlab.index.index_names(): the nodes of vtlab/index/indexes.yaml
 
 

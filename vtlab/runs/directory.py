@@ -23,7 +23,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
 
-from vtlab.errors import ConfigError, RunDirError, VtlabError, one_line
+from vtlab.core.errors import ConfigError, RunDirError, VtlabError, one_line
 from vtlab.runs.paths import check_paths
 
 log = logging.getLogger("vtlab")

@@ -26,8 +26,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from vtlab.atomic import write_json
-from vtlab.errors import DataError, RunDirError
+from vtlab.core.atomic import write_json
+from vtlab.core.errors import DataError, RunDirError
 from vtlab.runs.checks import values
 
 log = logging.getLogger("vtlab")

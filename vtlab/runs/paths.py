@@ -21,8 +21,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from vtlab.atomic import link_out_of, real_path, within
-from vtlab.errors import ConfigError
+from vtlab.core.atomic import link_out_of, real_path, within
+from vtlab.core.errors import ConfigError
 
 EXPORT_MANIFEST = "vtlab_export.json"  # what vtlab.export.sentence_transformers writes into every export
 # Keys whose value becomes one path component: the run directory under outputs/ (name, and the parts of the default
@@ -34,7 +34,7 @@ EXPORT_SUBDIRS = {"export.out": "sparse-encoder", "export.vectors.dir": "vectors
 
 
 def cache_root() -> Path:
-    """$VTLAB_CACHE or ~/.cache/vtlab, as vtlab.assets.cache_dir finds it (without creating it)."""
+    """$VTLAB_CACHE or ~/.cache/vtlab, as vtlab.core.assets.cache_dir finds it (without creating it)."""
     return Path(os.environ.get("VTLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "vtlab"))
 
 

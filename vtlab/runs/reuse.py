@@ -102,7 +102,7 @@ def reuse(cfg: DictConfig) -> Path | None:
 def reuse_training(cfg: DictConfig) -> Path | None:
     """If `cfg.reuse_runs` holds a finished run that trained this run's model (its config equal but for `eval`, its
     model saved), copy what its training wrote, not its evaluation, into `cfg.paths.run_dir`; returns its path. The
-    caller then evaluates the copied model (vtlab.pipeline)."""
+    caller then evaluates the copied model (vtlab.stages.pipeline)."""
     dirs = list(cfg.get("reuse_runs") or [])
     if not dirs or not trains(cfg):
         return None

@@ -18,7 +18,7 @@ from typing import Any
 
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from vtlab.errors import exception_chain
+from vtlab.core.errors import exception_chain
 
 # the signals a run records as an interruption: a scheduler's kill (TERM), a dropped ssh session (HUP), Ctrl-\ (QUIT),
 # a batch system's warning (USR1/USR2; under SLURM with auto-requeue, Lightning takes USR1 over while fitting)

@@ -24,8 +24,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from vtlab.atomic import atomic_write, atomic_write_bytes, write_json
-from vtlab.errors import DiskError, disk_problem, one_line, user_error
+from vtlab.core.atomic import atomic_write, atomic_write_bytes, write_json
+from vtlab.core.errors import DiskError, disk_problem, one_line, user_error
 from vtlab.runs.signals import interrupting_signal
 
 STATUS_FILE = "status.json"
@@ -163,7 +163,7 @@ def _what(err: DiskError) -> str:
 
 def exit_code(exc: BaseException) -> int:
     """The exit status `python -m vtlab` ends with when a run raises `exc`: 128 + signal for an interruption, 2 for a
-    user error (vtlab.pipeline.run_or_exit), a SystemExit's own code, else 1."""
+    user error (vtlab.stages.pipeline.run_or_exit), a SystemExit's own code, else 1."""
     signum = interrupting_signal(exc)
     if signum is not None:
         return 128 + signum

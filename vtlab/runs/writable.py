@@ -13,7 +13,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from vtlab.errors import DiskError, disk_error, one_line
+from vtlab.core.errors import DiskError, disk_error, one_line
 
 # what the probe writes: about what Hydra writes before the job starts (.hydra/*.yaml, the log's first lines), so a
 # disk too full for that is refused here too

@@ -9,10 +9,10 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from vtlab.apc import APC, json_report, summary_line, write_outputs
-from vtlab.atomic import atomic_dir
+from vtlab.apc.calibration import APC, json_report, summary_line, write_outputs
+from vtlab.core.atomic import atomic_dir
+from vtlab.core.errors import VtlabError
 from vtlab.data.clean import training_passages
-from vtlab.errors import VtlabError
 from vtlab.stages.build import build_encoder
 
 log = logging.getLogger("vtlab")

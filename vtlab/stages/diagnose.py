@@ -16,15 +16,15 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from vtlab.apc import APC, save_histogram
-from vtlab.atomic import write_json
+from vtlab.apc.calibration import APC, save_histogram
+from vtlab.core.atomic import write_json
+from vtlab.core.errors import VtlabError
 from vtlab.diagnose.activity import output_activity
 from vtlab.diagnose.corpus import corpus_name, load_corpus
 from vtlab.diagnose.redundancy import redundancy
 from vtlab.diagnose.report import RESULT_FILE, collect, render
 from vtlab.diagnose.summary import console_summary
 from vtlab.diagnose.tokenizer_fit import tokenize_corpus, tokenizer_fit
-from vtlab.errors import VtlabError
 from vtlab.runs.job import config_choice, sweep_dir
 from vtlab.stages.build import build_encoder
 from vtlab.vocab.canonical import tokenizer_kind

@@ -17,10 +17,10 @@ from typing import Any
 import scipy.sparse as sp
 from hydra.utils import instantiate
 
-from vtlab.atomic import write_json
-from vtlab.errors import VtlabError
-from vtlab.models.precision import trainer_precision
+from vtlab.core.atomic import write_json
+from vtlab.core.errors import VtlabError
 from vtlab.models.predict import encode_corpus
+from vtlab.runtime.precision import trainer_precision
 from vtlab.stages.build import build_encoder
 
 _TRAINER_KEYS = ("accelerator", "devices", "strategy", "num_nodes", "precision")

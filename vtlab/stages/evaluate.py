@@ -10,11 +10,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from vtlab.atomic import write_json
+from vtlab.core.atomic import write_json
+from vtlab.core.logs import print_line
 from vtlab.data.collections import judged_queries
 from vtlab.evaluation import EvaluationSuite, average, results_table
 from vtlab.evaluation.baseline import baseline_metrics
-from vtlab.logs import print_line
 from vtlab.stages.build import build_encoder
 from vtlab.tracking.loggers import log_results, run_loggers
 

@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from vtlab.core.logs import print_line
 from vtlab.export.corpus import IDF_FIX, QUERIES_FIX, corpus_docs, corpus_path, encoding_line
 from vtlab.export.hub import push_to_hub
 from vtlab.export.model_card import portable_values
@@ -24,7 +25,6 @@ from vtlab.export.run_config import EvalSource, RunConfig
 from vtlab.export.run_encoder import encoder_from_run
 from vtlab.export.sentence_transformers import export_sentence_transformers
 from vtlab.export.vectors import write_vectors
-from vtlab.logs import print_line
 from vtlab.stages.build import build_encoder
 
 __all__ = ["run"]

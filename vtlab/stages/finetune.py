@@ -1,6 +1,6 @@
 """Stage `finetune`: SPLADE training with Lightning; keeps the best checkpoint by dev retrieval and exports it.
 
-Resuming (`state["resume_from"]`, set by vtlab.pipeline for an interrupted run dir) continues exactly: Lightning
+Resuming (`state["resume_from"]`, set by vtlab.stages.pipeline for an interrupted run dir) continues exactly: Lightning
 restores weights, optimizer, scheduler and loop counters; the training DataLoader restores its place in the epoch
 (vtlab.data.datamodule.ResumableDataLoader); ResumeState (vtlab.callbacks.resume_state) restores the global RNG
 streams (dropout). Checkpoint reading, writing and sizing: vtlab.callbacks.checkpoints.
@@ -16,13 +16,13 @@ import pytorch_lightning as pl
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from vtlab.atomic import atomic_dir
 from vtlab.callbacks.checkpoints import SameDirCheckpointIO, check_free_space, chosen_checkpoint, load_checkpoint
 from vtlab.callbacks.resume_state import ResumeState, resume_configs
 from vtlab.callbacks.run_config import RunConfigLogger
 from vtlab.callbacks.vocab_transfer import VocabTransferCallback
-from vtlab.errors import ConfigError
-from vtlab.models.precision import trainer_precision
+from vtlab.core.atomic import atomic_dir
+from vtlab.core.errors import ConfigError
+from vtlab.runtime.precision import trainer_precision
 from vtlab.stages.build import transfer_parts
 from vtlab.tracking.loggers import configured_loggers, resolved_config
 from vtlab.vocab.transfer import transferred_backbone

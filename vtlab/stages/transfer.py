@@ -9,8 +9,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from vtlab.atomic import atomic_symlink
-from vtlab.errors import VtlabError
+from vtlab.core.atomic import atomic_symlink
+from vtlab.core.errors import VtlabError
 from vtlab.stages.build import transfer_parts
 from vtlab.vocab.transfer import cached_transfer
 

@@ -14,8 +14,8 @@ from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from vtlab.atomic import atomic_write
-from vtlab.errors import disk_error
+from vtlab.core.atomic import atomic_write
+from vtlab.core.errors import disk_error
 
 log = logging.getLogger("vtlab")
 

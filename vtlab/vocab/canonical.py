@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 
 TokenizerKind = Literal["wordpiece", "bytelevel", "sentencepiece"]
 KINDS: tuple[str, ...] = ("wordpiece", "bytelevel", "sentencepiece")

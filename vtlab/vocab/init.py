@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.vocab.canonical import (
     BYTES_MARK,
     WORD_START,

@@ -33,9 +33,9 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from vtlab.assets import source_key
 from vtlab.backbones import Backbone
-from vtlab.errors import VtlabError
+from vtlab.core.assets import source_key
+from vtlab.core.errors import VtlabError
 from vtlab.vocab.canonical import bytelevel_bytes, tokenizer_kind
 from vtlab.vocab.targets import CachedTokenizerVocab, Preprocess, PretrainedVocab
 

@@ -19,9 +19,9 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from vtlab.assets import source_key
 from vtlab.backbones import Backbone
-from vtlab.errors import VtlabError
+from vtlab.core.assets import source_key
+from vtlab.core.errors import VtlabError
 from vtlab.vocab.lowercase_bpe import FINAL_SIGMA, has_uppercase, renumber_post_processor
 from vtlab.vocab.targets import CachedTokenizerVocab, Preprocess, PretrainedVocab
 

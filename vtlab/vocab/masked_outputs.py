@@ -13,7 +13,7 @@ underflows to exactly 0 (fp32 and bf16) and so does the relu: no loss moves thos
 What can still move them (tests/test_masked_outputs.py): the decoder is tied to the input embeddings, and MLM
 collators feed random ids as noise inputs (10% of the masked positions), cased ones included; such a row leaves 0 by
 an amount on the order of lr × steps, far too little to lift its logit from -1e4. APC leaves such switched-off terms
-as they are in every form (vtlab/apc.py), per-term APC included.
+as they are in every form (vtlab/apc/calibration.py), per-term APC included.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.vocab.canonical import BYTES_MARK, canonical_vocab
 from vtlab.vocab.targets import Normalizer, Preprocess, TargetVocab, VocabConfigError
 

@@ -15,12 +15,12 @@ from typing import Any, ClassVar
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from vtlab import integrity
-from vtlab.assets import cache_dir, resolve, source_key
-from vtlab.atomic import json_hash, stable_hash
 from vtlab.backbones import Backbone
+from vtlab.core import integrity
+from vtlab.core.assets import cache_dir, resolve, source_key
+from vtlab.core.atomic import json_hash, stable_hash
+from vtlab.core.errors import AssetError, VtlabError
 from vtlab.data.corpora import TextCorpus
-from vtlab.errors import AssetError, VtlabError
 
 log = logging.getLogger(__name__)
 

@@ -23,11 +23,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vtlab import integrity
-from vtlab.assets import cache_dir
-from vtlab.atomic import stable_hash
 from vtlab.backbones import Backbone, decoder_site
-from vtlab.errors import VtlabError
+from vtlab.core import integrity
+from vtlab.core.assets import cache_dir
+from vtlab.core.atomic import stable_hash
+from vtlab.core.errors import VtlabError
 from vtlab.vocab.canonical import Overlap, match_vocabularies
 from vtlab.vocab.init import Initializer
 from vtlab.vocab.targets import TargetVocab

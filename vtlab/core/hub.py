@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlparse
 
-from vtlab.errors import AssetError, exception_chain
+from vtlab.core.errors import AssetError, exception_chain
 
 # huggingface_hub.constants.ENV_VARS_TRUE_VALUES: a flag is on when its value, upper-cased, is one of these
 TRUE_VALUES = frozenset({"1", "ON", "YES", "TRUE"})

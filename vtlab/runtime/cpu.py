@@ -1,7 +1,7 @@
 """This machine's CPU feature flags (/proc/cpuinfo), and $VTLAB_MAX_CPU_ISA: run as an older CPU kind would.
 
-What precision `auto` may pick and which fused pooling kernel computes each precision (vtlab.models.precision,
-vtlab.models.fused) follow these flags. VTLAB_MAX_CPU_ISA=avx2 hides every flag an AVX2-only CPU (AMD Zen 2/3) lacks —
+What precision `auto` may pick and which fused pooling kernel computes each precision (vtlab.runtime.precision,
+vtlab.runtime.fused) follow these flags. VTLAB_MAX_CPU_ISA=avx2 hides every flag an AVX2-only CPU (AMD Zen 2/3) lacks —
 AVX-512, AVX-VNNI, AMX —, =avx2_vnni all but AVX-VNNI (Intel client CPUs since Alder Lake) and =avx512 AMX (an AMD Zen
 4/5 on an Intel Xeon), so one machine can measure and test what another kind of CPU would run. Torch's own kernels read
 their limits when they start: `isa_env` gives the variables that hold them to the same level (ATEN_CPU_CAPABILITY,
@@ -16,7 +16,7 @@ import functools
 import os
 from pathlib import Path
 
-from vtlab.errors import VtlabError
+from vtlab.core.errors import VtlabError
 
 ISA_ENV = "VTLAB_MAX_CPU_ISA"
 # level → the prefixes of the flags a CPU of that level does not list

@@ -4,9 +4,9 @@ quantized per call), the body in int8 or bf16.
 What runs how (chosen by measurement, torch 2.13 CPU, SPLADE-tiny):
 - the MLM decoder (hidden → 30,522 logits: ~80% of SPLADE-tiny's fp32 encoding time), per-channel int8 weights:
   - on a CPU with AMX (`amx_int8`), AVX-512 VNNI (`avx512_vnni`) or AVX2: one C kernel fuses the int8 GEMM with the
-    max over positions, activations quantized per token (vtlab.models.fused; the logits never reach memory);
+    max over positions, activations quantized per token (vtlab.runtime.fused; the logits never reach memory);
   - elsewhere (no such CPU, no C compiler): oneDNN's int8 GEMM (`onednn::qlinear_pointwise`, fp32 output) on the
-    pooling's cache-sized tiles (vtlab.models.pooling), one weight block pre-packed per tile width; the tile's
+    pooling's cache-sized tiles (vtlab.runtime.pooling), one weight block pre-packed per tile width; the tile's
     activations are quantized once for all blocks (one thread, AMX Xeon: GEMM + max 205 ms vs fp32 505 ms;
     `torch._int_mm` was 2.6× slower than fp32).
 - the body (attention, FFN, head transform): where the CPU computes bf16 natively, the fp32 network itself under bf16
@@ -22,7 +22,7 @@ What runs how (chosen by measurement, torch 2.13 CPU, SPLADE-tiny):
 - CPUs without VNNI (`avx512_vnni` / `avx_vnni` / `amx_int8`) multiply u8×s8 through 16-bit saturating adds
   (vpmaddubsw), so activations get fewer bits: 7 (0..127, fbgemm's `reduce_range`) in the body and oneDNN's path, so
   no pair sum saturates (the body also where the CPU has only AVX-VNNI: fbgemm has no kernels for it); 6 (0..63) in
-  the AVX2 fused kernels, which add two pair sums in int16 before widening them (vtlab/models/avx2.c: two widenings,
+  the AVX2 fused kernels, which add two pair sums in int16 before widening them (vtlab/runtime/avx2.c: two widenings,
   the faster on this core timed and kept; built with AVX-VNNI it keeps 8). Measured on the Zen 5 EPYC with torch,
   oneDNN, fbgemm and vtlab held to AVX2: the head 2.4× fp32's, encoding 1.84× in `make bench` (oneDNN's int8 tiles
   instead: 0.93× on an AMX Xeon held to AVX2), nDCG@10 on the testbed's four sets ≥ 99.7% of fp32
@@ -46,9 +46,9 @@ import torch
 from torch import Tensor, nn
 
 from vtlab.backbones import decoder_site
-from vtlab.errors import VtlabError
-from vtlab.models import fused
-from vtlab.models.precision import BF16_NATIVE_FLAGS, cpu_flags
+from vtlab.core.errors import VtlabError
+from vtlab.runtime import fused
+from vtlab.runtime.precision import BF16_NATIVE_FLAGS, cpu_flags
 
 # quantized engines that pack fbgemm's dynamic linear (x86 = fbgemm/oneDNN by shape), in order of preference
 ENGINES = ("x86", "fbgemm")
@@ -181,8 +181,8 @@ class Int8Decoder:
         return quantize_activations(x, scale, zp, self.reduce_range), scale, zp
 
     def fused_max(self, hidden: Tensor, mask: Tensor) -> Tensor | None:
-        """Where a fused kernel runs: the masked max of the int8 logits in one C kernel (vtlab.models.fused; activations
-        quantized per token there), times the per-channel weight scales (positive: the max commutes)."""
+        """Where a fused kernel runs: the masked max of the int8 logits in one C kernel (vtlab.runtime.fused;
+        activations quantized per token there), times the per-channel weight scales (positive: the max commutes)."""
         best = fused.max_logits_int8(hidden, self.weight_int8, mask)
         return None if best is None else best * self.scales
 

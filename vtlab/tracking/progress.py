@@ -1,6 +1,6 @@
 """Training progress that suits where the output goes (conf/callbacks/progress_bar.yaml): Lightning's rich bar on a
 terminal; one log line per interval when the output is a file (SLURM, a pipe), which a redrawn bar would fill with
-carriage-return frames (vtlab.logs decides which)."""
+carriage-return frames (vtlab.core.logs decides which)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ProgressBar, RichProgressBar
 
-from vtlab.logs import interactive
+from vtlab.core.logs import interactive
 
 log = logging.getLogger("vtlab")
 

@@ -31,10 +31,10 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from vtlab.core.errors import VtlabError
+from vtlab.core.paths import CONF_DIR
 from vtlab.data.clean import clean_train_passages
 from vtlab.diagnose.case import case_handling
-from vtlab.errors import VtlabError
-from vtlab.paths import CONF_DIR
 
 MAX_CASE_ROW_COSINE = 0.99
 MIN_CASE_MASS = 0.01

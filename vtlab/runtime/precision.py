@@ -1,4 +1,4 @@
-"""Encoding precision: fp32, bf16 (autocast), int8 (vtlab.models.quantize), `auto`: the fastest of them that this
+"""Encoding precision: fp32, bf16 (autocast), int8 (vtlab.runtime.quantize), `auto`: the fastest of them that this
 CPU runs natively and that holds quality, or `native`: bf16 where the CPU computes it natively, else fp32 — decided by
 the CPU's flags alone, no timing, so every model on one machine is encoded alike (what a table of compared models
 needs: auto's timing probe can pick int8 for one model and bf16 for the next when they run at similar speed).
@@ -7,7 +7,7 @@ needs: auto's timing probe can pick int8 for one model and bf16 for the next whe
   AVX-512-bf16 CPU (both with fused pooling kernels; docs/kernels.md), 3.6× on an AMX one (fp32 then on torch's
   GEMM), and ~9× slower on an AVX2-only one (oneDNN emulates bf16 there). Native: `avx512_bf16`/`amx_bf16`.
 - int8: native with VNNI (`avx512_vnni`, `avx_vnni`) or AMX (`amx_int8`) — int8 dot products in hardware — and with AVX2
-  alone, where vtlab's fused pooling kernel multiplies u8 × s8 through vpmaddubsw (vtlab/models/avx2.c: 6-bit
+  alone, where vtlab's fused pooling kernel multiplies u8 × s8 through vpmaddubsw (vtlab/runtime/avx2.c: 6-bit
   activations in the head; docs/kernels.md). Quantization error depends on the model's weights and activations, so
   auto takes int8 only after a check on the model itself (`choose_auto`): on PROBE_PAIRS BoolQ *train* (question,
   passage) pairs (never an evaluation set), encoded in fp32 and in each native candidate, a candidate's vectors must
@@ -37,18 +37,18 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from vtlab.assets import cache_dir
-from vtlab.atomic import write_json
-from vtlab.cpu import cpu_flags, parse_cpu_flags  # noqa: F401 (parse_cpu_flags: part of this module's interface)
+from vtlab.core.assets import cache_dir
+from vtlab.core.atomic import write_json
+from vtlab.core.errors import VtlabError
 from vtlab.data.boolq import train_pairs
-from vtlab.errors import VtlabError
+from vtlab.runtime.cpu import cpu_flags, parse_cpu_flags  # noqa: F401 (parse_cpu_flags: part of this module's interface)
 
 log = logging.getLogger("vtlab")
 
 PRECISIONS = ("auto", "native", "fp32", "bf16", "int8")
 BF16_NATIVE_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # either one: bf16 matmuls in hardware
 # any one: int8 multiplies in hardware — VNNI / AMX dot products, or AVX2's vpmaddubsw (fewer activation bits there, so
-# its int16 sums never saturate: vtlab.models.quantize, vtlab/models/avx2.c)
+# its int16 sums never saturate: vtlab.runtime.quantize, vtlab/runtime/avx2.c)
 INT8_NATIVE_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "avx2"})
 NATIVE_FLAGS: Mapping[str, frozenset[str]] = {"bf16": BF16_NATIVE_FLAGS, "int8": INT8_NATIVE_FLAGS}
 AUTO_ENV = "VTLAB_AUTO_PRECISION"
@@ -60,7 +60,7 @@ PREFERENCE = ("int8", "bf16", "fp32")
 # The check's bars. Measured with SPLADE-tiny, on the probe (mean doc cosine / top-10 overlap) and on BoolQ-clean
 # (nDCG@10, 2,316 questions; fp32: 0.8724):
 #   bf16 autocast                                   0.99991 / 0.991   nDCG 0.8728
-#   int8 (vtlab.models.quantize)                    0.9988  / 0.968   nDCG 0.8736
+#   int8 (vtlab.runtime.quantize)                    0.9988  / 0.968   nDCG 0.8736
 #   int8, per-tensor weight scales                  0.9971  / 0.956   nDCG 0.8716
 #   int8, per-channel scales ×4  (~6-bit weights)   0.9928  / 0.940   nDCG 0.8711
 #                            ×6  (~5.4-bit)         0.9870  / 0.911   nDCG 0.8701
@@ -74,7 +74,7 @@ PROBE_PAIRS = 200
 MIN_DOC_COSINE = 0.99
 MIN_TOP10_OVERLAP = 0.90
 # bump when the check (probe, metrics, bars, timing) or the int8 quantization changes: cached results are then redone
-CHECK_VERSION = 2  # 2: int8 on AVX2 CPUs through vtlab/models/avx2.c
+CHECK_VERSION = 2  # 2: int8 on AVX2 CPUs through vtlab/runtime/avx2.c
 
 
 def native(precision: str, flags: Iterable[str]) -> bool:

@@ -1,10 +1,10 @@
 """Completion markers for cache entries (vocabulary transfers, MLM-adapted models, trained vocabularies).
 
-An entry is a directory built in a temp dir next to its final place and renamed into place (vtlab.atomic.build_dir).
-`seal` writes its marker last: the sha256 of every file in it. `problem` re-hashes them before use, so an entry that a
-kill, a full disk, a copy or a person cut short or changed (a truncated model.safetensors, a missing tokenizer.json) is
-rebuilt (one warning naming the path) instead of crashing a run or being used silently; `build` publishes a sealed
-entry, moving a damaged one aside first.
+An entry is a directory built in a temp dir next to its final place and renamed into place
+(vtlab.core.atomic.build_dir). `seal` writes its marker last: the sha256 of every file in it. `problem` re-hashes them
+before use, so an entry that a kill, a full disk, a copy or a person cut short or changed (a truncated
+model.safetensors, a missing tokenizer.json) is rebuilt (one warning naming the path) instead of crashing a run or being
+used silently; `build` publishes a sealed entry, moving a damaged one aside first.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from vtlab.atomic import build_dir, json_hash
+from vtlab.core.atomic import build_dir, json_hash
 
 MARKER = "vtlab_complete.json"
 
@@ -111,9 +111,9 @@ def _held(directory: Path) -> tuple[set[str], list[str]]:
 
 
 def build(out: Path, write: Callable[[Path], None]) -> Path:
-    """Build the cache entry `out`: `write(tmp)` into a temp dir next to it, `seal`, publish (vtlab.atomic.build_dir).
-    Temp dirs that a killed builder left are removed first; on every failure path this build's temp dir is removed
-    too; a full, over-quota or read-only disk is one DiskError line naming `out`."""
+    """Build the cache entry `out`: `write(tmp)` into a temp dir next to it, `seal`, publish
+    (vtlab.core.atomic.build_dir). Temp dirs that a killed builder left are removed first; on every failure path this
+    build's temp dir is removed too; a full, over-quota or read-only disk is one DiskError line naming `out`."""
 
     def write_sealed(tmp: Path) -> None:
         write(tmp)

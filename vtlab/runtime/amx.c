@@ -1,7 +1,7 @@
-/* SPLADE's masked max of the MLM logits, fused with their GEMM on Intel AMX (vtlab/models/fused.py): bf16 (the
- * pooling's bf16 path) and int8 (precision=int8, vtlab/models/quantize.py).
+/* SPLADE's masked max of the MLM logits, fused with their GEMM on Intel AMX (vtlab/runtime/fused.py): bf16 (the
+ * pooling's bf16 path) and int8 (precision=int8, vtlab/runtime/quantize.py).
  *
- * Built on first use by vtlab/native.py (cc -O3 -mamx-tile -mamx-bf16 -mamx-int8 -mavx512f ...) and called through
+ * Built on first use by vtlab/runtime/native.py (cc -O3 -mamx-tile -mamx-bf16 -mamx-int8 -mavx512f ...) and called through
  * ctypes, only on CPUs whose /proc/cpuinfo lists amx_bf16 and amx_int8 and after vt_amx_init() obtained the kernel's
  * permission to use AMX state. Why: for a small hidden size (SPLADE-tiny's 128) the logits GEMM is bound by writing
  * its [tokens, vocab] output and reading it back for the max, not by arithmetic; AMX computes a 16 × 16 tile of

@@ -1,15 +1,15 @@
-/* SPLADE's masked max of the fp32 or int8 MLM logits fused with their GEMM on AVX2 + FMA (vtlab/models/fused.py),
+/* SPLADE's masked max of the fp32 or int8 MLM logits fused with their GEMM on AVX2 + FMA (vtlab/runtime/fused.py),
  * for CPUs without AVX-512 (AMD Zen 2/3, Intel before Skylake-X). The same scheme as avx512.c with 16 ymm registers: a tile of
  * T tokens × NB blocks of 8 columns is accumulated in registers and max-reduced from them, so the [tokens,
  * vocabulary] logits are never written out and read back.
  *
- * Built on first use by vtlab/native.py (cc -O3 -mavx2 -mfma ...) and called through ctypes, only on CPUs whose
+ * Built on first use by vtlab/runtime/native.py (cc -O3 -mavx2 -mfma ...) and called through ctypes, only on CPUs whose
  * /proc/cpuinfo lists avx2 and fma.
  *
  * fp32 (int8: below)
  * x:    [tokens, H] fp32, the real (non-pad) tokens of all texts back to back, readable for T rows past the end;
  *       text_of[t]: the text of token t.
- * w:    the decoder weight packed as [V/8 column blocks][H][8 columns] (vtlab.models.fused.pack with 8 lanes).
+ * w:    the decoder weight packed as [V/8 column blocks][H][8 columns] (vtlab.runtime.fused.pack with 8 lanes).
  * best: [texts, ldb] fp32, filled with -inf by the caller; best[b, v] = max over the tokens of text b of x[t] . w[v]
  *       (no bias) for the column blocks [cb0, cb1).
  */

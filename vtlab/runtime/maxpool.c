@@ -1,6 +1,6 @@
-/* The max over positions of SPLADE's pooling (vtlab/models/pooling.py) for one tile of bf16 logits.
+/* The max over positions of SPLADE's pooling (vtlab/runtime/pooling.py) for one tile of bf16 logits.
  *
- * Built on first use by vtlab/native.py (cc -O3 -shared -fPIC) and called through ctypes. torch's amax over the
+ * Built on first use by vtlab/runtime/native.py (cc -O3 -shared -fPIC) and called through ctypes. torch's amax over the
  * middle dimension of a [texts, positions, columns] bf16 tile was slower than the tile's GEMM itself (AMX Xeon, one
  * thread: 0.81 ms for a 1,024 × 2,048 tile vs 0.67 ms for its GEMM; two threads: 0.36 ms); this loop reads the tile
  * once, keeping one text's running max (cols floats) in L1: 0.22 ms on one thread.

@@ -1,6 +1,6 @@
 """What a run prints: the one place that decides between live progress bars and plain lines, and that silences
 third-party chatter. Output that is not a terminal (SLURM, `| tee`, a test's pipe) gets no carriage-return frames:
-training progress comes as one log line per interval (vtlab.callbacks.progress), library progress bars are off."""
+training progress comes as one log line per interval (vtlab.tracking.progress), library progress bars are off."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from vtlab.errors import disk_problem
+from vtlab.core.errors import disk_problem
 
 # third-party logger -> (lowest level kept, messages dropped when they contain one of these)
 _CHATTER: dict[str, tuple[int, tuple[str, ...]]] = {

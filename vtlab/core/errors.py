@@ -122,7 +122,7 @@ def disk_error(path: str | os.PathLike[str], exc: BaseException) -> DiskError | 
 
 def note_write_roots(*roots: str | os.PathLike[str]) -> None:
     """Where this process writes (the run dir, the cache): an error that names no file is placed among these, and no
-    write under one of them goes out of it through a link (vtlab.atomic.guard_write)."""
+    write under one of them goes out of it through a link (vtlab.core.atomic.guard_write)."""
     _WRITE_ROOTS[:] = [Path(r) for r in roots]
 
 

@@ -1,16 +1,16 @@
-"""SPLADE's max-pooled logits with the GEMM and the max fused in one C kernel, for fp32 and bf16 (vtlab.models.pooling)
-and int8 (vtlab.models.quantize's decoder): the [tokens × vocabulary] logits are never written to memory, so the head
+"""SPLADE's max-pooled logits with the GEMM and the max fused in one C kernel, for fp32 and bf16 (vtlab.runtime.pooling)
+and int8 (vtlab.runtime.quantize's decoder): the [tokens × vocabulary] logits are never written to memory, so the head
 costs the dot products plus a max from L1 or registers. Why: for a small hidden size (SPLADE-tiny's 128) the logits
 GEMM is bound by writing its output and reading it back for the max, not by arithmetic.
 
 Five kernels; for each precision the first of them that provides it and whose CPU flags this machine has (of
 INT8_RIVALS, the faster here):
-- Intel AMX (`amx_bf16`, `amx_int8`: Xeon since Sapphire Rapids), vtlab/models/amx.c: bf16 and int8 in 16 × 16 tiles.
+- Intel AMX (`amx_bf16`, `amx_int8`: Xeon since Sapphire Rapids), vtlab/runtime/amx.c: bf16 and int8 in 16 × 16 tiles.
   One thread, SPLADE-tiny's 30,522 × 128 decoder, 64 texts, 8,204 tokens, AMX Xeon: bf16 53 ms, vs 104 ms for
   oneDNN's bf16 GEMM alone (its output in bf16, before any max) and ~370 ms for fp32's GEMM.
-- AVX-512, vtlab/models/avx512.c: 8 tokens × 48 columns accumulated in registers — fp32 with FMA (`avx512f`), bf16
+- AVX-512, vtlab/runtime/avx512.c: 8 tokens × 48 columns accumulated in registers — fp32 with FMA (`avx512f`), bf16
   with vdpbf16ps (`avx512_bf16`) and int8 with vpdpbusd (`avx512_vnni`) where AMX is absent (AMD Zen 4/5).
-- AVX2 (+ FMA), vtlab/models/avx2.c, for CPUs without AVX-512 (AMD Zen 2/3): fp32, 6 tokens × 16 columns in
+- AVX2 (+ FMA), vtlab/runtime/avx2.c, for CPUs without AVX-512 (AMD Zen 2/3): fp32, 6 tokens × 16 columns in
   registers; int8 through vpmaddubsw with 6-bit activations (`activation_max`: two pair sums add in int16 unsaturated),
   4 tokens × 16 columns; where the CPU has AVX-VNNI (Intel client CPUs since Alder Lake) the same source built with
   vpdpbusd instead (`avx_vnni`: 8-bit activations). Built a third time (`avx2_shuffle`, 2 tokens × 16 columns), int8
@@ -18,7 +18,7 @@ INT8_RIVALS, the faster here):
   (Zen 2, Haswell), the slower where two issue per cycle; the first int8 call times both (`faster_int8`).
 
 Each of torch's intra-op threads takes a share of the vocabulary columns for the whole batch, in one OpenMP region of
-torch's own threads (vtlab/models/parallel.c) where torch runs GNU OpenMP, else on Python threads (one ctypes call per
+torch's own threads (vtlab/runtime/parallel.c) where torch runs GNU OpenMP, else on Python threads (one ctypes call per
 thread per batch: the GIL is released inside it). The weights are packed into each kernel's operand layout (`pack`)
 once per weight version (during training: once per optimizer step, a copy of the decoder). Without a kernel (another
 CPU, a compiler without its instructions, VTLAB_NATIVE=0, Linux refusing AMX state) the functions return None and
@@ -41,8 +41,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from vtlab.cpu import cpu_flags
-from vtlab.native import Kernel
+from vtlab.runtime.cpu import cpu_flags
+from vtlab.runtime.native import Kernel
 
 log = logging.getLogger("vtlab")
 

@@ -3,8 +3,8 @@
 The one place that writes through a temp file or directory and renames it into place: files (`atomic_write`,
 `atomic_write_bytes`, `atomic_write_text`, `atomic_path` for writers that take a file name), directories replaced
 whole (`atomic_dir`, `replace_dir`) and cache entries that racing builders may build at once (`build_dir`: the first
-complete one wins). A write that fails on a full, over-quota or read-only disk raises vtlab.errors.DiskError naming the
-file (one line at the entry point, not a traceback); on every failure path the temp file or directory is removed.
+complete one wins). A write that fails on a full, over-quota or read-only disk raises vtlab.core.errors.DiskError naming
+the file (one line at the entry point, not a traceback); on every failure path the temp file or directory is removed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import IO, Any, BinaryIO, TextIO
 
 import numpy as np
 
-from vtlab.errors import LinkError, disk_error, write_roots
+from vtlab.core.errors import LinkError, disk_error, write_roots
 
 
 def stable_hash(blob: str | bytes | Iterable[bytes], length: int = 16) -> str:
@@ -76,8 +76,8 @@ def link_out_of(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> P
 
 def guard_write(path: str | os.PathLike[str]) -> None:
     """LinkError when `path` lies under a root this process writes in (the run directory, the cache:
-    vtlab.errors.note_write_roots) but a link on the way leads out of it (and into no other root): a link planted in a
-    run or cache directory must not carry a write elsewhere. Every writer here calls it."""
+    vtlab.core.errors.note_write_roots) but a link on the way leads out of it (and into no other root): a link planted
+    in a run or cache directory must not carry a write elsewhere. Every writer here calls it."""
     roots = write_roots()
     for root in roots:
         link = link_out_of(path, root)

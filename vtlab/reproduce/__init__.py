@@ -10,9 +10,9 @@ Each scale's tables, in run order, with their rows and default seeds, are define
 table of rows runs those files of conf/experiment/<scale>/<table>/ in that order; each ablation is one experiment
 config whose `hydra.sweeper.params` lists its values. Sweeps write to <out>/<table>/
 — one directory per table — and a rerun into the same directory overwrites it, so pass another --out to keep an
-earlier run. At the testbed scale the gates of vtlab/gates.py run first (the case gate, before any row), per table (a
-table's learning gate: below it, the table is reported as exploratory) and last (the control and quality gates); a
-failed case, control or quality gate exits 3 with one line.
+earlier run. At the testbed scale the gates of vtlab/reproduce/gates.py run first (the case gate, before any row), per
+table (a table's learning gate: below it, the table is reported as exploratory) and last (the control and quality
+gates); a failed case, control or quality gate exits 3 with one line.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from vtlab import gates, paper_plan
-from vtlab.errors import VtlabError
-from vtlab.paths import CONF_DIR
+from vtlab.core.errors import VtlabError
+from vtlab.core.paths import CONF_DIR
 from vtlab.report import selection
 from vtlab.report.discovery import EXPLORATORY_FILE, State, collect_jobs, write_exploratory
+from vtlab.reproduce import gates, paper_plan
 
 CONF = CONF_DIR / "experiment"
 TABLES = CONF_DIR / "tables"  # <scale>.yaml: that scale's tables, rows, default seeds (the one place they are defined)
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path("outputs") / "reproduce" / args.scale
     launcher = args.launcher or ("slurm" if args.scale == "paper" else "parallel" if args.jobs > 1 else None)
     dirs, planned, slurm = [], sweeps(args.scale, args.seeds, tables, out), []
-    if args.scale == "paper":  # the plan (jobs, GPU-hours) before anything is submitted (vtlab/paper_plan.py)
+    if args.scale == "paper":  # the plan (jobs, GPU-hours) before anything is submitted (vtlab/reproduce/paper_plan.py)
         try:
             jobs = paper_plan.plan(planned)
         except VtlabError as e:
@@ -374,7 +374,3 @@ def mark_exploratory(sweep: Path, reason: str | None) -> None:
         marker.unlink(missing_ok=True)
     else:
         write_exploratory(sweep, reason)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

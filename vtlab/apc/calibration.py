@@ -37,8 +37,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vtlab.atomic import atomic_write_bytes, write_json
-from vtlab.errors import VtlabError
+from vtlab.core.atomic import atomic_write_bytes, write_json
+from vtlab.core.errors import VtlabError
 from vtlab.vocab.masked_outputs import MASKED_BIAS
 
 log = logging.getLogger("vtlab")
@@ -55,7 +55,7 @@ assert OFF_LOGIT < -_HIST_RANGE
 
 
 class APC:
-    """Activation Potential Calibration settings (Hydra target `vtlab.apc.APC`, conf/apc/*.yaml).
+    """Activation Potential Calibration settings (Hydra target `vtlab.apc.calibration.APC`, conf/apc/*.yaml).
 
     percentile: the cutoff percentile of the sampled max-logits (authors: 60); None with shift None = off.
     shift: a fixed offset ADDED to the bias instead (no percentile), for deliberately dead (<0) or dense (>0) starts.

@@ -1,4 +1,4 @@
-/* The fused pooling kernels' column split (vtlab/models/fused.py) in one OpenMP region: each thread of the team runs
+/* The fused pooling kernels' column split (vtlab/runtime/fused.py) in one OpenMP region: each thread of the team runs
  * the kernel function `f` on its share of the column blocks [blocks · t / n, blocks · (t + 1) / n).
  *
  * Built with -fopenmp, so the library needs libgomp.so.1, and fused.py loads it only where torch's own GNU OpenMP

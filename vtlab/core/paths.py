@@ -5,4 +5,4 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"

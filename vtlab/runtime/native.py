@@ -1,4 +1,4 @@
-"""vtlab's C kernels (exact top-k: vtlab/index/taat.c; SPLADE max-pooling: vtlab/models/maxpool.c): each built once
+"""vtlab's C kernels (exact top-k: vtlab/index/taat.c; SPLADE max-pooling: vtlab/runtime/maxpool.c): each built once
 with the system C compiler and loaded through ctypes, which releases the GIL during a call.
 
 A shared library runs code as soon as it is loaded, so only one this user built is ever loaded: the library lives in
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from vtlab.assets import cache_dir
-from vtlab.atomic import atomic_path, stable_hash
-from vtlab.integrity import sha256_file
+from vtlab.core.assets import cache_dir
+from vtlab.core.atomic import atomic_path, stable_hash
+from vtlab.core.integrity import sha256_file
 
 log = logging.getLogger(__name__)
 

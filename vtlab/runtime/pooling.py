@@ -14,7 +14,7 @@ back; a ~4 MiB tile stays in cache for the max. On the 2-core AMD EPYC dev machi
 1 thread) GEMM + max took 1.62 s with 256 MiB slabs and 0.97 s with 300-row × 2,048-column tiles — less than the
 slab GEMM alone (1.53 s).
 
-A decoder other than a float weight matrix (the int8 one of vtlab.models.quantize) runs through the same tiles
+A decoder other than a float weight matrix (the int8 one of vtlab.runtime.quantize) runs through the same tiles
 (`tiled_max_logits`): it prepares each tile's hidden states once (quantizes them) for all of the tile's column blocks.
 
 The backward pass only needs the argmax position of each (b, v): d max / d logit is one-hot there. The incoming
@@ -34,8 +34,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from vtlab.models import fused
-from vtlab.native import Kernel
+from vtlab.runtime import fused
+from vtlab.runtime.native import Kernel
 
 # Bytes of one logits tile (rows × columns), reused for every tile of a call: small enough to stay in L2/L3.
 DEFAULT_CHUNK_BYTES = 4 * 2**20
@@ -43,7 +43,7 @@ DEFAULT_CHUNK_BYTES = 4 * 2**20
 TILE_COLUMNS = 2048
 # Gradient entries processed at once in backward (bounds the K×H temporaries).
 _BACKWARD_CHUNK = 65536
-# The max over positions of a bf16 tile in C (vtlab/models/maxpool.c); torch's amax without it and for fp32, where
+# The max over positions of a bf16 tile in C (vtlab/runtime/maxpool.c); torch's amax without it and for fp32, where
 # torch's own (multi-threaded) amax is faster than one thread of the kernel.
 MAX_KERNEL = Kernel(
     Path(__file__).with_name("maxpool.c"),
@@ -86,7 +86,7 @@ def tile_shape(length: int, vocab: int, element_size: int, chunk_bytes: int) -> 
 
 
 class TileLogits(Protocol):
-    """A decoder the tiled max can run other than as an fp32/bf16 matmul (vtlab.models.quantize.Int8Decoder): the
+    """A decoder the tiled max can run other than as an fp32/bf16 matmul (vtlab.runtime.quantize.Int8Decoder): the
     logits of one tile, from hidden states prepared once per tile (e.g. quantized) for all its column blocks."""
 
     bias: Tensor | None
@@ -227,7 +227,7 @@ def max_logits(
 
 
 def tiled_max_logits(hidden: Tensor, head: TileLogits, mask: Tensor, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tensor:
-    """max_logits for a decoder that is no fp32 weight matrix (int8: vtlab.models.quantize), inference only: the
+    """max_logits for a decoder that is no fp32 weight matrix (int8: vtlab.runtime.quantize), inference only: the
     same tiles (or `head`'s fused kernel), the max on `head`'s logits of each tile, the bias added after the max."""
     best = head.fused_max(hidden, mask)
     if best is None:

@@ -1,13 +1,13 @@
-/* SPLADE's masked max of the MLM logits fused with their GEMM on AVX-512 (vtlab/models/fused.py): fp32 with FMA
+/* SPLADE's masked max of the MLM logits fused with their GEMM on AVX-512 (vtlab/runtime/fused.py): fp32 with FMA
  * (any AVX-512 CPU), bf16 with AVX512_BF16's vdpbf16ps and int8 with AVX512_VNNI's vpdpbusd where AMX is absent
  * (AMD Zen 4/5, Intel Cooper Lake).
  *
- * Built on first use by vtlab/native.py (cc -O3 -mavx512f -mavx512bw -mavx512bf16 -mavx512vnni ...) and called
+ * Built on first use by vtlab/runtime/native.py (cc -O3 -mavx512f -mavx512bw -mavx512bf16 -mavx512vnni ...) and called
  * through ctypes; each function only on CPUs whose /proc/cpuinfo lists what it uses (fused.py). Why: as on AMX
  * (amx.c), the logits GEMM of a small hidden size is bound by writing its [tokens, vocabulary] output and reading it
  * back for the max; here a tile of T tokens × NB blocks of 16 columns is accumulated in registers and max-reduced from them.
  *
- * The weights are packed (vtlab.models.fused.pack) so that in a block of 16 columns the 64 bytes of k-unit u (one
+ * The weights are packed (vtlab.runtime.fused.pack) so that in a block of 16 columns the 64 bytes of k-unit u (one
  * fp32, a pair of bf16 or a quad of int8 values per column) sit at u * 64 — one zmm, which the dot instruction
  * multiplies with the token's k-unit (4 bytes) broadcast to all 16 lanes (for bf16 and int8 this is AMX's layout).
  *

@@ -1,0 +1,1 @@
+"""Adaptive Pooling Calibration: the output-bias calibration run between adaptation and fine-tuning."""
