@@ -110,7 +110,7 @@ def _batch() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(5, V, (3, 7), generator=g)
     mask = torch.ones_like(ids)
-    mask[1, 4:] = 0  # padding: ModernBERT used to unpad; the site swap must not care
+    mask[1, 4:] = 0  # padding: ModernBERT may unpad; the site swap must not care
     mask[2, 2:] = 0
     return {"input_ids": ids, "attention_mask": mask}
 

@@ -1,5 +1,5 @@
 """Memory reuse between batches: glibc told to keep freed memory (vtlab.runtime.allocator) stops the kernel refaulting
-the same tens of MiB for every batch, and the encoder's body in row chunks (vtlab.models.encoder.head_inputs) gives the
+the same tens of MiB for every batch, and the encoder's body in row chunks (vtlab.runtime.body.head_inputs) gives the
 hidden states of one pass. Every comparison runs in fp32 (no autocast), against the unchunked network."""
 
 import os
@@ -13,10 +13,11 @@ import torch
 from transformers import BertConfig
 
 from vtlab.backbones import Backbone, decoder_bypassed
-from vtlab.models import encoder as encoder_module
-from vtlab.models.encoder import SpladeEncoder, body_rows, head_inputs
+from vtlab.data.boolq import probe_texts
+from vtlab.models.encoder import SpladeEncoder
+from vtlab.runtime import body as body_module
 from vtlab.runtime.allocator import USER_SETTINGS
-from vtlab.runtime.precision import probe_texts
+from vtlab.runtime.body import body_rows, head_inputs
 
 MiB = 2**20
 
@@ -112,7 +113,7 @@ def test_head_inputs_in_chunks_equal_one_pass(tiny, passages):
 def test_encode_with_a_small_body_budget_equals_the_default(tiny, passages, monkeypatch):
     enc = SpladeEncoder(*tiny, precision="fp32")
     default = enc.encode(passages, "doc", batch_size=8, show_progress=False).toarray()
-    monkeypatch.setattr(encoder_module, "BODY_BYTES", 4096)  # one row per pass
+    monkeypatch.setattr(body_module, "BODY_BYTES", 4096)  # one row per pass
     calls = _calls(enc.model)
     chunked = enc.encode(passages, "doc", batch_size=8, show_progress=False).toarray()
     enc.model._forward_pre_hooks.clear()

@@ -42,7 +42,7 @@ def test_vocabulary_cache_keys_are_pinned(monkeypatch):
     monkeypatch.setattr(clean.training_passages, "__module__", "vtlab.data.elsewhere")  # as if it moved
     assert _corpus_id(TextCorpus()) == TextCorpus().CACHE_ID == "vtlab.data.clean.training_passages:dev300-s0-devnd1"
     assert _corpus_id(TextCorpus(dev_seed=1)) == "vtlab.data.clean.training_passages:dev300-s1-devnd1"
-    assert CorpusWordPiece("corpus-wordpiece").cache_key() == "corpus-wordpiece-0744ba4658c6"
+    assert CorpusWordPiece("corpus-wordpiece", corpus=TextCorpus()).cache_key() == "corpus-wordpiece-0744ba4658c6"
     assert NativeVocab("native").cache_key() == "native:native"
     assert (
         PretrainedVocab("bert-uncased", "bert-base-uncased", "bert-base-uncased").cache_key()

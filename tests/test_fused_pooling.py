@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from vtlab.models.activation import splade_activation
 from vtlab.runtime import fused, pooling
 from vtlab.runtime.quantize import quantize_weight
 
@@ -395,7 +396,7 @@ def test_fused_fp32_pooling_trains_like_the_tiled_gemm(kernel, monkeypatch):
 
     def run() -> tuple[torch.Tensor, ...]:
         h, w, b = (t.clone().requires_grad_() for t in (hidden, weight, bias))
-        out = pooling.splade_pool(h, w, b, mask)
+        out = splade_activation(pooling.max_logits(h, w, b, mask))
         (out * torch.linspace(0, 1, 500)).sum().backward()
         return out.detach(), h.grad, w.grad, b.grad
 

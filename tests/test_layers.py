@@ -64,6 +64,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     "bench.common) must run without torch",
     ("vtlab.bench.encode", "vtlab.backbones"): "loads torch/transformers + vtlab's model: not in the st/onnx workers",
     ("vtlab.bench.encode", "vtlab.models.encoder"): "vtlab's encoder (torch): not in the st/onnx encode workers",
+    ("vtlab.bench.encode", "vtlab.runtime.body"): "torch: the floor row's body, as vtlab runs it; not in st/onnx",
+    ("vtlab.bench.encode", "vtlab.data.boolq"): "auto's probe texts, vtlab's model only; not in the st/onnx workers",
     ("vtlab.bench.encode", "vtlab.runtime.pooling"): "torch: only the floor row uses it; not in the st/onnx workers",
     ("vtlab.bench.encode", "vtlab.runtime.fused"): "torch: which kernel pooled, in vtlab's rows only; not in st/onnx",
     ("vtlab.bench.encode", "vtlab.export.onnx"): "exporter imports torch: not in the onnx worker (runs without torch)",
@@ -462,3 +464,39 @@ def test_checker_reports_function_level_imports_outside_the_allowlist(tmp_path):
         "function; import it at module level (break the cycle it hides), or add it to LAZY_IMPORTS with the reason",
         *problems,
     ]
+
+
+# The method's folders read as the paper: of vtlab/runtime/ they use the one policy interface, and they read no
+# dataset (probe texts, default corpora and the like are passed in by config).
+METHOD_FOLDERS = ("vtlab.models", "vtlab.vocab")
+RUNTIME_INTERFACE = "vtlab.runtime.policy"
+DATASET_MODULES = (
+    "vtlab.data.boolq",
+    "vtlab.data.olmo_eval",
+    "vtlab.data.corpora",
+    "vtlab.data.clean",
+    "vtlab.data.hf",
+    "vtlab.data.splits",
+    "vtlab.data.collections",
+    "vtlab.data.triplets",
+    "vtlab.data.teacher",
+)
+
+
+def method_violations(edges: list[Import]) -> list[str]:
+    out = []
+    for e in edges:
+        if folder(e.src) not in METHOD_FOLDERS:
+            continue
+        if folder(e.dst) == "vtlab.runtime" and e.dst != RUNTIME_INTERFACE:
+            out.append(
+                f"{e.where()}: {e.src} imports {e.dst}: the method uses vtlab/runtime/ through {RUNTIME_INTERFACE}"
+            )
+        if e.dst in DATASET_MODULES:
+            out.append(f"{e.where()}: {e.src} imports the dataset module {e.dst}: pass the data in (config) instead")
+    return out
+
+
+def test_the_method_folders_use_one_runtime_interface_and_no_dataset():
+    assert method_violations(imports(ROOT / "vtlab")) == []
+    assert all((ROOT / "vtlab" / (m.split(".", 1)[1].replace(".", "/") + ".py")).is_file() for m in DATASET_MODULES)

@@ -221,3 +221,43 @@ def test_push_to_hub_offline_is_refused_before_any_work(tmp_path, capsys, monkey
     ):
         run(compose_cfg(export))
     assert not (run_dir / "sparse-encoder").exists() and not (run_dir / "vectors").exists()
+
+
+def test_the_template_is_the_source_of_the_cards_text(tmp_path, monkeypatch):
+    """The card is vtlab/export/templates/model_card.md filled in (string.Template): every placeholder-free line of the
+    template is a line of the card, every placeholder has a field and is filled, and the template's text is what the
+    card says (a line added to it shows in the card)."""
+    from string import Template
+
+    from vtlab.export import model_card as mc
+
+    def card() -> str:
+        info = mc.CardInfo(title="t", run="r", backbone="b", vocab="native", init="mean", train_datasets=("a/b",))
+        return mc.model_card(
+            info,
+            {"kind": "inference-free", "vocab_size": 30522, "max_length": {"query": 32, "doc": 256}},
+            train_overrides=["backbone=b"],
+            export_overrides=["stage=export"],
+            metrics={"c": {"nDCG@10": 0.5, "flops": 1.25, "total_s": 3.0}},
+            vector_files={"anserini": tmp_path / "vectors" / "docs.jsonl"},
+            vectors_of="c",
+            onnx_dir="onnx",
+            card_dir=tmp_path / "st",
+            run_dir=tmp_path,
+            formats=("anserini", "qdrant"),
+        )
+
+    template = mc.TEMPLATE.read_text()
+    names = {m.group("named") or m.group("braced") for m in Template.pattern.finditer(template)}
+    assert names and None not in names  # only $name / ${name}, no stray "$"
+    text = card()
+    lines = text.splitlines()
+    fixed = [line for line in template.splitlines() if line.strip() and "$" not in line]
+    assert "- **Similarity:** dot product" in fixed and [line for line in fixed if line not in lines] == []
+    assert "$" not in text and not [n for n in names if f"{{{n}}}" in text]  # every placeholder filled
+    assert "\n\n\n" not in text and text.endswith("```\n")  # sections present: no holes, the ONNX block last
+
+    edited = tmp_path / "model_card.md"
+    edited.write_text(template.replace("## Model details\n", "## Model details\n\nWritten from a template.\n"))
+    monkeypatch.setattr(mc, "TEMPLATE", edited)
+    assert "## Model details\n\nWritten from a template.\n\n- **Model type:**" in card()

@@ -3,7 +3,7 @@ directory is locked before anything is written into it, Hydra's `.hydra/` includ
 
 The config checks are called directly (fast); the CLI cases run `python -m vtlab` with a cheap stage (stage=evaluate
 eval=none: no model is loaded). The lock race pauses a run after Hydra has written its `.hydra/` (tests/run_pause.py)
-— the moment a second process used to slip in — so every trial meets the worst timing."""
+— the moment a second process could slip in without the lock — so every trial meets the worst timing."""
 
 from __future__ import annotations
 

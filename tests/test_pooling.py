@@ -3,8 +3,14 @@
 import pytest
 import torch
 
+from vtlab.models.activation import splade_activation
 from vtlab.runtime import pooling
-from vtlab.runtime.pooling import max_logits, splade_pool
+from vtlab.runtime.pooling import DEFAULT_CHUNK_BYTES, max_logits
+
+
+def splade_pool(hidden, weight, bias, mask, double_log=False, chunk_bytes=DEFAULT_CHUNK_BYTES):
+    """SPLADE max pooling as the encoder composes it: w[b, v] = log1p(relu(max_i logit[b, i, v]))."""
+    return splade_activation(max_logits(hidden, weight, bias, mask, chunk_bytes), double_log)
 
 
 def literal(hidden, weight, bias, mask):

@@ -95,7 +95,7 @@ def test_encoder_applies_the_resolved_precision(splade_tiny, monkeypatch):
     assert np.abs(bf16 - fp32).max() > 0  # bf16 really ran (else the auto checks below could not tell)
     # auto follows the (faked) CPU: native bf16 (no int8: no check) → the bf16 vectors, neither → the fp32 ones
     enc.precision = "auto"
-    monkeypatch.setattr(enc, "_probe_trial", lambda *a: pytest.fail("no int8 candidate: nothing to measure"))
+    monkeypatch.setattr(enc.policy, "_probe_trial", lambda *a: pytest.fail("no int8 candidate: nothing to measure"))
     monkeypatch.setattr(prec, "cpu_flags", lambda: prec.parse_cpu_flags(BF16_NO_INT8))
     np.testing.assert_array_equal(enc.encode(texts, show_progress=False).toarray(), bf16)
     monkeypatch.setattr(prec, "cpu_flags", lambda: prec.parse_cpu_flags(NO_AVX2))

@@ -17,6 +17,7 @@ from torch import nn
 
 from vtlab.backbones import Backbone, decoder_bypassed
 from vtlab.core.errors import VtlabError
+from vtlab.data.boolq import PROBE_PAIRS, probe_texts
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.runtime import cpu, quantize
 from vtlab.runtime import precision as prec
@@ -40,7 +41,7 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def passages():
-    _, docs = prec.probe_texts()
+    _, docs = probe_texts()
     return list(docs[:24])
 
 
@@ -317,19 +318,19 @@ def test_choose_auto_checks_once_caches_and_says_why(auto_env, empty_cache, capl
 
 def test_env_forces_int8_without_a_check(tiny, auto_env, monkeypatch):
     monkeypatch.setenv(prec.AUTO_ENV, "int8")
-    enc = SpladeEncoder(*tiny, precision="auto")
-    monkeypatch.setattr(enc, "_probe_trial", lambda *a: pytest.fail("no check when forced"))
+    enc = SpladeEncoder(*tiny, precision="auto", probe=probe_texts)
+    monkeypatch.setattr(enc.policy, "_probe_trial", lambda *a: pytest.fail("no check when forced"))
     assert enc.resolved_precision() == "int8"
 
 
 def test_real_int8_passes_the_check(tiny):
     """SPLADE-tiny's int8 agrees with fp32 on the real probe (200 BoolQ-train pairs), as auto's check measures it."""
-    enc = SpladeEncoder(*tiny, precision="auto")
-    questions, docs = prec.probe_texts()
-    assert len(questions) == prec.PROBE_PAIRS and len(docs) > 0.9 * prec.PROBE_PAIRS
+    enc = SpladeEncoder(*tiny, precision="auto", probe=probe_texts)
+    questions, docs = probe_texts()
+    assert len(questions) == PROBE_PAIRS and len(docs) > 0.9 * PROBE_PAIRS
     reference: dict = {}
-    fp32 = enc._probe_trial("fp32", questions, docs, reference)
-    int8 = enc._probe_trial("int8", questions, docs, reference)
+    fp32 = enc.policy._probe_trial(enc, "fp32", questions, docs, reference)
+    int8 = enc.policy._probe_trial(enc, "int8", questions, docs, reference)
     assert fp32.agreement is None and fp32.docs_per_s > 0 and int8.docs_per_s > 0
     assert int8.agreement.holds(), int8.agreement
 
@@ -338,13 +339,12 @@ def test_broken_int8_makes_auto_fall_back(tiny, auto_env, empty_cache, monkeypat
     """With 4-bit-like weights (per-channel scales ×16) int8 fails the check, and auto, on a VNNI CPU (faked) where
     int8 is its first choice, falls back to fp32 and says why in its one line. (A smaller probe keeps this test short:
     the broken model fails by far, 0.91 mean cosine.)"""
-    questions, docs = prec.probe_texts()
-    monkeypatch.setattr(prec, "probe_texts", lambda: (questions[:48], docs[:48]))
+    questions, docs = probe_texts()
     monkeypatch.setattr(
         quantize, "weight_scales", lambda w: (w.detach().float().abs().amax(1) / 127 * 16).clamp_min(1e-12)
     )
     monkeypatch.setattr(prec, "cpu_flags", lambda: CASCADE_LAKE)
-    enc = SpladeEncoder(*tiny, precision="auto")
+    enc = SpladeEncoder(*tiny, precision="auto", probe=lambda: (questions[:48], docs[:48]))
     with caplog.at_level(logging.INFO, logger="vtlab"):
         assert enc.resolved_precision() == "fp32"
         assert enc.resolved_precision() == "fp32"  # decided once per weights

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from vtlab.backbones import Backbone, decoder_bypassed
-from vtlab.data.boolq import validation_pairs
+from vtlab.data.boolq import PROBE_PAIRS, probe_texts, validation_pairs
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.runtime import precision as prec
 from vtlab.runtime import quantize
@@ -58,9 +58,9 @@ def real_auto(tiny, tmp_path_factory):
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         try:
-            enc = SpladeEncoder(*tiny, precision="auto")
+            enc = SpladeEncoder(*tiny, precision="auto", probe=probe_texts)
             choice = enc.resolved_precision()
-            trials = prec.load_trials(prec.check_cache_path(enc._fingerprint()))
+            trials = prec.load_trials(prec.check_cache_path(enc.policy._fingerprint(enc, PROBE_PAIRS)))
         finally:
             logger.removeHandler(handler)
             logger.setLevel(level)
@@ -333,7 +333,7 @@ def test_cpu_without_bf16_or_int8_gets_fp32_without_measuring(tiny, monkeypatch,
     assert prec.choose_auto(("fp32",), refuse, "key", flags=NO_AVX2).precision == "fp32"
     monkeypatch.setattr(prec, "cpu_flags", lambda: NO_AVX2)
     enc = SpladeEncoder(*tiny, precision="auto")
-    monkeypatch.setattr(enc, "_probe_trial", lambda *a: pytest.fail("nothing may be measured on this CPU"))
+    monkeypatch.setattr(enc.policy, "_probe_trial", lambda *a: pytest.fail("nothing may be measured on this CPU"))
     with caplog.at_level(logging.INFO, logger="vtlab"):
         assert enc.resolved_precision() == "fp32"
     lines = [r.getMessage() for r in caplog.records if "model.encoder.precision=auto" in r.getMessage()]

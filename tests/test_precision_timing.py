@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-import vtlab.models.encoder as encoder_module
+import vtlab.runtime.policy as policy_module
 from vtlab.backbones import Backbone
+from vtlab.data.boolq import probe_texts
 from vtlab.data.collections import Collection
 from vtlab.evaluation.outputs import results_table
 from vtlab.evaluation.retrieval import evaluate
@@ -29,15 +30,15 @@ def probed(monkeypatch):
     """auto with int8 and fp32 as candidates on any CPU, each trial sleeping PROBE_S; records the trials run."""
     calls = []
 
-    def trial(self, p, queries, docs, reference):
+    def trial(self, owner, p, queries, docs, reference):
         calls.append(p)
         time.sleep(PROBE_S)
         return prec.Trial(p, 100.0, None if p == "fp32" else prec.Agreement(0.5, 0.5))  # int8 fails: fp32 runs
 
     monkeypatch.delenv(prec.AUTO_ENV, raising=False)
     monkeypatch.setattr(prec, "auto_candidates", lambda device="cpu", flags=None: ("int8", "fp32"))
-    monkeypatch.setattr(encoder_module, "int8_unavailable", lambda: None)
-    monkeypatch.setattr(SpladeEncoder, "_probe_trial", trial)
+    monkeypatch.setattr(policy_module, "int8_unavailable", lambda: None)
+    monkeypatch.setattr(policy_module.ComputePolicy, "_probe_trial", trial)
     encode = SpladeEncoder.encode
 
     def encoding(self, texts, side="doc", *args, **kwargs):
@@ -51,7 +52,9 @@ def probed(monkeypatch):
 @pytest.mark.usefixtures("empty_cache")
 def test_the_probe_is_its_own_row_and_runs_once_per_model_and_cpu(probed, caplog):
     def encoder():
-        return SpladeEncoder.from_backbone(Backbone("asset:splade-tiny"), precision="auto", doc_max_length=32)
+        return SpladeEncoder.from_backbone(
+            Backbone("asset:splade-tiny"), precision="auto", doc_max_length=32, probe=probe_texts
+        )
 
     with caplog.at_level(logging.INFO, logger="vtlab"):
         first = evaluate(encoder(), _collection(), show_progress=False)

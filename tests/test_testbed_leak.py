@@ -157,7 +157,7 @@ def test_no_evaluation_passage_in_training_dev_mlm_or_tokenizer(row, evaluation_
 
 def test_the_default_mlm_corpus_reads_no_evaluation_or_dev_passage(evaluation_passages):
     """`python -m vtlab mlm.steps=N` (the quickstart with an MLM stage): its corpus is the clean training passages
-    less the run's own dev golds, at any seed — it used to be every BoolQ passage, validation included."""
+    less the run's own dev golds, at any seed — never a BoolQ validation passage."""
     cfg = compose_cfg(["mlm.steps=100", "seed=3"])
     texts = {_norm(t) for t in instantiate(cfg.mlm.corpus)()}
     dev = instantiate(cfg.data.dev)

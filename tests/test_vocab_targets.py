@@ -9,7 +9,7 @@ from helpers import compose_cfg
 from hydra.utils import instantiate
 
 from vtlab.core.errors import AssetError, VtlabError
-from vtlab.data.corpora import boolq_passages
+from vtlab.data.corpora import TextCorpus, boolq_passages
 from vtlab.vocab.targets import (
     CorpusWordPiece,
     NativeVocab,
@@ -99,7 +99,7 @@ def wordpiece(fresh_cache):  # fresh: the WordPiece is trained here, not read fr
         boolq_passages()
     except AssetError as e:
         pytest.skip(f"offline asset missing: {e}")
-    vocab = CorpusWordPiece("corpus-wordpiece", vocab_size=2000)
+    vocab = CorpusWordPiece("corpus-wordpiece", vocab_size=2000, corpus=TextCorpus())
     return vocab, vocab.load_tokenizer(None)
 
 
@@ -138,10 +138,10 @@ def test_wordpiece_cache_reused(wordpiece, monkeypatch):
         raise AssertionError("retrained although the tokenizer is cached")
 
     monkeypatch.setattr(CorpusWordPiece, "_train", no_training)
-    again = CorpusWordPiece("corpus-wordpiece", vocab_size=2000)
+    again = CorpusWordPiece("corpus-wordpiece", vocab_size=2000, corpus=TextCorpus())
     assert again.cache_key() == vocab.cache_key() and len(again.load_tokenizer(None)) == 2000
     assert (path / "tokenizer.json").stat().st_mtime_ns == mtime
-    assert CorpusWordPiece("corpus-wordpiece", vocab_size=3000).cache_key() != vocab.cache_key()
+    assert CorpusWordPiece("corpus-wordpiece", vocab_size=3000, corpus=TextCorpus()).cache_key() != vocab.cache_key()
 
 
 def test_wordpiece_custom_corpus_cache_key():
@@ -168,6 +168,10 @@ def test_wordpiece_yaml_sweepable():
 
 
 def test_yaml_corpus_equals_default():
-    """The YAML's TextCorpus (path: null) and the Python default share one cache entry."""
+    """The YAML's TextCorpus (path: null) and the default corpus object share one cache entry; no corpus is refused."""
     from_yaml = instantiate(_vocab_node("corpus-wordpiece"))
-    assert from_yaml.cache_key() == CorpusWordPiece("corpus-wordpiece", vocab_size=20000).cache_key()
+    assert (
+        from_yaml.cache_key() == CorpusWordPiece("corpus-wordpiece", vocab_size=20000, corpus=TextCorpus()).cache_key()
+    )
+    with pytest.raises(VtlabError, match=r"^vocab.corpus is null: expected the texts"):
+        CorpusWordPiece("corpus-wordpiece")

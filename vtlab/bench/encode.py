@@ -222,9 +222,10 @@ def auto_choice(path: Path) -> dict[str, str]:
     BoolQ train pairs, vtlab.runtime.precision) run here, after the timed encoding, or read from the cache of a
     previous run on this machine."""
     from vtlab.backbones import Backbone
+    from vtlab.data.boolq import probe_texts
     from vtlab.models.encoder import SpladeEncoder
 
-    enc = SpladeEncoder.from_backbone(Backbone(str(path), family="bert"), precision="auto")
+    enc = SpladeEncoder.from_backbone(Backbone(str(path), family="bert"), precision="auto", probe=probe_texts)
     choice = enc.auto_choice()
     return {"precision": choice.precision, "reason": choice.reason}
 
@@ -268,7 +269,8 @@ def setup_floor(path: Path, warm: list[str], batch: int) -> Encode:
     import torch
 
     from vtlab.backbones import Backbone, decoder_bypassed
-    from vtlab.models.encoder import SpladeEncoder, head_inputs
+    from vtlab.models.encoder import SpladeEncoder
+    from vtlab.runtime.body import head_inputs
     from vtlab.runtime.pooling import DEFAULT_CHUNK_BYTES, tile_shape
 
     keep_freed_memory()  # the body as vtlab runs it: its allocator settings and chunks (head_inputs)

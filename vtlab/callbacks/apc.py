@@ -73,7 +73,7 @@ def _key(apc: APC, encoder: Any, texts: list[str]) -> str:
             [_CACHE_VERSION, vars(apc), type(encoder).__name__, encoder.max_length], sort_keys=True
         ).encode()
         yield json.dumps(texts[: apc.num_docs]).encode()
-        for i, net in enumerate(encoder._networks()):
+        for i, net in enumerate(encoder.networks()):
             for name, t in net.state_dict().items():
                 yield f"{i}.{name}".encode()
                 yield t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()

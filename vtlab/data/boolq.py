@@ -95,6 +95,17 @@ def train_pairs() -> tuple[tuple[str, str], ...]:
     return tuple(by_idx[i] for i in sorted(by_idx))
 
 
+PROBE_PAIRS = 200
+
+
+@lru_cache(maxsize=1)
+def probe_texts() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(questions, distinct passages) of the first PROBE_PAIRS BoolQ train pairs: the texts precision=auto's int8
+    check encodes (`model.encoder.probe`; train, so that no evaluation text decides anything)."""
+    pairs = train_pairs()[:PROBE_PAIRS]
+    return tuple(q for q, _ in pairs), tuple(dict.fromkeys(p for _, p in pairs))
+
+
 def split_train(
     dev_size: int = 300, seed: int = 0, n: int | None = None, eligible: Sequence[int] | None = None
 ) -> tuple[list[int], list[int]]:

@@ -100,6 +100,12 @@ class TextCorpus:
         texts = iter_texts(self.path, self.field, f"{self.key}.path")
         return itertools.islice(texts, self.max_docs) if self.max_docs is not None else texts
 
+    @property
+    def fixed_id(self) -> str | None:
+        """Its name in vocabulary cache keys when it is the default corpus (CACHE_ID); None for a user's texts, which
+        are known by their hash (vtlab.vocab.targets)."""
+        return self.CACHE_ID if self.path is None and self.max_docs is None else None
+
     def count(self) -> int:
         """How many texts it yields (reads a user's files once); DataError when a user's files hold none."""
         n = sum(1 for _ in self())

@@ -20,7 +20,7 @@ import torch
 
 from vtlab.apc.calibration import APC, STAT_KEYS
 from vtlab.core.errors import VtlabError
-from vtlab.runtime.pooling import splade_activation
+from vtlab.models.activation import splade_activation
 
 QUANTILES = np.linspace(0, 100, 101)
 FREQ_BUCKETS = ("dead", "<1%", "1-10%", "10-50%", "50%-always", "always-on")

@@ -13,9 +13,10 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from string import Template
 from typing import Any
 
 import yaml
@@ -41,6 +42,13 @@ TIMING_FORMATS = {
     "search_ms_per_query": "{:.3f} ms",
     "total_s": "{:.1f} s",
 }
+TIMINGS_NOTE = "Wall-clock times of that evaluation, on the machine that ran it (not comparable across machines):"
+# a sentence the card adds after its first paragraph, by encoder kind
+QUERY_NOTES = {"inference-free": "Queries run no network: a query is its distinct tokens weighted by relu(idf)."}
+# the card's fixed text and layout, with ${name} placeholders (string.Template) filled by card_fields
+TEMPLATE = Path(__file__).with_name("templates") / "model_card.md"
+# a template line that is one placeholder and nothing else
+_LONE_PLACEHOLDER = re.compile(r"\$(\w+|\{\w+\})")
 # Hydra's default run directory name is <HH-MM-SS>-<name>: a title never shows the time
 _TIMESTAMP = re.compile(r"^\d{2}-\d{2}-\d{2}-")
 # an absolute path inside a command-line override: after =, [, {, a comma, a colon, a quote or a blank (not a URL)
@@ -236,7 +244,7 @@ def front_matter(info: CardInfo, kind: str, metrics: Mapping[str, Mapping[str, f
 def _table(
     header: tuple[str, str],
     metrics: Mapping[str, Mapping[str, float]],
-    keys: Any,
+    keys: Callable[[Mapping[str, float]], list[str]],
     formats: Mapping[str, str],
     default: str,
 ) -> list[str]:
@@ -246,7 +254,141 @@ def _table(
     return lines
 
 
+def timing_keys(metrics: Mapping[str, float]) -> list[str]:
+    return [k for k in metrics if _base(k) in TIMING_KEYS]
+
+
+# ---- the card's sections: each the Markdown that fills one placeholder of the template ("" leaves it out) -----------
+def base_model_text(info: CardInfo) -> str:
+    if info.base_model:
+        return f"[{info.base_model}](https://huggingface.co/{info.base_model})"
+    if info.backbone:
+        return f"`{info.backbone}` (no Hub id: an offline asset or a local model)"
+    return "unknown"
+
+
+def license_text(info: CardInfo) -> str:
+    return info.license or "not stated (vtlab does not know the terms of the base model and data; set `export.license`)"
+
+
+def training_data_item(info: CardInfo) -> str:
+    links = ", ".join(f"[{d}](https://huggingface.co/datasets/{d})" for d in info.train_datasets)
+    return f"- **Training data:** {links}" if links else ""
+
+
+def evaluation_section(metrics: Mapping[str, Mapping[str, float]]) -> str:
+    """The quality table, then the timings apart (only where a collection has timings)."""
+    if not metrics:
+        return "No evaluation was recorded for this run (no eval/*/metrics.json)."
+    lines = ["Retrieval quality and sparsity, from the run's `eval/<collection>/metrics.json`:", ""]
+    lines += _table(("measure", "value"), metrics, quality_keys, QUALITY_FORMATS, "{:.4f}")
+    timed = {coll: ms for coll, ms in metrics.items() if timing_keys(ms)}
+    if timed:
+        lines += ["", "### Timings", "", TIMINGS_NOTE, ""]
+        lines += _table(("timing", "value"), timed, timing_keys, TIMING_FORMATS, "{:.4g}")
+    return "\n".join(lines)
+
+
+def vector_files_list(
+    vector_files: Mapping[str, Path], vectors_of: str | None, card_dir: Path, run_dir: Path | None
+) -> str:
+    if not vector_files:
+        return ""
+    of = f" of {vectors_of}" if vectors_of else ""
+    files = [f"- {fmt}: `{portable_path(path, card_dir, run_dir)}`" for fmt, path in vector_files.items()]
+    return "\n".join([f"The same export wrote the vectors{of} (paths relative to this card):", *files])
+
+
+def train_command(overrides: Sequence[str] | None, run_dir: Path | None) -> str:
+    """The trained run's command, under a comment; "" when the export has no recorded run."""
+    return "" if overrides is None else f"# the run\n{portable_command(overrides, run_dir)}"
+
+
+def formats_item(formats: Sequence[str]) -> str:
+    names = ", ".join(formats)
+    return f"- Every engine format vtlab writes (`export.vectors.formats`): {names}." if names else ""
+
+
+def onnx_section(onnx_dir: str | None) -> str:
+    if not onnx_dir:
+        return ""
+    return "\n".join(
+        [
+            "## ONNX",
+            "",
+            f"`{onnx_dir}/` holds ONNX graphs (see its onnx.json) with the SPLADE pooling inside: inputs "
+            "`input_ids`, `attention_mask` (int64, [batch, sequence]), output `sparse_embedding` "
+            "[batch, vocabulary], the same vectors as above (tested to 1e-4 with ONNX Runtime).",
+            "",
+            "```python",
+            "from vtlab.export.onnx import OnnxSparseEncoder",
+            "",
+            f'vectors = OnnxSparseEncoder("path/to/this/directory/{onnx_dir}").encode(["a text"], side="doc")',
+            "```",
+        ]
+    )
+
+
 # ---- the card -------------------------------------------------------------------------------------------------------
+def fill_template(template: str, fields: Mapping[str, str]) -> str:
+    """`template` with each ${name} replaced by fields[name] (string.Template: no code runs; a name without a field
+    raises KeyError). A placeholder alone on its line that fills to "" takes its line with it, and the blank lines
+    around it never become two in a row (so an absent section leaves no hole in a list or run of blank lines); the
+    fields' own text is never touched."""
+    out: list[str] = []
+    for line in template.splitlines():
+        text = Template(line).substitute(fields)
+        if not text and (_LONE_PLACEHOLDER.fullmatch(line) or not out or not out[-1]):
+            continue
+        out.append(text)
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+def card_fields(
+    info: CardInfo,
+    encoder: Mapping[str, Any],
+    *,
+    train_overrides: Sequence[str] | None,
+    export_overrides: Sequence[str] | None,
+    metrics: Mapping[str, Mapping[str, float]],
+    vector_files: Mapping[str, Path],
+    vectors_of: str | None,
+    onnx_dir: str | None,
+    card_dir: Path,
+    run_dir: Path | None,
+    formats: Sequence[str],
+) -> dict[str, str]:
+    """The text of each placeholder of the card's template (arguments as `model_card`'s)."""
+    kind = encoder.get("kind", "siamese")
+    lengths = encoder.get("max_length", {})
+    meta = front_matter(info, kind, metrics)
+    return {
+        "front_matter": yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip(),
+        "title": info.title,
+        "kind": str(kind),
+        "vocab_size": str(encoder.get("vocab_size")),
+        "activation": "log1p(log1p(relu(·)))" if encoder.get("double_log") else "log1p(relu(·))",
+        "query_note": QUERY_NOTES.get(kind, ""),
+        "base_model": base_model_text(info),
+        "vocab": info.vocab or "unknown",
+        "init": f", `init={info.init}`" if info.init else "",
+        "query_length": str(lengths.get("query")),
+        "doc_length": str(lengths.get("doc")),
+        "training_data": training_data_item(info),
+        "license": license_text(info),
+        "run": f"- **vtlab run:** `{info.run}`" if info.run else "",
+        "train_command": train_command(train_overrides, run_dir),
+        "export_command": portable_command(export_overrides, run_dir),
+        "evaluation": evaluation_section(metrics),
+        "model_id": info.repo_id or "path/to/this/directory",
+        "vector_files": vector_files_list(vector_files, vectors_of, card_dir, run_dir),
+        "formats": formats_item(formats),
+        "onnx": onnx_section(onnx_dir),
+    }
+
+
 def model_card(
     info: CardInfo,
     encoder: dict[str, Any],
@@ -261,130 +403,22 @@ def model_card(
     run_dir: Path | None,
     formats: Sequence[str] = (),
 ) -> str:
-    """The README.md text. `encoder`: vtlab.export.sentence_transformers.encoder_settings(); `vector_files`: format →
-    path written by the same export (of the collection `vectors_of`); `formats`: every export.vectors.formats choice
+    """The README.md text: the template (TEMPLATE) filled with `card_fields`. `encoder`:
+    vtlab.export.sentence_transformers.encoder_settings(); `vector_files`: format → path written by the same export
+    (of the collection `vectors_of`); `formats`: every export.vectors.formats choice
     (vtlab.export.vectors.format_names); `onnx_dir`: the ONNX subdirectory, if exported;
     `card_dir`: where the card is written; `run_dir`: the trained run's directory (paths are shown relative to it)."""
-    kind = encoder.get("kind", "siamese")
-    lengths = encoder.get("max_length", {})
-    activation = "log1p(log1p(relu(·)))" if encoder.get("double_log") else "log1p(relu(·))"
-    meta = front_matter(info, kind, metrics)
-    base = (
-        f"[{info.base_model}](https://huggingface.co/{info.base_model})"
-        if info.base_model
-        else f"`{info.backbone}` (no Hub id: an offline asset or a local model)"
-        if info.backbone
-        else "unknown"
+    fields = card_fields(
+        info,
+        encoder,
+        train_overrides=train_overrides,
+        export_overrides=export_overrides,
+        metrics=metrics,
+        vector_files=vector_files,
+        vectors_of=vectors_of,
+        onnx_dir=onnx_dir,
+        card_dir=card_dir,
+        run_dir=run_dir,
+        formats=formats,
     )
-    lines = [
-        "---",
-        yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip(),
-        "---",
-        "",
-        f"# {info.title}",
-        "",
-        f"A {kind} SPLADE sparse encoder exported by vtlab: each text becomes a "
-        f"{encoder.get('vocab_size')}-dimensional sparse vector over the tokenizer's vocabulary, w = {activation} "
-        "of the max over token positions of the masked-LM logits; relevance is the dot product of a query vector "
-        "and a document vector.",
-    ]
-    if kind == "inference-free":
-        lines.append("Queries run no network: a query is its distinct tokens weighted by relu(idf).")
-    lines += [
-        "",
-        "## Model details",
-        "",
-        f"- **Model type:** SPLADE sparse encoder ({kind})",
-        f"- **Base model:** {base}",
-        f"- **Vocabulary:** `vocab={info.vocab or 'unknown'}`" + (f", `init={info.init}`" if info.init else ""),
-        f"- **Output dimensionality:** {encoder.get('vocab_size')} (the vocabulary)",
-        f"- **Maximum length:** queries {lengths.get('query')}, documents {lengths.get('doc')} tokens",
-        "- **Similarity:** dot product",
-    ]
-    if info.train_datasets:
-        lines.append(
-            "- **Training data:** "
-            + ", ".join(f"[{d}](https://huggingface.co/datasets/{d})" for d in info.train_datasets)
-        )
-    lines.append(
-        f"- **License:** {info.license}"
-        if info.license
-        else "- **License:** not stated (vtlab does not know the terms of the base model and data; set "
-        "`export.license`)"
-    )
-    if info.run:
-        lines.append(f"- **vtlab run:** `{info.run}`")
-    lines += ["", "## How it was made", "", "```bash"]
-    if train_overrides is not None:
-        lines.append(f"# the run\n{portable_command(train_overrides, run_dir)}")
-    lines += [f"# export\n{portable_command(export_overrides, run_dir)}", "```", "", "## Evaluation", ""]
-    if metrics:
-        lines += ["Retrieval quality and sparsity, from the run's `eval/<collection>/metrics.json`:", ""]
-        lines += _table(("measure", "value"), metrics, quality_keys, QUALITY_FORMATS, "{:.4f}")
-        timed = {coll: ms for coll, ms in metrics.items() if any(_base(k) in TIMING_KEYS for k in ms)}
-        if timed:
-            lines += [
-                "",
-                "### Timings",
-                "",
-                "Wall-clock times of that evaluation, on the machine that ran it (not comparable across machines):",
-                "",
-            ]
-            lines += _table(
-                ("timing", "value"),
-                timed,
-                lambda ms: [k for k in ms if _base(k) in TIMING_KEYS],
-                TIMING_FORMATS,
-                "{:.4g}",
-            )
-    else:
-        lines.append("No evaluation was recorded for this run (no eval/*/metrics.json).")
-    model_id = info.repo_id or "path/to/this/directory"
-    lines += [
-        "",
-        "## sentence-transformers",
-        "",
-        "```python",
-        "from sentence_transformers import SparseEncoder",
-        "",
-        f'model = SparseEncoder("{model_id}")',
-        'queries = model.encode_query(["what is vocabulary transfer?"])',
-        'docs = model.encode_document(["Vocabulary transfer moves a model to a new tokenizer."])',
-        "print(model.similarity(queries, docs))",
-        "```",
-        "",
-        "## Search engines",
-        "",
-    ]
-    if vector_files:
-        of = f" of {vectors_of}" if vectors_of else ""
-        lines.append(f"The same export wrote the vectors{of} (paths relative to this card):")
-        lines += [f"- {fmt}: `{portable_path(path, card_dir, run_dir)}`" for fmt, path in vector_files.items()]
-        lines.append("")
-    lines += [
-        "- Anserini / Lucene impact index: `python -m vtlab stage=export run_dir=... "
-        "export.vectors.formats=[anserini]` writes a JsonVectorCollection (integer weights floor(w·scale+0.5)); index "
-        "it with `IndexCollection -collection JsonVectorCollection -impact -pretokenized`, and search with query "
-        "vectors quantized the same way.",
-        "- OpenSearch / Elasticsearch: `export.vectors.formats=[opensearch]` writes `_bulk` NDJSON for a "
-        '`rank_features` field (mapping.json beside it; "." in token names escaped as %2E); query with the same '
-        "token names and weights.",
-    ]
-    if formats:
-        lines.append(f"- Every engine format vtlab writes (`export.vectors.formats`): {', '.join(formats)}.")
-    if onnx_dir:
-        lines += [
-            "",
-            "## ONNX",
-            "",
-            f"`{onnx_dir}/` holds ONNX graphs (see its onnx.json) with the SPLADE pooling inside: inputs "
-            "`input_ids`, `attention_mask` (int64, [batch, sequence]), output `sparse_embedding` "
-            "[batch, vocabulary], the same vectors as above (tested to 1e-4 with ONNX Runtime).",
-            "",
-            "```python",
-            "from vtlab.export.onnx import OnnxSparseEncoder",
-            "",
-            f'vectors = OnnxSparseEncoder("path/to/this/directory/{onnx_dir}").encode(["a text"], side="doc")',
-            "```",
-        ]
-    return "\n".join(lines) + "\n"
+    return fill_template(TEMPLATE.read_text(encoding="utf-8"), fields)

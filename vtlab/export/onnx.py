@@ -31,8 +31,8 @@ from vtlab.backbones.heads import decoder_bypassed
 from vtlab.core.errors import VtlabError
 from vtlab.export.onnx_runtime import GRAPH_VERSION, INPUTS, MANIFEST, OUTPUT
 from vtlab.export.sentence_transformers import _add_lowercase, encoder_settings, preprocess_parts
+from vtlab.models.activation import splade_activation
 from vtlab.models.inference_free import InferenceFreeEncoder
-from vtlab.runtime.pooling import splade_activation
 
 log = logging.getLogger("vtlab")
 

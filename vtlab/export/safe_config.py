@@ -37,6 +37,7 @@ ALLOWED_TARGETS: frozenset[str] = frozenset(
         "vtlab.models.inference_free.InferenceFreeEncoder.from_backbone",
         "vtlab.models.bm25.BM25Encoder",
         "vtlab.vocab.targets.Normalizer",
+        "vtlab.data.boolq.probe_texts",  # the texts precision=auto checks int8 on
         # evaluations and their collection loaders
         "vtlab.evaluation.retrieval.RetrievalEvaluation",
         "vtlab.evaluation.suite.EvaluationSuite",

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from vtlab.core.errors import VtlabError
 from vtlab.data.mining import TOKEN_PATTERN
-from vtlab.runtime.precision import check_precision
+from vtlab.runtime.policy import check_precision
 
 
 class BM25Encoder:

@@ -29,7 +29,7 @@ from vtlab.core.errors import VtlabError
 from vtlab.data.text import TextDataModule
 from vtlab.models.head_fit import fit_head, head_inputs, span_batches
 from vtlab.models.optim import configure_optimizers
-from vtlab.runtime.precision import trainer_precision
+from vtlab.runtime.policy import trainer_precision
 from vtlab.tracking.progress import progress_bar
 
 log = logging.getLogger("vtlab")

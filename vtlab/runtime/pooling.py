@@ -10,9 +10,8 @@ leaves ~2% padding, whose rows are set to -inf before the max.
 
 Why tiles over the vocabulary too: for small hidden sizes (SPLADE-tiny's 128) the logits GEMM is bound by writing its
 output, not by arithmetic. A slab of whole rows × all 30k columns (hundreds of MB) goes to DRAM and the max reads it
-back; a ~4 MiB tile stays in cache for the max. On the 2-core AMD EPYC dev machine (64 docs × 150 tokens, H 128,
-1 thread) GEMM + max took 1.62 s with 256 MiB slabs and 0.97 s with 300-row × 2,048-column tiles — less than the
-slab GEMM alone (1.53 s).
+back; a ~4 MiB tile stays in cache for the max, so the GEMM + max in tiles takes less time than the GEMM into slabs
+alone.
 
 A decoder other than a float weight matrix (the int8 one of vtlab.runtime.quantize) runs through the same tiles
 (`tiled_max_logits`): it prepares each tile's hidden states once (quantizes them) for all of the tile's column blocks.
@@ -240,21 +239,3 @@ def tiled_max_logits(hidden: Tensor, head: TileLogits, mask: Tensor, chunk_bytes
             lambda prepared, v0, v1, cols, out: head.logits(prepared, v0, v1, cols),
         )
     return best if head.bias is None else best + head.bias
-
-
-def splade_activation(z: Tensor, double_log: bool = False) -> Tensor:
-    """log1p(relu(z)); `double_log` adds the second log1p of the ℓ0-approximating activation (OpenSearch `use_l0`)."""
-    w = torch.log1p(torch.relu(z))
-    return torch.log1p(w) if double_log else w
-
-
-def splade_pool(
-    hidden: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    mask: Tensor,
-    double_log: bool = False,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-) -> Tensor:
-    """SPLADE max pooling: w[b, v] = max_i log1p(relu(logit[b, i, v])) over non-pad positions."""
-    return splade_activation(max_logits(hidden, weight, bias, mask, chunk_bytes), double_log)

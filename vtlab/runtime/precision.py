@@ -9,12 +9,12 @@ needs: auto's timing probe can pick int8 for one model and bf16 for the next whe
 - int8: native with VNNI (`avx512_vnni`, `avx_vnni`) or AMX (`amx_int8`) — int8 dot products in hardware — and with AVX2
   alone, where vtlab's fused pooling kernel multiplies u8 × s8 through vpmaddubsw (vtlab/runtime/avx2.c: 6-bit
   activations in the head; docs/kernels.md). Quantization error depends on the model's weights and activations, so
-  auto takes int8 only after a check on the model itself (`choose_auto`): on PROBE_PAIRS BoolQ *train* (question,
-  passage) pairs (never an evaluation set), encoded in fp32 and in each native candidate, a candidate's vectors must
-  agree with fp32's (`Agreement`, thresholds below) and it must have encoded the passages faster than fp32; the fastest
-  such wins (`choose`), so auto is never slower than fp32. The check's result (agreement, speed) is cached per model
-  weights and machine (cache_dir("precision")): a model is checked once, and every later run on that machine makes the
-  same choice.
+  auto takes int8 only after a check on the model itself (`choose_auto`): on probe texts the encoder is given
+  (`model.encoder.probe`: 200 BoolQ *train* (question, passage) pairs, never an evaluation set), encoded in fp32 and
+  in each native candidate, a candidate's vectors must agree with fp32's (`Agreement`, thresholds below) and it must
+  have encoded the passages faster than fp32; the fastest such wins (`choose`), so auto is never slower than fp32. The
+  check's result (agreement, speed) is cached per model weights and machine (cache_dir("precision")): a model is
+  checked once, and every later run on that machine makes the same choice.
 - The CPU's feature flags (/proc/cpuinfo) say which precisions are native, without a timing probe; a CPU with neither
   (no AVX2, e.g. Arm) runs fp32 with no check at all.
 
@@ -24,14 +24,13 @@ once each way, so a test that only passes where auto happens to pick fp32 shows 
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import scipy.sparse as sp
@@ -39,13 +38,13 @@ import torch
 
 from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import write_json
+from vtlab.core.choices import EncoderPrecision
 from vtlab.core.errors import VtlabError
-from vtlab.data.boolq import train_pairs
 from vtlab.runtime.cpu import cpu_flags, parse_cpu_flags  # noqa: F401 (parse_cpu_flags: part of this module's interface)
 
 log = logging.getLogger("vtlab")
 
-PRECISIONS = ("auto", "native", "fp32", "bf16", "int8")
+PRECISIONS: tuple[str, ...] = get_args(EncoderPrecision)  # declared once: vtlab.core.choices
 BF16_NATIVE_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # either one: bf16 matmuls in hardware
 # any one: int8 multiplies in hardware — VNNI / AMX dot products, or AVX2's vpmaddubsw (fewer activation bits there, so
 # its int16 sums never saturate: vtlab.runtime.quantize, vtlab/runtime/avx2.c)
@@ -70,7 +69,6 @@ PREFERENCE = ("int8", "bf16", "fp32")
 # ~5-bit grids still held nDCG@10 here, but BoolQ's one relevant passage per question makes nDCG@10 a coarse ruler):
 # mean cosine 0.99 ↔ a relative L2 error of at most √(2·(1 − 0.99)) ≈ 14% for vectors of equal norm; top-10 overlap
 # 0.9 ↔ on average at most one of a question's ten results replaced.
-PROBE_PAIRS = 200
 MIN_DOC_COSINE = 0.99
 MIN_TOP10_OVERLAP = 0.90
 # bump when the check (probe, metrics, bars, timing) or the int8 quantization changes: cached results are then redone
@@ -123,7 +121,7 @@ def trainer_precision(precision: Any, accelerator: Any = "cpu", flags: Iterable[
 def resolve_precision(precision: str, device: str | torch.device = "cpu", flags: Iterable[str] | None = None) -> str:
     """`precision` (fp32 / bf16 / int8) as given, or what `auto` runs on `device` without checking a model: the first
     of its candidates that needs no check (bf16 where native, else fp32), or what $VTLAB_AUTO_PRECISION forces.
-    Where int8 is a candidate too, the encoder's `choose_auto` may take it instead (after `int8_agrees`)."""
+    Where int8 is a candidate too, auto's check (vtlab.runtime.policy) may take it instead (after `int8_agrees`)."""
     check_precision(precision)
     if precision == "native":
         return native_precision(device, flags)
@@ -147,14 +145,6 @@ def auto_override() -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------------- the int8 check
-
-
-@functools.lru_cache(maxsize=1)
-def probe_texts() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(questions, distinct passages) of the first PROBE_PAIRS BoolQ train pairs: the int8 check's probe (offline
-    asset; train, so that no evaluation text decides anything)."""
-    pairs = train_pairs()[:PROBE_PAIRS]
-    return tuple(q for q, _ in pairs), tuple(dict.fromkeys(p for _, p in pairs))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from vtlab.core import integrity
 from vtlab.core.assets import cache_dir, resolve, source_key
 from vtlab.core.atomic import json_hash, stable_hash
 from vtlab.core.errors import AssetError, VtlabError
-from vtlab.data.corpora import TextCorpus
 
 log = logging.getLogger(__name__)
 
@@ -226,20 +225,17 @@ class CachedTokenizerVocab(TargetVocab):
 
 
 # -- a WordPiece trained on a corpus -----------------------------------------------------------------------------------
-# The default corpus is TextCorpus() (vtlab/data/corpora.py): BoolQ's clean training passages.
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
 MIN_VOCAB, MAX_VOCAB = 1000, 200_000
 _RECIPE = "wordpiece-v2"  # bump when the training recipe changes, so old caches are not reused (v2: deterministic)
 
 
 def _corpus_id(corpus: Callable[[], Iterable[str]] | Iterable[str]) -> str:
-    """Stable identity of a corpus: TextCorpus's default by its CACHE_ID, a function (a config's `_target_`) by its
-    qualified name (+ partial args), texts by their hash (a user's files too: the same texts give the same vocabulary
-    wherever they live, and an edited file a new one)."""
-    if isinstance(corpus, TextCorpus):
-        if corpus.path is None and corpus.max_docs is None:
-            return corpus.CACHE_ID
-        return _corpus_id(list(corpus()))
+    """Stable identity of a corpus: a corpus object (vtlab.data.corpora.TextCorpus) by its `fixed_id`, else by its
+    texts; a function (a config's `_target_`) by its qualified name (+ partial args), texts by their hash (a user's
+    files too: the same texts give the same vocabulary wherever they live, and an edited file a new one)."""
+    if hasattr(corpus, "fixed_id"):
+        return corpus.fixed_id or _corpus_id(list(corpus()))
     if callable(corpus):
         if isinstance(corpus, functools.partial):  # Hydra's `_partial_: true`; a bare one equals its function
             args = f"{corpus.args!r}{sorted(corpus.keywords.items())!r}" if corpus.args or corpus.keywords else ""
@@ -250,8 +246,8 @@ def _corpus_id(corpus: Callable[[], Iterable[str]] | Iterable[str]) -> str:
 
 
 class CorpusWordPiece(CachedTokenizerVocab):
-    """A BERT-style WordPiece vocabulary trained on a corpus (default: TextCorpus(), BoolQ's clean training
-    passages), cached once trained.
+    """A BERT-style WordPiece vocabulary trained on a corpus (conf/vocab/corpus-wordpiece.yaml: the user's texts, or
+    BoolQ's clean training passages), cached once trained.
 
     No pretrained model has embeddings in such a vocabulary, so `embedding_source()` is None: initializations that
     need target-space similarities (semantic init) or a target MLM bias (set_bias) cannot be used with it.
@@ -274,10 +270,12 @@ class CorpusWordPiece(CachedTokenizerVocab):
             raise VocabConfigError(f"vocab.vocab_size={vocab_size!r} must be an integer in [{MIN_VOCAB}, {MAX_VOCAB}]")
         if min_frequency < 1:
             raise VocabConfigError(f"vocab.min_frequency={min_frequency!r} must be >= 1")
-        if corpus is not None and not callable(corpus) and not isinstance(corpus, (list, tuple)):
+        if corpus is None:
+            raise VocabConfigError("vocab.corpus is null: expected the texts to train the WordPiece on (a corpus node)")
+        if not callable(corpus) and not isinstance(corpus, (list, tuple)):
             corpus = list(corpus)  # a one-shot iterator would be consumed by hashing before training
         self.vocab_size = vocab_size
-        self.corpus = TextCorpus() if corpus is None else corpus
+        self.corpus = corpus
         self.lowercase = bool(lowercase)
         self.strip_accents = bool(strip_accents)
         self.min_frequency = int(min_frequency)
