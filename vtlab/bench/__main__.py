@@ -28,26 +28,21 @@ from vtlab.bench.parts import SEISMIC, Log, encode_part, retrieval_part, train_p
 from vtlab.bench.summary import summarize
 from vtlab.bench.table import table
 
-# Budget of the whole run on 2 AVX2 cores (target total_wall_s <= 900), estimated, not measured: from an AVX2 run of an
-# earlier bench in git history (2,938 BoolQ-val passages = 349k tokens at <= 256, 3,270 questions = 37k tokens: vtlab
-# fp32 9.5k doc tokens/s, floor 11.2k, ONNX Runtime 4.5k, bf16 1.2k, sentence-transformers 1.3k; MiniLM-L6: vtlab 2.0k,
-# ORT 0.9k, ST 0.6k; int8 0.93x fp32 without VNNI) scaled to the testbed's texts (2,800 passages = 412k tokens, 1,304
-# questions = 19k; the first 500 passages 82k tokens, 256: 42k, 300: 49k), plus ~8 s per worker to start and load and
-# its 64-text warm-up. ORT-int8 has no AVX2 figure yet: budgeted as ORT fp32.
-#   encode SPLADE-tiny, all texts: fp32 55 s, int8 59, ORT 102, ORT-int8 102;
-#          first 300: ST 51, floor 10; first 128: bf16 27 (all texts where bf16 is native); export/quality ~15 → ~420 s
+# Budget of the whole run on 2 AVX2 cores (target total_wall_s <= 900), estimated, not measured on such a CPU: an AVX2
+# machine's per-token rates (vtlab fp32 with torch's GEMM for the head 9.5k doc tokens/s, floor 11.2k, ONNX Runtime
+# 4.5k, bf16 1.2k, sentence-transformers 1.3k; MiniLM-L6: vtlab 2.0k, ORT 0.9k, ST 0.6k) scaled to the testbed's texts
+# (2,800 passages = 412k tokens, 1,304 questions = 19k; the first 500 passages 82k tokens, 256: 42k, 300: 49k), plus
+# ~8 s per worker to start and load and its 64-text warm-up. ORT-int8 has no AVX2 figure: budgeted as ORT fp32.
+#   encode SPLADE-tiny, all texts: fp32 <= 55 s (its fused head is 1.24x torch's tiles), int8 ~30 (1.84x fp32), ORT
+#          102, ORT-int8 102; first 300: ST 51, floor 10; first 128: bf16 27 (all texts where bf16 is native);
+#          auto's check in the fp32 worker ~10-20; export/quality ~15
 #   encode MiniLM (opt-in: --models splade-tiny,minilm), first 300: vtlab 41, ST 116, ORT 76, floor 38     → ~285 s
-#   train 108 s for 35 steps of each tool (now 18: ~55 s), retrieval (Seismic's 1M-doc build dominates; see SEISMIC
-#   in bench/parts.py), transfer ~30 s
-#   (semantic init's single GEMM pass, vtlab/vocab/similarity.py).
-#   By default (SPLADE-tiny only) ≈ 560 s + retrieval; the four full-set quality rows are kept (the int8 target is
-#   defined on them) and Seismic stays on 1M docs (its ≥ 10x target is defined there).
-#   Since then (measured on a Zen 5 held to AVX2, VTLAB_MAX_CPU_ISA=avx2: 362 s there, 331 s at ff200e8): the fused
-#   AVX2 kernels make int8 1.84x fp32 instead of 0.93x (~59 s → ~30 s) and fp32's head 1.24x torch's tiles; the fp32
-#   worker runs auto's check for the model (~10-20 s); train runs 18 steps per tool, not 35 (~-50 s). Net ≈ 820-850 s
-#   on the AVX2 machine: to be measured there. Emulated, per part (2026-12-05, 357 s before the train cut): encode 157
-#   (ST 18, fp32 + auto's check 22, floor 7, int8 14, bf16 20, ORT 42, ORT-int8 34), train 53, retrieval 130 (the
-#   Seismic worker 94), transfer 16.
+#   train ~55 s (18 steps of each tool), retrieval (Seismic's 1M-doc build dominates; see SEISMIC in bench/parts.py),
+#   transfer ~30 s (semantic init's single GEMM pass, vtlab/vocab/similarity.py).
+#   By default (SPLADE-tiny only) ≈ 820-850 s; the four full-set quality rows are kept (the int8 target is defined on
+#   them) and Seismic stays on 1M docs (its ≥ 10x target is defined there). On a Zen 5 held to AVX2
+#   (VTLAB_MAX_CPU_ISA=avx2, docs/cpu-isa.md), per part: encode 157 (ST 18, fp32 + auto's check 22, floor 7, int8 14,
+#   bf16 20, ORT 42, ORT-int8 34), train 30, retrieval 130 (the Seismic worker 94), transfer 16.
 
 
 def main() -> None:

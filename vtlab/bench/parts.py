@@ -21,18 +21,16 @@ from vtlab.bench.testbed import quality, testbed_sets
 
 # Seismic settings of the bench, picked on a held-out query sample: 1,000 queries drawn as
 # sample_rows(1000, QUERY_DRAWS, np.random.default_rng(20261204)) against the same 1M synthetic docs, not the 1,000
-# (seed 0) the bench reports, so the recall it reports is not the one the settings were chosen on. Measured 2026-12-04
-# on 2 AMX Xeon cores (shared; * under load ~3), recall@10 against exact search on the held-out sample:
+# (seed 0) the bench reports, so the recall it reports is not the one the settings were chosen on. Settings tried, on
+# 2 AMX Xeon cores (shared; * under load ~3), recall@10 against exact search on the held-out sample:
 #   n_postings/centroid_fraction/doc_cut  build s (CPU-s)  query_cut,heap_factor: ms/query recall
-#   2500/0.05/15 (before)  175 (337)  10,0.8: 2.39 0.9945
+#   2500/0.05/15 (SeismicIndex's default)  175 (337)  10,0.8: 2.39 0.9945
 #   2500/0.025/15          165 (316)  10,0.8: 2.87 0.9950; 12,0.9: 3.17 0.9955
 #   1800/0.05/15           135 (260)  10,0.8: 1.76 0.9908; 12,0.8: 2.08 0.9929; 15,0.8: 2.54 0.9946
 #   2000/0.04/10 (chosen)  210* (252) 10,0.8: 1.93 0.9926; 12,0.8: 2.26 0.9946; 10,0.7: 2.13 0.9930
 #   1200/0.05/15           85 (159)   10,0.8: 1.12 0.9827; 20,0.8: 2.02 0.9884 (pruning caps recall)
 # The build's cost follows the postings kept and, for the capped head lists, n_postings² × centroid_fraction × doc_cut
-# (the clustering); centroid_fraction alone trades it for query time. The bench on the chosen row, the reported
-# queries: build 123 s (236 CPU-s; was 337), 1.98 ms/query (was ~2.4), recall@10 0.9919, scipy 29.8 ms → 15.0x;
-# the retrieval part 163 s with SCIPY_QUERIES (584 s before, under load ~4; ~250 s estimated quiet).
+# (the clustering); centroid_fraction alone trades it for query time.
 SEISMIC = {
     "n_postings": 2000,
     "centroid_fraction": 0.04,
@@ -43,7 +41,7 @@ SEISMIC = {
 }
 # scipy (the peer, ~30 ms/query on 1M docs, and a 2-thread pass) searches only the first SCIPY_QUERIES queries: they
 # are i.i.d. draws, so its per-query time, and each ratio to it, estimates the same quantity as on all 1,000;
-# exact_equals_scipy compares those rows. All 1,000 took ~45 s here quiet (104 s under load, 2026-12-04), ~60 s on AVX2.
+# exact_equals_scipy compares those rows. All 1,000 take ~45 s on a quiet 2-core machine, ~60 s on AVX2.
 SCIPY_QUERIES = 250
 QUALITY_TOOLS = ("vtlab", "vtlab-bf16", "vtlab-int8", "onnx", "onnx-int8")  # nDCG@10 on the four sets (SPLADE-tiny)
 # why a quality row that encoded only a sample (plan) has no nDCG@10

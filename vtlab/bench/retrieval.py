@@ -3,10 +3,10 @@
     python -m vtlab.bench.retrieval --collection testbed|synthetic --method scipy|exact|seismic --out FILE
         [--vectors DIR] [--n-docs N] [--n-queries N] [--first-queries N] [--top DIR] [--seismic-* ...]
 
-- `scipy`: the peer baseline, the CSR product Q[16 at a time] @ Dᵀ → dense rows → argpartition, on 1 thread (the
-  measurement in research/perf-peers.md §3) and, for a thread-matched figure, on a pool of --threads threads. The
-  bench runs it on the first --first-queries queries only (its two passes were ~100 s of the retrieval part's time at
-  1M docs): the queries are i.i.d. draws, so the per-query time, and each ratio to it, estimates the same quantity.
+- `scipy`: the peer baseline, the CSR product Q[16 at a time] @ Dᵀ → dense rows → argpartition, on 1 thread and, for
+  a thread-matched figure, on a pool of --threads threads. The bench runs it on the first --first-queries queries only
+  (its two passes over all queries take ~100 s at 1M docs): the queries are i.i.d. draws, so the per-query time, and
+  each ratio to it, estimates the same quantity.
 - `exact`: vtlab's InvertedIndex with the compiled kernel (vtlab/index/taat.c), on --threads threads and on 1.
 - `seismic`: vtlab.index.seismic.SeismicIndex (approximate), on --threads threads.
 

@@ -126,8 +126,8 @@ def encode_keys(enc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     if "onnx-int8" in r:
         keys["encode_onnx_int8_speedup_vs_onnx"] = speedup(r["onnx-int8"], r["onnx"])
         keys["encode_onnx_int8_speedup_vs_fp32"] = speedup(r["onnx-int8"], r["vtlab"])
-    # what precision=auto runs for SPLADE-tiny here: the model's own check (the fp32 worker runs it), else (an older
-    # result) what the CPU's flags give without it; either is one of the measured rows: its speed-up over fp32
+    # what precision=auto runs for SPLADE-tiny here: the model's own check (the fp32 worker runs it), else (a result
+    # without that check) what the CPU's flags give; either is one of the measured rows: its speed-up over fp32
     model_auto = r.get("vtlab", {}).get("auto") or {}
     auto = model_auto.get("precision") or enc.get("cpu", {}).get("precision_auto")
     if auto in PRECISION_TOOLS and PRECISION_TOOLS[auto] in r:

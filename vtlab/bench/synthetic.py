@@ -1,9 +1,9 @@
-"""Synthetic learned-sparse collections shaped like SPLADE-tiny on BoolQ (the peer workload, research/perf-peers.md §3).
+"""Synthetic learned-sparse collections shaped like SPLADE-tiny on BoolQ (the peer workload).
 
 Terms follow a Zipf–Mandelbrot law p(rank) ∝ (rank + 20)^-1 over a BERT-sized vocabulary; a document draws 127 terms
-with replacement (≈120.5 distinct, the most common term in ≈58% of documents; the peer data: 120.6, 56.5%), a query
-26 (≈25.7 distinct); weights
-are Gamma(2, 0.5). Weights are independent of each other, so there is none of the structure real SPLADE vectors have.
+with replacement (≈120.5 distinct, the most common term in ≈58% of documents; SPLADE-tiny on BoolQ: 120.6, 56.5%), a
+query 26 (≈25.7 distinct); weights are Gamma(2, 0.5). Weights are independent of each other, so there is none of the
+structure real SPLADE vectors have.
 """
 
 from __future__ import annotations

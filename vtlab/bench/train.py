@@ -175,8 +175,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tool", required=True, choices=["vtlab", "st"])
     # 15 timed steps after 3 warm-up ones: sentence-transformers' ~1 s steps (2-3 s on AVX2) are the bench's longest
-    # wait after the Seismic build. Steps vary ~3%: on 35 steps of each tool (Zen 5 held to AVX2, 2026-12-05) medians
-    # of 12-step windows stayed within ±3%, and the ratio of steps 4-18 was 7.01x against 7.22x for steps 6-35
+    # wait after the Seismic build. Steps vary ~3%: medians of 12-step windows stay within ±3% over 35 steps of each
+    # tool, so 15 steps give the ratio that 30 would
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--batch", type=int, default=16)

@@ -14,11 +14,11 @@ Two backends compute the same ranking with bitwise-equal scores:
 - `scipy`: (Q_batch @ P).toarray() + argpartition (`topk_rows`), batches on a thread pool. This is also the
   peer baseline of `make bench`.
 
-Dynamic pruning (MaxScore/WAND/block-max) was measured and not adopted for the exact path: on the bench's synthetic
-1M-doc collection (independent Gamma weights, so upper bounds are loose) the block-max bound of a 32-doc block
-exceeded the true 10th score for 85% of the blocks (median query), and for 8-doc blocks 2% — but the block-max
-lists were then as long as the postings themselves. The time goes into touching ~2.4M postings per query, which
-the kernel does at a few ns each (scipy: ~11 ns), see README "Performance".
+No dynamic pruning (MaxScore/WAND/block-max) on the exact path: on the bench's synthetic 1M-doc collection
+(independent Gamma weights, so upper bounds are loose) the block-max bound of a 32-doc block exceeds the true 10th
+score for 85% of the blocks (median query), and for 8-doc blocks 2% — but the block-max lists are then as long as the
+postings themselves. The time goes into touching ~2.4M postings per query, which the kernel does at a few ns each
+(scipy: ~11 ns); docs/performance.md.
 """
 
 from __future__ import annotations

@@ -5,10 +5,11 @@ a summary vector each, and at query time scores only the blocks whose summary do
 `heap_factor` × the current k-th score, for the query's `query_cut` heaviest terms. Results are approximate: report
 recall against the exact InvertedIndex (vtlab.bench.retrieval does).
 
-Defaults are tuned on the synthetic 1M-doc collection of `make bench` (README "Performance"): Seismic's own
-(n_postings 3500, centroid_fraction 0.1) built in 642 CPU-s; n_postings 2500 with centroid_fraction 0.05 in 356 CPU-s
-(3.9 GB RSS rise), and query_cut 10, heap_factor 0.8 then gave recall@10 0.9945 against exact search (query_cut 5,
-heap_factor 0.7: 0.963; query_cut 20, heap_factor 0.9: 0.997 at 1.2x the query time).
+Defaults are tuned on the synthetic 1M-doc collection of `make bench` (docs/performance.md): Seismic's own
+(n_postings 3500, centroid_fraction 0.1) build in 642 CPU-s; n_postings 2500 with centroid_fraction 0.05 in 356 CPU-s
+(3.9 GB RSS rise), and query_cut 10, heap_factor 0.8 then give recall@10 0.9945 against exact search (query_cut 5,
+heap_factor 0.7: 0.963; query_cut 20, heap_factor 0.9: 0.997 at 1.2x the query time). The bench's own settings:
+SEISMIC in vtlab/bench/parts.py.
 """
 
 from __future__ import annotations

@@ -5,9 +5,8 @@ GEMM is bound by writing its output and reading it back for the max, not by arit
 
 Five kernels; for each precision the first of them that provides it and whose CPU flags this machine has (of
 INT8_RIVALS, the faster here):
-- Intel AMX (`amx_bf16`, `amx_int8`: Xeon since Sapphire Rapids), vtlab/runtime/amx.c: bf16 and int8 in 16 × 16 tiles.
-  One thread, SPLADE-tiny's 30,522 × 128 decoder, 64 texts, 8,204 tokens, AMX Xeon: bf16 53 ms, vs 104 ms for
-  oneDNN's bf16 GEMM alone (its output in bf16, before any max) and ~370 ms for fp32's GEMM.
+- Intel AMX (`amx_bf16`, `amx_int8`: Xeon since Sapphire Rapids), vtlab/runtime/amx.c: bf16 and int8 in 16 × 16 tiles
+  (one thread, SPLADE-tiny's decoder, 8,204 tokens: bf16 in half the time of oneDNN's bf16 GEMM alone, before any max).
 - AVX-512, vtlab/runtime/avx512.c: 8 tokens × 48 columns accumulated in registers — fp32 with FMA (`avx512f`), bf16
   with vdpbf16ps (`avx512_bf16`) and int8 with vpdpbusd (`avx512_vnni`) where AMX is absent (AMD Zen 4/5).
 - AVX2 (+ FMA), vtlab/runtime/avx2.c, for CPUs without AVX-512 (AMD Zen 2/3): fp32, 6 tokens × 16 columns in
@@ -270,8 +269,7 @@ def _tokens(hidden: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, int]:
 
 # The column split in one OpenMP region whose team is torch's intra-op threads (parallel.c). Why: after the encoder's
 # ops torch's GNU OpenMP threads spin a while waiting for the next region, and Python helper threads share cores with
-# them meanwhile. Measured on 2 Zen 5 cores held to AVX2: the int8 head 82.6 → 75.6 ms (both threads ~75 ms, as one
-# thread's half alone); encoding queries (64 tokens: short calls) +16% fp32, +31% int8 there, +22–58% natively.
+# them meanwhile; short calls (queries) lose most to that (docs/kernels.md).
 OPENMP = Kernel(
     Path(__file__).with_name("parallel.c"),
     CFLAGS + ("-fopenmp",),
@@ -332,7 +330,7 @@ def _drops_nan(fused: FusedKernel, x: Tensor) -> bool:
     """Whether `fused` could drop a NaN logit from the max of these tokens' logits, as torch's max would not: its
     reduction keeps none and a hidden state is not finite (a NaN, or an inf times a 0 weight). The caller then pools
     with the tiled GEMM, so a broken model still shows. aminmax propagates a NaN and shows an inf: one pass over
-    [tokens, H] (~0.15 ms for 10k tokens × 128; isfinite(x).all() took 4-9 ms). Not covered: finite states whose
+    [tokens, H] (~0.15 ms for 10k tokens × 128; isfinite(x).all() takes 4-9 ms). Not covered: finite states whose
     fp32 sums overflow both ways (inf − inf), which needs |x| · |w| · H past 3.4e38."""
     return not fused.keeps_nan and not all(bool(torch.isfinite(v)) for v in torch.aminmax(x))
 

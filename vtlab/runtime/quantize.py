@@ -2,16 +2,15 @@
 quantized per call), the body in int8 or bf16.
 
 What runs how (chosen by measurement, torch 2.13 CPU, SPLADE-tiny):
-- the MLM decoder (hidden → 30,522 logits: ~80% of SPLADE-tiny's fp32 encoding time), per-channel int8 weights:
+- the MLM decoder (hidden → 30,522 logits: most of SPLADE-tiny's fp32 encoding time), per-channel int8 weights:
   - on a CPU with AMX (`amx_int8`), AVX-512 VNNI (`avx512_vnni`) or AVX2: one C kernel fuses the int8 GEMM with the
     max over positions, activations quantized per token (vtlab.runtime.fused; the logits never reach memory);
   - elsewhere (no such CPU, no C compiler): oneDNN's int8 GEMM (`onednn::qlinear_pointwise`, fp32 output) on the
     pooling's cache-sized tiles (vtlab.runtime.pooling), one weight block pre-packed per tile width; the tile's
-    activations are quantized once for all blocks (one thread, AMX Xeon: GEMM + max 205 ms vs fp32 505 ms;
-    `torch._int_mm` was 2.6× slower than fp32).
+    activations are quantized once for all blocks (`torch._int_mm` instead runs slower than fp32).
 - the body (attention, FFN, head transform): where the CPU computes bf16 natively, the fp32 network itself under bf16
   autocast — faster than int8 there (SPLADE-tiny's body: bf16 53 ms, fbgemm int8 106 ms, fp32 114 ms) and closer to
-  fp32 (passage cosine 0.9998 vs 0.9989 with an int8 body; on Qasper nDCG@10 0.2933 vs 0.2885, fp32 0.2931); else
+  fp32 (passage cosine 0.9998 vs 0.9989 with an int8 body); else
   fbgemm's dynamic int8 linear (`quantized::linear_dynamic`, what `torch.ao.quantization.quantize_dynamic` builds,
   built from the ops directly) in a copy of the network.
 - weights: symmetric int8, one scale per output channel (row): s[v] = max|w[v]| / 127, so each weight is off by at
@@ -23,10 +22,8 @@ What runs how (chosen by measurement, torch 2.13 CPU, SPLADE-tiny):
   (vpmaddubsw), so activations get fewer bits: 7 (0..127, fbgemm's `reduce_range`) in the body and oneDNN's path, so
   no pair sum saturates (the body also where the CPU has only AVX-VNNI: fbgemm has no kernels for it); 6 (0..63) in
   the AVX2 fused kernels, which add two pair sums in int16 before widening them (vtlab/runtime/avx2.c: two widenings,
-  the faster on this core timed and kept; built with AVX-VNNI it keeps 8). Measured on the Zen 5 EPYC with torch,
-  oneDNN, fbgemm and vtlab held to AVX2: the head 2.4× fp32's, encoding 1.84× in `make bench` (oneDNN's int8 tiles
-  instead: 0.93× on an AMX Xeon held to AVX2), nDCG@10 on the testbed's four sets ≥ 99.7% of fp32
-  (docs/kernels.md).
+  the faster on this core timed and kept; built with AVX-VNNI it keeps 8). What the 6-bit grid gains and costs:
+  docs/cpu-isa.md.
 
 The fp32 network is never modified: an int8 body is a copy whose nn.Linear modules are replaced and whose other
 tensors (embeddings, LayerNorms, the fp32 decoder the pooling bypasses) are shared with the original.
@@ -110,7 +107,7 @@ def quantize_activations(x: Tensor, scale: float, zp: int, reduce_range: bool = 
 
 
 # any one: fbgemm (the int8 body's GEMM) has VNNI kernels for this CPU. It has none for AVX-VNNI (256-bit: Intel
-# client CPUs since Alder Lake), where its AVX2 kernels run: there 8-bit activations saturated (max error 0.97 vs
+# client CPUs since Alder Lake), where its AVX2 kernels run: there 8-bit activations saturate (max error 0.97 vs
 # 0.08 on SPLADE-tiny's attention query layer with fbgemm held to AVX2; tests/test_precision_int8.py)
 FBGEMM_VNNI_FLAGS = frozenset({"avx512_vnni", "amx_int8"})
 
