@@ -1,8 +1,11 @@
-"""Where the project's own files are: `CONF_DIR`, the conf/ directory Hydra composes (beside the vtlab package). Every
-module that needs it imports it from here."""
+"""Where the project's own files are: `CONF_DIR`, the conf/ directory Hydra composes (beside the vtlab package), and
+`INDEXES_FILE`, the eval.index choices. Every module that needs one imports it from here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# eval.index's choices: one node per index, each a `_target_` partial (vtlab.index instantiates them; vtlab.runs.checks
+# reads their names)
+INDEXES_FILE = Path(__file__).resolve().parents[1] / "index" / "indexes.yaml"

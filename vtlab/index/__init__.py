@@ -8,17 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from vtlab.core.paths import INDEXES_FILE
 from vtlab.index.inverted import InvertedIndex, to_run, topk_rows
 
 __all__ = ["INDEXES_FILE", "InvertedIndex", "index_factory", "index_names", "to_run", "topk_rows"]
-
-INDEXES_FILE = Path(__file__).with_name("indexes.yaml")
 
 
 @lru_cache(maxsize=1)

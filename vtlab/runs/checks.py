@@ -6,6 +6,10 @@ Lightning, the data module or a loader refuse most of these values too, but only
 evaluation's keys: after training), and often in words that name no key. The library keeps its own checks for callers
 that do not come through the pipeline.
 
+The choices are read where they are declared, never copied here: `trainer.precision` from the Lightning Trainer's
+type of its `precision` parameter (plus vtlab's `native`), `model.encoder.precision` from vtlab.core.choices (the
+type the encoder's constructor takes), `eval.index` from the nodes of vtlab/index/indexes.yaml.
+
 A key that is absent, or still `???` (reported by whoever reads it), is not checked; a null parent (eval=none,
 regularizer=none) ends the walk. `*` in a key matches every child of a mapping (eval.evaluations.*.top_k).
 """
@@ -16,36 +20,16 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError
+from pytorch_lightning import Trainer
 
+from vtlab.core.choices import EncoderPrecision, TrainerPrecision
 from vtlab.core.errors import ConfigError
+from vtlab.core.paths import INDEXES_FILE
 from vtlab.runs.paths import check_paths
-
-# pytorch_lightning.Trainer(precision=...): lightning_fabric's _PRECISION_INPUT (tests/test_bad_inputs_2.py keeps them
-# equal), the usual ones first.
-LIGHTNING_PRECISIONS: tuple[str | int, ...] = (
-    "native",  # vtlab's: bf16-mixed where the device computes bf16 natively, else 32-true (models/precision.py)
-    "32-true",
-    "bf16-mixed",
-    "16-mixed",
-    "bf16-true",
-    "16-true",
-    "64-true",
-    "transformer-engine",
-    "transformer-engine-float16",
-    "32",
-    "16",
-    "64",
-    "bf16",
-    32,
-    16,
-    64,
-)
-ENCODER_PRECISIONS = ("auto", "native", "fp32", "bf16", "int8")  # vtlab.runtime.precision.PRECISIONS
-INDEXES = ("exact", "scipy", "seismic")  # vtlab.index.index_names(): the nodes of vtlab/index/indexes.yaml
 
 
 @dataclass(frozen=True)
@@ -124,6 +108,38 @@ COUNT = integer(0)
 RATE = number(0, low_open=True)
 MAX_STEPS = integer(1, also=-1, note="no limit")
 MAX_LENGTH = integer(3, note="tokens, special ones included")  # the smallest the data module takes
+
+# ---- choices, read where they are declared (never copied here: a new value there is accepted here with no edit)
+
+
+def literal_values(declared: Any) -> tuple[Any, ...]:
+    """The values a Literal type allows, through Unions and Optional (None left out: `nullable` says it), in order."""
+    if get_origin(declared) is Literal:
+        return get_args(declared)
+    if get_origin(declared) is Union:
+        return tuple(dict.fromkeys(v for member in get_args(declared) for v in literal_values(member)))
+    return ()
+
+
+def node_names(yaml_file: Path) -> tuple[str, ...]:
+    """The top-level node names of a YAML file, in order (indexes.yaml's: eval.index's choices, as vtlab.index reads
+    them)."""
+    return tuple(str(name) for name in OmegaConf.load(yaml_file))
+
+
+def usual_first(choices: tuple[Any, ...], usual: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`choices` with those of `usual` first (in its order) for the message; no value added or dropped."""
+    return tuple(sorted(choices, key=lambda c: usual.index(c) if c in usual else len(usual)))
+
+
+# trainer.precision: vtlab's own values, then pytorch_lightning.Trainer's type of its `precision` parameter
+LIGHTNING_PRECISIONS: tuple[str | int, ...] = usual_first(
+    literal_values(TrainerPrecision) + literal_values(get_type_hints(Trainer.__init__)["precision"]),
+    usual=("native", "32-true", "bf16-mixed"),
+)
+ENCODER_PRECISIONS: tuple[str, ...] = literal_values(EncoderPrecision)
+INDEXES: tuple[str, ...] = node_names(INDEXES_FILE)
+
 
 # full key → rule. The keys users set on the command line and in experiment configs; what each means: conf/.
 CHECKS: dict[str, Rule] = {

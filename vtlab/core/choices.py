@@ -1,0 +1,19 @@
+"""The closed choices of the config that vtlab itself defines, declared once, as types: the library types its
+parameters with them (`model.encoder.precision`: vtlab.models.encoder.SpladeEncoder; vtlab.runtime.precision reads its
+values from the same type), and vtlab.runs.checks reads their values (`typing.get_args`) to check a config before any
+model loads. A new choice is a new value here, and the check accepts it with no edit of its own.
+
+Choices declared elsewhere are read where they are declared: `trainer.precision` from the Lightning Trainer's own type
+of its `precision` parameter (plus TrainerPrecision below), `eval.index` from the nodes of vtlab/index/indexes.yaml
+(vtlab.core.paths.INDEXES_FILE).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+# model.encoder.precision: what encode() computes in (vtlab/runtime/precision.py: auto, native by the CPU's flags, ...)
+EncoderPrecision = Literal["auto", "native", "fp32", "bf16", "int8"]
+# trainer.precision values of vtlab's own, beside the Trainer's: vtlab.runtime.precision.trainer_precision resolves
+# `native` to bf16-mixed or 32-true (by the device) before the Trainer sees it
+TrainerPrecision = Literal["native"]
