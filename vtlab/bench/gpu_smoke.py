@@ -1,7 +1,7 @@
 """GPU smoke run (`make gpu-smoke`): the paper's VT fine-tune step at ModernBERT-base shape on one GPU, measured.
 
     python -m vtlab.bench.gpu_smoke [--steps 200] [--out outputs/bench/gpu_smoke.json]
-    python -m vtlab.bench.gpu_smoke --tiny          # a few seconds on CPU (tests/test_paper_recipe.py runs it)
+    python -m vtlab.bench.gpu_smoke --tiny   # a few seconds on CPU (tests/reproduce/test_paper_recipe.py runs it)
 
 Offline and self-contained: a random-init ModernBERT-base-shaped model (22 layers, hidden 768, 12 heads, MLP 1152)
 with the real ModernBERT tokenizer (OLMo BPE asset, vtlab.backbones.TinyModernBert) goes through the VT pipeline —

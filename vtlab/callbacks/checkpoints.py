@@ -86,8 +86,8 @@ def set_rng_states(states: dict[str, Any]) -> None:
 
 # What vtlab's Lightning checkpoints hold beyond torch's weights-only defaults (tensors, dicts, lists, tuples, str,
 # numbers, OrderedDict): nothing: rng_states stores tensors and plain values, Lightning's loops, callbacks, optimizer
-# and scheduler states are plain too (tests/test_security.py checks a real checkpoint). A type added to a checkpoint
-# goes here, by name; nothing else is ever unpickled, so a crafted checkpoint cannot run code.
+# and scheduler states are plain too (tests/core/test_security.py checks a real checkpoint). A type added to a
+# checkpoint goes here, by name; nothing else is ever unpickled, so a crafted checkpoint cannot run code.
 CHECKPOINT_GLOBALS: list[Any] = []
 _UNSUPPORTED_GLOBAL = re.compile(r"GLOBAL (\S+)|Unsupported global: (\S+)|global (\S+) (?:was|is) not")
 

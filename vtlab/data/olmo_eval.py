@@ -191,6 +191,6 @@ def qasper_collection(exclude_boolq_train: bool = False) -> Collection:
     return _cached("qasper-yesno", parse_qasper, "qasper", exclude_boolq_train)
 
 
-# Every out-of-domain set, as the configs name them (conf/eval/ood.yaml, conf/eval/testbed.yaml; tests/test_olmo_eval.py
-# keeps them equal): the leak checks (vtlab.data.clean) hold out each one's passages.
+# Every out-of-domain set, as the configs name them (conf/eval/ood.yaml, conf/eval/testbed.yaml;
+# tests/data/test_olmo_eval.py keeps them equal): the leak checks (vtlab.data.clean) hold out each one's passages.
 LOADERS: tuple[Callable[..., Collection], ...] = (squad_collection, sciriff_collection, qasper_collection)

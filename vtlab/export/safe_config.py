@@ -10,7 +10,7 @@ to the very same object; and `allow_remote_code` / `trust_remote_code` must be f
 
 Export is the only place vtlab instantiates a config it did not compose itself: the other readers of recorded configs
 (vtlab.runs.reuse, vtlab.callbacks.resume_state, vtlab.report, vtlab.export.model_card) compare or print values and
-instantiate nothing. A new one goes through `check_targets` first (tests/test_security.py checks the code for it).
+instantiate nothing. A new one goes through `check_targets` first (tests/core/test_security.py checks the code for it).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from vtlab.core.errors import VtlabError
 from vtlab.core.targets import RENAMED_TARGETS
 
 # Exactly the objects the `model.encoder` nodes of conf/model, the `preprocess` nodes of conf/vocab they interpolate,
-# and the conf/eval nodes name (tests/test_security.py keeps this equal to what conf/ uses). Nothing that loads a
+# and the conf/eval nodes name (tests/core/test_security.py keeps this equal to what conf/ uses). Nothing that loads a
 # pickle, writes, copies or imports code: the collection loaders read text/parquet data only. The backbone is not
 # here: export loads the run's saved model itself (RunConfig drops the recorded model.encoder.backbone).
 ALLOWED_TARGETS: frozenset[str] = frozenset(

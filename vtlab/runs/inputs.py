@@ -3,7 +3,7 @@ continues the same experiment: the config check (vtlab.callbacks.resume_state) s
 was rewritten under the same path. A resume whose inputs changed is refused with one line naming the file.
 
 The record sits beside Hydra's record of the invocation (`.hydra/config.yaml`): like it, it describes what the run was
-given, not a result, so a run that fails before any result leaves no new result file (tests/test_bad_inputs.py).
+given, not a result, so a run that fails before any result leaves no new result file (tests/runs/test_bad_inputs.py).
 
 Inputs: the files the config names by path (`KEYS`): the training triplets and their teacher scores, the dev set
 (data.dev_path) and the evaluation collection(s) (eval.path, eval.evaluations.*.path); a BEIR directory stands for its

@@ -108,7 +108,7 @@ def quantize_activations(x: Tensor, scale: float, zp: int, reduce_range: bool = 
 
 # any one: fbgemm (the int8 body's GEMM) has VNNI kernels for this CPU. It has none for AVX-VNNI (256-bit: Intel
 # client CPUs since Alder Lake), where its AVX2 kernels run: there 8-bit activations saturate (max error 0.97 vs
-# 0.08 on SPLADE-tiny's attention query layer with fbgemm held to AVX2; tests/test_precision_int8.py)
+# 0.08 on SPLADE-tiny's attention query layer with fbgemm held to AVX2; tests/runtime/test_precision_int8.py)
 FBGEMM_VNNI_FLAGS = frozenset({"avx512_vnni", "amx_int8"})
 
 

@@ -10,7 +10,7 @@ fine-tuning, encoding, export) loads the same one.
 Why the bias and not the row alone: a logit of 0 stays dead under SPLADE's relu, but the MLM adaptation's softmax
 still gives it probability, pushes gradient into row and bias and revives it. At -1e4 the softmax probability
 underflows to exactly 0 (fp32 and bf16) and so does the relu: no loss moves those rows and they never activate.
-What can still move them (tests/test_masked_outputs.py): the decoder is tied to the input embeddings, and MLM
+What can still move them (tests/method/test_masked_outputs.py): the decoder is tied to the input embeddings, and MLM
 collators feed random ids as noise inputs (10% of the masked positions), cased ones included; such a row leaves 0 by
 an amount on the order of lr × steps, far too little to lift its logit from -1e4. APC leaves such switched-off terms
 as they are in every form (vtlab/apc/calibration.py), per-term APC included.

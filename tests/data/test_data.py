@@ -406,7 +406,7 @@ def test_hydra_yaml_instantiates(tmp_path: Path) -> None:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    root = Path(__file__).resolve().parents[1] / "conf" / "data"
+    root = Path(__file__).resolve().parents[2] / "conf" / "data"
     p = tmp_path / "t.jsonl"
     write_jsonl_triplets(p, _examples(2))
     cfg = OmegaConf.create({"seed": 5, "data": OmegaConf.load(root / "jsonl.yaml")})

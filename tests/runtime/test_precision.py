@@ -1,7 +1,8 @@
 """precision=auto without a model: bf16 autocast only on CPUs that run bf16 natively (avx512_bf16 / amx_bf16 in
 /proc/cpuinfo), fp32 elsewhere; the encoder applies the choice (bf16 vectors differ from fp32 ones, fp32 vectors equal
-autocast-off). int8, and auto's check that may pick it: tests/test_precision_int8.py. Each precision's vectors within a
-derived bound of fp32's, nDCG@10 ≥ 99.5% of fp32's, auto never slower than fp32: tests/test_precision_quality.py."""
+autocast-off). int8, and auto's check that may pick it: tests/runtime/test_precision_int8.py. Each precision's vectors
+within a derived bound of fp32's, nDCG@10 ≥ 99.5% of fp32's, auto never slower than fp32:
+tests/runtime/test_precision_quality.py."""
 
 import numpy as np
 import pytest

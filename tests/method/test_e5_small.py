@@ -200,7 +200,7 @@ def test_evaluate_on_a_beir_directory_and_export_a_run(tmp_path: Path) -> None:
 
     from sentence_transformers import SparseEncoder
 
-    from tests.test_export_run import write_beir
+    from tests.export.test_export_run import write_beir
     from vtlab.models.encoder import SpladeEncoder
 
     beir = write_beir(tmp_path / "beir", "e5")

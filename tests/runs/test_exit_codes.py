@@ -202,7 +202,7 @@ def test_multirun_with_failed_jobs_runs_them_all_and_exits_1(tmp_path: Path) -> 
 
 
 def test_an_exception_chain_that_loops_is_walked_once_not_forever() -> None:
-    # found by tests/test_fuzz_inputs.py: a YAML error whose context chain comes back to itself hung the run's end
+    # found by tests/runs/test_fuzz_inputs.py: a YAML error whose context chain comes back to itself hung the run's end
     from vtlab.core.errors import DataError, exception_chain, user_error
 
     a, b = ValueError("a"), KeyError("b")

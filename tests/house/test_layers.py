@@ -297,7 +297,7 @@ def test_vtlab_import_layering():
     problems = check(ROOT / "vtlab")
     if problems:
         pytest.fail(
-            f"{len(problems)} import-layering violation(s) (rules: tests/test_layers.py, "
+            f"{len(problems)} import-layering violation(s) (rules: tests/house/test_layers.py, "
             "docs/architecture.md):\n  " + "\n  ".join(problems),
             pytrace=False,
         )

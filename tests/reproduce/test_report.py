@@ -710,7 +710,7 @@ def test_primary_contrast_is_marked_and_must_be_a_contrast(tmp_path: Path, capsy
 
 
 def test_testbed_tables_declare_a_primary_among_their_contrasts() -> None:
-    conf = Path(__file__).resolve().parents[1] / "conf" / "experiment" / "testbed"
+    conf = Path(__file__).resolve().parents[2] / "conf" / "experiment" / "testbed"
     for path in [conf / "base.yaml", *sorted(conf.glob("ablation-*.yaml"))]:
         report = yaml.safe_load(path.read_text())["report"]
         assert report["primary"] in report["contrasts"], path

@@ -28,7 +28,7 @@ from vtlab.evaluation import (
 )
 from vtlab.index import InvertedIndex, to_run
 
-CONF_EVAL = Path(__file__).resolve().parents[1] / "conf" / "eval"
+CONF_EVAL = Path(__file__).resolve().parents[2] / "conf" / "eval"
 
 
 # ------------------------------------------------------------------------------------------------ compute_metrics

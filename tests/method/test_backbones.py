@@ -29,7 +29,7 @@ from vtlab.core import hub
 from vtlab.core.assets import HUB, asset_path
 from vtlab.core.errors import AssetError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 V, H = 97, 32
 
 

@@ -13,7 +13,7 @@ from vtlab.vocab.canonical import Overlap
 from vtlab.vocab.init import AllRandom, Mean, NewRandom, Semantic, Subword
 from vtlab.vocab.similarity import Similarities, pmi_transform, sparsemax, zscore_transform
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def make_overlap(target_ids, source_ids, source_size: int, target_size: int) -> Overlap:

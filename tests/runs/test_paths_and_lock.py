@@ -24,7 +24,7 @@ from vtlab.export.sentence_transformers import MANIFEST, check_target
 from vtlab.runs.checks import check_config
 from vtlab.runs.directory import hold_run_dir_lock, run_dir_lock
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("shared_cache")
 CHEAP = ["stage=evaluate", "eval=none", "logger=none", "baseline=false", "vocab=native", "apc=off"]
 
