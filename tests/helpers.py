@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -63,3 +64,10 @@ def one_error_line(stderr: str, expected: Iterable[str] = ()) -> str:
     for needle in expected:
         assert needle in errors[0], errors[0]
     return errors[0]
+
+
+def as_from_a_terminal() -> None:
+    """A child's signal dispositions as a shell gives a foreground job (preexec_fn): a suite started under nohup, or in
+    the background of a non-interactive shell, hands down SIGHUP, SIGINT and SIGQUIT ignored."""
+    for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)

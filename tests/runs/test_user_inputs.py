@@ -80,7 +80,7 @@ def test_the_same_texts_give_the_same_vocabulary_wherever_they_live(tmp_path):
     assert a == b == CorpusWordPiece("corpus-wordpiece", corpus=list(TEXTS)).cache_key()
     (tmp_path / "a.txt").write_text("\n".join(TEXTS[:2]) + "\n")  # an edited corpus is another vocabulary
     assert CorpusWordPiece("corpus-wordpiece", corpus=TextCorpus(str(tmp_path / "a.txt"))).cache_key() != a
-    default = CorpusWordPiece("corpus-wordpiece")
+    default = CorpusWordPiece("corpus-wordpiece", corpus=TextCorpus())
     assert default.cache_key() == instantiate(compose_cfg(["vocab=corpus-wordpiece"]).vocab).cache_key()
 
 
