@@ -318,7 +318,7 @@ def test_choose_auto_checks_once_caches_and_says_why(auto_env, empty_cache, capl
 
 def test_env_forces_int8_without_a_check(tiny, auto_env, monkeypatch):
     monkeypatch.setenv(prec.AUTO_ENV, "int8")
-    enc = SpladeEncoder(*tiny, precision="auto", probe=probe_texts)
+    enc = SpladeEncoder(*tiny, precision="auto")  # no probe texts: a forced precision needs none
     monkeypatch.setattr(enc.policy, "_probe_trial", lambda *a: pytest.fail("no check when forced"))
     assert enc.resolved_precision() == "int8"
 

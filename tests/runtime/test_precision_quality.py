@@ -126,7 +126,7 @@ def test_vectors_within_the_derived_bound(tiny, fp64_body, real_auto, monkeypatc
     model, tok = tiny
     if asked == "auto":  # what auto means in this run: the real check's choice (cached), or $VTLAB_AUTO_PRECISION's
         monkeypatch.setenv("VTLAB_CACHE", str(real_auto["cache"]))
-    enc = SpladeEncoder(model, tok, precision=asked)
+    enc = SpladeEncoder(model, tok, precision=asked, probe=probe_texts)
     p = enc.resolved_precision()
     if asked == "auto":
         assert p == (prec.auto_override() or real_auto["precision"])
@@ -200,7 +200,7 @@ def _ndcg10(tiny, collection, precision: str) -> float:
     from vtlab.evaluation import compute_metrics
     from vtlab.index import InvertedIndex, to_run
 
-    enc = SpladeEncoder(*tiny, precision=precision, doc_max_length=128)
+    enc = SpladeEncoder(*tiny, precision=precision, doc_max_length=128, probe=probe_texts)
     query_ids, doc_ids = list(collection.queries), list(collection.corpus)
     q = enc.encode([collection.queries[i] for i in query_ids], "query", show_progress=False)
     d = enc.encode([collection.corpus[i] for i in doc_ids], "doc", show_progress=False)

@@ -68,7 +68,7 @@ class SpladeEncoder(nn.Module):
         self.policy.precision = value
 
     def train(self, mode: bool = True) -> SpladeEncoder:
-        if mode and getattr(self, "policy", None) is not None:
+        if mode:
             self.policy.check_trainable()
         return super().train(mode)
 

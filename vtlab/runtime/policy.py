@@ -160,7 +160,8 @@ class ComputePolicy:
     def _choose_auto(self, owner: Encodes, candidates: tuple[str, ...]) -> Choice:
         why_not = int8_unavailable() if "int8" in candidates else None
         probe = None
-        if "int8" in candidates and why_not is None and len(candidates) > 1:
+        # the texts only where the check will run: a forced precision ($VTLAB_AUTO_PRECISION) needs none
+        if "int8" in candidates and why_not is None and len(candidates) > 1 and prec.auto_override() is None:
             try:
                 probe = self.probe() if self.probe is not None else None
                 why_not = None if probe is not None else "no probe texts to check it on (model.encoder.probe is null)"
