@@ -43,14 +43,16 @@ def mean_pairwise_cosine(w: Tensor) -> float:
 
 
 def flops(q: Tensor, d: Tensor) -> float:
-    """Σ_v p_q(v)·p_d(v) over the batch (the SPLADE FLOPS estimate, as in `evaluation.sparsity_stats`)."""
-    return float((q != 0).float().mean(0) @ (d != 0).float().mean(0))
+    """Σ_v p_q(v)·p_d(v) over the batch (the SPLADE FLOPS estimate, as in `evaluation.sparsity_stats`). Summed in
+    float64, so that the value logged (float32) does not depend on the BLAS kernel's summation order: a resumed run
+    logs the uninterrupted run's values."""
+    return float((q != 0).double().mean(0) @ (d != 0).double().mean(0))
 
 
 def margin(q: Tensor, d: Tensor, group_size: int) -> float | None:
     """Mean over queries of positive score − max negative score (own negatives; in-batch ones when there are none)."""
     b = q.shape[0]
-    scores = q.float() @ d.float().T  # [B, B*G]
+    scores = q.double() @ d.double().T  # [B, B*G]; float64 for the reason flops() gives
     pos_col = torch.arange(b, device=q.device) * group_size
     pos = scores[torch.arange(b, device=q.device), pos_col]
     if group_size > 1:
