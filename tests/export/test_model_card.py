@@ -6,6 +6,7 @@ refused in one line before anything is exported."""
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -256,8 +257,24 @@ def test_the_template_is_the_source_of_the_cards_text(tmp_path, monkeypatch):
     assert "- **Similarity:** dot product" in fixed and [line for line in fixed if line not in lines] == []
     assert "$" not in text and not [n for n in names if f"{{{n}}}" in text]  # every placeholder filled
     assert "\n\n\n" not in text and text.endswith("```\n")  # sections present: no holes, the ONNX block last
+    # the optional sections' text is theirs too (this card has all but the one for a run without an evaluation)
+    sections = sorted(p for p in mc.TEMPLATES.glob("*.md") if p != mc.TEMPLATE)
+    assert {p.stem for p in sections} == {"evaluation", "no_evaluation", "onnx", "timings", "vectors"}
+    for path in sections:
+        fixed = [line for line in path.read_text().splitlines() if line.strip() and "$" not in line]
+        shown = [line for line in fixed if line in lines]
+        assert shown == ([] if path.stem == "no_evaluation" else fixed), path.name
+    assert mc.evaluation_section({}) == (mc.TEMPLATES / "no_evaluation.md").read_text().strip()
 
-    edited = tmp_path / "model_card.md"
-    edited.write_text(template.replace("## Model details\n", "## Model details\n\nWritten from a template.\n"))
-    monkeypatch.setattr(mc, "TEMPLATE", edited)
-    assert "## Model details\n\nWritten from a template.\n\n- **Model type:**" in card()
+    edited = tmp_path / "templates"
+    shutil.copytree(mc.TEMPLATES, edited)
+    (edited / "model_card.md").write_text(
+        template.replace("## Model details\n", "## Model details\n\nWritten from a template.\n")
+    )
+    onnx = (edited / "onnx.md").read_text()
+    (edited / "onnx.md").write_text(onnx.replace("## ONNX\n", "## ONNX\n\nA section's own template.\n"))
+    monkeypatch.setattr(mc, "TEMPLATES", edited)
+    monkeypatch.setattr(mc, "TEMPLATE", edited / "model_card.md")
+    text = card()
+    assert "## Model details\n\nWritten from a template.\n\n- **Model type:**" in text
+    assert "## ONNX\n\nA section's own template.\n\n`onnx/` holds" in text

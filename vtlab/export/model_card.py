@@ -42,11 +42,12 @@ TIMING_FORMATS = {
     "search_ms_per_query": "{:.3f} ms",
     "total_s": "{:.1f} s",
 }
-TIMINGS_NOTE = "Wall-clock times of that evaluation, on the machine that ran it (not comparable across machines):"
 # a sentence the card adds after its first paragraph, by encoder kind
 QUERY_NOTES = {"inference-free": "Queries run no network: a query is its distinct tokens weighted by relu(idf)."}
-# the card's fixed text and layout, with ${name} placeholders (string.Template) filled by card_fields
-TEMPLATE = Path(__file__).with_name("templates") / "model_card.md"
+# the card's fixed text and layout, with ${name} placeholders (string.Template) filled by card_fields; each optional
+# section's own text in a template of its own beside it
+TEMPLATES = Path(__file__).with_name("templates")
+TEMPLATE = TEMPLATES / "model_card.md"
 # a template line that is one placeholder and nothing else
 _LONE_PLACEHOLDER = re.compile(r"\$(\w+|\{\w+\})")
 # Hydra's default run directory name is <HH-MM-SS>-<name>: a title never shows the time
@@ -276,17 +277,25 @@ def training_data_item(info: CardInfo) -> str:
     return f"- **Training data:** {links}" if links else ""
 
 
+def section(name: str, **fields: str) -> str:
+    """templates/<name>.md filled with `fields` (as the card's template is), without its final newline."""
+    return fill_template((TEMPLATES / f"{name}.md").read_text(encoding="utf-8"), fields).removesuffix("\n")
+
+
 def evaluation_section(metrics: Mapping[str, Mapping[str, float]]) -> str:
     """The quality table, then the timings apart (only where a collection has timings)."""
     if not metrics:
-        return "No evaluation was recorded for this run (no eval/*/metrics.json)."
-    lines = ["Retrieval quality and sparsity, from the run's `eval/<collection>/metrics.json`:", ""]
-    lines += _table(("measure", "value"), metrics, quality_keys, QUALITY_FORMATS, "{:.4f}")
+        return section("no_evaluation")
     timed = {coll: ms for coll, ms in metrics.items() if timing_keys(ms)}
-    if timed:
-        lines += ["", "### Timings", "", TIMINGS_NOTE, ""]
-        lines += _table(("timing", "value"), timed, timing_keys, TIMING_FORMATS, "{:.4g}")
-    return "\n".join(lines)
+    timings = (
+        section(
+            "timings", timing_table="\n".join(_table(("timing", "value"), timed, timing_keys, TIMING_FORMATS, "{:.4g}"))
+        )
+        if timed
+        else ""
+    )
+    quality = "\n".join(_table(("measure", "value"), metrics, quality_keys, QUALITY_FORMATS, "{:.4f}"))
+    return section("evaluation", quality_table=quality, timings=timings)
 
 
 def vector_files_list(
@@ -294,9 +303,8 @@ def vector_files_list(
 ) -> str:
     if not vector_files:
         return ""
-    of = f" of {vectors_of}" if vectors_of else ""
     files = [f"- {fmt}: `{portable_path(path, card_dir, run_dir)}`" for fmt, path in vector_files.items()]
-    return "\n".join([f"The same export wrote the vectors{of} (paths relative to this card):", *files])
+    return section("vectors", of=f" of {vectors_of}" if vectors_of else "", files="\n".join(files))
 
 
 def train_command(overrides: Sequence[str] | None, run_dir: Path | None) -> str:
@@ -310,23 +318,7 @@ def formats_item(formats: Sequence[str]) -> str:
 
 
 def onnx_section(onnx_dir: str | None) -> str:
-    if not onnx_dir:
-        return ""
-    return "\n".join(
-        [
-            "## ONNX",
-            "",
-            f"`{onnx_dir}/` holds ONNX graphs (see its onnx.json) with the SPLADE pooling inside: inputs "
-            "`input_ids`, `attention_mask` (int64, [batch, sequence]), output `sparse_embedding` "
-            "[batch, vocabulary], the same vectors as above (tested to 1e-4 with ONNX Runtime).",
-            "",
-            "```python",
-            "from vtlab.export.onnx import OnnxSparseEncoder",
-            "",
-            f'vectors = OnnxSparseEncoder("path/to/this/directory/{onnx_dir}").encode(["a text"], side="doc")',
-            "```",
-        ]
-    )
+    return section("onnx", onnx_dir=onnx_dir) if onnx_dir else ""
 
 
 # ---- the card -------------------------------------------------------------------------------------------------------
