@@ -344,6 +344,16 @@ def _ckpt_step(path: Path) -> int:
     return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
 
 
+def _training_state(path: Path) -> dict[str, torch.Tensor]:
+    """A checkpoint's weights and optimizer moments, by name."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    state = {f"weights/{k}": v for k, v in ckpt["state_dict"].items()}
+    for i, opt in enumerate(ckpt["optimizer_states"]):
+        for param, moments in opt["state"].items():
+            state.update({f"optimizer{i}/{param}/{k}": torch.as_tensor(v) for k, v in moments.items()})
+    return state
+
+
 def _logged(run_dir: Path) -> list[dict[str, str]]:
     """The CSV log's rows without timings (the evaluation's *_s, *_ms_per_query columns)."""
     return [{k: v for k, v in row.items() if not k.endswith(("_s", "_ms_per_query"))} for row in _csv_rows(run_dir)]
@@ -375,6 +385,12 @@ def test_sigkilled_training_resumes_to_the_same_metrics_and_weights(tmp_path: Pa
     assert resumed.wait(timeout=600) == 0, _tail(run_log)
     assert reference.wait(timeout=600) == 0, _tail(ref_log)
     assert _ckpt_step(last) == 12
+    # the CSV log holds the rows from before the kill, and each step's once: the uninterrupted run's log (compared
+    # first: a difference names the first step where the resumed training left the uninterrupted one)
+    reference_log, got_log = _logged(ref_dir), _logged(run_dir)
+    assert got_log == reference_log, _first_difference(reference_log, got_log)
+    assert len(got_log) > len(logged_before)
+    assert [{k: r[k] for k in logged_before[0]} for r in got_log[: len(logged_before)]] == logged_before
     ref_metrics, ref_weights = run_results(ref_dir)
     got_metrics, got_weights = run_results(run_dir)
     assert got_metrics == ref_metrics  # exactly: CPU training is deterministic here
@@ -383,10 +399,20 @@ def test_sigkilled_training_resumes_to_the_same_metrics_and_weights(tmp_path: Pa
     assert ref_weights.keys() == got_weights.keys()
     for name, tensor in ref_weights.items():
         assert torch.equal(tensor, got_weights[name]), name
-    # the CSV log holds the rows from before the kill, and each step's once: the uninterrupted run's log
-    reference_log, got_log = _logged(ref_dir), _logged(run_dir)
-    assert got_log == reference_log and len(got_log) > len(logged_before)
-    assert [{k: r[k] for k in logged_before[0]} for r in got_log[: len(logged_before)]] == logged_before
+    # the evaluated weights may be a best checkpoint from before the kill: the last one holds the training after it
+    ref_last, got_last = (_training_state(d / LAST_CKPT) for d in (ref_dir, run_dir))
+    assert ref_last.keys() == got_last.keys()
+    for name, tensor in ref_last.items():
+        assert torch.equal(tensor, got_last[name]), name
+
+
+def _first_difference(reference: list[dict[str, str]], got: list[dict[str, str]]) -> str:
+    """Where two CSV logs first part: the row's step and each value that differs."""
+    for i, (a, b) in enumerate(zip(reference, got)):
+        if a != b:
+            diff = {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+            return f"row {i} (step {a.get('step')}): (uninterrupted, resumed) {diff}"
+    return f"{len(reference)} rows uninterrupted, {len(got)} resumed"
 
 
 # ---- one writer per run directory; a resume continues the same config ------------------------------------------
