@@ -18,8 +18,8 @@ $(VENV)/.installed: pyproject.toml vtlab/core/assets.py
 demo: install
 	$(PY) -m vtlab
 
-# Two workers, a test file per worker at a time (module fixtures stay in one process): on 2 cores the suite took
-# 12.0 min instead of 16.4 (2026-12-03). TEST_WORKERS=0 runs it in one process.
+# Two workers, a test file per worker at a time (module fixtures stay in one process); TEST_WORKERS=0 runs it in one
+# process. What the suite takes: docs/architecture.md (the tests).
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
