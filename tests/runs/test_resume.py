@@ -22,7 +22,7 @@ import torch
 from helpers import OFFLINE_ENV, ROOT, TINY_RUN, compose_cfg, run_results
 from torch import nn
 
-from vtlab.callbacks.checkpoints import SameDirCheckpointIO
+from vtlab.callbacks.checkpoints import SameDirCheckpointIO, load_checkpoint
 from vtlab.callbacks.last_checkpoint import LastCheckpoint
 from vtlab.callbacks.resume_state import ResumeState
 from vtlab.callbacks.run_config import RunConfigLogger
@@ -346,7 +346,7 @@ def _ckpt_step(path: Path) -> int:
 
 def _training_state(path: Path) -> dict[str, torch.Tensor]:
     """A checkpoint's weights and optimizer moments, by name."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    ckpt = load_checkpoint(path)
     state = {f"weights/{k}": v for k, v in ckpt["state_dict"].items()}
     for i, opt in enumerate(ckpt["optimizer_states"]):
         for param, moments in opt["state"].items():

@@ -248,11 +248,11 @@ def _table(
     keys: Callable[[Mapping[str, float]], list[str]],
     formats: Mapping[str, str],
     default: str,
-) -> list[str]:
+) -> str:
     lines = [f"| collection | {header[0]} | {header[1]} |", "|---|---|---|"]
     for coll, ms in metrics.items():
         lines += [f"| {coll} | {k} | {formats.get(_base(k), default).format(ms[k])} |" for k in keys(ms)]
-    return lines
+    return "\n".join(lines)
 
 
 def timing_keys(metrics: Mapping[str, float]) -> list[str]:
@@ -286,15 +286,13 @@ def evaluation_section(metrics: Mapping[str, Mapping[str, float]]) -> str:
     """The quality table, then the timings apart (only where a collection has timings)."""
     if not metrics:
         return section("no_evaluation")
+    quality = _table(("measure", "value"), metrics, quality_keys, QUALITY_FORMATS, "{:.4f}")
     timed = {coll: ms for coll, ms in metrics.items() if timing_keys(ms)}
-    timings = (
-        section(
-            "timings", timing_table="\n".join(_table(("timing", "value"), timed, timing_keys, TIMING_FORMATS, "{:.4g}"))
+    timings = ""
+    if timed:
+        timings = section(
+            "timings", timing_table=_table(("timing", "value"), timed, timing_keys, TIMING_FORMATS, "{:.4g}")
         )
-        if timed
-        else ""
-    )
-    quality = "\n".join(_table(("measure", "value"), metrics, quality_keys, QUALITY_FORMATS, "{:.4f}"))
     return section("evaluation", quality_table=quality, timings=timings)
 
 
