@@ -1,6 +1,7 @@
 """The testbed's dev suite (conf/eval/testbed-dev.yaml) reaches the evaluation's domains without touching the
 evaluation: its SQuAD and SciRIFF parts are what the evaluation samples leave over (vtlab/data/splits.py), so no dev
-question or passage is an evaluation question or passage, and no dev question is judged on an evaluation passage.
+question or passage is an evaluation question or passage or a near-copy of one (vtlab.data.near_duplicates), and no
+dev question is judged on such a passage.
 The selection reads the mean over the dev collections (`selection.dataset: null`)."""
 
 from pathlib import Path
@@ -13,6 +14,7 @@ from test_report import write_job, write_multirun
 
 from vtlab.core.errors import DataError
 from vtlab.data.collections import Collection
+from vtlab.data.near_duplicates import near_duplicate_pairs, similar_question_pairs
 from vtlab.data.splits import held_out
 from vtlab.report.discovery import ReportError
 from vtlab.report.selection import choose
@@ -52,21 +54,40 @@ def test_the_dev_suite_excludes_exactly_the_evaluation_samples():
         assert OmegaConf.to_container(exclude) == OmegaConf.to_container(TEST.evaluations[test_set].collection)
 
 
-@pytest.mark.usefixtures("shared_cache")
-def test_composed_dev_and_evaluation_share_no_question_or_passage():
+@pytest.fixture(scope="module")
+def composed(shared_cache: Path) -> tuple[dict[str, Collection], dict[str, Collection]]:
+    """The testbed's evaluation collections and its selection suite's dev collections, composed and instantiated as a
+    run does (experiment=testbed/main/wp-native)."""
     cfg = compose_cfg(["experiment=testbed/main/wp-native", "eval=testbed"])
     dev_cfg = compose_cfg(["experiment=testbed/main/wp-native", f"eval={cfg.selection.eval}"])
     assert cfg.selection.dataset is None  # the selection reads the dev mean
     tests = {n: instantiate(e.collection)() for n, e in cfg.eval.evaluations.items()}
+    devs = {n: instantiate(e.collection)() for n, e in dev_cfg.eval.evaluations.items()}
+    return tests, devs
+
+
+def test_composed_dev_and_evaluation_share_no_question_or_passage(composed):
+    tests, devs = composed
     texts = {t for c in tests.values() for t in c.corpus.values()}
     questions = {t for c in tests.values() for t in c.queries.values()}
-    sizes = {}
-    for name, node in dev_cfg.eval.evaluations.items():
-        dev = instantiate(node.collection)()
-        sizes[name] = (len(dev.queries), len(dev.corpus))
+    for name, dev in devs.items():
         assert not texts & set(dev.corpus.values()), name
         assert not questions & set(dev.queries.values()), name
+    sizes = {name: (len(dev.queries), len(dev.corpus)) for name, dev in devs.items()}
     assert sizes == {"boolq-clean-dev": (300, 1000), "squad-dev": (224, 200), "sciriff-dev": (200, 400)}
+
+
+def test_composed_dev_holds_no_near_copy_of_an_evaluation_text(composed):
+    """By the rule that keeps evaluation texts out of training (vtlab.data.near_duplicates): no dev passage shares half
+    of the shorter one's word 8-grams with a passage of any evaluation set, no dev question is a near-copy (idf-weighted
+    word Jaccard ≥ 0.7, idf over the evaluation set's questions) of one of its questions."""
+    tests, devs = composed
+    for dev_name, dev in devs.items():
+        for test_name, test in tests.items():
+            passages = near_duplicate_pairs(list(dev.corpus.values()), list(test.corpus.values()))
+            questions = similar_question_pairs(list(dev.queries.values()), list(test.queries.values()))
+            assert passages == [], (dev_name, test_name)
+            assert questions == [], (dev_name, test_name)
 
 
 def _sweep(tmp_path: Path, scores: dict[str, dict[str, dict[str, float]]]) -> Path:
