@@ -82,14 +82,43 @@ def test_subsampled_leaves_as_many_distractors_as_golds_when_asked():
 SPEC = {"dataset": "boolq-clean-dev", "measure": "nDCG@10"}
 
 
+ARMS = ("testbed-e5-vt", "testbed-e5-lowercase-masked", "testbed-e5-native")
+
+
 def test_learning_gate_passes_at_the_reference_and_makes_the_table_exploratory_below_it(capsys):
-    passed = gates.check_learning("testbed-e5-native", 0.8351, "testbed-bm25", 0.8351, SPEC)
+    passed = gates.check_learning(dict.fromkeys(ARMS, 0.8351), "testbed-bm25", 0.8351, SPEC)
     assert passed["passed"] and passed["exploratory"] is None and capsys.readouterr().err == ""
-    failed = gates.check_learning("testbed-e5-native", 0.8190, "testbed-bm25", 0.8351, SPEC)
-    assert not failed["passed"] and failed["score"] == 0.8190 and failed["reference_score"] == 0.8351
+    failed = gates.check_learning(
+        {"testbed-e5-vt": 0.8190, "testbed-e5-lowercase-masked": 0.8400, "testbed-e5-native": 0.8351},
+        "testbed-bm25",
+        0.8351,
+        SPEC,
+    )
+    assert not failed["passed"] and failed["rows"]["testbed-e5-vt"] == 0.8190 and failed["reference_score"] == 0.8351
+    assert failed["margins"]["testbed-e5-vt"] == pytest.approx(0.8190 - 0.8351)
     line = capsys.readouterr().err.strip()
-    assert "\n" not in line and line.startswith("vtlab: learning gate: testbed-e5-native") and "0.8190" in line
+    assert "\n" not in line and line.startswith("vtlab: learning gate: testbed-e5-vt 0.8190 (−0.0161)".replace("−", "-"))
+    assert "testbed-e5-lowercase-masked" not in line and "testbed-e5-native" not in line  # only the arms below
     assert "0.8351" in line and "no verdicts" in line and failed["exploratory"] in line
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_the_learning_gate_fails_when_any_gate_arm_is_below_bm25(arm, capfd):
+    # either arm of the primary contrast (or e5 as is) below BM25 on dev: the table is exploratory, the arm named
+    scores = {a: 0.86 for a in ARMS} | {arm: 0.8350}
+    result = gates.check_learning(scores, "testbed-bm25", 0.8351, SPEC)
+    assert not result["passed"] and arm in result["exploratory"] and "(-0.0001)" in result["exploratory"]
+    err = capfd.readouterr().err
+    assert [a for a in ARMS if a in err] == [arm]
+
+
+def test_the_real_case_gate_reads_both_primary_arms_and_e5_as_is():
+    from vtlab.reproduce.learning import gate_rows
+    from vtlab.reproduce.tables import composed, row_name
+
+    rows = gate_rows("testbed", "real-case")
+    primary = list(composed(rows[0]).report.primary)
+    assert {row_name(r) for r in rows} == {*primary, "testbed-e5-native"}
 
 
 def test_a_failed_learning_gate_marks_the_table_and_a_passed_one_removes_an_old_mark(tmp_path):

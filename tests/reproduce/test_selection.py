@@ -105,3 +105,61 @@ def test_a_setting_of_null_is_written_as_null_and_composes_to_apc_switched_off(t
     assert base.apc.percentile == 60 and cfg.apc.percentile is None and cfg.model.optimizer.lr == 0.0001
     rest = {k: v for k, v in OmegaConf.to_container(cfg).items() if k not in ("model", "report", "apc")}
     assert rest == {k: v for k, v in OmegaConf.to_container(base).items() if k not in ("model", "report", "apc")}
+
+
+# the shared setting (mlm.steps) is chosen by the primary's two arms; the third arm would prefer the other value
+SHARED_DEV = {
+    "vt": {("0", "0.0005"): 0.60, ("0", "0.001"): 0.62, ("64", "0.0005"): 0.70, ("64", "0.001"): 0.66},
+    "masked": {("0", "0.0005"): 0.71, ("0", "0.001"): 0.69, ("64", "0.0005"): 0.68, ("64", "0.001"): 0.67},
+    "native": {("0", "0.0005"): 0.90, ("0", "0.001"): 0.50, ("64", "0.0005"): 0.40, ("64", "0.001"): 0.45},
+}
+
+
+def _shared_sweep(tmp_path: Path, name: str = "select", lrs: tuple[str, ...] = ("0.0005", "0.001")) -> Path:
+    sweep = tmp_path / name
+    arms = list(SHARED_DEV)
+    write_multirun(sweep, [f"model.optimizer.lr={','.join(lrs)}", "mlm.steps=0,64", f"experiment={','.join(arms)}"])
+    num = 0
+    for lr in lrs:
+        for steps in ("0", "64"):
+            for arm in arms:
+                score = SHARED_DEV[arm].get((steps, lr), 0.95 if arm == "vt" and steps == "64" else 0.3)
+                write_job(
+                    sweep,
+                    num,
+                    [f"model.optimizer.lr={lr}", f"mlm.steps={steps}", f"experiment={arm}", "seed=0"],
+                    f"testbed-{arm}",
+                    metrics={"boolq-clean-dev": {"nDCG@10": score}},
+                )
+                num += 1
+    return sweep
+
+
+def test_a_shared_setting_is_chosen_by_the_primary_arms_mean_and_each_arm_keeps_its_rate_at_it(tmp_path):
+    from vtlab.report.selection import choose_shared
+
+    by = ["testbed-vt", "testbed-masked"]
+    pick = choose_shared(_shared_sweep(tmp_path), ["model.optimizer.lr"], ["mlm.steps"], by, "boolq-clean-dev", "nDCG@10")
+    # steps 0: mean(0.62, 0.71) = 0.665; steps 64: mean(0.70, 0.68) = 0.69 -> 64, although native is best at 0
+    assert pick.values == {"mlm.steps": 64}
+    assert [(v, round(m, 4)) for v, m in pick.means] == [({"mlm.steps": 0}, 0.665), ({"mlm.steps": 64}, 0.69)]
+    assert pick.choices["testbed-native"].values == {"mlm.steps": 64, "model.optimizer.lr": 0.001}
+    assert pick.choices["testbed-native"].score == 0.45
+    assert pick.choices["testbed-vt"].values == {"mlm.steps": 64, "model.optimizer.lr": 0.0005}
+
+
+def test_an_edge_choice_is_found_and_the_extended_grid_is_chosen_over_both_sweeps(tmp_path):
+    from vtlab.report.selection import at_edges, choose
+    from vtlab.reproduce.selecting import extended
+
+    first = _shared_sweep(tmp_path)
+    chosen = choose(first, ["model.optimizer.lr"], "boolq-clean-dev", "nDCG@10", {"mlm.steps": 64})
+    grid = [0.0005, 0.001]
+    assert at_edges(chosen, "model.optimizer.lr", grid) == [0.0005, 0.001]  # vt/masked low, native high
+    assert at_edges({"x": chosen["testbed-vt"]}, "model.optimizer.lr", [0.0001, 0.0005, 0.001]) == []  # inside
+    assert extended(grid, [0.0005, 0.001], 2.0) == [0.00025, 0.002]
+    second = _shared_sweep(tmp_path, "extend", ("0.00025",))  # vt scores 0.95 at 64 steps there, the others 0.3
+    both = choose([first, second], ["model.optimizer.lr"], "boolq-clean-dev", "nDCG@10", {"mlm.steps": 64})
+    assert both["testbed-vt"].values == {"mlm.steps": 64, "model.optimizer.lr": 0.00025}
+    assert both["testbed-masked"].values == {"mlm.steps": 64, "model.optimizer.lr": 0.0005}
+    assert len(both["testbed-vt"].tried) == 3  # the two rates at 64 steps and the extension, never the 0-step jobs

@@ -7,6 +7,12 @@ own config plus its chosen values, with every tried value's dev score recorded u
 table's sweep then runs at all seeds. A table may add a second stage (`selection.then`): settings each arm tries at its
 best of the grid (e.g. APC switched off), kept only where they score higher on dev (`refine`). A job that failed or
 did not score leaves its arm without a choice: the arm is named in the error, nothing is guessed.
+
+Two rules go beyond "each arm its own best". A **shared** setting (`selection.shared`, e.g. the MLM adaptation's steps)
+is one value for every arm, chosen by the arms the table's primary contrast compares (`choose_shared`: the value whose
+mean over those arms of their best dev score is highest), so no arm's setting is tuned to another arm's liking. A grid
+whose choice sits at its **edge** (`at_edges`) says the best value may lie outside it: vtlab.reproduce then extends it
+once, for every arm, on dev.
 """
 
 from __future__ import annotations
@@ -52,10 +58,19 @@ def dev_name(dataset: str | None) -> str:
     return "dev-average" if dataset is None else dataset
 
 
-def choose(sweep: Path, keys: list[str], dataset: str | None, measure: str) -> dict[str, Choice]:
+def _jobs(sweeps: Path | list[Path]) -> list[Any]:
+    return [j for sweep in ([sweeps] if isinstance(sweeps, Path) else sweeps) for j in collect_jobs(sweep)[0]]
+
+
+def choose(
+    sweep: Path | list[Path], keys: list[str], dataset: str | None, measure: str, where: dict[str, Any] | None = None
+) -> dict[str, Choice]:
     """arm name → its best setting of `keys` by `measure` on `dataset` (None: the mean over the dev collections; ties:
-    the first tried, in sweep order)."""
-    jobs, _ = collect_jobs(sweep)
+    the first tried, in sweep order), over the jobs of one sweep or several (a grid extended by a second sweep).
+    `where`: only the jobs run at these settings (e.g. a shared setting's chosen value), which the choices include."""
+    jobs = _jobs(sweep)
+    if where:
+        jobs = [j for j in jobs if _setting(j.overrides, list(where)) == where]
     # dataset None: every collection any job of the sweep scored, so that no arm is averaged over fewer of them
     sets = list(dict.fromkeys(d for j in jobs for d in j.metrics)) if dataset is None else [dataset]
     tried: dict[str, list[tuple[dict[str, Any], float | None]]] = {}
@@ -75,8 +90,48 @@ def choose(sweep: Path, keys: list[str], dataset: str | None, measure: str) -> d
     out = {}
     for arm, runs in tried.items():
         values, score = max(runs, key=lambda r: r[1])  # max keeps the first of equal scores
-        out[arm] = Choice(arm, values, score, tuple(runs))
+        out[arm] = Choice(arm, {**(where or {}), **values}, score, tuple(({**(where or {}), **v}, s) for v, s in runs))
     return out
+
+
+@dataclass(frozen=True)
+class SharedChoice:
+    values: dict[str, Any]  # the shared setting every arm runs at, e.g. {"mlm.steps": 64}
+    by: tuple[str, ...]  # the arms whose mean best dev score chose it (the primary contrast's)
+    means: tuple[tuple[dict[str, Any], float], ...]  # each shared setting tried and that mean
+    choices: dict[str, Choice]  # every arm's own best at the shared setting
+
+
+def choose_shared(
+    sweep: Path | list[Path], keys: list[str], shared: list[str], by: list[str], dataset: str | None, measure: str
+) -> SharedChoice:
+    """One setting of `shared` for every arm: the value at which the mean over the arms `by` of each one's best dev
+    score (over its own `keys`) is highest (ties: the first tried); then each arm's own best of `keys` at that value.
+    Every arm was run at every shared value (equal selection budget), but only `by` choose it."""
+    jobs = _jobs(sweep)
+    settings = list(dict.fromkeys(tuple(_setting(j.overrides, shared).items()) for j in jobs if j.name is not None))
+    if not settings:
+        raise ReportError(f"selection: no job under {sweep} to choose {', '.join(shared)} from")
+    means = []
+    per_setting = {}
+    for setting in settings:
+        where = dict(setting)
+        chosen = choose(sweep, keys, dataset, measure, where)
+        missing = sorted(set(by) - set(chosen))
+        if missing:
+            raise ReportError(f"selection: {', '.join(missing)} have no job at {where} under {sweep}")
+        per_setting[setting] = chosen
+        means.append((where, sum(chosen[a].score for a in by) / len(by)))
+    best = max(range(len(settings)), key=lambda i: means[i][1])  # max keeps the first of equal means
+    return SharedChoice(means[best][0], tuple(by), tuple(means), per_setting[settings[best]])
+
+
+def at_edges(choices: dict[str, Choice], key: str, values: list[Any]) -> list[Any]:
+    """The edges of a grid's `values` of `key` that some arm chose (the lowest, the highest, or both): the best value
+    may lie beyond them."""
+    low, high = min(values), max(values)
+    picked = {c.values.get(key) for c in choices.values()}
+    return [v for v in dict.fromkeys([low, high]) if v in picked]
 
 
 def refine(first: dict[str, Choice], then: dict[str, Choice]) -> dict[str, Choice]:

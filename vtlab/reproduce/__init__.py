@@ -18,55 +18,36 @@ gates); a failed case, control or quality gate exits 3 with one line.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
-import statistics
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from vtlab.core.errors import VtlabError
-from vtlab.core.paths import CONF_DIR
 from vtlab.report import selection
-from vtlab.report.discovery import EXPLORATORY_FILE, State, collect_jobs, write_exploratory
+from vtlab.report.discovery import EXPLORATORY_FILE, write_exploratory
 from vtlab.reproduce import gates, paper_plan
+from vtlab.reproduce.learning import learning_gate, pilot, row_metric
+from vtlab.reproduce.selecting import select_settings, selection_dirs
+from vtlab.reproduce.tables import (
+    CONF,
+    TABLES,
+    composed,
+    exists,
+    is_row_table,
+    main_rows,
+    scales,
+    selection_spec,
+    table_seeds,
+    tables_of,
+)
 
-CONF = CONF_DIR / "experiment"
-TABLES = CONF_DIR / "tables"  # <scale>.yaml: that scale's tables, rows, default seeds (the one place they are defined)
+__all__ = ["main", "main_rows", "row_metric", "select_settings", "selection_dirs", "sweeps", "tables_of"]
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-def scales() -> list[str]:
-    return sorted(p.stem for p in TABLES.glob("*.yaml"))
-
-
-@functools.cache  # read once per process: every table lookup of a run asks it again
-def tables_of(scale: str) -> dict[str, dict[str, Any]]:
-    """conf/tables/<scale>.yaml in run order: table → {rows: [...] (a table of row files), seeds, optional}."""
-    return OmegaConf.to_container(OmegaConf.load(TABLES / f"{scale}.yaml"), resolve=True)
-
-
-def main_rows(scale: str, table: str = "main") -> list[str]:
-    """The `experiment=` names of a row table's rows, in its order (conf/tables/<scale>.yaml); [] for none."""
-    return [f"{scale}/{table}/{r}" for r in tables_of(scale).get(table, {}).get("rows", [])]
-
-
-def _is_row_table(scale: str, table: str) -> bool:
-    return "rows" in tables_of(scale)[table]
-
-
-def _exists(scale: str, table: str) -> bool:
-    if table not in tables_of(scale):
-        return False
-    if _is_row_table(scale, table):
-        return all((CONF / f"{row}.yaml").is_file() for row in main_rows(scale, table))
-    return (CONF / scale / f"{table}.yaml").is_file()
 
 
 def sweeps(scale: str, seeds: int | None, tables: list[str], out: Path | None = None) -> dict[str, list[str]]:
@@ -75,33 +56,17 @@ def sweeps(scale: str, seeds: int | None, tables: list[str], out: Path | None = 
     a main row (vtlab/runs/reuse.py)."""
     sweeps_ = {}
     for table in tables:
-        n = seeds if seeds is not None else tables_of(scale)[table]["seeds"]
+        n = seeds if seeds is not None else table_seeds(scale, table)[0]
         seed = "seed=" + ",".join(str(s) for s in range(n))
-        rows = _is_row_table(scale, table)
+        rows = is_row_table(scale, table)
         experiment = ",".join(main_rows(scale, table)) if rows else f"{scale}/{table}"
         sweeps_[table] = [f"experiment={experiment}", seed]
-        if out is not None and not rows and "main" in tables:
-            sweeps_[table].append(f"reuse_runs=['{(out / 'main').resolve()}']")
+        reused = [
+            t for t in ["main", *tables_of(scale)[table].get("needs", [])] if t in tables and is_row_table(scale, t)
+        ]
+        if out is not None and not rows and reused:
+            sweeps_[table].append("reuse_runs=[" + ",".join(f"'{(out / t).resolve()}'" for t in reused) + "]")
     return sweeps_
-
-
-def row_metric(
-    sweep: Path, name: str, dataset: str | None = gates.GATE_DATASET, measure: str = gates.GATE_MEASURE
-) -> float:
-    """Mean over seeds of `measure` on `dataset` for the finished jobs named `name` in a sweep directory; `dataset`
-    None: of each job's average over its collections (the tables' avg column)."""
-    jobs, _ = collect_jobs(sweep)
-    values = []
-    for j in jobs:
-        if j.name != name or j.state is not State.DONE:
-            continue
-        value = selection.dev_score(j.metrics, list(j.metrics) if dataset is None else [dataset], measure)
-        if value is not None:
-            values.append(value)
-    if not values:
-        where = "its collections" if dataset is None else dataset
-        raise gates.GateError(f"gate: no finished job named {name!r} with {where} {measure} under {sweep}")
-    return statistics.fmean(values)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -129,96 +94,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=2,
         help="jobs side by side at one thread each (hydra/launcher=parallel; 1: one job at a time, all threads)",
     )
+    p.add_argument(
+        "--pilot",
+        action="store_true",
+        help="the tables' learning-gate arms at seed 0 on dev only (no evaluation set scored): go / no-go",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     p.add_argument("extra", nargs="*", help="extra Hydra overrides for every job, e.g. trainer.max_steps=50")
     return p.parse_args(argv)
 
 
-def _selection_spec(scale: str, table: str) -> dict[str, Any] | None:
-    """A row table's `selection` node (grid, eval, dataset, measure, seed) from its first row, or None."""
-    rows = main_rows(scale, table)
-    if not rows:
-        return None
-    spec = _composed(rows[0]).get("selection")
-    return None if spec is None else OmegaConf.to_container(spec, resolve=True)
-
-
-def selection_dirs(out: Path, table: str) -> tuple[Path, Path, Path]:
-    """(the selection sweep, the chosen configs' search path, the second stage's sweep) of a row table."""
-    return out / f"select-{table}", out / f"selected-{table}", out / f"select-{table}-then"
-
-
-def select_settings(
-    spec: dict[str, Any],
-    scale: str,
-    table: str,
-    out: Path,
-    run: Callable[[list[str], Path], None],
-    dry_run: bool = False,
-) -> tuple[list[str], dict[str, selection.Choice]]:
-    """Run every arm of a row table on the selection grid at one seed, scored on dev (equal selection budget), then
-    on the second stage's settings (`selection.then`) at its best, and write each arm's config with its choice;
-    returns the table's `experiment=`/search-path/reuse overrides that run them, and the choices by arm name."""
-    grid = dict(_grid_keys(spec["grid"]))
-    then = dict(_grid_keys(spec.get("then") or {}))
-    rows = main_rows(scale, table)
-    sweep_dir, root, then_dir = selection_dirs(out, table)
-    common = [f"seed={spec['seed']}", f"eval={spec['eval']}"]
-    # the grid first, so Hydra varies the arm fastest: jobs side by side are other arms, not waiting on one MLM cache
-    run([*_sweep_values(grid), f"experiment={','.join(rows)}", *common], sweep_dir)
-    root = root.resolve()
-    search = f"hydra.searchpath=[file://{root}]"
-    selected = f"{scale}/selected-{table}"
-    names = {_row_name(r): r for r in rows} if not dry_run else {}
-    chosen: dict[str, selection.Choice] = {}
-    if not dry_run:
-        chosen = selection.choose(sweep_dir, list(grid), spec["dataset"], spec["measure"])
-        selection.write_selected(chosen, names, root, selected)
-    arms = f"experiment={','.join(selected + '/' + r.rsplit('/', 1)[1] for r in rows)}"
-    if then:
-        run([*_sweep_values(then), arms, *common, search], then_dir)
-        if not dry_run:
-            chosen = selection.refine(chosen, selection.choose(then_dir, list(then), spec["dataset"], spec["measure"]))
-            selection.write_selected(chosen, names, root, selected)
-    for name, choice in chosen.items():
-        print(
-            f"selected on {selection.dev_name(spec['dataset'])} {spec['measure']}: {name} {choice.values} "
-            f"({choice.score:.4f}; tried " + ", ".join(f"{v} {s:.4f}" for v, s in choice.tried) + ")",
-            flush=True,
-        )
-    # seed 0 at the chosen setting was trained by the selection: evaluated on the test sets, not retrained
-    reuse = ",".join(f"'{d.resolve()}'" for d in ([sweep_dir, then_dir] if then else [sweep_dir]))
-    return [arms, search, f"reuse_runs=[{reuse}]"], chosen
-
-
-def _sweep_values(grid: dict[str, list[Any]]) -> list[str]:
-    """Hydra sweep overrides for a grid: key=a,b (None as null)."""
-    return [f"{k}={','.join(map(selection.override_text, v))}" for k, v in grid.items()]
-
-
-def _grid_keys(node: dict[str, Any], prefix: str = "") -> list[tuple[str, list[Any]]]:
-    """(dotted key, values) for each list in a nested `selection.grid` ({model: {optimizer: {lr: [a, b]}}})."""
-    out = []
-    for key, value in node.items():
-        dotted = f"{prefix}.{key}" if prefix else key
-        out += _grid_keys(value, dotted) if isinstance(value, dict) else [(dotted, list(value))]
-    return out
-
-
-def _composed(experiment: str, hydra: bool = False) -> Any:
-    """The composed config of `experiment` (with the `hydra` node, e.g. a sweep's params, when asked)."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose("config", overrides=[f"experiment={experiment}"], return_hydra_config=hydra)
-
-
-def _row_name(row: str) -> str:
-    return str(_composed(row).name)
-
-
 def _chosen_for(table: str, scale: str, chosen: dict[str, selection.Choice]) -> list[str]:
     """An ablation runs on a main arm (`selection.arm` in its config) with that arm's settings chosen on dev, except
     those of what it varies itself (ablation-apc sweeps `apc`: the arm's choice of APC is not imposed on its rows)."""
-    cfg = _composed(f"{scale}/{table}", hydra=True)
+    cfg = composed(f"{scale}/{table}", hydra=True)
     arm = OmegaConf.select(cfg, "selection.arm")
     if arm is None or not chosen:
         return []
@@ -242,27 +131,30 @@ def _check_gates(out: Path, tables: list[str]) -> dict[str, Any]:
     }
 
 
-def _learning_gate(
-    scale: str,
-    table: str,
-    spec: dict[str, Any],
-    chosen: dict[str, selection.Choice],
-    out: Path,
-    run: Callable[[list[str], Path], None],
-) -> dict[str, Any] | None:
-    """A table's learning gate (`learning_gate` in conf/tables/<scale>.yaml): its row's best dev score (the
-    selection's) against the reference row's on the same dev split, which this runs; None where the table has none."""
-    gate = tables_of(scale)[table].get("learning_gate")
-    if gate is None:
-        return None
-    reference = gate.get("reference", "references/bm25")
-    ref_dir = out / f"select-{table}-{reference.rsplit('/', 1)[-1]}"
-    run([f"experiment={scale}/{reference}", f"eval={spec['eval']}", f"seed={spec['seed']}"], ref_dir)
-    arm = _row_name(f"{scale}/{table}/{gate['row']}")
-    if arm not in chosen:
-        raise gates.GateError(f"learning gate: {arm} has no dev score in {selection_dirs(out, table)[0]}")
-    ref = row_metric(ref_dir, _row_name(f"{scale}/{reference}"), spec["dataset"], spec["measure"])
-    return gates.check_learning(arm, chosen[arm].score, _row_name(f"{scale}/{reference}"), ref, spec)
+def sensitivity_dirs(scale: str, table: str, out: Path) -> dict[str, Path]:
+    """teacher → the sweep of the table's sensitivity runs under that teacher alone (`sensitivity` in
+    conf/tables/<scale>.yaml), in its order; {} where the table has none."""
+    spec = tables_of(scale)[table].get("sensitivity") or {}
+    return {t: out / f"{table}-teacher-{t}" for t in spec.get("teacher", [])}
+
+
+def _sensitivity_overrides(scale: str, table: str, teacher: str, table_overrides: list[str]) -> list[str]:
+    """The primary's arms at their chosen settings (the table's selected configs), fine-tuned from `teacher` alone at
+    the sensitivity's seeds; their report holds the primary contrast only."""
+    spec = tables_of(scale)[table]["sensitivity"]
+    arms = table_overrides[0].split("=", 1)[1].split(",")  # experiment=<selected arm>,... in the table's row order
+    rows = tables_of(scale)[table]["rows"]
+    picked = [arms[rows.index(r)] for r in spec["rows"]]
+    names = [f"testbed-{r}" if scale == "testbed" else r for r in spec["rows"]]
+    search = [o for o in table_overrides if o.startswith("hydra.searchpath=")]
+    return [
+        f"experiment={','.join(picked)}",
+        *search,
+        f"teacher={teacher}",
+        "seed=" + ",".join(str(i) for i in range(int(spec["seeds"]))),
+        f"report.contrasts=[[{','.join(names)}]]",
+        f"report.primary=[{','.join(names)}]",
+    ]
 
 
 def _tables_with_needs(scale: str, tables: list[str]) -> list[str]:
@@ -280,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     default = [t for t, spec in tables_of(args.scale).items() if not spec.get("optional", False)]
     tables = [t for t in args.tables.split(",") if t] if args.tables else default
-    unknown = [t for t in tables if not _exists(args.scale, t)]
+    unknown = [t for t in tables if not exists(args.scale, t)]
     if unknown:
         print(
             f"vtlab: error: --tables: {unknown}: expected tables of {TABLES / (args.scale + '.yaml')} with their "
@@ -314,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
             # a failed job does not stop the sweep (vtlab/__main__.py records it); the report shows it
             subprocess.run(cmd, check=False, env=env)
 
+    if args.seeds is None:
+        for table in tables:
+            print(f"seeds: {table_seeds(args.scale, table)[1]}", flush=True)
+    if args.pilot:
+        return _pilot(args, tables, out, run)
     gated = args.scale == "testbed" and not args.no_gates and not args.dry_run
     report: dict[str, Any] = {}
     try:
@@ -325,12 +222,12 @@ def main(argv: list[str] | None = None) -> int:
             gates.check_case(report["case"])
         chosen: dict[str, dict[str, selection.Choice]] = {}
         for table, overrides in planned.items():
-            row_table = _is_row_table(args.scale, table)
-            spec = _selection_spec(args.scale, table) if row_table else None
+            row_table = is_row_table(args.scale, table)
+            spec = selection_spec(args.scale, table) if row_table else None
             exploratory = None
             if spec is not None:
                 rows, chosen[table] = select_settings(spec, args.scale, table, out, run, args.dry_run)
-                if gated and (learning := _learning_gate(args.scale, table, spec, chosen[table], out, run)):
+                if gated and (learning := learning_gate(args.scale, table, spec, chosen[table], out, run)):
                     report[f"learning:{table}"] = learning
                     gates.write(out / "gates.json", report)
                     exploratory = learning.get("exploratory")
@@ -341,11 +238,18 @@ def main(argv: list[str] | None = None) -> int:
                     + reuse
                 )
             elif not row_table:
-                overrides = overrides + _chosen_for(table, args.scale, chosen.get("main", {}))
+                overrides = overrides + _chosen_for(
+                    table, args.scale, {a: c for t in chosen.values() for a, c in t.items()}
+                )
             dirs.append(out / table)
             run(overrides, out / table)
             if not args.dry_run:
                 mark_exploratory(out / table, exploratory)
+            for teacher, sweep_dir in sensitivity_dirs(args.scale, table, out).items():
+                dirs.append(sweep_dir)
+                run(_sensitivity_overrides(args.scale, table, teacher, overrides), sweep_dir)
+                if not args.dry_run:
+                    mark_exploratory(sweep_dir, exploratory)
     except VtlabError as e:
         print(f"vtlab: error: {e}", file=sys.stderr)
         return 3 if isinstance(e, gates.GateError) else 2
@@ -364,6 +268,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vtlab: error: {e}", file=sys.stderr)
             return 3
     return code
+
+
+def _pilot(args: argparse.Namespace, tables: list[str], out: Path, run: Any) -> int:
+    """`--pilot`: each asked table with a learning gate, its gate arms on dev only; exit 0 when every one is a go,
+    3 when one is not (the line says which arm and by how much)."""
+    asked = [t for t in tables if (tables_of(args.scale)[t].get("learning_gate") or {}).get("rows")]
+    if not asked:
+        print(
+            f"vtlab: error: --pilot: none of {tables} has a learning gate (learning_gate.rows in {TABLES})",
+            file=sys.stderr,
+        )
+        return 2
+    verdicts = {}
+    try:
+        for table in asked:
+            spec = selection_spec(args.scale, table)
+            verdicts[table] = pilot(args.scale, table, spec, out, run, args.dry_run)
+    except VtlabError as e:
+        print(f"vtlab: error: {e}", file=sys.stderr)
+        return 3 if isinstance(e, gates.GateError) else 2
+    if not args.dry_run:
+        gates.write(out / "pilot.json", verdicts)
+    return 0 if all(v.get("passed", True) for v in verdicts.values()) else 3
 
 
 def mark_exploratory(sweep: Path, reason: str | None) -> None:
