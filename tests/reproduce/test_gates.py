@@ -97,7 +97,9 @@ def test_learning_gate_passes_at_the_reference_and_makes_the_table_exploratory_b
     assert not failed["passed"] and failed["rows"]["testbed-e5-vt"] == 0.8190 and failed["reference_score"] == 0.8351
     assert failed["margins"]["testbed-e5-vt"] == pytest.approx(0.8190 - 0.8351)
     line = capsys.readouterr().err.strip()
-    assert "\n" not in line and line.startswith("vtlab: learning gate: testbed-e5-vt 0.8190 (−0.0161)".replace("−", "-"))
+    assert "\n" not in line and line.startswith(
+        "vtlab: learning gate: testbed-e5-vt 0.8190 (−0.0161)".replace("−", "-")
+    )
     assert "testbed-e5-lowercase-masked" not in line and "testbed-e5-native" not in line  # only the arms below
     assert "0.8351" in line and "no verdicts" in line and failed["exploratory"] in line
 
@@ -146,3 +148,31 @@ def test_the_control_gate_reads_the_average_over_the_collections(tmp_path):
             (job / "eval" / name / "metrics.json").write_text(json.dumps({"metrics": {"nDCG@10": value}}))
     assert row_metric(tmp_path, "testbed-wp-native", dataset=None) == pytest.approx(0.6)  # mean of 0.7 and 0.5
     assert row_metric(tmp_path, "testbed-wp-native", dataset="a") == pytest.approx(0.8)
+
+
+def _job(sweep, num: int, name: str, values: dict) -> None:
+    import json
+
+    job = sweep / str(num)
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text("- seed=0\n")
+    (job / "status.json").write_text(json.dumps({"status": "done", "name": name}))
+    for dataset, value in values.items():
+        (job / "eval" / dataset).mkdir(parents=True)
+        (job / "eval" / dataset / "metrics.json").write_text(json.dumps({"metrics": {"nDCG@10": value}}))
+
+
+@pytest.mark.parametrize(("qasper", "fails"), [(0.27, False), (0.26, True)])
+def test_the_control_gate_also_reads_the_set_no_selection_saw(tmp_path, qasper, fails):
+    # the average passes (wp-native +0.03 over SPLADE-tiny); Qasper, which no dev choice saw, decides
+    from vtlab.reproduce import _check_gates
+
+    _job(tmp_path / "main", 0, "testbed-wp-native", {"boolq-clean": 0.95, "qasper": qasper})
+    _job(tmp_path / "references", 0, "testbed-splade-tiny", {"boolq-clean": 0.90, "qasper": 0.2750})
+    _job(tmp_path / "references", 1, "testbed-bm25", {"boolq-clean": 0.87, "qasper": 0.28})
+    if fails:
+        with pytest.raises(gates.GateError, match=r"qasper nDCG@10 \(a set no selection saw\) 0\.2600, 0\.0150 below"):
+            _check_gates(tmp_path, ["references", "main"])
+    else:
+        result = _check_gates(tmp_path, ["references", "main"])
+        assert result["control:qasper"] == {"wp_native": 0.27, "as_is": 0.275} and result["control"]["as_is"] < 0.6

@@ -139,7 +139,8 @@ def test_a_shared_setting_is_chosen_by_the_primary_arms_mean_and_each_arm_keeps_
     from vtlab.report.selection import choose_shared
 
     by = ["testbed-vt", "testbed-masked"]
-    pick = choose_shared(_shared_sweep(tmp_path), ["model.optimizer.lr"], ["mlm.steps"], by, "boolq-clean-dev", "nDCG@10")
+    sweep = _shared_sweep(tmp_path)
+    pick = choose_shared(sweep, ["model.optimizer.lr"], ["mlm.steps"], by, "boolq-clean-dev", "nDCG@10")
     # steps 0: mean(0.62, 0.71) = 0.665; steps 64: mean(0.70, 0.68) = 0.69 -> 64, although native is best at 0
     assert pick.values == {"mlm.steps": 64}
     assert [(v, round(m, 4)) for v, m in pick.means] == [({"mlm.steps": 0}, 0.665), ({"mlm.steps": 64}, 0.69)]

@@ -115,20 +115,28 @@ def _chosen_for(table: str, scale: str, chosen: dict[str, selection.Choice]) -> 
     return [f"{k}={selection.override_text(v)}" for k, v in chosen[arm].values.items() if k.split(".")[0] not in varied]
 
 
-def _check_gates(out: Path, tables: list[str]) -> dict[str, Any]:
+def _check_gates(out: Path, tables: list[str], scale: str = "testbed") -> dict[str, Any]:
     """The gates after the main table: the undamaged control (M_wp fine-tuned no worse than SPLADE-tiny as is, on the
-    table's average over its collections) and quality (M_wp above BM25 on BoolQ-clean); a GateError names the failed
-    one."""
+    table's average over its collections and on each set no selection saw, `control.unselected` in
+    conf/tables/<scale>.yaml) and quality (M_wp above BM25 on BoolQ-clean); a GateError names the failed one."""
     if not {"main", "references"} <= set(tables):
         return {}
     wp_avg = row_metric(out / "main", "testbed-wp-native", dataset=None)
     wp = row_metric(out / "main", "testbed-wp-native")
-    return {
+    result = {
         "control": gates.check_control(
             wp_avg, row_metric(out / "references", "testbed-splade-tiny", dataset=None), out / "main"
-        ),
-        "quality": gates.check_quality(wp, row_metric(out / "references", "testbed-bm25"), out / "main"),
+        )
     }
+    for dataset in (tables_of(scale)["main"].get("control") or {}).get("unselected", []):
+        result[f"control:{dataset}"] = gates.check_control(
+            row_metric(out / "main", "testbed-wp-native", dataset=dataset),
+            row_metric(out / "references", "testbed-splade-tiny", dataset=dataset),
+            out / "main",
+            on=dataset,
+        )
+    result["quality"] = gates.check_quality(wp, row_metric(out / "references", "testbed-bm25"), out / "main")
+    return result
 
 
 def sensitivity_dirs(scale: str, table: str, out: Path) -> dict[str, Path]:
@@ -260,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     code = subprocess.run(cmd, check=False).returncode
     if gated:
         try:
-            after = _check_gates(out, tables)
+            after = _check_gates(out, tables, args.scale)
             report.update(after)
             gates.write(out / "gates.json", report)
             print(f"gates passed: {json.dumps(after)}", flush=True)
