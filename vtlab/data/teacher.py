@@ -1,8 +1,8 @@
 """Teacher scores for triplets: every example's [positive] + negatives scored by a trained retriever (the dot product of
-its sparse query and document vectors), for the distillation losses (MarginMSE, KL). The paper fine-tunes with
-MarginMSE from a cross-encoder; offline, the strongest retriever on disk (SPLADE-tiny) takes its place. The scores are
-cached beside the triplets, keyed by their content, the teacher's name and the lengths, so a teacher is loaded and run
-once per machine."""
+its query and document vectors, sparse or dense), for the distillation losses (MarginMSE, KL). The paper fine-tunes
+with MarginMSE from a cross-encoder; offline, a retriever on disk takes its place (SPLADE-tiny, e5-small as a dense
+retriever, or an ensemble of them: vtlab.data.teacher_ensemble). The scores are cached beside the triplets, keyed by
+their content, the teacher's name and the lengths, so a teacher is loaded and run once per machine."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import scipy.sparse as sp
 
 from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import atomic_write_text, json_hash
@@ -24,15 +26,22 @@ VERSION = "t1"  # bump when what a score means changes, so cached scores are rec
 log = logging.getLogger(__name__)
 
 
-class SparseEncoder(Protocol):
-    """What a teacher must do: encode texts as rows of a sparse matrix, queries and documents on their own side."""
+class TeacherEncoder(Protocol):
+    """What a teacher must do: encode texts as the rows of a matrix, a scipy sparse one (SPLADE) or a numpy array
+    (a dense retriever), queries and documents on their own side; a score is the dot product of two rows."""
 
     def encode(
         self, texts: Sequence[str], side: str = "doc", batch_size: int = 64, show_progress: bool = True
     ) -> Any: ...
 
 
-def _score(teacher: SparseEncoder, examples: Sequence[TripletExample], batch_size: int) -> list[list[float]]:
+def row_dots(rows: Any, query: Any) -> np.ndarray:
+    """The dot product of each row of `rows` with the one-row (or 1-D) `query`, sparse or dense, as a flat array."""
+    product = rows @ query.T
+    return np.asarray(product.todense() if sp.issparse(product) else product).ravel()
+
+
+def _score(teacher: TeacherEncoder, examples: Sequence[TripletExample], batch_size: int) -> list[list[float]]:
     queries = list(dict.fromkeys(ex.query for ex in examples))
     docs = list(dict.fromkeys(d for ex in examples for d in [ex.positive, *ex.negatives]))
     q_row = {q: i for i, q in enumerate(queries)}
@@ -42,23 +51,24 @@ def _score(teacher: SparseEncoder, examples: Sequence[TripletExample], batch_siz
     out = []
     for ex in examples:
         rows = [d_row[d] for d in [ex.positive, *ex.negatives]]
-        out.append([float(s) for s in np.asarray((dv[rows] @ qv[q_row[ex.query]].T).todense()).ravel()])
+        out.append([float(s) for s in row_dots(dv[rows], qv[q_row[ex.query]])])
     return out
 
 
-def teacher_scored(
-    examples: Sequence[TripletExample], teacher: Callable[[], SparseEncoder], name: str, batch_size: int = 64
-) -> Triplets:
-    """`examples` with their `scores` replaced by `teacher()`'s (a factory, called only when the cache lacks them).
-    `name` identifies the teacher and its settings in the cache key: change it with the teacher."""
+def score_file(name: str, examples: Sequence[TripletExample]) -> Path:
+    """Where the scores of `examples` by the teacher called `name` are cached (keyed by the name, the triplets' content
+    and VERSION)."""
     if not name or "/" in name:
         raise DataError(f"teacher_scored: name={name!r}: expected a non-empty name without '/' (the cache key)")
-    source = getattr(examples, "source", None) or {}
-    examples = list(examples)
-    path = (
-        cache_dir("teacher-scores")
-        / f"{name}-{json_hash([[e.query, e.positive, e.negatives] for e in examples])}-{VERSION}.json"
-    )
+    content = json_hash([[e.query, e.positive, e.negatives] for e in examples])
+    return cache_dir("teacher-scores") / f"{name}-{content}-{VERSION}.json"
+
+
+def cached_scores(
+    path: Path, examples: Sequence[TripletExample], compute: Callable[[], list[list[float]]]
+) -> list[list[float]]:
+    """The score lists stored at `path`, else `compute()`'s, stored there first (atomically); one per example, each
+    as long as its [positive] + negatives. A damaged file is named, never trusted."""
     scores = None
     if path.is_file():
         try:
@@ -69,12 +79,28 @@ def teacher_scored(
             raise DataError(f"{path}: expected a list of {len(examples)} score lists; delete it to recompute")
     if scores is None:
         t0 = time.perf_counter()
-        scores = _score(teacher(), examples, batch_size)
+        scores = compute()
         atomic_write_text(path, [json.dumps(scores)])
-        log.info("teacher %s scored %d triplets in %.1f s → %s", name, len(examples), time.perf_counter() - t0, path)
-    out = []
+        log.info("teacher scores of %d triplets in %.1f s → %s", len(examples), time.perf_counter() - t0, path)
     for ex, s in zip(examples, scores, strict=True):
         if not isinstance(s, list) or len(s) != 1 + len(ex.negatives):
             raise DataError(f"{path}: a score list does not match its triplet's {1 + len(ex.negatives)} passages")
-        out.append(dataclasses.replace(ex, scores=[float(v) for v in s]))
-    return Triplets(out, source)
+    return [[float(v) for v in s] for s in scores]
+
+
+def with_scores(
+    examples: Sequence[TripletExample], scores: Sequence[Sequence[float]], source: dict[str, Any] | None
+) -> Triplets:
+    """`examples` with their `scores` replaced; `source`: the settings they were built from (Triplets.source)."""
+    return Triplets([dataclasses.replace(ex, scores=list(s)) for ex, s in zip(examples, scores, strict=True)], source)
+
+
+def teacher_scored(
+    examples: Sequence[TripletExample], teacher: Callable[[], TeacherEncoder], name: str, batch_size: int = 64
+) -> Triplets:
+    """`examples` with their `scores` replaced by `teacher()`'s (a factory, called only when the cache lacks them).
+    `name` identifies the teacher and its settings in the cache key: change it with the teacher."""
+    source = getattr(examples, "source", None)
+    examples = list(examples)
+    scores = cached_scores(score_file(name, examples), examples, lambda: _score(teacher(), examples, batch_size))
+    return with_scores(examples, scores, source)
