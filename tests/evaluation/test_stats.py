@@ -1,30 +1,33 @@
 """vtlab.evaluation.stats: the paired tests against scipy, an exact enumeration of all sign flips, and a written-out t
 interval; the seed-level test against sign patterns listed by hand, a null simulation (why it replaces the query level
-as the reading), Holm against a worked example, and the seed-level interval and seeds-to-decide planning figure against
-hand arithmetic."""
+as the reading), Holm against a worked example, the fixed sequence against hand cases and a simulation of its
+family-wise error, the seed-level interval against hand arithmetic, and the power of the seed-level t against a
+numerical integral of the non-central t, a Monte Carlo of t-tests and textbook sample sizes."""
 
 import itertools
 import math
 
 import numpy as np
 import pytest
+from scipy import integrate
 from scipy import stats as scipy_stats
 
 from vtlab.evaluation.stats import (
-    MAX_SEEDS_NEEDED,
+    MAX_SEEDS,
     SeedComparison,
     StatsError,
     compare,
     compare_seeds,
+    fixed_sequence,
     holm,
     mean_over_seeds,
-    no_effect,
     paired_arrays,
+    power_of,
     randomization_test,
     seed_sign_flip_test,
     seed_t_interval,
     seed_t_test,
-    seeds_needed,
+    seeds_for_power,
     t_test,
 )
 
@@ -224,40 +227,152 @@ def test_holm_equals_statsmodels() -> None:
     assert holm(p) == pytest.approx(multitest.multipletests(p, method="holm")[1])
 
 
-# ------------------------------------------------------------------------------------------------ planning
+# ------------------------------------------------------------------------------------------------ fixed sequence
 
 
-def test_seeds_needed_against_hand_arithmetic() -> None:
-    # d = [0.010, 0.014, 0.012]: d̄ = 0.012, s = 0.002, so t(n) = d̄ / (s / √n) = 6 √n. Family of m = 5 contrasts:
-    # Bonferroni level 0.05 / 5 = 0.01, two-sided, so the critical t is t.ppf(1 − 0.01 / 2, df = n − 1):
-    #   n = 2: t = 8.485 vs critical 63.657 (df 1) — not yet
-    #   n = 3: t = 10.392 vs critical 9.925 (df 2) — passes: 3 seeds.
-    # Check with the df = 2 closed form P(|T| ≥ t) = 1 − t / √(2 + t²): 1 − 10.392 / √110 = 0.00913 < 0.01.
-    d = [0.010, 0.014, 0.012]
-    assert seeds_needed(d, 5) == 3
-    assert seed_t_test(np.array(d)) == pytest.approx(1 - 6 * math.sqrt(3) / math.sqrt(2 + 108), rel=1e-6)
-    assert 6 * math.sqrt(2) < scipy_stats.t.ppf(0.995, 1) and 6 * math.sqrt(3) > scipy_stats.t.ppf(0.995, 2)
-    # d = [0.002, 0.014, 0.008]: d̄ = 0.008, s = 0.006, t(n) = (4/3) √n; critical t at 0.01 two-sided:
-    #   n = 7: t = 3.528 vs 3.707 (df 6) — not yet;  n = 8: t = 3.771 vs 3.499 (df 7) — passes: 8 seeds.
-    d = [0.002, 0.014, 0.008]
-    assert seeds_needed(d, 5) == 8
-    assert 4 / 3 * math.sqrt(7) < scipy_stats.t.ppf(0.995, 6) and 4 / 3 * math.sqrt(8) > scipy_stats.t.ppf(0.995, 7)
-    assert seeds_needed([-x for x in d], 5) == 8  # two-sided: the sign does not matter
-    # one contrast (m = 1): level 0.05, critical t.ppf(0.975): n = 4: 2.667 vs 3.182 (df 3); n = 5: 2.981 vs 2.776
-    assert seeds_needed(d, 1) == 5
-    assert seeds_needed(d, 5, max_seeds=7) is None and seeds_needed(d, 5, max_seeds=8) == 8  # the cap is inclusive
+def test_fixed_sequence_hand_cases() -> None:
+    # primary 0.03 < 0.05: rejected, so the secondaries are tested with Holm over their own family of 3:
+    # sorted 0.01, 0.04, 0.20 → 3·0.01 = 0.03, 2·0.04 = 0.08, max(1·0.20, 0.08) = 0.20
+    seq = fixed_sequence(0.03, [0.01, 0.04, 0.20])
+    assert seq.primary_rejected and seq.secondary_tested
+    assert seq.secondary_adjusted == pytest.approx([0.03, 0.08, 0.20])
+    assert seq.secondary_rejected() == [True, False, False]
+    # the primary is not multiplied by the family size: plain Holm over all four would give it 3·0.03 = 0.09
+    assert holm([0.03, 0.01, 0.04, 0.20])[0] == pytest.approx(0.09)
+    # primary 0.06: not rejected, so nothing behind it is tested; the secondaries' Holm p is still computed
+    seq = fixed_sequence(0.06, [0.01, 0.04, 0.20])
+    assert not seq.primary_rejected and not seq.secondary_tested
+    assert seq.secondary_adjusted == pytest.approx([0.03, 0.08, 0.20])
+    assert seq.secondary_rejected() == [False, False, False]
+    assert not fixed_sequence(0.05, [0.001]).primary_rejected  # rejected only strictly below alpha
+    assert fixed_sequence(0.009, [0.02], alpha=0.01).secondary_rejected(0.01) == [False]  # Holm p 0.02 ≥ 0.01
 
 
-def test_seeds_needed_edge_cases() -> None:
-    assert seeds_needed([0.01, 0.01, 0.01], 5) == 2  # no spread, an effect: any two seeds would do
-    assert seeds_needed([0.01, -0.01], 3) is None and seeds_needed([0.0, 0.0, 0.0], 3) is None  # d̄ = 0
-    assert no_effect([0.01, -0.01]) and no_effect([0.1, 0.2, -0.3]) and not no_effect([0.01, -0.009])
-    assert seeds_needed([0.1, 0.2, -0.3], 3) is None  # d̄ = 1e-17 from rounding: no effect, not a search to the cap
-    assert seeds_needed([0.02], 1) is None  # one seed: no spread to plan with
-    # a huge spread: d̄ = 0.0011 / 3, s ≈ 0.3; t(n) ≈ 0.00122 √n would need millions of seeds, beyond the cap
-    assert seeds_needed([0.0011, -0.3, 0.3], 5) is None and MAX_SEEDS_NEEDED == 1000
-    with pytest.raises(StatsError, match="family_size=0"):
-        seeds_needed([0.01, 0.02], 0)
+def test_fixed_sequence_nan_and_empty() -> None:
+    # an untestable primary (NaN) is not rejected: the secondaries are not tested
+    seq = fixed_sequence(float("nan"), [0.001, 0.002])
+    assert not seq.primary_rejected and seq.secondary_rejected() == [False, False]
+    # an untestable secondary stays NaN, never rejected, and still counts in the family (m = 3):
+    # sorted 0.01, 0.02 → 3·0.01 = 0.03, 2·0.02 = 0.04
+    seq = fixed_sequence(0.01, [0.01, float("nan"), 0.02])
+    assert seq.secondary_adjusted[0] == pytest.approx(0.03) and seq.secondary_adjusted[2] == pytest.approx(0.04)
+    assert math.isnan(seq.secondary_adjusted[1]) and seq.secondary_rejected() == [True, False, True]
+    seq = fixed_sequence(0.01, [])  # a primary alone
+    assert seq.primary_rejected and seq.secondary_adjusted == [] and seq.secondary_rejected() == []
+    with pytest.raises(StatsError, match="alpha"):
+        fixed_sequence(0.01, [0.02], alpha=0)
+
+
+def test_fixed_sequence_holds_the_family_wise_error() -> None:
+    """Independent p-values, uniform under their null. A false primary null (p = 0, always rejected) with three true
+    secondary nulls: a false rejection is Holm's, P(min p < 0.05 / 3) = 1 − (1 − 0.05/3)^3 = 0.0492 — at most alpha,
+    where testing each secondary at 0.05 behind the gate would give 1 − 0.95^3 = 0.143. All four nulls true: every
+    false rejection needs the primary's first, P = 0.05. Standard error of a rate near 0.05 over 40,000 draws:
+    √(0.05 · 0.95 / 40,000) = 0.0011; the bounds allow 4 of them."""
+    rng = np.random.default_rng(5)
+    p = rng.uniform(size=(40_000, 4))
+    gated = np.mean([any(fixed_sequence(0.0, list(row[1:])).secondary_rejected()) for row in p])
+    assert gated == pytest.approx(1 - (1 - 0.05 / 3) ** 3, abs=0.0045) and gated <= 0.05 + 0.0045
+    assert np.mean((p[:, 1:] < 0.05).any(axis=1)) == pytest.approx(1 - 0.95**3, abs=0.007)  # unadjusted: no control
+    null = np.mean(
+        [(s := fixed_sequence(row[0], list(row[1:]))).primary_rejected or any(s.secondary_rejected()) for row in p]
+    )
+    assert null == pytest.approx(0.05, abs=0.0045)
+
+
+# ------------------------------------------------------------------------------------------------ power
+
+
+def power_by_integral(n: int, sd: float, effect: float, alpha: float = 0.05) -> float:
+    """The power of the two-sided one-sample t-test without the non-central t: T = (Z + δ) / √(V / df), Z standard
+    normal, V ~ χ²(df) independent, δ = effect · √n / sd; given V = v, T > c ⟺ Z > c √(v/df) − δ, so power =
+    E_V[Φ̄(c √(V/df) − δ) + Φ(−c √(V/df) − δ)], integrated over V's quantiles u ∈ (0, 1) (V = χ²⁻¹(u), a smooth
+    bounded integrand on a finite interval)."""
+    df = n - 1
+    c = scipy_stats.t.ppf(1 - alpha / 2, df)
+    delta = abs(effect) * math.sqrt(n) / sd
+
+    def given(u: float) -> float:
+        s = c * math.sqrt(scipy_stats.chi2.ppf(u, df) / df)
+        return scipy_stats.norm.sf(s - delta) + scipy_stats.norm.cdf(-s - delta)
+
+    return integrate.quad(given, 0, 1, epsabs=1e-12, epsrel=1e-10, limit=200)[0]
+
+
+def first_with_power(n: int, sd: float, effect: float, alpha: float = 0.05, power: float = 0.8) -> bool:
+    """Whether n is the smallest number of seeds with the power, by the integral: n − 1 falls short, n reaches it
+    (the power rises with n)."""
+    short = n > 2 and power_by_integral(n - 1, sd, effect, alpha) < power
+    return (n == 2 or short) and power_by_integral(n, sd, effect, alpha) >= power
+
+
+@pytest.mark.parametrize(
+    ("n", "sd", "effect", "alpha"),
+    [
+        (10, 1.0, 1.0, 0.05),
+        (34, 1.0, 0.5, 0.05),
+        (2, 1.0, 3.0, 0.05),
+        (3, 0.002, 0.01, 0.025),
+        (5, 0.006, -0.01, 0.05),
+        (20, 0.03, 0.01, 0.05 / 7),
+        (199, 1.0, 0.2, 0.05),
+        (1000, 1.0, 0.05, 0.05),
+    ],
+)
+def test_power_equals_the_integral_over_the_chi_square(n: int, sd: float, effect: float, alpha: float) -> None:
+    assert power_of(n, sd, effect, alpha) == pytest.approx(power_by_integral(n, sd, effect, alpha), abs=1e-9)
+
+
+def test_power_against_a_monte_carlo_of_t_tests() -> None:
+    """200,000 simulated experiments of n = 6 seeds with per-seed differences N(0.01, 0.008²) (d = 1.25), each a
+    two-sided one-sample t-test at 0.05 written out (t = mean / (s / √n) against t.ppf(0.975, 5)). The rejection
+    rate's standard error is √(p (1 − p) / 200,000) ≤ 0.0011; the tolerance is 4 of them."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(0.01, 0.008, size=(200_000, 6))
+    t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(6))
+    rate = float(np.mean(np.abs(t) > scipy_stats.t.ppf(0.975, 5)))
+    assert 0.3 < rate < 0.9  # a power where the comparison means something
+    assert power_of(6, 0.008, 0.01) == pytest.approx(rate, abs=4 * math.sqrt(rate * (1 - rate) / 200_000))
+
+
+def test_seeds_for_power_textbook_values() -> None:
+    # one-sample (paired) t, two-sided, alpha 0.05, 80% power: d = 1.0 needs 10, d = 0.5 needs 34 (G*Power's and
+    # Cohen's tables); the integral confirms both sides of each boundary
+    assert power_by_integral(9, 1.0, 1.0) < 0.8 <= power_by_integral(10, 1.0, 1.0)
+    assert power_by_integral(33, 1.0, 0.5) < 0.8 <= power_by_integral(34, 1.0, 0.5)
+    assert seeds_for_power(1.0, 1.0) == 10 and seeds_for_power(1.0, 0.5) == 34
+    # only d = effect / sd matters, not its sign: an effect of 0.01 nDCG@10 at a per-seed SD of 0.02 is d = 0.5
+    assert seeds_for_power(0.02, 0.01) == 34 and seeds_for_power(0.01, -0.01) == 10
+    # d = 0.2 at 0.05 lands close to the boundary: power 0.7997 at 198, 0.8017 at 199
+    assert seeds_for_power(1.0, 0.2) == 199 and first_with_power(199, 1.0, 0.2)
+
+
+def test_seeds_for_power_at_a_bonferroni_level_and_the_cap() -> None:
+    for sd, alpha in ((0.012, 0.05 / 3), (0.03, 0.05 / 7), (0.004, 0.05 / 2), (0.001, 0.05 / 4)):
+        assert first_with_power(seeds_for_power(sd, 0.01, alpha), sd, 0.01, alpha)
+    assert seeds_for_power(0.012, 0.01, 0.05 / 3) > seeds_for_power(0.012, 0.01)  # a stricter level needs more
+    assert seeds_for_power(0.02, 0.01, power=0.9) > 34  # and so does more power
+    assert seeds_for_power(1.0, 0.5, max_seeds=33) is None and seeds_for_power(1.0, 0.5, max_seeds=34) == 34
+    # an effect small for its spread: d = 0.01 / 0.3 needs about 7,000 seeds, beyond the search
+    assert seeds_for_power(0.3, 0.01) is None and MAX_SEEDS == 1000
+    assert seeds_for_power(0.01, 0.0) is None  # no effect: the power is alpha at every n
+    assert power_of(4, 0.01, 0.0) == pytest.approx(0.05, abs=1e-12) and power_of(4, 0.01, 0.0, alpha=0.01) == (
+        pytest.approx(0.01, abs=1e-12)
+    )
+
+
+def test_power_edge_cases() -> None:
+    # a spread tiny next to the effect: two seeds already give power 1
+    assert seeds_for_power(1e-6, 0.01) == 2 and seeds_for_power(1e-9, 0.01, alpha=0.05 / 10) == 2
+    # δ = 10^4 · √79 at df 78, where scipy's non-central t returns NaN: the power is 1 (the bound in _power)
+    assert power_of(79, 1.0, 1e4) == 1.0
+    assert power_of(2, 1.0, 20.0) == pytest.approx(power_by_integral(2, 1.0, 20.0), abs=1e-9)  # df 1
+    with pytest.raises(StatsError, match="sd > 0"):
+        seeds_for_power(0.0, 0.01)
+    with pytest.raises(StatsError, match="n >= 2"):
+        power_of(1, 0.01, 0.01)
+    with pytest.raises(StatsError, match="power"):
+        seeds_for_power(0.01, 0.01, power=1.0)
 
 
 def test_seed_t_interval_by_hand() -> None:

@@ -720,19 +720,41 @@ def test_testbed_tables_declare_a_primary_among_their_contrasts() -> None:
 
 # ------------------------------------------------------------------------------------------------ readings, planning
 
+import math  # noqa: E402
+
+from scipy import integrate  # noqa: E402
+
 from vtlab.evaluation.stats import SeedComparison, seed_t_test  # noqa: E402
 from vtlab.report.discovery import EXPLORATORY_FILE, write_exploratory  # noqa: E402
 from vtlab.report.lines import ContrastLine, Contrasts  # noqa: E402
-from vtlab.report.readings import adjust  # noqa: E402
+from vtlab.report.readings import NOT_TESTED, adjust, format_signed  # noqa: E402
 
 VERDICTS = ("confirmed", "refuted", "undecided")
 
 
-def seeds_by_hand(per_seed: tuple[float, ...], m: int) -> int | None:
-    """The smallest n ≥ 2 (up to 1000) with |d̄| √n / s above the two-sided critical t at level 0.05 / m, df n − 1."""
-    x = np.asarray(per_seed)
-    d, s = abs(x.mean()), x.std(ddof=1)
-    return next((n for n in range(2, 1001) if d * np.sqrt(n) / s > scipy_stats.t.ppf(1 - 0.05 / (2 * m), n - 1)), None)
+def power_by_integral(n: int, sd: float, effect: float, alpha: float) -> float:
+    """The power of the two-sided one-sample t-test from T = (Z + δ) / √(V/df), Z normal, V ~ χ²(df), δ = effect √n /
+    sd: E_V[Φ̄(c √(V/df) − δ) + Φ(−c √(V/df) − δ)], integrated over V's quantiles (no non-central t involved)."""
+    df, delta = n - 1, effect * math.sqrt(n) / sd
+    c = scipy_stats.t.ppf(1 - alpha / 2, df)
+
+    def given(u: float) -> float:
+        s = c * math.sqrt(scipy_stats.chi2.ppf(u, df) / df)
+        return scipy_stats.norm.sf(s - delta) + scipy_stats.norm.cdf(-s - delta)
+
+    return integrate.quad(given, 0, 1, epsabs=1e-12, epsrel=1e-10, limit=200)[0]
+
+
+def seeds_by_hand(per_seed: tuple[float, ...], alpha: float, effect: float = 0.01) -> int | None:
+    """The smallest n ≥ 2 (up to 1000) whose seed-level t at `alpha` has 80% power against `effect` at the per-seed
+    differences' sample SD: from the normal approximation's n, walked down and up with the integral."""
+    sd = float(np.std(per_seed, ddof=1))
+    n = max(2, math.ceil(((scipy_stats.norm.ppf(1 - alpha / 2) + scipy_stats.norm.ppf(0.8)) * sd / effect) ** 2))
+    while n > 2 and power_by_integral(n - 1, sd, effect, alpha) >= 0.8:
+        n -= 1
+    while n <= 1000 and power_by_integral(n, sd, effect, alpha) < 0.8:
+        n += 1
+    return n if n <= 1000 else None
 
 
 def ci_by_hand(per_seed: tuple[float, ...]) -> str:
@@ -749,9 +771,9 @@ def column(md: str, header: str) -> dict[str, str]:
     return {r[0]: r[i] for r in rows[1:]}
 
 
-def test_readings_confirmed_refuted_undecided_with_seeds_to_decide(tmp_path: Path) -> None:
+def test_readings_confirmed_refuted_undecided_with_seeds_for_power(tmp_path: Path) -> None:
     # A ahead of B and C by 0.2 on every seed, B and C alike: A − B holds, C − A goes against its claim (C > A), B − C
-    # cannot be told apart at 3 seeds
+    # cannot be told apart at 3 seeds. No primary: Holm over the 3, seeds planned at 0.05 / 3 for an effect of 0.01
     sweep = seed_sweep(
         tmp_path, 3, "report:\n  contrasts: [[A, B], [C, A], [B, C]]\n", levels={"A": 0.7, "B": 0.5, "C": 0.5}
     )
@@ -763,16 +785,19 @@ def test_readings_confirmed_refuted_undecided_with_seeds_to_decide(tmp_path: Pat
     assert refuted.seed.delta < 0 and refuted.p_seed_holm < 0.05 and refuted.reading == "refuted: A < B" + caveat
     undecided = got[("B", "C")]
     assert undecided.p_seed_holm >= 0.05
-    want = seeds_by_hand(undecided.seed.per_seed, 3)  # Bonferroni over the table's 3 contrasts
+    want = seeds_by_hand(undecided.seed.per_seed, 0.05 / 3)  # Bonferroni over the table's 3 contrasts
     assert want is not None and want > 3 and undecided.seeds_to_decide == want
     assert undecided.reading.startswith(
         f"undecided at 3 seeds: seed-level 95% CI {ci_by_hand(undecided.seed.per_seed)}; "
-        f"about {want} seeds would decide it at this spread"
+        f"about {want} seeds give 80% power for an effect of 0.01 at this spread"
     )
     md = contrasts_markdown(contrasts)
     assert column(md, "seeds to decide") == {
-        f"{a} − {b}": str(seeds_by_hand(x.seed.per_seed, 3)) for (a, b), x in got.items()
+        f"{a} − {b}": str(seeds_by_hand(x.seed.per_seed, 0.05 / 3)) for (a, b), x in got.items()
     }
+    assert "p seed Holm: Holm's adjustment of p seed (t) over the table's 3 contrasts" in md
+    assert "against a true mean difference of 0.01 nDCG@10 (the minimum effect of interest: report.min_effect" in md
+    assert "at level 0.05 / 3 (Bonferroni over the table's contrasts, conservative for Holm)" in md
     assert "not confirmed" not in md and "no difference" not in md
     rows = {(r["a"], r["b"]): r for r in csv.DictReader(io.StringIO(contrasts_csv(contrasts)))}
     low, high = (float(rows[("B", "C")][k]) for k in ("ci_seed_low", "ci_seed_high"))
@@ -787,25 +812,165 @@ def headline(per_seed: tuple[float, ...]) -> ContrastLine:
     return ContrastLine("A", "B", "boolq", "full", len(seeds), len(seeds), None, seed=seed)
 
 
-def test_undecided_without_an_effect_or_beyond_the_search() -> None:
-    # d̄ = 0, s = 0.01: the CI is 0 ± t_(0.975, 2) · 0.01 / √3 = ± 4.302653 · 0.005774 = ± 0.0248
+def test_undecided_plans_for_the_minimum_effect_or_says_beyond_the_search() -> None:
+    # d̄ = 0, s = 0.01: the CI is 0 ± t_(0.975, 2) · 0.01 / √3 = ± 4.302653 · 0.005774 = ± 0.0248; the plan does not use
+    # the observed d̄ but the minimum effect, 0.01 at SD 0.01 (d = 1), at level 0.05 / 2 (two contrasts)
     zero, wide = headline((0.01, -0.01, 0.0)), headline((0.0011, -0.3, 0.3))
-    adjust([zero, wide])
-    assert (
-        zero.reading == "undecided at 3 seeds: seed-level 95% CI [−0.0248, +0.0248]; no effect to detect at this spread"
+    adjust([zero, wide], 0.01)
+    want = seeds_by_hand((0.01, -0.01, 0.0), 0.025)
+    assert want is not None and zero.seeds_to_decide == want
+    assert zero.reading == (
+        f"undecided at 3 seeds: seed-level 95% CI [−0.0248, +0.0248]; about {want} seeds give 80% power for an effect "
+        "of 0.01 at this spread"
     )
-    # d̄ = 0.00037 against s ≈ 0.3: t ≈ 0.0012 √n stays below 2.4 (the critical t at 0.025) far beyond 1000 seeds
+    # s ≈ 0.3: d = 0.01 / 0.3 needs about ((2.24 + 0.84) · 30)² ≈ 8,500 seeds (normal approximation), beyond 1000
     assert wide.seeds_to_decide is None
-    assert wide.reading.endswith("; more than 1000 seeds would be needed at this spread")
-    md = contrasts_markdown(Contrasts("t", "nDCG@10", [zero, wide], []))
-    assert [r[md_rows(md)[0].index("seeds to decide")] for r in md_rows(md)[1:]] == ["no effect", "> 1000"]
+    assert wide.reading.endswith(
+        "; more than 1000 seeds would be needed for 80% power for an effect of 0.01 at this spread"
+    )
+    nothing = headline((0.0, 0.0, 0.0))  # identical runs: p 1, no spread to plan with
+    adjust([zero, wide, nothing], 0.02)  # a larger minimum effect (d = 2) and a family of 3: level 0.05 / 3
+    assert zero.seeds_to_decide == seeds_by_hand((0.01, -0.01, 0.0), 0.05 / 3, effect=0.02) < want
+    assert nothing.reading == (
+        "undecided at 3 seeds: seed-level 95% CI [+0.0000, +0.0000]; no spread between seeds to plan with"
+    )
+    md = contrasts_markdown(Contrasts("t", "nDCG@10", [zero, wide, nothing], []))
+    cells = [r[md_rows(md)[0].index("seeds to decide")] for r in md_rows(md)[1:]]
+    assert cells == [str(zero.seeds_to_decide), "> 1000", "no spread"]
     same = headline((0.02, 0.02, 0.02))  # no spread: the t-test has no p-value, so no verdict either way
-    adjust([same])
+    adjust([same], 0.01)
     assert same.p_seed_holm is None and same.seeds_to_decide is None
     assert (
         same.reading
         == "not testable at seed level (3 matched seeds, every one with the same difference: no spread for a t-test)"
     )
+
+
+# per-seed differences whose seed-level t p is known in closed form (df = 2: P(|T| ≥ t) = 1 − t / √(2 + t²)):
+# (0.010, 0.014, 0.012): d̄ 0.012, s 0.002, t = 6√3, p = 1 − 6√3 / √110 = 0.00913
+# (0.002, 0.014, 0.008): d̄ 0.008, s 0.006, t = (4/3)√3, p = 1 − (4/3)√3 / √(2 + 16/3) = 0.1472
+STRONG, WEAK = (0.010, 0.014, 0.012), (0.002, 0.014, 0.008)
+P_STRONG, P_WEAK = 1 - 6 * math.sqrt(3) / math.sqrt(110), 1 - 4 / 3 * math.sqrt(3) / math.sqrt(2 + 16 / 3)
+
+
+def test_fixed_sequence_primary_first_then_holm_over_the_others() -> None:
+    primary, weak, strong = headline(STRONG), headline(WEAK), headline(STRONG)
+    primary.primary = True
+    adjust([weak, primary, strong], 0.01)
+    # the primary alone at 0.05 on its unadjusted p (plain Holm over 3 would have made it 3 · 0.00913 = 0.0274)
+    assert primary.p_seed_holm == pytest.approx(P_STRONG, rel=1e-6) and primary.reading.startswith("confirmed: A > B")
+    # rejected, so the other two are tested with Holm over those 2: sorted 0.00913 · 2 = 0.0183, max(0.1472, 0.0183)
+    assert strong.p_seed_holm == pytest.approx(2 * P_STRONG, rel=1e-6) and strong.reading.startswith("confirmed")
+    assert weak.p_seed_holm == pytest.approx(P_WEAK, rel=1e-6) and weak.reading.startswith("undecided at 3 seeds")
+    # seeds for power: the primary planned at 0.05, the others at 0.05 / 2
+    assert primary.seeds_to_decide == seeds_by_hand(STRONG, 0.05)
+    assert weak.seeds_to_decide == seeds_by_hand(WEAK, 0.025) and weak.seeds_to_decide > seeds_by_hand(WEAK, 0.05)
+    assert f"about {weak.seeds_to_decide} seeds give 80% power for an effect of 0.01" in weak.reading
+
+
+def test_fixed_sequence_stops_behind_a_primary_not_rejected() -> None:
+    primary, strong, weak = headline(WEAK), headline(STRONG), headline(WEAK)
+    primary.primary = True
+    adjust([primary, strong, weak], 0.01)
+    assert primary.p_seed_holm == pytest.approx(P_WEAK, rel=1e-6)
+    assert primary.reading.startswith("undecided at 3 seeds: seed-level 95% CI [")
+    assert primary.reading.endswith(
+        f"about {seeds_by_hand(WEAK, 0.05)} seeds give 80% power for an effect of 0.01 at this spread"
+    )
+    # the secondaries get no verdict, not even the one whose Holm p (2 · 0.00913 = 0.0183) is below 0.05; their Holm
+    # p is still shown, and their plan still made
+    assert strong.reading == weak.reading == NOT_TESTED == "not tested: the primary was not rejected (fixed sequence)"
+    assert strong.p_seed_holm == pytest.approx(2 * P_STRONG, rel=1e-6) and weak.p_seed_holm == pytest.approx(P_WEAK)
+    assert weak.seeds_to_decide == seeds_by_hand(WEAK, 0.025)
+    # an untestable primary (one seed) stops the sequence too
+    single = ContrastLine(
+        "A", "B", "boolq", "full", 1, 1, None, seed=SeedComparison(("0",), (0.01,), 0.01, 1.0, True), primary=True
+    )
+    strong = headline(STRONG)
+    adjust([single, strong], 0.01)
+    assert single.reading == "not testable at seed level (1 matched seed)" and strong.reading == NOT_TESTED
+
+
+def holm_by_hand(p1: float, p2: float) -> list[float]:
+    """Holm over two p-values, in input order: the smaller times 2, the larger at least that."""
+    low = min(1.0, 2 * min(p1, p2))
+    return [low, max(low, p2)] if p1 <= p2 else [max(low, p1), low]
+
+
+def test_fixed_sequence_in_a_table_and_its_footer(tmp_path: Path) -> None:
+    # A ahead of B and C by 0.1 on every seed: A − B the primary, confirmed; A − C and C − B behind it, Holm over 2
+    yaml_ = "report:\n  contrasts: [[A, B], [A, C], [C, B]]\n  primary: [A, B]\n"
+    contrasts = build_contrasts(build_table(seed_sweep(tmp_path, 3, yaml_)))
+    got = {(x.a, x.b): x for x in contrasts.lines}
+    assert got[("A", "B")].p_seed_holm == pytest.approx(got[("A", "B")].seed.p_t)
+    assert got[("A", "B")].reading.startswith("confirmed: A > B")
+    secondary = (got[("A", "C")], got[("C", "B")])
+    assert [x.p_seed_holm for x in secondary] == pytest.approx(holm_by_hand(*(x.seed.p_t for x in secondary)))
+    md = contrasts_markdown(contrasts)
+    assert (
+        "fixed sequence (family-wise error ≤ 0.05), on each contrast's headline line (its collection, full), the only "
+        "line of a contrast with a verdict: the primary contrast is tested first, alone, at 0.05 on its unadjusted p "
+        "seed (t) (its p seed Holm column shows that p); only if it is rejected are the other 2 contrasts tested, at "
+        "0.05 on p seed Holm, Holm's adjustment of p seed (t) over those 2; otherwise they get no verdict (reading "
+        '"not tested: the primary was not rejected (fixed sequence)"), their p seed Holm still shown.'
+    ) in md
+    assert "at level 0.05 for the primary and 0.05 / 2 for the other contrasts (Bonferroni over their Holm family" in md
+    assert "first in the fixed sequence, tested alone on its unadjusted p seed (t)" in md
+
+
+def test_checks_are_reported_outside_the_family(tmp_path: Path, capsys) -> None:
+    # B and C are the same method (A/A): a check, outside the family; A − B alone in the family, so Holm leaves it be
+    yaml_ = "report:\n  contrasts: [[A, B]]\n  checks: [[B, C]]\n  min_effect: 0.02\n"
+    sweep = seed_sweep(tmp_path, 3, yaml_)
+    table = build_table(sweep)
+    assert [(a, b) for a, b, _ in table.checks] == [("B", "C")] and table.min_effect == 0.02 and not table.problems
+    contrasts = build_contrasts(table)
+    got = {(x.a, x.b): x for x in contrasts.lines}
+    ab, bc = got[("A", "B")], got[("B", "C")]
+    assert ab.p_seed_holm == pytest.approx(ab.seed.p_t)  # a family of one: the check in it would have doubled it
+    assert ab.seeds_to_decide == seeds_by_hand(ab.seed.per_seed, 0.05, effect=0.02)
+    assert bc.check and bc.exploratory and bc.p_seed_holm is None and bc.seeds_to_decide is None
+    assert bc.reading == (
+        f"check (outside the family): Δ {format_signed(bc.seed.delta)}, seed-level 95% CI "
+        f"{ci_by_hand(bc.seed.per_seed)}, p {bc.seed.p_t:.4f}"
+    )
+    md = contrasts_markdown(contrasts)
+    header, lines = md_rows(md)[0], {r[0]: r for r in md_rows(md)[1:]}
+    assert lines["B − C"][header.index("p seed (t)")] == f"{bc.seed.p_t:.4f} †"
+    assert lines["A − B"][header.index("p seed (t)")] == f"{ab.seed.p_t:.4f}"
+    assert "p seed Holm: Holm's adjustment of p seed (t) over the table's 1 contrasts" in md
+    assert "check (outside the family): the contrasts of report.checks (1 here; A/A and equivalence checks)" in md
+    assert "against a true mean difference of 0.02 nDCG@10 (the minimum effect of interest: report.min_effect" in md
+    # a pair that is both a contrast and a check stays in the family, and the report says so
+    for job in sweep.glob("*/.hydra/config.yaml"):
+        job.write_text(job.read_text().replace("checks: [[B, C]]", "checks: [[A, B]]"))
+    table = build_table(sweep)
+    assert table.checks == [] and [(a, b) for a, b, _ in table.contrasts] == [("A", "B")]
+    assert any("A − B is also one of the table's contrasts; it stays in the family" in p for p in table.problems)
+    # asking on the command line for a check as a contrast is refused
+    for job in sweep.glob("*/.hydra/config.yaml"):
+        job.write_text(job.read_text().replace("checks: [[A, B]]", "checks: [[B, C]]"))
+    assert main([str(sweep), "--contrast", "B,C"]) == 2
+    assert "B − C is declared a check (report.checks), outside the family" in capsys.readouterr().err
+
+
+def test_min_effect_and_checks_mistakes_are_problems(tmp_path: Path) -> None:
+    sweep = seed_sweep(tmp_path, 2, "report:\n  contrasts: [[A, B]]\n  checks: [[B, Z]]\n  min_effect: -1\n")
+    table = build_table(sweep)
+    assert table.min_effect == 0.01 and table.checks == []  # the default kept, the unknown row refused
+    assert any("report.min_effect must be a positive number, got -1" in p for p in table.problems)
+    assert any("report.checks: 'Z' is not a row label" in p for p in table.problems)
+    configs = sorted(sweep.glob("*/.hydra/config.yaml"))
+    configs[0].write_text(
+        configs[0].read_text().replace("min_effect: -1", "min_effect: 0.03").replace("[[B, Z]]", "[B, C]")
+    )
+    for job in configs[1:]:
+        job.write_text(job.read_text().replace("min_effect: -1", "min_effect: 0.02").replace("[[B, Z]]", "[[B, C]]"))
+    table = build_table(sweep)
+    assert table.min_effect == 0.01  # the jobs disagree: the default, and a problem naming both
+    assert any("the jobs declare different minimum effects [0.03, 0.02]" in p for p in table.problems)
+    assert any("report.checks must be a list of [row A, row B] pairs" in p for p in table.problems)
+    assert [(a, b) for a, b, _ in table.checks] == [("B", "C")]  # the other jobs' checks still count
 
 
 def test_budget_lines_are_exploratory_outside_holm(contrast_sweep) -> None:

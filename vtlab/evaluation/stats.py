@@ -12,15 +12,20 @@ Seed level (`compare_seeds`): the unit is a training run. Seed i of arm A is mat
 difference — every query of every set at once — is equally likely to be + or −. The statistic is the table's
 average-column difference: per seed, the mean over sets of the per-set mean difference over queries (stratified by
 set), then the mean over seeds. Its null distribution is every sign pattern over the matched seeds (enumerated up to
-2^16, sampled beyond), so n seeds cannot give a p-value below 2 / 2^n (3 seeds: 0.25). `holm` adjusts a table's
-seed-level p-values for the number of contrasts it claims; `seed_t_interval` is the 95% CI of the mean per-seed
-difference and `seeds_needed` the number of matched seeds at which the observed effect and spread would pass the
-family's level (a planning figure).
+2^16, sampled beyond), so n seeds cannot give a p-value below 2 / 2^n (3 seeds: 0.25).
+
+Deciding: `fixed_sequence` tests a table's declared primary contrast first, alone, at alpha on its unadjusted
+seed-level t p, and the other contrasts (Holm over them) only once the primary is rejected — gatekeeping that keeps
+the family-wise error at alpha; `holm` is the plain adjustment for a table without a primary. `seed_t_interval` is
+the 95% CI of the mean per-seed difference; `power_of` / `seeds_for_power` plan the seeds from the non-central t: the
+power of the seed-level t-test against a declared minimum effect at the observed per-seed spread, and the fewest
+seeds at which that power reaches 80% (a planning figure, not a test).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -35,7 +40,8 @@ CONFIDENCE = 0.95
 _CHUNK_ELEMENTS = 1 << 22  # signs per matrix product (32 MiB as float64), whatever the number of queries
 MAX_EXACT_SEEDS = 16  # up to 2^16 sign patterns over seeds are enumerated; more seeds are sampled
 ALPHA = 0.05
-MAX_SEEDS_NEEDED = 1000  # seeds_needed searches n = 2 .. this; beyond it the answer is None
+POWER = 0.8  # the power a seed plan aims for
+MAX_SEEDS = 1000  # seeds_for_power searches n = 2 .. this; beyond it the answer is None
 
 
 class StatsError(VtlabError):
@@ -211,13 +217,6 @@ def seed_t_test(per_seed: np.ndarray) -> float:
     return float(scipy_stats.ttest_1samp(per_seed, 0.0).pvalue)
 
 
-def no_effect(per_seed: Sequence[float] | np.ndarray) -> bool:
-    """Whether the mean per-seed difference is 0 up to rounding (|mean| ≤ 1e-12 · the largest |difference|): no
-    effect for seeds_needed to plan for."""
-    d = np.asarray(per_seed, dtype=np.float64)
-    return d.size > 0 and bool(abs(d.mean()) <= 1e-12 * np.abs(d).max())
-
-
 def seed_t_interval(per_seed: Sequence[float] | np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """(low, high): the t interval of the mean per-seed difference, d̄ ± t_((1+confidence)/2, n−1) · s / √n, with s the
     sample standard deviation (ddof=1) of the n per-seed differences. NaN for fewer than two seeds (no spread);
@@ -229,31 +228,69 @@ def seed_t_interval(per_seed: Sequence[float] | np.ndarray, confidence: float = 
     return float(d.mean()) - half, float(d.mean()) + half
 
 
-def seeds_needed(
-    per_seed: Sequence[float] | np.ndarray, family_size: int, alpha: float = ALPHA, max_seeds: int = MAX_SEEDS_NEEDED
-) -> int | None:
-    """Planning figure: the smallest number of matched seeds n ≥ 2 at which the seed-level t-test of a contrast would
-    pass the family's level if the observed effect and spread stayed as they are.
+def _check_power_inputs(sd: float, effect: float, alpha: float) -> None:
+    if not (math.isfinite(sd) and sd > 0) or not math.isfinite(effect) or not 0 < alpha < 1:
+        raise StatsError(
+            f"power: needs a finite sd > 0, a finite effect and 0 < alpha < 1 (sd={sd}, effect={effect}, alpha={alpha})"
+        )
 
-    With d̄ the mean and s the sample standard deviation (ddof=1) of the per-seed differences, and m = `family_size`
-    (the contrasts of the table's Holm family): the smallest n in 2 .. `max_seeds` whose two-sided one-sample t p-value
-    with t = |d̄| / (s / √n) and df = n − 1 is below alpha / m. Holm multiplies the p of the contrast ranked r by
-    m − r + 1 ≤ m; the planning figure uses the conservative Bonferroni factor m, so it holds whatever the other
-    contrasts' p-values turn out to be. Every seed with the same nonzero difference (s = 0): 2. None where there is
-    nothing to plan with or for: d̄ = 0 (no effect to detect, up to rounding), fewer than two seeds (no spread), or no
-    n up to `max_seeds` (the effect is too small for its spread)."""
-    d = np.asarray(per_seed, dtype=np.float64)
-    if family_size < 1 or not 0 < alpha < 1 or max_seeds < 2:
-        raise StatsError(f"seeds_needed: family_size={family_size}, alpha={alpha}, max_seeds={max_seeds}")
-    if d.ndim != 1 or d.size < 2 or no_effect(d):
-        return None
-    s = float(d.std(ddof=1))
-    if s == 0:
-        return 2
-    n = np.arange(2, max_seeds + 1)
-    p = 2 * scipy_stats.t.sf(abs(float(d.mean())) * np.sqrt(n) / s, n - 1)
-    hits = np.flatnonzero(p < alpha / family_size)
-    return int(n[hits[0]]) if hits.size else None
+
+def _power(n: np.ndarray, sd: float, effect: float, alpha: float) -> np.ndarray:
+    """Power of the two-sided one-sample t-test at level alpha for each n in `n` (all ≥ 2): with T ~ non-central t
+    (df n − 1, non-centrality δ = |effect| · √n / sd; the power does not depend on the sign) and t_crit =
+    t.ppf(1 − alpha / 2, n − 1), P(T > t_crit) + P(T < −t_crit), the second as P(T' > t_crit) with T' ~ nct(−δ).
+
+    Where δ is so large that P(T ≤ t_crit) ≤ Φ(−δ/2) + P(√(V/df) ≥ δ / (2 t_crit)) (V ~ χ²(df); T = (Z + δ) /
+    √(V/df) ≤ t_crit needs Z ≤ −δ/2 or t_crit·√(V/df) ≥ δ/2) is below 1e-16, the power is 1 in double precision and
+    the non-central t is not evaluated: scipy's (Boost's) series is slow there and returns NaN for some δ (≈ 6·10^4
+    at df 78)."""
+    df = n - 1
+    crit = scipy_stats.t.ppf(1 - alpha / 2, df)
+    nc = abs(effect) * np.sqrt(n) / sd
+    certain = scipy_stats.norm.cdf(-nc / 2) + scipy_stats.chi2.sf(df * (nc / (2 * crit)) ** 2, df) < 1e-16
+    power = np.ones(n.shape)
+    if not certain.all():
+        df, crit, nc = df[~certain], crit[~certain], nc[~certain]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # Boost warns where its series fails: checked below
+            power[~certain] = scipy_stats.nct.sf(crit, df, nc) + scipy_stats.nct.sf(crit, df, -nc)
+    if np.isnan(power).any():
+        raise StatsError(
+            f"power: the non-central t cannot be evaluated at n = {n[np.isnan(power)][0]} (sd={sd}, "
+            f"effect={effect}, alpha={alpha})"
+        )
+    return power
+
+
+def power_of(n: int, sd: float, effect: float, alpha: float = ALPHA) -> float:
+    """The power of the two-sided one-sample (paired) t-test of n per-seed differences at level `alpha` against a
+    true mean difference `effect` when the per-seed differences have standard deviation `sd` (exact, from the
+    non-central t). At effect 0 it is alpha (the test's size); the sign of the effect does not matter."""
+    _check_power_inputs(sd, effect, alpha)
+    if n < 2:
+        raise StatsError(f"power: a t-test needs n >= 2 seeds, got {n}")
+    return float(_power(np.array([n]), sd, effect, alpha)[0])
+
+
+def seeds_for_power(
+    sd: float, effect: float, alpha: float = ALPHA, power: float = POWER, max_seeds: int = MAX_SEEDS
+) -> int | None:
+    """The number of matched seeds to plan for: the smallest n in 2 .. `max_seeds` at which the two-sided one-sample
+    t-test of the per-seed differences at level `alpha` has power ≥ `power` against a true mean difference `effect`,
+    with per-seed standard deviation `sd` (power_of). None where no n up to `max_seeds` reaches it (an effect too
+    small for its spread; at effect 0 the power is alpha at every n). The power rises with n, so the first n that
+    reaches it is the answer."""
+    _check_power_inputs(sd, effect, alpha)
+    if not 0 < power < 1 or max_seeds < 2:
+        raise StatsError(f"seeds_for_power: needs 0 < power < 1 and max_seeds >= 2 (power={power}, max={max_seeds})")
+    start = 2
+    while start <= max_seeds:  # blocks 2-3, 4-7, 8-15, ...: the search stops near the answer, where δ is moderate
+        n = np.arange(start, min(2 * start, max_seeds + 1))
+        hits = np.flatnonzero(_power(n, sd, effect, alpha) >= power)
+        if hits.size:
+            return int(n[hits[0]])
+        start *= 2
+    return None
 
 
 @dataclass(frozen=True)
@@ -306,3 +343,35 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     adjusted[order] = np.maximum.accumulate(scaled)
     adjusted[np.isnan(p)] = np.nan
     return adjusted.tolist()
+
+
+@dataclass(frozen=True)
+class FixedSequence:
+    """The outcome of the fixed-sequence procedure: whether the primary hypothesis is rejected, and the Holm-adjusted p
+    of each secondary contrast (input order), computed whether or not the secondaries were tested."""
+
+    primary_rejected: bool
+    secondary_adjusted: list[float]
+
+    @property
+    def secondary_tested(self) -> bool:
+        """The secondaries are tested only behind a rejected primary."""
+        return self.primary_rejected
+
+    def secondary_rejected(self, alpha: float = ALPHA) -> list[bool]:
+        """Per secondary contrast, whether it is rejected: tested, and its Holm-adjusted p below alpha."""
+        return [self.secondary_tested and p < alpha for p in self.secondary_adjusted]
+
+
+def fixed_sequence(primary_p: float, secondary_ps: Sequence[float], alpha: float = ALPHA) -> FixedSequence:
+    """Gatekeeping over a table's contrasts: the primary hypothesis is tested first, alone, at `alpha` on its
+    unadjusted p (rejected where p < alpha); only if it is rejected are the secondary hypotheses tested, with Holm
+    over the secondary family at `alpha`. The family-wise error stays at alpha: where the primary's null hypothesis
+    is true, every false rejection passes through rejecting it (probability ≤ alpha); where it is false, the only
+    false rejections are secondary ones, which Holm holds at alpha. A NaN primary p (untestable) is not rejected.
+    The secondaries' Holm-adjusted p-values are returned whether or not they were tested (a NaN stays NaN and counts
+    in the family, see holm)."""
+    if not 0 < alpha < 1:
+        raise StatsError(f"fixed_sequence: needs 0 < alpha < 1, got {alpha}")
+    rejected = bool(primary_p < alpha)  # NaN < alpha is False
+    return FixedSequence(rejected, holm(secondary_ps))

@@ -1,6 +1,7 @@
 """Paired contrasts between rows of a table: per collection, pooled and at each term budget; query level (per-query
-values, sign-flip and t-test) beside seed level (matched seeds, t and sign-flip), Holm over the table's contrasts and
-the reading of each contrast's headline line (vtlab.report.readings; see vtlab.report, vtlab.evaluation.stats)."""
+values, sign-flip and t-test) beside seed level (matched seeds, t and sign-flip); the family's procedure (the fixed
+sequence behind a declared primary, else Holm), the seeds for 80% power and the reading of each contrast's headline
+line, and the checks reported outside the family (vtlab.report.readings; see vtlab.report, vtlab.evaluation.stats)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 from vtlab.evaluation import split_budget_key, stats
 from vtlab.report.discovery import ReportError, State
 from vtlab.report.lines import FULL, POOLED, ContrastLine, Contrasts
-from vtlab.report.readings import adjust, budget_note, exploratory_note, mark_exploratory, verdict_notes
+from vtlab.report.readings import adjust, budget_note, exploratory_note, mark_checks, mark_exploratory, verdict_notes
 from vtlab.report.tables import Row, Table, _seeds, add_contrast
 
 
@@ -150,31 +151,34 @@ def _headline(lines: Sequence[ContrastLine], n_datasets: int) -> ContrastLine | 
 
 
 def build_contrasts(table: Table, n_permutations: int = stats.N_PERMUTATIONS) -> Contrasts | None:
-    """The table's contrasts (None without any): per collection, pooled, at full sparsity and each budget; both
-    levels of test on every line, Holm, the seeds to decide and the reading on each contrast's headline line; the
-    budget lines marked exploratory, and every line when the table is (Table.exploratory)."""
-    if not table.contrasts and not table.problems:
+    """The table's contrasts, then its checks (None without any): per collection, pooled, at full sparsity and each
+    budget; both levels of test on every line; on each contrast's headline line its adjusted p, the seeds for 80%
+    power and the reading (readings.adjust), a check's lines marked outside the family; the budget lines marked
+    exploratory, and every line when the table is (Table.exploratory)."""
+    if not table.contrasts and not table.checks and not table.problems:
         return None
     lines: list[ContrastLine] = []
     heads: list[ContrastLine] = []
-    for a, b, _ in table.contrasts:
+    asked = [(a, b, False) for a, b, _ in table.contrasts] + [(a, b, True) for a, b, _ in table.checks]
+    for a, b, check in asked:
         mine = [
             x
             for budget in [FULL, *_budgets((table.row(a), table.row(b)), table.measure)]
             for x in _contrast_lines(table, a, b, budget, n_permutations)
         ]
         for x in mine:
-            x.primary = (a, b) == table.primary
+            x.primary, x.check = (a, b) == table.primary, check
         head = _headline(mine, len(table.datasets))
         heads += [head] if head is not None else []
         lines += mine
-    adjust(heads)
+    adjust(heads, table.min_effect)
+    mark_checks(lines)
     mark_exploratory(lines, [x for x in lines if x.budget != FULL], table.exploratory)
-    footer = _contrast_footer(table, len(heads), n_permutations, any(x.budget != FULL for x in lines))
+    footer = _contrast_footer(table, n_permutations, any(x.budget != FULL for x in lines))
     return Contrasts(f"contrasts: {table.title}", table.measure, lines, footer)
 
 
-def _contrast_footer(table: Table, n_heads: int, n_permutations: int, budgets: bool) -> list[str]:
+def _contrast_footer(table: Table, n_permutations: int, budgets: bool) -> list[str]:
     footer = [
         f"query level — per-query {table.measure} of a row: the mean over its seeds; queries paired by id (both rows "
         "must have evaluated the same queries); the models are taken as fixed, so these p-values cover the sampling "
@@ -190,13 +194,20 @@ def _contrast_footer(table: Table, n_heads: int, n_permutations: int, budgets: b
         f"to {stats.MAX_EXACT_SEEDS} seeds (n seeds cannot give p < 2/2^n: 3 seeds 0.25), sampled beyond "
         f"({n_permutations:,} patterns), the distribution-free check",
         *verdict_notes(
-            n_heads, f"{POOLED if len(table.datasets) > 1 else 'its collection'}, {FULL}", table.exploratory
+            len(table.contrasts),
+            table.primary is not None,
+            f"{POOLED if len(table.datasets) > 1 else 'its collection'}, {FULL}",
+            table.exploratory,
+            table.min_effect,
+            table.measure,
+            len(table.checks),
         ),
     ]
     if table.primary is not None:
         footer.append(
             f"(primary): the contrast the experiment config declares primary (report.primary: "
-            f"{table.primary[0]} − {table.primary[1]}), decided before the runs; adjusted with the others"
+            f"{table.primary[0]} − {table.primary[1]}), decided before the runs; first in the fixed sequence, tested "
+            f"alone on its unadjusted p seed (t)"
         )
     if len(table.datasets) > 1:
         footer.append(

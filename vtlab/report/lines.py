@@ -1,6 +1,7 @@
 """The lines of a table's contrasts: one per contrast, collection (or the pooled collections) and term budget, with
-both levels of test and, on a contrast's headline line, Holm's p, the seeds to decide and the reading (filled by
-vtlab.report.contrasts and vtlab.report.readings)."""
+both levels of test and, on a contrast's headline line, its adjusted p (fixed sequence or Holm), the seeds for 80%
+power and the reading (filled by vtlab.report.contrasts and vtlab.report.readings); a check's lines (report.checks)
+carry its numbers outside the family."""
 
 from __future__ import annotations
 
@@ -29,11 +30,14 @@ class ContrastLine:
     result: stats.PairedComparison | None  # query level: the seeds' mean per query, paired by query
     note: str = ""
     seed: stats.SeedComparison | None = None  # seed level: matched seeds, avg-column difference
-    primary: bool = False  # the table's declared primary contrast (report.primary)
-    p_seed_holm: float | None = None  # on the contrast's headline line only (see _headline)
-    reading: str = ""  # likewise, or why the line carries no verdict (exploratory)
-    seeds_to_decide: int | None = None  # headline only: stats.seeds_needed over the table's Holm family
-    exploratory: bool = False  # outside the Holm family (a term budget) or in an exploratory table: no verdict
+    primary: bool = False  # the table's declared primary contrast (report.primary), first in the fixed sequence
+    check: bool = False  # a contrast of report.checks: reported outside the family, never a verdict
+    # headline only (see _headline): the p the verdict is read from — the primary's unadjusted seed-level t p, another
+    # contrast's Holm-adjusted one over its family; None on the other lines, a check's and where the t has no p
+    p_seed_holm: float | None = None
+    reading: str = ""  # likewise, or why the line carries no verdict (a check, exploratory)
+    seeds_to_decide: int | None = None  # headline only: stats.seeds_for_power at the observed spread, min_effect
+    exploratory: bool = False  # outside the family (a term budget, a check) or in an exploratory table: no verdict
 
 
 @dataclass

@@ -4,12 +4,14 @@ average, FLOPS and active dims), cells (mean ± sample std over seeds), and the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vtlab.report.discovery import (
     CONTRAST_KEY,
@@ -19,8 +21,10 @@ from vtlab.report.discovery import (
     Job,
     ReportError,
     State,
+    _load_config,
     _number,
     _override_value,
+    _plain,
     collect_jobs,
     override_key,
     read_exploratory,
@@ -29,6 +33,9 @@ from vtlab.report.discovery import (
 DEFAULT_MEASURE = "nDCG@10"
 # overrides that choose the collection: jobs differing only in these fill different columns of the same row
 COLLECTION_KEYS = frozenset({"eval", "eval.path", "eval.name"})
+CHECKS_KEY = "report.checks"  # the experiment config's [row A, row B] pairs reported outside the family, no verdict
+MIN_EFFECT_KEY = "report.min_effect"  # the experiment config's minimum effect of interest, in the table's measure
+DEFAULT_MIN_EFFECT = 0.01  # nDCG@10: the smallest difference the tables are meant to be able to detect
 STD_NOTE = "mean ± sample std (ddof=1) over seeds; n = seeds with results, (n=k) where a cell has fewer"
 
 
@@ -81,6 +88,9 @@ class Table:
     contrasts: list[tuple[str, str, str]] = field(default_factory=list)  # (row A, row B, where it was asked for)
     problems: list[str] = field(default_factory=list)  # recorded report.contrasts that cannot be computed
     primary: tuple[str, str] | None = None  # report.primary: the contrast declared primary before the runs
+    # report.checks: (row A, row B, where it was declared), reported outside the family, never a verdict
+    checks: list[tuple[str, str, str]] = field(default_factory=list)
+    min_effect: float = DEFAULT_MIN_EFFECT  # report.min_effect: the effect the seed plan is powered for
     exploratory: str | None = None  # why its contrasts carry no verdict (EXPLORATORY_FILE in the sweep), or None
 
     def row(self, label: str) -> Row:
@@ -212,6 +222,7 @@ def build_table(sweep: str | Path, measure: str = DEFAULT_MEASURE) -> Table:
             except ReportError as exc:  # e.g. a label for another table's rows: say so, but write this table
                 table.problems += [str(exc)] if str(exc) not in table.problems else []
     _set_primary(table, jobs)
+    _set_checks_and_min_effect(table, jobs)
     return table
 
 
@@ -232,12 +243,94 @@ def _set_primary(table: Table, jobs: Sequence[Job]) -> None:
         table.primary = declared[0]
 
 
-def add_contrast(table: Table, a: str, b: str, source: str) -> None:
-    """Ask for the contrast A − B (row labels) once; `source` names where it was asked for, for error messages."""
+def _config_checks(cfg: DictConfig, path: Path) -> tuple[tuple[str, str], ...]:
+    """A job config's report.checks: [[A, B], ...] pairs of row labels (none where the key is absent or null)."""
+    raw = _plain(cfg, CHECKS_KEY)
+    pairs = OmegaConf.to_container(raw) if isinstance(raw, (DictConfig, ListConfig)) else raw
+    if pairs is None:
+        return ()
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs
+    ):
+        raise ReportError(f"{path}: {CHECKS_KEY} must be a list of [row A, row B] pairs of row labels, got {pairs!r}")
+    return tuple((a, b) for a, b in pairs)
+
+
+def _config_min_effect(cfg: DictConfig, path: Path) -> float | None:
+    """A job config's report.min_effect: a positive number in the table's measure (None where not declared)."""
+    raw = _plain(cfg, MIN_EFFECT_KEY)
+    if raw is None:
+        return None
+    value = _number(raw)
+    if value is None or not math.isfinite(value) or value <= 0:
+        raise ReportError(f"{path}: {MIN_EFFECT_KEY} must be a positive number, got {raw!r}")
+    return value
+
+
+def _set_checks_and_min_effect(table: Table, jobs: Sequence[Job]) -> None:
+    """The table's checks (report.checks of its jobs' configs, in sweep order, each once; a pair that is also one of
+    its contrasts stays in the family and is named as a problem) and the minimum effect of interest its jobs declare
+    (report.min_effect; DEFAULT_MIN_EFFECT where none does, and where they disagree, named as a problem). A recorded
+    config cannot be fixed after the run: its mistakes are the table's problems, the table is still written."""
+    declared: list[float] = []
+    for job in jobs:
+        config_yaml = (job.path or Path()) / ".hydra" / "config.yaml"
+        cfg = _load_config(config_yaml) if job.path is not None and config_yaml.is_file() else None
+        if not isinstance(cfg, DictConfig):
+            continue
+        pairs, effect = (), None
+        try:
+            pairs = _config_checks(cfg, config_yaml)
+        except ReportError as exc:
+            _problem(table, str(exc))
+        for a, b in pairs:
+            try:
+                add_check(table, a, b, f"{config_yaml}: {CHECKS_KEY}")
+            except ReportError as exc:
+                _problem(table, str(exc))
+        try:
+            effect = _config_min_effect(cfg, config_yaml)
+        except ReportError as exc:
+            _problem(table, str(exc))
+        declared += [effect] if effect is not None and effect not in declared else []
+    if len(declared) > 1:
+        _problem(
+            table,
+            f"{MIN_EFFECT_KEY} of the jobs of {table.sweep}: the jobs declare different minimum effects {declared}; "
+            f"the seed plan uses {DEFAULT_MIN_EFFECT}",
+        )
+    elif declared:
+        table.min_effect = declared[0]
+
+
+def _problem(table: Table, text: str) -> None:
+    if text not in table.problems:
+        table.problems.append(text)
+
+
+def _check_labels(table: Table, a: str, b: str, source: str) -> None:
     labels = [r.label for r in table.rows]
     for label in (a, b):
         if labels.count(label) != 1:
             what = "is not a row label" if label not in labels else "labels several rows"
             raise ReportError(f"{source}: {label!r} {what} of the table of {table.sweep} (rows: {', '.join(labels)})")
+
+
+def add_contrast(table: Table, a: str, b: str, source: str) -> None:
+    """Ask for the contrast A − B (row labels) once; `source` names where it was asked for, for error messages. A
+    pair the configs declare a check (outside the family) cannot also be a contrast."""
+    _check_labels(table, a, b, source)
+    if (a, b) in [(x, y) for x, y, _ in table.checks]:
+        raise ReportError(f"{source}: {a} − {b} is declared a check ({CHECKS_KEY}), outside the family of contrasts")
     if (a, b) not in [(x, y) for x, y, _ in table.contrasts]:
         table.contrasts.append((a, b, source))
+
+
+def add_check(table: Table, a: str, b: str, source: str) -> None:
+    """Report A − B (row labels) once as a check: its numbers shown, outside the family, never a verdict. Refused for
+    a pair that is already one of the table's contrasts (it stays in the family, which was declared with it)."""
+    _check_labels(table, a, b, source)
+    if (a, b) in [(x, y) for x, y, _ in table.contrasts]:
+        raise ReportError(f"{source}: {a} − {b} is also one of the table's contrasts; it stays in the family")
+    if (a, b) not in [(x, y) for x, y, _ in table.checks]:
+        table.checks.append((a, b, source))
