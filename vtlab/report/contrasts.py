@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vtlab.evaluation import split_budget_key, stats
+from vtlab.report.collapse import without_collapsed
 from vtlab.report.discovery import ReportError, State
 from vtlab.report.lines import FULL, POOLED, ContrastLine, Contrasts
 from vtlab.report.readings import adjust, budget_note, exploratory_note, mark_checks, mark_exploratory, verdict_notes
@@ -172,6 +173,7 @@ def build_contrasts(table: Table, n_permutations: int = stats.N_PERMUTATIONS) ->
         heads += [head] if head is not None else []
         lines += mine
     adjust(heads, table.min_effect)
+    lines += without_collapsed(table, [h for h in heads if not h.check])
     mark_checks(lines)
     mark_exploratory(lines, [x for x in lines if x.budget != FULL], table.exploratory)
     footer = _contrast_footer(table, n_permutations, any(x.budget != FULL for x in lines))
