@@ -6,6 +6,7 @@ import pytest
 from helpers import CONF, compose_cfg
 from omegaconf import OmegaConf
 
+from vtlab.evaluation import stats
 from vtlab.reproduce import main_rows, scales, sweeps, tables_of
 from vtlab.stages.mlm import adaptation_seed
 
@@ -195,16 +196,37 @@ def test_the_real_case_table_runs_with_its_references_and_selects_on_dev_first(t
     from vtlab.reproduce import main
 
     assert main(["--dry-run", "--tables", "real-case", "--out", str(tmp_path)]) == 0
-    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
+    out = capsys.readouterr().out
+    commands = [line for line in out.splitlines() if line.startswith("+ ")]
     assert [c.split("hydra.sweep.dir=")[1].split()[0].rsplit("/", 1)[1] for c in commands] == [
         "references",
         "select-real-case",
         "real-case",
+        "real-case-teacher-splade-tiny",
+        "real-case-teacher-e5-dense",
     ]
-    select, table = commands[1], commands[2]
-    assert "model.optimizer.lr=0.00015,0.0003" in select and "eval=testbed-dev" in select
-    assert "experiment=testbed/selected-real-case/e5-native," in table and "seed=0,1,2,3,4" in table
+    select, table, *teachers = commands[1:]
+    # every arm at every rate and MLM length (equal selection budget), on dev only
+    assert "model.optimizer.lr=0.00015,0.0003 mlm.steps=0,64" in select and "eval=testbed-dev" in select
+    assert "experiment=testbed/selected-real-case/e5-native," in table
+    seeds = stats.seeds_for_power(0.0325, 0.03)  # the table's declared power (conf/tables/testbed.yaml)
+    assert seeds == 12 and "seed=" + ",".join(map(str, range(seeds))) + " " in table
+    assert f"seeds: real-case: {seeds} seeds for 80% power" in out
     assert f"reuse_runs=['{tmp_path.resolve()}/select-real-case']" in table
+    for teacher, command in zip(("splade-tiny", "e5-dense"), teachers):
+        assert f"teacher={teacher} seed=0,1,2 " in command
+        assert "experiment=testbed/selected-real-case/e5-vt,testbed/selected-real-case/e5-lowercase-masked " in command
+        assert "report.contrasts=[[testbed-e5-vt,testbed-e5-lowercase-masked]]" in command
+
+
+def test_the_pilot_runs_the_gate_arms_on_dev_only(tmp_path, capsys):
+    from vtlab.reproduce import main
+
+    assert main(["--dry-run", "--pilot", "--tables", "real-case", "--out", str(tmp_path)]) == 0
+    (command,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
+    rows = "testbed/real-case/e5-vt,testbed/real-case/e5-lowercase-masked,testbed/real-case/e5-native"
+    assert f"experiment={rows} seed=0 eval=testbed-dev " in command and "pilot-real-case" in command
+    assert main(["--dry-run", "--pilot", "--tables", "main", "--out", str(tmp_path)]) == 2  # no learning gate
 
 
 def test_real_case_arms_start_from_the_same_e5_and_get_the_same_compute():
@@ -215,10 +237,17 @@ def test_real_case_arms_start_from_the_same_e5_and_get_the_same_compute():
         values = {str(OmegaConf.select(c, key)) for c in cfgs}
         assert len(values) == 1, (key, values)
     assert cfgs[0].backbone._target_ == "vtlab.backbones.E5Small" and cfgs[0].mlm.head_fit is not None
+    assert cfgs[0].mlm.trainable is None  # the MLM adapts every parameter, VT's new rows included, for every arm
+    assert cfgs[0].data.teacher._target_ == "vtlab.data.teacher_ensemble.ensemble_scored"
     primary = cfgs[0].report.primary
     names = {c.name for c in cfgs}
     assert list(primary) == ["testbed-e5-vt", "testbed-e5-lowercase-masked"]
+    assert list(cfgs[0].selection.shared.by) == list(primary)  # the MLM length is chosen by the primary's arms
+    assert 0 in cfgs[0].selection.shared.grid.mlm.steps  # and no adaptation is one of its options
     assert {a for pair in cfgs[0].report.contrasts for a in pair} <= names
+    assert (
+        "testbed-e5-vt-lower" not in names
+    )  # the masked arm by construction (tests/method/test_vt_lower_equals_masked.py)
 
 
 def test_an_ablation_takes_its_arms_choice_except_of_what_it_varies():
