@@ -13,11 +13,13 @@ measure's mean with the 95% CI of the paired difference, the paired randomizatio
 p-value over queries (query level: per-query values from each run's per_query.json, averaged over a row's seeds),
 and beside them the seed-level randomization p-value (seed i of A matched with seed i of B, whole seeds' signs
 flipped; pooled: the avg column's difference), see vtlab.evaluation.stats. Each contrast's headline line (pooled, full
-sparsity) also gets its seed-level t p adjusted by Holm over the table's contrasts, the matched seeds that would decide
-it at the observed effect and spread ("seeds to decide"), and a reading: a contrast A − B claims A > B, "confirmed:
-A > B" or "refuted: A < B" only where that adjusted p is below 0.05, otherwise "undecided at N seeds" with the
-seed-level 95% CI; the contrast named by `report.primary` (declared before the runs) is marked. Lines at a matched term
-budget are outside the Holm family: exploratory, no verdict, their p-values marked. A sweep directory holding
+sparsity) is decided by a fixed sequence: the contrast named by `report.primary` (declared before the runs) alone on
+its seed-level t p, then, only if it is rejected, the others with Holm over them; `report.checks` are shown outside
+the family. Each headline gets the seeds that give 80% power against `report.min_effect` at its observed spread
+("seeds to decide", non-central t) and a reading: a contrast A − B claims A > B, "confirmed: A > B" or "refuted:
+A < B" only where its p is below 0.05, otherwise "undecided at N seeds" with the seed-level 95% CI. Lines at a matched
+term budget are outside the family: exploratory, no verdict, their p-values marked; a contrast touching a collapsed
+seed is also given without it (vtlab.report.collapse). A sweep directory holding
 `exploratory.json` ({"reason": "..."}, e.g. written where a learning gate failed) makes its table exploratory: the
 numbers are shown, no line carries a verdict. Written to `contrasts.md` and `contrasts.csv` beside the table, and to
 stdout; `tradeoff.png` plots each row's average measure against its FLOPS, one point per seed. A recorded contrast
@@ -35,6 +37,6 @@ another sweeper (optuna…), a config dir that no longer exists, or an expansion
 
 The package, by job: vtlab.report.discovery (the sweep's jobs and their results, the expected ones from multirun.yaml),
 .tables (rows, columns, cells), .lines (the contrast lines), .contrasts (paired contrasts, both levels of test),
-.readings (Holm, seeds to decide, readings, exploratory lines), .render (markdown, CSV, LaTeX), .plot (tradeoff.png)
+.readings (the fixed sequence, Holm, seeds to decide, readings, exploratory lines), .collapse (the collapse rule), .render (markdown, CSV, LaTeX), .plot (tradeoff.png)
 and .cli (the command line; `python -m vtlab.report` runs it).
 """
