@@ -37,6 +37,6 @@ another sweeper (optuna…), a config dir that no longer exists, or an expansion
 
 The package, by job: vtlab.report.discovery (the sweep's jobs and their results, the expected ones from multirun.yaml),
 .tables (rows, columns, cells), .lines (the contrast lines), .contrasts (paired contrasts, both levels of test),
-.readings (the fixed sequence, Holm, seeds to decide, readings, exploratory lines), .collapse (the collapse rule), .render (markdown, CSV, LaTeX), .plot (tradeoff.png)
-and .cli (the command line; `python -m vtlab.report` runs it).
+.readings (the fixed sequence, Holm, seeds to decide, readings, exploratory lines), .collapse (the collapse rule),
+.render (markdown, CSV, LaTeX), .plot (tradeoff.png) and .cli (the command line; `python -m vtlab.report` runs it).
 """
