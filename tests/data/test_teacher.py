@@ -98,3 +98,27 @@ def test_the_datamodule_passes_teacher_scores_to_the_loss():
     expected = teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
     got = batch["teacher_scores"].tolist()
     assert sorted(map(tuple, got)) == sorted(tuple(e.scores) for e in expected)
+
+
+def test_jobs_side_by_side_compute_a_teachers_scores_once(tmp_path, monkeypatch):
+    # two runs starting together (a sweep's first two jobs) need the same scores: one computes, the other waits, reads
+    import threading
+    import time
+
+    from vtlab.data.teacher import cached_scores
+
+    calls = []
+
+    def compute() -> list[list[float]]:
+        calls.append(threading.get_ident())
+        time.sleep(0.5)
+        return [[1.0, 0.5, 0.25], [2.0, 1.0, 0.5]]
+
+    path = tmp_path / "scores.json"
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cached_scores(path, EXAMPLES, compute))) for _ in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and results[0] == results[1] == [[1.0, 0.5, 0.25], [2.0, 1.0, 0.5]]

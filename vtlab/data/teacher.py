@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from vtlab.core.assets import cache_dir
-from vtlab.core.atomic import atomic_write_text, json_hash
+from vtlab.core.atomic import atomic_write_text, file_lock, json_hash
 from vtlab.core.errors import DataError
 from vtlab.data.examples import TripletExample, Triplets
 
@@ -64,24 +64,32 @@ def score_file(name: str, examples: Sequence[TripletExample]) -> Path:
     return cache_dir("teacher-scores") / f"{name}-{content}-{VERSION}.json"
 
 
+def _stored(path: Path, examples: Sequence[TripletExample]) -> list | None:
+    """The score lists at `path` (None where there is no file), checked to hold one list per example."""
+    if not path.is_file():
+        return None
+    try:
+        scores = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path}: unreadable teacher scores ({e}); delete it to recompute") from e
+    if not isinstance(scores, list) or len(scores) != len(examples):
+        raise DataError(f"{path}: expected a list of {len(examples)} score lists; delete it to recompute")
+    return scores
+
+
 def cached_scores(
     path: Path, examples: Sequence[TripletExample], compute: Callable[[], list[list[float]]]
 ) -> list[list[float]]:
     """The score lists stored at `path`, else `compute()`'s, stored there first (atomically); one per example, each
-    as long as its [positive] + negatives. A damaged file is named, never trusted."""
-    scores = None
-    if path.is_file():
-        try:
-            scores = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise DataError(f"{path}: unreadable teacher scores ({e}); delete it to recompute") from e
-        if not isinstance(scores, list) or len(scores) != len(examples):
-            raise DataError(f"{path}: expected a list of {len(examples)} score lists; delete it to recompute")
-    if scores is None:
-        t0 = time.perf_counter()
-        scores = compute()
-        atomic_write_text(path, [json.dumps(scores)])
-        log.info("teacher scores of %d triplets in %.1f s → %s", len(examples), time.perf_counter() - t0, path)
+    as long as its [positive] + negatives. A damaged file is named, never trusted. Jobs side by side that need the same
+    scores compute them once: the others wait on the entry's lock, then read the file."""
+    with file_lock(path.with_name(path.name + ".lock")):
+        scores = _stored(path, examples)
+        if scores is None:
+            t0 = time.perf_counter()
+            scores = compute()
+            atomic_write_text(path, [json.dumps(scores)])
+            log.info("teacher scores of %d triplets in %.1f s → %s", len(examples), time.perf_counter() - t0, path)
     for ex, s in zip(examples, scores, strict=True):
         if not isinstance(s, list) or len(s) != 1 + len(ex.negatives):
             raise DataError(f"{path}: a score list does not match its triplet's {1 + len(ex.negatives)} passages")
