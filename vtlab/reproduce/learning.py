@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vtlab.report import selection
+import vtlab.report.selection as selection
 from vtlab.report.discovery import State, collect_jobs
 from vtlab.reproduce import gates
 from vtlab.reproduce.selecting import selection_dirs

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vtlab.report import selection
+import vtlab.report.selection as selection
 from vtlab.reproduce.tables import grid_keys, main_rows, row_name, sweep_values
 
 

@@ -9,10 +9,10 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+import vtlab.report.selection as selection
 from vtlab.core.errors import ConfigError
 from vtlab.core.paths import CONF_DIR
 from vtlab.evaluation import stats
-from vtlab.report import selection
 
 CONF = CONF_DIR / "experiment"
 TABLES = CONF_DIR / "tables"  # <scale>.yaml: that scale's tables, rows, default seeds (the one place they are defined)
