@@ -202,10 +202,8 @@ def test_the_real_case_table_runs_with_its_references_and_selects_on_dev_first(t
         "references",
         "select-real-case",
         "real-case",
-        "real-case-teacher-splade-tiny",
-        "real-case-teacher-e5-dense",
     ]
-    select, table, *teachers = commands[1:]
+    select, table = commands[1:]
     # every arm at every rate and MLM length (equal selection budget), on dev only
     assert "model.optimizer.lr=0.00015,0.0003 mlm.steps=0,64" in select and "eval=testbed-dev" in select
     assert "experiment=testbed/selected-real-case/e5-native," in table
@@ -213,10 +211,18 @@ def test_the_real_case_table_runs_with_its_references_and_selects_on_dev_first(t
     assert seeds == 12 and "seed=" + ",".join(map(str, range(seeds))) + " " in table
     assert f"seeds: real-case: {seeds} seeds for 80% power" in out
     assert f"reuse_runs=['{tmp_path.resolve()}/select-real-case']" in table
-    for teacher, command in zip(("splade-tiny", "e5-dense"), teachers):
-        assert f"teacher={teacher} seed=0,1,2 " in command
-        assert "experiment=testbed/selected-real-case/e5-vt,testbed/selected-real-case/e5-lowercase-masked " in command
-        assert "report.contrasts=[[testbed-e5-vt,testbed-e5-lowercase-masked]]" in command
+
+
+def test_the_teacher_sensitivity_reruns_the_contrasts_arms_under_the_ensemble_when_asked(tmp_path, capsys):
+    from vtlab.reproduce import main
+
+    assert main(["--dry-run", "--out", str(tmp_path)]) == 0
+    assert "main-teacher-ensemble" not in capsys.readouterr().out  # not in the 60-minute default
+    assert main(["--dry-run", "--sensitivity", "--out", str(tmp_path)]) == 0
+    (command,) = [c for c in capsys.readouterr().out.splitlines() if "main-teacher-ensemble" in c]
+    assert "teacher=ensemble seed=0,1,2,3,4 " in command and "testbed/selected-main/wp-native" not in command
+    assert "[testbed-bpe-vt,testbed-bpe-vt-unc]" in command and "[testbed-unc-native,testbed-bpe-native]" in command
+    assert "report.primary=[testbed-bpe-vt-unc,testbed-bpe-lowercase]" in command
 
 
 def test_the_pilot_runs_the_gate_arms_on_dev_only(tmp_path, capsys):
@@ -238,7 +244,7 @@ def test_real_case_arms_start_from_the_same_e5_and_get_the_same_compute():
         assert len(values) == 1, (key, values)
     assert cfgs[0].backbone._target_ == "vtlab.backbones.E5Small" and cfgs[0].mlm.head_fit is not None
     assert cfgs[0].mlm.trainable is None  # the MLM adapts every parameter, VT's new rows included, for every arm
-    assert cfgs[0].data.teacher._target_ == "vtlab.data.teacher_ensemble.ensemble_scored"
+    assert cfgs[0].data.teacher is None and cfgs[0].loss._target_ == "vtlab.losses.InfoNCE"  # favours no vocabulary
     primary = cfgs[0].report.primary
     names = {c.name for c in cfgs}
     assert list(primary) == ["testbed-e5-vt", "testbed-e5-lowercase-masked"]

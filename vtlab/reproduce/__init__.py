@@ -40,6 +40,7 @@ from vtlab.reproduce.tables import (
     exists,
     is_row_table,
     main_rows,
+    row_name,
     scales,
     selection_spec,
     table_seeds,
@@ -99,6 +100,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="the tables' learning-gate arms at seed 0 on dev only (no evaluation set scored): go / no-go",
     )
+    p.add_argument(
+        "--sensitivity",
+        action="store_true",
+        help="also run each table's teacher sensitivity (`sensitivity` in conf/tables/<scale>.yaml)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     p.add_argument("extra", nargs="*", help="extra Hydra overrides for every job, e.g. trainer.max_steps=50")
     return p.parse_args(argv)
@@ -140,29 +146,37 @@ def _check_gates(out: Path, tables: list[str], scale: str = "testbed") -> dict[s
 
 
 def sensitivity_dirs(scale: str, table: str, out: Path) -> dict[str, Path]:
-    """teacher → the sweep of the table's sensitivity runs under that teacher alone (`sensitivity` in
-    conf/tables/<scale>.yaml), in its order; {} where the table has none."""
+    """teacher → the sweep of the table's sensitivity runs under that teacher (`sensitivity` in
+    conf/tables/<scale>.yaml, run with --sensitivity), in its order; {} where the table has none."""
     spec = tables_of(scale)[table].get("sensitivity") or {}
     return {t: out / f"{table}-teacher-{t}" for t in spec.get("teacher", [])}
 
 
 def _sensitivity_overrides(scale: str, table: str, teacher: str, table_overrides: list[str]) -> list[str]:
-    """The primary's arms at their chosen settings (the table's selected configs), fine-tuned from `teacher` alone at
-    the sensitivity's seeds; their report holds the primary contrast only."""
+    """The arms of the sensitivity's contrasts at their chosen settings (the table's selected configs), fine-tuned
+    from `teacher` at the sensitivity's seeds; their report holds those contrasts, the table's primary among them."""
     spec = tables_of(scale)[table]["sensitivity"]
     arms = table_overrides[0].split("=", 1)[1].split(",")  # experiment=<selected arm>,... in the table's row order
     rows = tables_of(scale)[table]["rows"]
-    picked = [arms[rows.index(r)] for r in spec["rows"]]
-    names = [f"testbed-{r}" if scale == "testbed" else r for r in spec["rows"]]
+    wanted = [r for r in rows if any(r in pair for pair in spec["contrasts"])]
     search = [o for o in table_overrides if o.startswith("hydra.searchpath=")]
+    names = {r: row_name(f"{scale}/{table}/{r}") for r in wanted}
+    pairs = ",".join(f"[{names[a]},{names[b]}]" for a, b in spec["contrasts"])
+    primary = [list(p) for p in spec["contrasts"] if list(map(names.get, p)) == _primary(scale, table)]
     return [
-        f"experiment={','.join(picked)}",
+        f"experiment={','.join(arms[rows.index(r)] for r in wanted)}",
         *search,
         f"teacher={teacher}",
         "seed=" + ",".join(str(i) for i in range(int(spec["seeds"]))),
-        f"report.contrasts=[[{','.join(names)}]]",
-        f"report.primary=[{','.join(names)}]",
+        f"report.contrasts=[{pairs}]",
+        f"report.primary=[{','.join(names[r] for r in primary[0])}]" if primary else "report.primary=null",
     ]
+
+
+def _primary(scale: str, table: str) -> list[str]:
+    """The job names of a row table's declared primary contrast (report.primary of its first row)."""
+    primary = composed(main_rows(scale, table)[0]).report.get("primary")
+    return list(primary) if primary else []
 
 
 def _tables_with_needs(scale: str, tables: list[str]) -> list[str]:
@@ -253,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             run(overrides, out / table)
             if not args.dry_run:
                 mark_exploratory(out / table, exploratory)
-            for teacher, sweep_dir in sensitivity_dirs(args.scale, table, out).items():
+            for teacher, sweep_dir in (sensitivity_dirs(args.scale, table, out) if args.sensitivity else {}).items():
                 dirs.append(sweep_dir)
                 run(_sensitivity_overrides(args.scale, table, teacher, overrides), sweep_dir)
                 if not args.dry_run:

@@ -15,7 +15,7 @@ import vtlab.report.selection as selection
 from vtlab.report.discovery import State, collect_jobs
 from vtlab.reproduce import gates
 from vtlab.reproduce.selecting import selection_dirs
-from vtlab.reproduce.tables import row_name, tables_of
+from vtlab.reproduce.tables import grid_keys, row_name, sweep_values, tables_of
 
 Run = Callable[[list[str], Path], None]
 
@@ -71,22 +71,33 @@ def learning_gate(
 
 
 def pilot(scale: str, table: str, spec: dict[str, Any], out: Path, run: Run, dry_run: bool = False) -> dict[str, Any]:
-    """The dev-only pilot of a table: its gate rows at the selection's seed, each at its configured setting, scored on
-    the dev suite alone, and the reference on the same split; the learning gate's verdict as go / no-go."""
+    """The dev-only pilot of a table: its gate rows at the selection's seed, each at its configured rate and at every
+    value of the shared grid (`selection.shared`, e.g. the MLM length), scored on the dev suite alone, and the reference
+    on the same split. The shared value is chosen by the table's own rule (the primary's arms' mean); the learning
+    gate's verdict there is the go / no-go."""
     rows = gate_rows(scale, table)
     if not rows:
         raise gates.GateError(f"--pilot: table {table!r} has no learning gate (learning_gate.rows in conf/tables)")
+    shared = dict(grid_keys((spec.get("shared") or {}).get("grid")))
     sweep = out / f"pilot-{table}"
-    run([f"experiment={','.join(rows)}", f"seed={spec['seed']}", f"eval={spec['eval']}"], sweep)
+    run([*sweep_values(shared), f"experiment={','.join(rows)}", f"seed={spec['seed']}", f"eval={spec['eval']}"], sweep)
     if dry_run:
         return {}
-    arms = {row_name(r): row_metric(sweep, row_name(r), spec["dataset"], spec["measure"]) for r in rows}
+    if shared:
+        pick = selection.choose_shared(
+            sweep, [], list(shared), list(spec["shared"]["by"]), spec["dataset"], spec["measure"]
+        )
+        arms = {row_name(r): pick.choices[row_name(r)].score for r in rows}
+        at = f" at {pick.values} (tried " + ", ".join(f"{v} {m:.4f}" for v, m in pick.means) + ")"
+    else:
+        arms = {row_name(r): row_metric(sweep, row_name(r), spec["dataset"], spec["measure"]) for r in rows}
+        at = ""
     name, ref = _reference(scale, table, spec, out / f"pilot-{table}-bm25", run)
     result = gates.check_learning(arms, name, ref, spec, what=f"the {table} table would have")
     verdict = "go" if result["passed"] else "no-go"
     margins = ", ".join(f"{a} {s:.4f} ({s - ref:+.4f})" for a, s in arms.items())
     print(
-        f"pilot {table}: {verdict} — {margins} against {name} {ref:.4f} on {spec['dataset']} {spec['measure']} "
+        f"pilot {table}: {verdict} — {margins} against {name} {ref:.4f} on {spec['dataset']} {spec['measure']}{at} "
         f"(seed {spec['seed']}, dev only, no evaluation set scored)",
         flush=True,
     )
