@@ -164,3 +164,15 @@ def test_an_edge_choice_is_found_and_the_extended_grid_is_chosen_over_both_sweep
     assert both["testbed-vt"].values == {"mlm.steps": 64, "model.optimizer.lr": 0.00025}
     assert both["testbed-masked"].values == {"mlm.steps": 64, "model.optimizer.lr": 0.0005}
     assert len(both["testbed-vt"].tried) == 3  # the two rates at 64 steps and the extension, never the 0-step jobs
+
+
+def test_the_pilot_reads_each_arm_at_the_shared_value_its_rule_picks(tmp_path):
+    # the pilot runs one rate: the shared choice with no per-arm keys is each arm's one score at the picked length
+    from vtlab.report.selection import choose_shared
+
+    sweep = _shared_sweep(tmp_path, lrs=("0.0005",))
+    by = ["testbed-vt", "testbed-masked"]
+    pick = choose_shared(sweep, [], ["mlm.steps"], by, "boolq-clean-dev", "nDCG@10")
+    # steps 0: mean(0.60, 0.71) = 0.655; steps 64: mean(0.70, 0.68) = 0.69
+    assert pick.values == {"mlm.steps": 64} and pick.choices["testbed-native"].score == 0.40
+    assert pick.choices["testbed-vt"].values == {"mlm.steps": 64}
