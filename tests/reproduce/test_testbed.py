@@ -287,3 +287,18 @@ def test_a_second_selection_stage_runs_each_arms_choice_with_its_settings_and_re
     assert then[1].startswith("experiment=testbed/selected-main/wp-native,") and "eval=testbed-dev" in then
     assert any(o.startswith("hydra.searchpath=") for o in then)
     assert overrides[-1] == f"reuse_runs=['{first.resolve()}','{second.resolve()}']"
+
+
+def test_the_sensitivity_overrides_compose_onto_an_arm():
+    # the overrides a sensitivity job runs with are accepted by Hydra: a multirun first composes them without the swept
+    # experiment, where report.* does not exist yet, so they must add or replace it (++), not override it
+    from vtlab.reproduce import _sensitivity_overrides
+
+    table = ["experiment=" + ",".join(f"testbed/main/{r}" for r in tables_of("testbed")["main"]["rows"])]
+    overrides = _sensitivity_overrides("testbed", "main", "ensemble", table)
+    one = [o for o in overrides if not o.startswith(("experiment=", "seed="))]
+    assert compose_cfg(one).data.teacher is not None  # as the multirun's first composition sees them
+    cfg = compose_cfg(["experiment=testbed/main/bpe-vt", "seed=0", *one])
+    assert cfg.data.teacher._target_ == "vtlab.data.teacher_ensemble.ensemble_scored"
+    assert [list(p) for p in cfg.report.contrasts][1] == ["testbed-bpe-vt", "testbed-bpe-vt-unc"]
+    assert list(cfg.report.primary) == ["testbed-bpe-vt-unc", "testbed-bpe-lowercase"]

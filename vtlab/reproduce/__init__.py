@@ -168,8 +168,8 @@ def _sensitivity_overrides(scale: str, table: str, teacher: str, table_overrides
         *search,
         f"teacher={teacher}",
         "seed=" + ",".join(str(i) for i in range(int(spec["seeds"]))),
-        f"report.contrasts=[{pairs}]",
-        f"report.primary=[{','.join(names[r] for r in primary[0])}]" if primary else "report.primary=null",
+        f"++report.contrasts=[{pairs}]",
+        f"++report.primary=[{','.join(names[r] for r in primary[0])}]" if primary else "++report.primary=null",
     ]
 
 
