@@ -68,7 +68,18 @@ def choose(
     """arm name → its best setting of `keys` by `measure` on `dataset` (None: the mean over the dev collections; ties:
     the first tried, in sweep order), over the jobs of one sweep or several (a grid extended by a second sweep).
     `where`: only the jobs run at these settings (e.g. a shared setting's chosen value), which the choices include."""
-    jobs = _jobs(sweep)
+    return _choose(_jobs(sweep), sweep, keys, dataset, measure, where)
+
+
+def _choose(
+    jobs: list[Any],
+    sweep: Path | list[Path],
+    keys: list[str],
+    dataset: str | None,
+    measure: str,
+    where: dict[str, Any] | None,
+) -> dict[str, Choice]:
+    """`choose` over jobs already read from `sweep` (named in errors)."""
     if where:
         jobs = [j for j in jobs if _setting(j.overrides, list(where)) == where]
     # dataset None: every collection any job of the sweep scored, so that no arm is averaged over fewer of them
@@ -116,7 +127,7 @@ def choose_shared(
     per_setting = {}
     for setting in settings:
         where = dict(setting)
-        chosen = choose(sweep, keys, dataset, measure, where)
+        chosen = _choose(jobs, sweep, keys, dataset, measure, where)
         missing = sorted(set(by) - set(chosen))
         if missing:
             raise ReportError(f"selection: {', '.join(missing)} have no job at {where} under {sweep}")
