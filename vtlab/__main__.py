@@ -24,6 +24,7 @@ from vtlab.runs.signals import (
     catch_signals,
     interrupted_line,
     interrupting_signal,
+    raise_unheeded,
     rerun_command,
     resume_command,
 )
@@ -58,6 +59,7 @@ def main(cfg: DictConfig) -> None:
 
     try:
         run_or_exit(cfg, on_start=start)
+        raise_unheeded()  # a signal no step acted on still ends the run as interrupted, not done
     except BaseException as exc:  # noqa: BLE001 - interruptions too: recorded, then an honest exit code
         signum = interrupting_signal(exc)
         if signum is not None:

@@ -5,14 +5,23 @@ Outside training a caught signal raises where the process is (Terminated; SIGINT
 While training (`defer_signals`, switched on by vtlab.callbacks.last_checkpoint) the first signal is only noted: the
 step under way finishes, `last.ckpt` is written, and then it is raised (`raise_pending`). A second signal raises at
 once, for a user who will not wait.
+
+No finaliser swallows a signal. A signal that lands while Python runs a `__del__` (or a weakref callback) raises
+inside it, and Python only prints "Exception ignored in ..." and goes on. `catch_signals` therefore wraps
+`sys.unraisablehook`: an interruption that reaches it is sent to the process again a moment later, from another
+thread, until it is raised outside any finaliser. A signal received but never acted on is raised again before a run
+records itself done (`raise_unheeded`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import signal
-from collections.abc import Sequence
+import sys
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +35,8 @@ CAUGHT = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.
 _deferring = False
 log = logging.getLogger("vtlab")
 _pending: list[int] = []
+_received: list[int] = []
+REDELIVER_AFTER_S = 0.05  # every caught signal, in order; emptied once one is acted on (`heeded`)
 
 
 class Terminated(BaseException):
@@ -45,6 +56,7 @@ def _raise(signum: int) -> None:
 
 def raise_terminated(signum: int, frame: Any) -> None:
     """The handler of every caught signal (and of SIGINT while training): raise it, or note it while training."""
+    _received.append(int(signum))
     if _deferring and not _pending:
         _pending.append(int(signum))
         log.warning(
@@ -58,10 +70,49 @@ def raise_terminated(signum: int, frame: Any) -> None:
 
 def catch_signals() -> None:
     """Every signal in CAUGHT raises Terminated with its number (SIGINT is Python's KeyboardInterrupt already). One
-    the process was started ignoring stays ignored: `nohup` ignores HUP so that a run outlives its terminal."""
+    the process was started ignoring stays ignored: `nohup` ignores HUP so that a run outlives its terminal. An
+    interruption raised inside a finaliser is delivered again (`redeliver_swallowed`)."""
+    heeded()  # a new run: nothing received yet
     for signum in CAUGHT:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, raise_terminated)
+    if not getattr(sys.unraisablehook, "redelivers_signals", False):
+        sys.unraisablehook = _redelivering(sys.unraisablehook)
+
+
+def _redelivering(previous: Callable[[Any], object]) -> Callable[[Any], None]:
+    """`sys.unraisablehook` that sends an interruption Python could not raise (it was raised in a finaliser) to this
+    process again, and leaves every other unraisable exception to `previous`."""
+
+    def hook(unraisable: Any) -> None:
+        exc = unraisable.exc_value
+        signum = interrupting_signal(exc) if exc is not None else None
+        if signum is None:
+            previous(unraisable)
+            return
+        log.debug("%s raised in a finaliser (%r): delivered again", signal.Signals(signum).name, unraisable.object)
+        # from another thread, a moment later: the handler then runs in the main thread's own code, not in this hook
+        # (whose exception Python would ignore too); a finaliser still running meets it again, and so on until none
+        again = threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), signum))
+        again.daemon = True
+        again.start()
+
+    hook.redelivers_signals = True  # type: ignore[attr-defined]
+    return hook
+
+
+def heeded() -> None:
+    """The run acted on the signals received so far (it is stopping): `raise_unheeded` has nothing left to raise."""
+    _received.clear()
+
+
+def raise_unheeded() -> None:
+    """Raise the first signal received that nothing acted on (a safe point: before a run records itself done); a
+    signal noted while training waits for its checkpoint (`raise_pending`) instead."""
+    if _received and not _pending:
+        signum = _received[0]
+        heeded()
+        _raise(signum)
 
 
 def defer_signals(on: bool) -> None:
