@@ -11,7 +11,7 @@ vtlab/bench/testbed.py), encoded at 256 / 64 tokens, batch 64.
   `vtlab-int8`: precision=int8 (vtlab.runtime.quantize; the int8 copy of the network is built in the warm-up, untimed).
 - `onnx`: ONNX Runtime on the graphs `export.onnx=true` writes (SPLADE pooling inside), through
   vtlab.export.onnx_runtime.OnnxSparseEncoder: no torch in the process, tokenizers + onnxruntime only.
-  `onnx-int8`: the same graphs after ONNX Runtime's dynamic int8 quantization (quantize_graphs), same worker path.
+  `onnx-int8`: the same graphs after ONNX Runtime's dynamic int8 quantization (export.onnx_int8's), same worker path.
 - `st`: sentence-transformers SparseEncoder = MLMTransformer (fill-mask) + SpladePooling(max, relu), its own encode().
 - `floor`: what an encoder that computes the logits with torch's GEMM cannot skip, on vtlab's batches: tokenization,
   the encoder body + MLM head transform, and the vocabulary matmul on the real (non-pad) tokens only, into one reused
@@ -43,9 +43,11 @@ import scipy.sparse as sp
 from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, timed, write_result
 from vtlab.core.assets import asset_path, cache_dir
 from vtlab.core.atomic import build_dir
+from vtlab.core.choices import OnnxInt8Target
 from vtlab.data.boolq import boolq_collection
 
 # torch-free; onnxruntime is imported only when used
+from vtlab.export.onnx_int8 import quantize_graphs
 from vtlab.export.onnx_runtime import GRAPH_VERSION, MANIFEST, OnnxSparseEncoder
 from vtlab.runtime.allocator import keep_freed_memory
 
@@ -108,64 +110,16 @@ def onnx_dir(name: str) -> Path:
     return out
 
 
-def onnx_int8_dir(name: str, reduce_range: bool) -> Path:
-    """onnx_dir(name) quantized by quantize_graphs, written once into the cache beside it."""
+def onnx_int8_dir(name: str, target: OnnxInt8Target) -> Path:
+    """onnx_dir(name) quantized for `target` by vtlab.export.onnx_int8.quantize_graphs, written once into the cache
+    beside it."""
     src = onnx_dir(name)
-    out = src.with_name(f"{src.name}-int8{'-rr' if reduce_range else ''}")
+    out = src.with_name(f"{src.name}-int8-{target}")
     if not (out / MANIFEST).is_file():
         build_dir(
-            out,
-            lambda tmp: quantize_graphs(src, tmp, reduce_range),
-            lambda d: (d / MANIFEST).is_file(),
-            disk_errors=False,
+            out, lambda tmp: quantize_graphs(src, tmp, target), lambda d: (d / MANIFEST).is_file(), disk_errors=False
         )
     return out
-
-
-def quantize_graphs(src: Path, dst: Path, reduce_range: bool) -> None:
-    """Every graph of an export_onnx directory through onnxruntime.quantization.quantize_dynamic, the other files
-    copied; onnx.json (written last) records the settings.
-
-    The settings are ONNX Runtime's for transformers on x86 CPUs: dynamic quantization (activations quantized per
-    batch as uint8, computed by the runtime), weights QInt8 per output channel — U8S8, the format its x86 int8 GEMMs
-    run fastest (QUInt8 weights, U8U8, is its fallback where U8S8 loses accuracy). Without VNNI, x86 computes U8S8
-    with vpmaddubsw, whose 16-bit sums can saturate; ORT's remedy there is `reduce_range` (7-bit weights), which the
-    parent sets where the CPU lacks avx512_vnni / avx_vnni / amx_int8. Only MatMuls with a constant weight are
-    quantized (MatMulConstBOnly: the body's Linear layers and the vocabulary projection); attention's activation ×
-    activation MatMuls stay fp32."""
-    import shutil
-
-    import onnxruntime
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    manifest = json.loads((src / MANIFEST).read_text())
-    graphs = {g for g in manifest["sides"].values() if g is not None}
-    for f in src.iterdir():
-        if f.name not in graphs and f.name != MANIFEST:
-            shutil.copy2(f, dst / f.name)
-    settings = {"weight_type": "QInt8", "per_channel": True, "reduce_range": reduce_range, "op_types": ["MatMul"]}
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # quantize_dynamic logs a hint to pre-process the graph (shape inference) at WARNING
-    try:
-        for g in sorted(graphs):
-            quantize_dynamic(
-                src / g,
-                dst / g,
-                op_types_to_quantize=settings["op_types"],
-                per_channel=True,
-                reduce_range=reduce_range,
-                weight_type=QuantType.QInt8,
-                extra_options={"MatMulConstBOnly": True},
-            )
-    finally:
-        root.setLevel(level)
-    manifest["quantization"] = {
-        "method": "onnxruntime.quantization.quantize_dynamic",
-        "onnxruntime": onnxruntime.__version__,
-        **settings,
-    }
-    (dst / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
 
 def calibration_passages(n: int) -> list[str]:

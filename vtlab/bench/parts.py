@@ -107,7 +107,7 @@ def encode_part(out: Path, args: argparse.Namespace, log: Log) -> dict[str, Any]
             graphs["onnx"] = onnx_dir(model)
         if "onnx-int8" in rows:
             log(f"encode {model}: ONNX Runtime int8 quantization (once, cached)")
-            graphs["onnx-int8"] = onnx_int8_dir(model, reduce_range=not cpu["int8_native"])
+            graphs["onnx-int8"] = onnx_int8_dir(model, "vnni" if cpu["int8_native"] else "portable")  # this CPU's
         samples = sorted({n for n in rows.values() if n is not None})
         r: dict[str, Any] = {"samples": {t: n or total for t, n in rows.items()}}
         for tool, n in rows.items():

@@ -17,3 +17,5 @@ EncoderPrecision = Literal["auto", "native", "fp32", "bf16", "int8"]
 # trainer.precision values of vtlab's own, beside the Trainer's: vtlab.runtime.precision.trainer_precision resolves
 # `native` to bf16-mixed or 32-true (by the device) before the Trainer sees it
 TrainerPrecision = Literal["native"]
+# export.onnx_int8: whom the int8 ONNX graphs are made for (vtlab/export/onnx_int8.py: portable holds on every x86 CPU)
+OnnxInt8Target = Literal["portable", "vnni"]

@@ -40,11 +40,12 @@ def export_outputs(cfg: DictConfig, base: Path) -> ExportOutputs:
             )
         check_push(repo, out.absolute())
     formats, query_formats = vector_formats(cfg, Path(ex.vectors.dir) if ex.vectors.dir else base / "vectors")
-    if ex.get("onnx") and not ex.sentence_transformers:
-        raise VtlabError(
-            "export.onnx=true writes <export.out>/onnx inside the SparseEncoder directory: set "
-            "export.sentence_transformers=true"
-        )
+    for key, value, folder in (("onnx", "true", "onnx"), ("onnx_int8", ex.get("onnx_int8"), "onnx-int8")):
+        if ex.get(key) and not ex.sentence_transformers:
+            raise VtlabError(
+                f"export.{key}={value} writes <export.out>/{folder} inside the SparseEncoder directory: set "
+                "export.sentence_transformers=true"
+            )
     if ex.sentence_transformers:
         check_target(out.absolute(), bool(ex.overwrite), "export.out")
     return ExportOutputs(out, repo, formats, query_formats)

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError
 from pytorch_lightning import Trainer
 
-from vtlab.core.choices import EncoderPrecision, TrainerPrecision
+from vtlab.core.choices import EncoderPrecision, OnnxInt8Target, TrainerPrecision
 from vtlab.core.errors import ConfigError
 from vtlab.core.paths import INDEXES_FILE
 from vtlab.runs.paths import check_paths
@@ -138,6 +138,7 @@ LIGHTNING_PRECISIONS: tuple[str | int, ...] = usual_first(
     usual=("native", "32-true", "bf16-mixed"),
 )
 ENCODER_PRECISIONS: tuple[str, ...] = literal_values(EncoderPrecision)
+ONNX_INT8_TARGETS: tuple[str, ...] = literal_values(OnnxInt8Target)
 INDEXES: tuple[str, ...] = node_names(INDEXES_FILE)
 
 
@@ -201,6 +202,8 @@ CHECKS: dict[str, Rule] = {
     "eval.evaluations.*.top_k": POSITIVE,
     "eval.evaluations.*.batch_size": POSITIVE,
     "eval.evaluations.*.index": one_of(*INDEXES),
+    # export
+    "export.onnx_int8": nullable(one_of(*ONNX_INT8_TARGETS), note="no int8 graphs"),
 }
 
 

@@ -74,14 +74,19 @@ def capped(flags: frozenset[str], level: str | None) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str]:
-    """This machine's CPU feature flags, held to $VTLAB_MAX_CPU_ISA (empty when /proc/cpuinfo is unreadable, e.g.
-    macOS)."""
+def own_cpu_flags() -> frozenset[str]:
+    """This machine's CPU feature flags as the CPU reports them, not held to $VTLAB_MAX_CPU_ISA: what a library that
+    reads cpuid itself (ONNX Runtime) runs by (empty when /proc/cpuinfo is unreadable, e.g. macOS)."""
     try:
-        flags = parse_cpu_flags(Path("/proc/cpuinfo").read_text())
+        return parse_cpu_flags(Path("/proc/cpuinfo").read_text())
     except OSError:
-        flags = frozenset()
-    return capped(flags, max_isa())
+        return frozenset()
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """This machine's CPU feature flags, held to $VTLAB_MAX_CPU_ISA."""
+    return capped(own_cpu_flags(), max_isa())
 
 
 def isa_env(level: str | None) -> dict[str, str]:
