@@ -58,6 +58,13 @@ def within(inner: Path, outer: Path) -> bool:
     return inner == outer or outer in inner.parents
 
 
+def escapes(link: str | os.PathLike[str], roots: Iterable[str | os.PathLike[str]]) -> bool:
+    """The one rule for links where vtlab writes: `link` leads into none of `roots` (real paths compared: a chain of
+    links, or a link to nothing yet, is judged by where a write through it would land)."""
+    target = real_path(link)
+    return not any(within(target, real_path(r)) for r in roots)
+
+
 def link_out_of(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path | None:
     """The first link on the way from `root` (itself not counted: the user may keep runs on another disk) down to
     `path` that leads outside `root`, or None. Paths are compared as written, so a link is seen, not followed."""
@@ -66,12 +73,25 @@ def link_out_of(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> P
         parts = path.relative_to(root).parts
     except ValueError:
         return None
-    real_root, at = real_path(root), root
+    at = root
     for part in parts:
         at = at / part
-        if at.is_symlink() and not within(real_path(at), real_root):
+        if at.is_symlink() and escapes(at, [root]):
             return at
     return None
+
+
+def links_out_of(root: str | os.PathLike[str], roots: Iterable[str | os.PathLike[str]] = ()) -> Iterator[Path]:
+    """Every link under `root` (`root` itself not counted) that `escapes` `root` and each of `roots`: what a write
+    below `root` could be carried out through. The walk never follows a link, so it ends within `root`'s own tree
+    (a `root` that does not exist yet holds none)."""
+    root = Path(os.path.abspath(root))
+    allowed = [root, *roots]
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        for name in sorted(dirs + files):
+            at = Path(folder) / name
+            if at.is_symlink() and escapes(at, allowed):
+                yield at
 
 
 def guard_write(path: str | os.PathLike[str]) -> None:
@@ -81,7 +101,7 @@ def guard_write(path: str | os.PathLike[str]) -> None:
     roots = write_roots()
     for root in roots:
         link = link_out_of(path, root)
-        if link is not None and not any(within(real_path(link), real_path(r)) for r in roots):
+        if link is not None and escapes(link, roots):
             raise LinkError(
                 f"{path}: goes through the link {link} (to {real_path(link)}), out of {root}: nothing is written "
                 "out of a run or cache directory through a link; remove the link"

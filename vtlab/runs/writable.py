@@ -1,6 +1,12 @@
-"""A run directory that cannot be written (a read-only or full file system, no permission) is refused with one line
-before Hydra writes into it: Hydra makes the directory, configures its job log `<run_dir>/<job>.log` and writes
-`.hydra/` before the job runs, and fails there with a traceback ("Unable to configure handler 'file'")."""
+"""A run directory is admitted before Hydra writes into it: Hydra makes the directory, configures its job log
+`<run_dir>/<job>.log` and writes `.hydra/` before the job runs, so what vtlab's own writers check (vtlab.core.atomic)
+must be checked here for Hydra's. Refused with one line and exit 2, nothing written:
+
+- a directory that cannot be written (a read-only or full file system, no permission), where Hydra would fail with a
+  traceback ("Unable to configure handler 'file'");
+- a directory holding a link that leads out of it and out of the cache (`R/.hydra` -> elsewhere, `R/__main__.log` ->
+  another file): guard_write's rule (vtlab.core.atomic.escapes) over the whole tree, Hydra's write paths included.
+  The directory itself may be a link (runs kept on another disk)."""
 
 from __future__ import annotations
 
@@ -13,7 +19,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from vtlab.core.errors import DiskError, disk_error, one_line
+from vtlab.core.atomic import links_out_of, real_path
+from vtlab.core.errors import DiskError, LinkError, disk_error, one_line
+from vtlab.core.paths import cache_root
 
 # what the probe writes: about what Hydra writes before the job starts (.hydra/*.yaml, the log's first lines), so a
 # disk too full for that is refused here too
@@ -43,13 +51,49 @@ def check_writable(directory: Path) -> None:
             Path(name).unlink(missing_ok=True)
 
 
+def check_links(directory: Path, what: str, key: str) -> None:
+    """LinkError naming the first link under `directory` that leads out of it and out of the cache
+    (vtlab.core.atomic.links_out_of: the rule guard_write holds vtlab's writers to). `what` and `key` name the
+    directory in the message ("run directory", "hydra.run.dir")."""
+    link = next(links_out_of(directory, [cache_root()]), None)
+    if link is not None:
+        raise LinkError(
+            f"{link}: a link to {real_path(link)}, out of the {what} {directory} ({key}): Hydra writes its record "
+            "(.hydra/, the job log) and vtlab its results there, and nothing is written out of a run directory "
+            "through a link; remove the link"
+        )
+
+
+def _inside(config: DictConfig) -> DictConfig | None:
+    """The RunDirInside callback's settings when it moves this run into an earlier one (stage=export run_dir=R)."""
+    for cb in (config.hydra.get("callbacks") or {}).values():
+        if isinstance(cb, DictConfig) and cb.get("_target_") == RUN_DIR_INSIDE and cb.get("source"):
+            return cb
+    return None
+
+
 def _hydra_dir(config: DictConfig) -> Path:
     """The directory Hydra will write this run into: hydra.run.dir, or where a later RunDirInside callback (stage=export
     run_dir=R) moves it (R/<subdir>)."""
-    for cb in (config.hydra.get("callbacks") or {}).values():
-        if isinstance(cb, DictConfig) and cb.get("_target_") == RUN_DIR_INSIDE and cb.get("source"):
-            return Path(str(cb.source)) / str(cb.subdir)
-    return Path(str(config.hydra.run.dir))
+    inside = _inside(config)
+    return Path(str(config.hydra.run.dir)) if inside is None else Path(str(inside.source)) / str(inside.subdir)
+
+
+def _run_root(config: DictConfig) -> tuple[Path, str]:
+    """(the run directory whose tree Hydra writes in, the key that names it): R for stage=export run_dir=R, whose
+    record goes to R/<subdir>; else hydra.run.dir."""
+    inside = _inside(config)
+    if inside is None:
+        return Path(str(config.hydra.run.dir)), "hydra.run.dir"
+    return Path(str(inside.source)), "run_dir"
+
+
+def _refuse_links(directory: Path, what: str, key: str) -> None:
+    try:
+        check_links(directory, what, key)
+    except LinkError as err:
+        print(one_line(err), file=sys.stderr)
+        sys.exit(2)
 
 
 def _refuse_unwritable(directory: Path) -> None:
@@ -63,11 +107,16 @@ def _refuse_unwritable(directory: Path) -> None:
 
 
 class RunDirWritable(Callback):
-    """Hydra callback (conf/config.yaml `hydra.callbacks`, before run_dir_guard): a run (or sweep) directory that cannot
-    be written is one line and exit 2, before Hydra makes it, writes `.hydra/` or opens its job log there."""
+    """Hydra callback (conf/config.yaml `hydra.callbacks`, before run_dir_guard): a run (or sweep) directory that holds
+    a link out of it, or cannot be written, is one line and exit 2, before Hydra makes it, writes `.hydra/` or opens
+    its job log there (a sweep: its whole tree, every job directory an earlier sweep left included)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        root, key = _run_root(config)
+        _refuse_links(root, "run directory", key)
         _refuse_unwritable(_hydra_dir(config))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        _refuse_unwritable(Path(str(config.hydra.sweep.dir)))
+        sweep = Path(str(config.hydra.sweep.dir))
+        _refuse_links(sweep, "sweep directory", "hydra.sweep.dir")
+        _refuse_unwritable(sweep)

@@ -1,0 +1,145 @@
+"""A run (or sweep) directory is admitted before anything writes into it: Hydra writes `.hydra/` and its job log there
+before the job runs, so a link in it that leads out (`R/.hydra` -> elsewhere, `R/__main__.log` -> a file elsewhere)
+is refused with one line and exit 2 by RunDirWritable (vtlab/runs/writable.py), nothing written through it or into
+the directory. The rule is guard_write's (vtlab/core/atomic.py `escapes`): a link under the directory may lead into it
+or into the cache, nowhere else; the directory itself may be a link.
+
+The CLI cases are refused at Hydra's on_run_start / on_multirun_start, so each is mostly interpreter start-up; they run
+in parallel. The control (links that stay inside) is a cheap run that goes through (stage=evaluate eval=none)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import OFFLINE_ENV, ROOT, one_error_line
+
+from vtlab.core.atomic import escapes, guard_write, links_out_of
+from vtlab.core.errors import LinkError, note_write_roots
+
+pytestmark = pytest.mark.usefixtures("shared_cache")
+CHEAP = ["stage=evaluate", "eval=none", "logger=none", "baseline=false", "vocab=native"]
+
+
+def snapshot(root: Path) -> dict[str, object]:
+    """Every entry under `root`, links as links (their target, never followed), files with their bytes."""
+    out: dict[str, object] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            key = str(p.relative_to(root))
+            out[key] = ("link", os.readlink(p)) if p.is_symlink() else p.read_bytes() if p.is_file() else "dir"
+    return out
+
+
+def outside(tmp: Path) -> Path:
+    """A directory outside every run: what a planted link points at, with a file a write would replace."""
+    out = tmp / "outside"
+    out.mkdir()
+    (out / "config.yaml").write_text("precious: true\n")
+    (out / "victim.log").write_text("someone else's log\n")
+    return out
+
+
+def cli(*overrides: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "vtlab", *overrides],
+        cwd=ROOT,
+        env={**OFFLINE_ENV, "VTLAB_CACHE": os.environ["VTLAB_CACHE"]},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def link(at: Path, to: Path) -> Path:
+    """`at` made a link to `to` (its parent made first)."""
+    at.parent.mkdir(parents=True, exist_ok=True)
+    at.symlink_to(to, target_is_directory=to.is_dir())
+    return at
+
+
+# name → plant(run or sweep dir, outside dir) → (the command, the planted link)
+CASES = {
+    "hydra_dir": lambda run, out: ([*CHEAP, f"hydra.run.dir={run}"], link(run / ".hydra", out)),
+    "job_log": lambda run, out: ([*CHEAP, f"hydra.run.dir={run}"], link(run / "__main__.log", out / "victim.log")),
+    "sweep_job_hydra_dir": lambda run, out: (
+        ["-m", *CHEAP, "seed=0", f"hydra.sweep.dir={run}"],
+        link(run / "0" / ".hydra", out),
+    ),
+    # stage=export run_dir=R records itself in R/exports/<time>
+    "export_subdir": lambda run, out: (["stage=export", f"run_dir={run}", "logger=none"], link(run / "exports", out)),
+}
+
+
+@pytest.fixture(scope="module")
+def cli_cases(tmp_path_factory) -> dict[str, tuple]:
+    """name → (the finished command, its link, the outside dir, the run dir, their snapshots before); run at once."""
+    planted = {}
+    for name in CASES:
+        tmp = tmp_path_factory.mktemp(name)
+        out, run = outside(tmp), tmp / "run"
+        run.mkdir()
+        overrides, planted_link = CASES[name](run, out)
+        planted[name] = (overrides, planted_link, out, run, snapshot(run), snapshot(out))
+    procs = {name: cli(*case[0]) for name, case in planted.items()}
+    done = {}
+    for name, proc in procs.items():
+        _, stderr = proc.communicate(timeout=600)
+        done[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr), *planted[name][1:])
+    return done
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_link_out_of_the_run_dir_is_refused_before_hydra_writes(cli_cases, name: str) -> None:
+    res, planted, out, run, run_before, out_before = cli_cases[name]
+    assert res.returncode == 2, res.stderr[-3000:]
+    line = one_error_line(res.stderr, [f"{planted}: a link to {out.resolve()}", "remove the link"])
+    assert "out of the " in line
+    assert snapshot(out) == out_before  # config.yaml, victim.log as they were; no hydra.yaml, no overrides.yaml
+    assert snapshot(run) == run_before  # nothing new in the run (or sweep) directory
+
+
+def test_links_that_stay_in_the_run_dir_or_the_cache_and_a_run_dir_that_is_a_link_are_fine(tmp_path: Path) -> None:
+    disk = tmp_path / "other-disk" / "run"
+    (disk / "sub").mkdir(parents=True)
+    (disk / "inside").symlink_to(disk / "sub", target_is_directory=True)
+    cache = Path(os.environ["VTLAB_CACHE"])
+    cache.mkdir(parents=True, exist_ok=True)
+    (disk / "cached").symlink_to(cache, target_is_directory=True)
+    run = tmp_path / "run"
+    run.symlink_to(disk, target_is_directory=True)  # runs kept on another disk
+    proc = cli(*CHEAP, f"hydra.run.dir={run}")
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert (disk / ".hydra" / "config.yaml").is_file() and (disk / "status.json").is_file()
+
+
+# ---- the rule itself, in process: one predicate for guard_write and the run directory's walk ---------------------
+def test_the_walk_and_guard_write_refuse_the_same_links(tmp_path: Path) -> None:
+    run, cache, out = tmp_path / "run", tmp_path / "cache", outside(tmp_path)
+    (run / "sub").mkdir(parents=True)
+    cache.mkdir()
+    (run / "sub" / "to-sub").symlink_to(run / "sub", target_is_directory=True)  # inside: fine
+    (run / "to-cache").symlink_to(cache, target_is_directory=True)  # into the cache: fine
+    (run / ".hydra").symlink_to(out, target_is_directory=True)  # out
+    (run / "sub" / "job.log").symlink_to(out / "victim.log")  # out, a file
+    (run / "dangling").symlink_to(out / "not-yet")  # out, to nothing yet: a write would create it
+    (run / "hop").symlink_to(run / "sub" / "job.log")  # inside, but through a link that leaves
+    found = sorted(links_out_of(run, [cache]))
+    assert found == sorted([run / ".hydra", run / "sub" / "job.log", run / "dangling", run / "hop"])
+    assert not escapes(run / "to-cache", [run, cache]) and escapes(run / "to-cache", [run])
+    note_write_roots(run, cache)
+    try:
+        for link in found:
+            target = link / "config.yaml" if link.is_dir() else link
+            with pytest.raises(LinkError):
+                guard_write(target)
+        guard_write(run / "sub" / "to-sub" / "x")
+        guard_write(run / "to-cache" / "entry")
+    finally:
+        note_write_roots()
+    assert list(links_out_of(tmp_path / "no-such-run", [cache])) == []
