@@ -76,9 +76,8 @@ def test_triplets_negatives_and_scores(triplets) -> None:
     # BM25 "teacher" ranks the gold passage above every mined negative for a good share of queries
     share = sum(ex.scores[0] > max(ex.scores[1:]) for ex in triplets) / len(triplets)
     assert share > 0.4
-    from vtlab.core.assets import cache_dir
-
-    assert any(p.name.startswith("boolq-n4-dev300-s0") for p in cache_dir("triplets").iterdir())
+    settings = {"num_negatives": 4, "dev_size": 300, "seed": 0, "max_examples": None}
+    assert boolq.triplets_path("boolq", "unshared", settings).is_file()
     assert boolq.boolq_triplets(num_negatives=4, dev_size=300, seed=0)[:5] == triplets[:5]  # cached read
 
 

@@ -2,6 +2,7 @@
 and the passage, checked against SPLADE computed by hand from the Hugging Face masked-LM; the teacher runs once (then
 the cache answers); a damaged cache file is named, not trusted; the DataModule hands the scores to the loss."""
 
+import functools
 import json
 
 import numpy as np
@@ -12,6 +13,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 from vtlab.backbones import Backbone
 from vtlab.core.assets import asset_path
 from vtlab.core.errors import DataError
+from vtlab.data import teacher
 from vtlab.data.datamodule import TripletDataModule
 from vtlab.data.examples import TripletExample
 from vtlab.data.teacher import teacher_scored
@@ -34,10 +36,10 @@ EXAMPLES = [
 ]
 
 
-def _teacher() -> SpladeEncoder:
-    return SpladeEncoder.from_backbone(
-        Backbone("asset:splade-tiny"), precision="fp32", query_max_length=32, doc_max_length=64
-    )
+# a teacher factory as `_partial_: true` builds it from conf/teacher/splade-tiny.yaml: its settings key the scores
+_teacher = functools.partial(
+    SpladeEncoder.from_backbone, Backbone("asset:splade-tiny"), precision="fp32", query_max_length=32, doc_max_length=64
+)
 
 
 def _splade_by_hand(texts: list[str], max_length: int) -> np.ndarray:
@@ -52,21 +54,18 @@ def _splade_by_hand(texts: list[str], max_length: int) -> np.ndarray:
 
 
 @pytest.mark.usefixtures("empty_cache")
-def test_scores_are_the_teachers_dot_products_and_the_teacher_runs_once():
+def test_scores_are_the_teachers_dot_products_and_the_teacher_runs_once(monkeypatch):
     calls = []
-
-    def factory():
-        calls.append(1)
-        return _teacher()
-
-    scored = teacher_scored(EXAMPLES, factory, name="tiny-q32-d64")
+    score = teacher._score
+    monkeypatch.setattr(teacher, "_score", lambda *args: calls.append(1) or score(*args))
+    scored = teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
     for ex, out in zip(EXAMPLES, scored):
         q = _splade_by_hand([ex.query], 32)[0]
         d = _splade_by_hand([ex.positive, *ex.negatives], 64)
         np.testing.assert_allclose(out.scores, d @ q, rtol=1e-4, atol=1e-3)
         assert (out.query, out.positive, out.negatives) == (ex.query, ex.positive, ex.negatives)
     assert scored[0].scores[0] > max(scored[0].scores[1:])  # the teacher ranks the answer first
-    again = teacher_scored(EXAMPLES, factory, name="tiny-q32-d64")
+    again = teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
     assert calls == [1] and [e.scores for e in again] == [e.scores for e in scored]
 
 
@@ -85,13 +84,12 @@ def test_a_damaged_score_file_is_named(empty_cache):
 
 @pytest.mark.usefixtures("empty_cache")
 def test_the_datamodule_passes_teacher_scores_to_the_loss():
-    teacher = _teacher()
     dm = TripletDataModule(
         EXAMPLES,
-        tokenizer=teacher.tokenizer,
+        tokenizer=_teacher().tokenizer,
         batch_size=2,
         num_negatives=2,
-        teacher=lambda ex: teacher_scored(ex, lambda: teacher, name="tiny-q32-d64"),
+        teacher=functools.partial(teacher_scored, teacher=_teacher, name="tiny-q32-d64"),
     )
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))

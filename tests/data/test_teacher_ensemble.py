@@ -18,10 +18,12 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 from vtlab.backbones import E5Small
 from vtlab.core.assets import asset_path
 from vtlab.core.errors import ConfigError
+from vtlab.data import teacher
 from vtlab.data.examples import TripletExample
 from vtlab.data.teacher import teacher_scored
 from vtlab.data.teacher_ensemble import ensemble_scored
 from vtlab.models.dense import DenseEncoder
+from vtlab.models.encoder import SpladeEncoder
 
 EXAMPLES = [
     TripletExample(
@@ -49,7 +51,7 @@ class TableEncoder:
 
 
 def table_teacher(name: str, table: dict[str, list[float]]) -> functools.partial:
-    return functools.partial(teacher_scored, teacher=lambda: TableEncoder(table), name=name)
+    return functools.partial(teacher_scored, teacher=functools.partial(TableEncoder, table), name=name)
 
 
 # one example: query q, passages [p, n1, n2]; 1-d vectors, so a score is the product of two numbers
@@ -122,25 +124,16 @@ def test_e5_dense_embeddings_are_e5s_recipe_with_its_prefixes():
     assert np.abs(q - _e5_by_hand(queries, "", 16)).max() > 1e-2
 
 
-def test_the_ensemble_of_the_real_teachers_combines_their_cached_scores_each_run_once(empty_cache):
+def test_the_ensemble_of_the_real_teachers_combines_their_cached_scores_each_run_once(empty_cache, monkeypatch):
     config = instantiate(
         compose_cfg(["teacher=ensemble", *SMALL, "data.teacher.members.e5.teacher.backbone.variant=enpt"]).data.teacher
     )
     calls = Counter()
-
-    def counting(label, factory):
-        def make():
-            calls[label] += 1
-            return factory()
-
-        return make
-
-    members = {
-        label: functools.partial(
-            teacher_scored, name=m.keywords["name"], teacher=counting(label, m.keywords["teacher"])
-        )
-        for label, m in config.keywords["members"].items()
-    }
+    score = teacher._score
+    monkeypatch.setattr(
+        teacher, "_score", lambda encoder, *args: calls.update([type(encoder)]) or score(encoder, *args)
+    )
+    members = config.keywords["members"]
     assert {label: m.keywords["name"] for label, m in members.items()} == {
         "splade": "splade-tiny-q16-d32",
         "e5": "e5-small-enpt-dense-q16-d32",
@@ -150,12 +143,14 @@ def test_the_ensemble_of_the_real_teachers_combines_their_cached_scores_each_run
     mtimes = [f.stat().st_mtime_ns for f in files]
     again = ensemble_scored(EXAMPLES, members, weights={"splade": 1.0, "e5": 1.0}, scale=30.0)
     alone = {label: m(EXAMPLES) for label, m in members.items()}  # what a run with one of them alone reads
-    assert calls == {"splade": 1, "e5": 1}
+    assert calls == {SpladeEncoder: 1, DenseEncoder: 1}
     assert [f.stat().st_mtime_ns for f in sorted((empty_cache / "teacher-scores").glob("*.json"))] == mtimes
     assert [e.scores for e in again] == [e.scores for e in scored] and len(files) == 3
     # other weights: another combination (its own cache file), from the members' cached scores, no teacher run again
     reweighted = ensemble_scored(EXAMPLES, members, weights={"splade": 2.0, "e5": 1.0}, scale=30.0)
-    assert calls == {"splade": 1, "e5": 1} and len(list((empty_cache / "teacher-scores").glob("*.json"))) == 4
+    assert (
+        calls == {SpladeEncoder: 1, DenseEncoder: 1} and len(list((empty_cache / "teacher-scores").glob("*.json"))) == 4
+    )
 
     raw = {
         label: json.loads(next((empty_cache / "teacher-scores").glob(f"{m.keywords['name']}-*.json")).read_text())

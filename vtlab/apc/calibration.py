@@ -100,8 +100,7 @@ class APC:
         self.shift = None if shift is None else float(shift)
         self.include_zeros = bool(include_zeros)
         self.num_docs, self.batch_size, self.max_length = int(num_docs), int(batch_size), int(max_length)
-        self.per_batch_samples, self.max_samples = int(per_batch_samples), int(max_samples)
-        self.seed = int(seed)
+        self.per_batch_samples, self.max_samples, self.seed = int(per_batch_samples), int(max_samples), int(seed)
         self.name = name or (
             "off"
             if not self.enabled
@@ -113,6 +112,10 @@ class APC:
     @property
     def enabled(self) -> bool:
         return self.percentile is not None or self.shift is not None
+
+    def key_settings(self) -> dict[str, Any]:
+        """The settings the calibration cache is keyed by (vtlab.core.cache_keys): every attribute `__init__` sets."""
+        return dict(vars(self))
 
     def __repr__(self) -> str:
         return (

@@ -240,6 +240,9 @@ class Backbone:
     """A masked-LM backbone addressed by hub id, local directory or `asset:NAME`; loads lazily."""
 
     random_init = False  # True for generated test backbones: weights that were never trained
+    # settings that do not change the weights or tokenizer it loads (labels, admission of its code, the attention
+    # kernel), so cache_key() leaves them out (vtlab.core.cache_keys)
+    KEY_NEUTRAL = ("name", "family", "attn_implementation", "trust_remote_code", "allow_remote_code")
 
     def __init__(
         self,

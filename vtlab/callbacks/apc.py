@@ -16,7 +16,8 @@ from safetensors.torch import load_file, save_file
 from vtlab.apc.calibration import APC, flat_metrics, json_report, summary_line, write_outputs
 from vtlab.core import integrity
 from vtlab.core.assets import cache_dir
-from vtlab.core.atomic import file_lock, stable_hash
+from vtlab.core.atomic import file_lock, json_hash, stable_hash
+from vtlab.core.cache_keys import settings_key, tokenizer_key
 from vtlab.core.errors import VtlabError
 
 log = logging.getLogger("vtlab")
@@ -66,19 +67,26 @@ def _biases(encoder: Any) -> list[torch.Tensor]:
 
 
 def _key(apc: APC, encoder: Any, texts: list[str]) -> str:
-    """The calibration's identity: APC's settings, the probe texts and every weight of the encoder's networks."""
+    """The calibration's identity: APC's settings, how the encoder reads the probe texts (its class, lengths,
+    tokenizer and input preprocessing), the probe texts and every weight of the encoder's networks."""
 
-    def chunks() -> Any:
-        yield json.dumps(
-            [_CACHE_VERSION, vars(apc), type(encoder).__name__, encoder.max_length], sort_keys=True
-        ).encode()
-        yield json.dumps(texts[: apc.num_docs]).encode()
+    def weights() -> Any:
         for i, net in enumerate(encoder.networks()):
             for name, t in net.state_dict().items():
                 yield f"{i}.{name}".encode()
                 yield t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
 
-    return stable_hash(chunks(), 24)
+    return settings_key(
+        "apc",
+        _CACHE_VERSION,
+        apc=apc,
+        encoder=type(encoder).__name__,
+        max_length=encoder.max_length,
+        tokenizer=tokenizer_key(encoder.tokenizer),
+        preprocess=encoder.preprocess,
+        texts=json_hash(texts[: apc.num_docs], 40),
+        weights=stable_hash(weights(), 40),
+    )
 
 
 def calibrate_cached(apc: APC, encoder: Any, texts: list[str]) -> dict[str, Any]:

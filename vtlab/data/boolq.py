@@ -28,6 +28,7 @@ from typing import Any
 
 from vtlab.core.assets import asset_path, cache_dir
 from vtlab.core.atomic import build_dir
+from vtlab.core.cache_keys import settings_key
 from vtlab.core.errors import AssetError, DataError
 from vtlab.data.collections import Collection, iter_oe_eval_docs, load_beir, save_beir
 from vtlab.data.examples import TripletExample, Triplets
@@ -283,20 +284,31 @@ def boolq_triplets(
     `scores` are the BM25 scores of [positive] + negatives (k1=0.9, b=0.4): a weak teacher so that
     distillation losses can run offline. Cached as JSONL under cache_dir("triplets") keyed by the params.
     """
-    key = f"boolq-n{num_negatives}-dev{dev_size}-s{seed}-m{max_examples}-unshared"  # "-unshared": see boolq_collection
     source = {"num_negatives": num_negatives, "dev_size": dev_size, "seed": seed, "max_examples": max_examples}
-    return cached_triplets(key, lambda: build_boolq_triplets(num_negatives, dev_size, seed, max_examples), source)
+    # recipe "unshared": the dev questions are those of unshared passages (see boolq_collection)
+    return cached_triplets(
+        "boolq", "unshared", lambda: build_boolq_triplets(num_negatives, dev_size, seed, max_examples), source
+    )
+
+
+def triplets_path(kind: str, recipe: str, settings: Mapping[str, Any]) -> Path:
+    """Where the triplets `kind`'s `recipe` builds from `settings` are cached, keyed by all three
+    (vtlab.core.cache_keys)."""
+    key = settings_key("triplets", CACHE_VERSION, kind=kind, recipe=recipe, settings=settings)
+    return cache_dir("triplets") / f"{kind}-{key}.jsonl"
 
 
 def cached_triplets(
-    key: str,
+    kind: str,
+    recipe: str,
     build: Callable[[], list[TripletExample]],
-    source: Mapping[str, Any] | None = None,
+    source: Mapping[str, Any],
     detail: Callable[[], str] | None = None,
 ) -> Triplets:
-    """The triplets cached as JSONL under `key`, built by `build()` on a miss. `source`: the settings they are built
-    from (Triplets.source), for errors that name them; `detail()`: what the build left out, for its log line."""
-    path = cache_dir("triplets") / f"{key}-{CACHE_VERSION}.jsonl"
+    """The triplets cached as JSONL under `triplets_path(kind, recipe, source)`, built by `build()` on a miss. `source`:
+    every setting they are built from (their key, and Triplets.source for errors that name them); `detail()`: what
+    the build left out, for its log line."""
+    path = triplets_path(kind, recipe, source)
     if not path.is_file():
         t0 = time.perf_counter()
         examples = build()
@@ -309,5 +321,5 @@ def cached_triplets(
             path,
         )
     examples = read_jsonl_triplets(str(path), require_scores=True)
-    examples.source = dict(source or {})  # the settings, not the cache file: the user set those
+    examples.source = dict(source)  # the settings, not the cache file: the user set those
     return examples

@@ -321,10 +321,9 @@ def boolq_clean_triplets(
         "max_examples": max_examples,
         "dev_near_copies": dev_near_copies,
     }
-    key = f"boolq-clean-n{num_negatives}-dev{dev_size}-s{seed}-m{max_examples}" + (
-        f"-{DEV_RULE}" if dev_near_copies else ""
+    return cached_triplets(
+        "boolq-clean", DEV_RULE, build, source, detail=lambda: dev_holdout(dev_size, seed, dev_near_copies).describe()
     )
-    return cached_triplets(key, build, source, detail=lambda: dev_holdout(dev_size, seed, dev_near_copies).describe())
 
 
 def clean_mlm_corpus(

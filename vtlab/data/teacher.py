@@ -2,7 +2,8 @@
 its query and document vectors, sparse or dense), for the distillation losses (MarginMSE, KL). The paper fine-tunes
 with MarginMSE from a cross-encoder; offline, a retriever on disk takes its place (SPLADE-tiny, e5-small as a dense
 retriever, or an ensemble of them: vtlab.data.teacher_ensemble). The scores are cached beside the triplets, keyed by
-their content, the teacher's name and the lengths, so a teacher is loaded and run once per machine."""
+their content and the teacher's settings (its factory as the config builds it: vtlab.core.cache_keys), so a teacher is
+loaded and run once per machine."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import scipy.sparse as sp
 
 from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import atomic_write_text, file_lock, json_hash
+from vtlab.core.cache_keys import settings_key
 from vtlab.core.errors import DataError
 from vtlab.data.examples import TripletExample, Triplets
 
@@ -55,13 +57,14 @@ def _score(teacher: TeacherEncoder, examples: Sequence[TripletExample], batch_si
     return out
 
 
-def score_file(name: str, examples: Sequence[TripletExample]) -> Path:
-    """Where the scores of `examples` by the teacher called `name` are cached (keyed by the name, the triplets' content
-    and VERSION)."""
+def score_file(name: str, examples: Sequence[TripletExample], settings: Any) -> Path:
+    """Where the scores of `examples` by the teacher called `name` are cached: keyed by the teacher's `settings` (its
+    factory, or an ensemble's members and rule), the triplets' content and VERSION; `name` makes the file readable."""
     if not name or "/" in name:
-        raise DataError(f"teacher_scored: name={name!r}: expected a non-empty name without '/' (the cache key)")
-    content = json_hash([[e.query, e.positive, e.negatives] for e in examples])
-    return cache_dir("teacher-scores") / f"{name}-{content}-{VERSION}.json"
+        raise DataError(f"teacher_scored: name={name!r}: expected a non-empty name without '/' (the cache file's name)")
+    content = json_hash([[e.query, e.positive, e.negatives] for e in examples], 40)
+    key = settings_key("teacher-scores", VERSION, teacher=settings, triplets=content)
+    return cache_dir("teacher-scores") / f"{name}-{key}.json"
 
 
 def _stored(path: Path, examples: Sequence[TripletExample]) -> list | None:
@@ -106,9 +109,11 @@ def with_scores(
 def teacher_scored(
     examples: Sequence[TripletExample], teacher: Callable[[], TeacherEncoder], name: str, batch_size: int = 64
 ) -> Triplets:
-    """`examples` with their `scores` replaced by `teacher()`'s (a factory, called only when the cache lacks them).
-    `name` identifies the teacher and its settings in the cache key: change it with the teacher."""
+    """`examples` with their `scores` replaced by `teacher()`'s (a factory, called only when the cache lacks them, whose
+    settings key the cache: a partial as `_partial_: true` builds it, of arguments vtlab.core.cache_keys can read);
+    `name` names the cache file."""
     source = getattr(examples, "source", None)
     examples = list(examples)
-    scores = cached_scores(score_file(name, examples), examples, lambda: _score(teacher(), examples, batch_size))
+    path = score_file(name, examples, teacher)
+    scores = cached_scores(path, examples, lambda: _score(teacher(), examples, batch_size))
     return with_scores(examples, scores, source)

@@ -11,8 +11,8 @@ normalised scores are averaged with `weights` (equal by default) and multiplied 
 score_scale), which puts them on the range of the student's dot products.
 
 Each member is a single teacher as its own config builds it (a `vtlab.data.teacher.teacher_scored` partial), so its
-raw scores are cached under its own name, the same files a run with that teacher alone reads. The combined scores,
-cheap to derive, are cached too, keyed by every member's name, the weights, the scale and the normalisation."""
+raw scores are cached under its own settings, the same files a run with that teacher alone reads. The combined scores,
+cheap to derive, are cached too, keyed by every member's settings, the weights, the scale and the normalisation."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from vtlab.core.atomic import json_hash
 from vtlab.core.errors import ConfigError, DataError
 from vtlab.data import teacher
 from vtlab.data.examples import TripletExample, Triplets
@@ -113,15 +112,15 @@ def ensemble_scored(
     shares = checked_weights(list(members), weights)
     names = {label: member_name(label, m) for label, m in members.items()}
     spec = {
-        "members": names,
+        "members": members,
         "weights": shares,
         "scale": float(scale),
         "normalisation": NORMALISATION,
-        "member_version": teacher.VERSION,
+        "version": VERSION,
     }
     source = getattr(examples, "source", None)
     examples = list(examples)
-    path = teacher.score_file(f"ensemble-{json_hash(spec, 12)}-{VERSION}", examples)
+    path = teacher.score_file("ensemble", examples, spec)
 
     def compute() -> list[list[float]]:
         raw = {label: member_scores(label, members[label], examples) for label in shares if shares[label]}

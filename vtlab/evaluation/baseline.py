@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from vtlab.core.assets import cache_dir
-from vtlab.core.atomic import json_hash, write_json
+from vtlab.core.atomic import write_json
+from vtlab.core.cache_keys import settings_key
 from vtlab.core.targets import RENAMED_TARGETS
 
 log = logging.getLogger("vtlab")
@@ -52,14 +53,13 @@ def baseline_metrics(
     """`evaluation(plain_encoder())`, cached per configuration: the backbone's cache key, the plain eval config, the
     dataset's name and the encoder's settings (the model type, lengths, activation; its `backbone` entry is left out,
     `backbone_key` stands for it)."""
-    key = json_hash(
-        {
-            "backbone": backbone_key,
-            "eval": _keyed_targets(eval_config),
-            "dataset": dataset,
-            "encoder": {k: v for k, v in encoder_config.items() if k != "backbone"},
-            "report": REPORT_VERSION,
-        }
+    key = settings_key(
+        "baseline",
+        REPORT_VERSION,
+        backbone=backbone_key,
+        eval=_keyed_targets(eval_config),
+        dataset=dataset,
+        encoder={k: v for k, v in encoder_config.items() if k != "backbone"},
     )
     path = cache_dir("evals") / f"{key}.json"
     cached = _cached_metrics(path) if path.exists() else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import zipfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,12 @@ import numpy as np
 
 from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import atomic_write_bytes, stable_hash, write_json
+from vtlab.core.cache_keys import settings_key, tokenizer_key
 from vtlab.core.errors import DataError
 
 log = logging.getLogger("vtlab")
+
+VERSION = 1  # bump when a table is computed differently from the same settings
 
 
 def idf_from_df(df: np.ndarray, n_docs: int) -> np.ndarray:
@@ -187,22 +190,14 @@ def id_to_token(tokenizer: Any) -> list[str]:
 
 
 def _cache_key(tokenizer: Any, texts: Sequence[str], lowercase: bool, preprocess: Callable | None) -> str:
-    return stable_hash(_key_parts(tokenizer, texts, lowercase, preprocess))
-
-
-def _key_parts(tokenizer: Any, texts: Sequence[str], lowercase: bool, preprocess: Callable | None) -> Iterator[bytes]:
-    """The bytes the key hashes, streamed: the tokenizer, the options, then every text NUL-terminated."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    # the serialized fast tokenizer covers vocab, normalizer and pre-tokenizer; else the vocab and the class. Not its
-    # truncation and padding: encoding sets them, so a tokenizer's key changed once it had been used.
-    if backend is not None:
-        state = json.loads(backend.to_str())
-        state.pop("truncation", None), state.pop("padding", None)
-        yield json.dumps(state, sort_keys=True).encode()
-    else:
-        yield (type(tokenizer).__name__ + json.dumps(tokenizer.get_vocab(), sort_keys=True)).encode()
-    yield json.dumps(
-        [lowercase, getattr(preprocess, "__qualname__", repr(preprocess)) if preprocess else None, len(texts)]
-    ).encode()
-    for t in texts:
-        yield t.encode("utf-8", "surrogatepass") + b"\0"
+    """The table's key: the tokenizer, the options and the corpus (every text NUL-terminated, hashed as it streams)."""
+    corpus = stable_hash((t.encode("utf-8", "surrogatepass") + b"\0" for t in texts), 40)
+    return settings_key(
+        "idf",
+        VERSION,
+        tokenizer=tokenizer_key(tokenizer),
+        lowercase=lowercase,
+        preprocess=preprocess,
+        texts=corpus,
+        documents=len(texts),
+    )

@@ -24,7 +24,8 @@ from transformers import PreTrainedModel, get_scheduler
 from vtlab.backbones import Backbone, decoder_bypassed
 from vtlab.core import integrity
 from vtlab.core.assets import cache_dir
-from vtlab.core.atomic import file_lock, stable_hash
+from vtlab.core.atomic import file_lock
+from vtlab.core.cache_keys import settings_key
 from vtlab.core.errors import VtlabError
 from vtlab.data.text import TextDataModule
 from vtlab.models.head_fit import fit_head, head_inputs, span_batches
@@ -103,24 +104,14 @@ class MLMModule(pl.LightningModule):
 # ---- cached training ----------------------------------------------------------------------------------------------
 _RECIPE = "mlm-v1"  # bump when training changes in a way the config does not show, so old caches are not reused
 _DONE = "vtlab_mlm.json"
-_NOT_IN_KEY = ("log_every_n_steps", "num_workers")  # do not change the trained weights
+KEY_NEUTRAL = ("log_every_n_steps", "num_workers")  # settings of the `mlm` recipe that do not change the weights
 
 
-def _cache_key(start: Backbone, mlm: dict[str, Any], preprocess: Any, seed: int, precision: str) -> str:
-    mlm = {k: v for k, v in mlm.items() if k not in _NOT_IN_KEY}
-    blob = json.dumps(
-        {
-            "recipe": _RECIPE,
-            "backbone": start.cache_key(),
-            "mlm": mlm,
-            "preprocess": repr(preprocess),
-            "seed": seed,
-            "precision": precision,
-        },
-        sort_keys=True,
-        default=str,
-    )
-    return stable_hash(blob)
+def cache_key(start: Backbone, mlm: Mapping[str, Any], preprocess: Any, seed: int, precision: str) -> str:
+    """The adapted model's key: the start, the resolved recipe `mlm` (less KEY_NEUTRAL), the input preprocessing, the
+    seed and the trainer's precision (vtlab.core.cache_keys)."""
+    recipe = {k: v for k, v in mlm.items() if k not in KEY_NEUTRAL}
+    return settings_key("mlm", _RECIPE, start=start, mlm=recipe, preprocess=preprocess, seed=seed, precision=precision)
 
 
 def _train(
@@ -274,7 +265,7 @@ def train_cached(
         trainer_cfg.get("precision", "32-true"), trainer_cfg.get("accelerator", "auto")
     )
     precision = str(trainer_cfg["precision"])
-    key = _cache_key(start, OmegaConf.to_container(m, resolve=True), preprocess, seed, precision)
+    key = cache_key(start, OmegaConf.to_container(m, resolve=True), preprocess, seed, precision)
     out = cache_dir("mlm") / f"{start.name}-{int(m.steps)}-{key}"
     with file_lock(out.with_name(out.name + ".lock")):
         damage = integrity.problem(out) if out.exists() else "absent"

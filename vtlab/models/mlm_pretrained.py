@@ -8,7 +8,6 @@ and every job of a sweep that names the same backbone.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from vtlab.backbones import Backbone
-from vtlab.core.atomic import stable_hash
+from vtlab.models.mlm import cache_key as mlm_key
 from vtlab.models.mlm import train_cached
 
 
@@ -39,10 +38,8 @@ class MLMPretrained(Backbone):
         super().__init__(name_or_path=f"pretrained:{name}", family=self.start.family, name=name)
 
     def cache_key(self) -> str:
-        recipe = json.dumps(
-            {"mlm": self.mlm, "seed": self.seed, "precision": self.precision}, sort_keys=True, default=str
-        )
-        return f"mlm-pretrained:{self.start.cache_key()}:{stable_hash(recipe, 12)}"
+        """The key of the model `materialize` trains (vtlab.models.mlm.cache_key)."""
+        return f"mlm-pretrained:{mlm_key(self.start, self.mlm, None, self.seed, self.precision)}"
 
     def _source(self, tokenizer: bool) -> tuple[str, str]:
         return str(self.materialize()), "backbone"

@@ -52,7 +52,10 @@ def _stats(**counts: int) -> dict[str, Any]:
 
 @dataclass
 class Initializer:
-    """Base class: validates inputs, copies the overlap rows, and asks `_fill` for the new rows."""
+    """Base class: validates inputs, copies the overlap rows, and asks `_fill` for the new rows.
+
+    A subclass is a @dataclass of its own: its fields are its settings, which key the cache of transferred models
+    (vtlab.core.cache_keys); a field that does not change the rows is named in `KEY_NEUTRAL`."""
 
     needs_target_embeddings: ClassVar[bool] = False
     name: str = field(default="init", kw_only=True)
@@ -184,7 +187,8 @@ class Semantic(Initializer):
     similarity: Similarity = "cosine"
     rescale_norm: bool = False
     use_matmul: bool = False
-    chunk_rows: int = field(default=2048, repr=False)  # memory only: results do not depend on it
+    chunk_rows: int = field(default=2048, repr=False)
+    KEY_NEUTRAL: ClassVar[tuple[str, ...]] = ("chunk_rows",)  # memory only: results do not depend on it
 
     def __post_init__(self) -> None:
         if self.similarity not in ("cosine", "pmi", "zscore"):

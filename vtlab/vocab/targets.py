@@ -10,6 +10,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,6 +20,7 @@ from vtlab.backbones import Backbone
 from vtlab.core import integrity
 from vtlab.core.assets import cache_dir, resolve, source_key
 from vtlab.core.atomic import json_hash, stable_hash
+from vtlab.core.cache_keys import key_data
 from vtlab.core.errors import AssetError, VtlabError
 
 log = logging.getLogger(__name__)
@@ -31,33 +33,26 @@ class VocabConfigError(VtlabError, ValueError):
 
 
 # -- input normalization (the authors' to_lower / blank_prefix / blank_prefix_lower) -----------------------------------
+@dataclass(frozen=True)
 class Normalizer:
     """Picklable text preprocessor: optional lowercasing, then optionally one leading space.
 
     The leading space makes a byte-level BPE see the first word as word-initial ("Ġword"), like every later word.
-    A class (not a lambda) so DataLoader workers can pickle it and Hydra can build it from YAML.
+    A class (not a lambda) so DataLoader workers can pickle it and Hydra can build it from YAML; a dataclass, so that
+    caches of what it preprocesses are keyed by its settings (vtlab.core.cache_keys).
     """
 
-    def __init__(self, lowercase: bool = False, blank_prefix: bool = False) -> None:
-        self.lowercase = bool(lowercase)
-        self.blank_prefix = bool(blank_prefix)
+    lowercase: bool = False
+    blank_prefix: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lowercase", bool(self.lowercase))
+        object.__setattr__(self, "blank_prefix", bool(self.blank_prefix))
 
     def __call__(self, text: str) -> str:
         if self.lowercase:
             text = text.lower()
         return " " + text if self.blank_prefix else text
-
-    def __repr__(self) -> str:
-        return f"Normalizer(lowercase={self.lowercase}, blank_prefix={self.blank_prefix})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Normalizer) and (self.lowercase, self.blank_prefix) == (
-            other.lowercase,
-            other.blank_prefix,
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.lowercase, self.blank_prefix))
 
 
 def to_lower(text: str) -> str:
@@ -232,15 +227,16 @@ _RECIPE = "wordpiece-v2"  # bump when the training recipe changes, so old caches
 
 def _corpus_id(corpus: Callable[[], Iterable[str]] | Iterable[str]) -> str:
     """Stable identity of a corpus: a corpus object (vtlab.data.corpora.TextCorpus) by its `fixed_id`, else by its
-    texts; a function (a config's `_target_`) by its qualified name (+ partial args), texts by their hash (a user's
-    files too: the same texts give the same vocabulary wherever they live, and an edited file a new one)."""
+    texts; a function (a config's `_target_`) by its qualified name, a partial of one (`_partial_: true`) by that and
+    its arguments (vtlab.core.cache_keys), texts by their hash (a user's files too: the same texts give the same
+    vocabulary wherever they live, and an edited file a new one)."""
     if hasattr(corpus, "fixed_id"):
         return corpus.fixed_id or _corpus_id(list(corpus()))
     if callable(corpus):
-        if isinstance(corpus, functools.partial):  # Hydra's `_partial_: true`; a bare one equals its function
-            args = f"{corpus.args!r}{sorted(corpus.keywords.items())!r}" if corpus.args or corpus.keywords else ""
-            return _corpus_id(corpus.func) + args
-        return f"{getattr(corpus, '__module__', '?')}.{getattr(corpus, '__qualname__', repr(corpus))}"
+        if isinstance(corpus, functools.partial) and not (corpus.args or corpus.keywords):
+            corpus = corpus.func  # a bare partial equals its function
+        data = key_data(corpus, "vocab.corpus")
+        return data if isinstance(data, str) else json.dumps(data, sort_keys=True)
     chunks = (text.encode("utf-8") + b"\0" for text in corpus)  # each text ended by a NUL, hashed as it streams by
     return f"texts:{stable_hash(chunks, length=40)}"  # the whole sha1
 

@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from vtlab.backbones import Backbone, decoder_site
 from vtlab.core import integrity
 from vtlab.core.assets import cache_dir
-from vtlab.core.atomic import stable_hash
+from vtlab.core.cache_keys import settings_key
 from vtlab.core.errors import VtlabError
 from vtlab.vocab.canonical import Overlap, match_vocabularies
 from vtlab.vocab.init import Initializer
@@ -211,25 +211,16 @@ def _target_model_tensors(vocab: TargetVocab, options: TransferOptions) -> tuple
     return emb, bias
 
 
+VERSION = 1  # bump when a transfer computes differently from the same settings
+
+
 def _cache_key(backbone: Backbone, vocab: TargetVocab, init: Initializer, options: TransferOptions) -> str:
-    blob = json.dumps(
-        {
-            "backbone": backbone.cache_key(),
-            "vocab": vocab.cache_key(),
-            "init": repr(init),
-            "options": asdict(options),
-            "version": 1,
-        },
-        sort_keys=True,
-    )
-    return stable_hash(blob, length=16)
+    return settings_key("transfer", VERSION, backbone=backbone, vocab=vocab, init=init, options=options)
 
 
 def _derived_key(backbone: Backbone, vocab: TargetVocab) -> str:
     # init and transfer options do not touch a derived model; the vocabulary's key carries its recipe version
-    return stable_hash(
-        json.dumps({"backbone": backbone.cache_key(), "vocab": vocab.cache_key()}, sort_keys=True), length=16
-    )
+    return settings_key("derived-model", VERSION, backbone=backbone, vocab=vocab)
 
 
 def check_compatible(vocab: TargetVocab, init: Initializer) -> None:
