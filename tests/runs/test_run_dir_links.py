@@ -1,8 +1,9 @@
 """A run (or sweep) directory is admitted before anything writes into it: Hydra writes `.hydra/` and its job log there
-before the job runs, so a link in it that leads out (`R/.hydra` -> elsewhere, `R/__main__.log` -> a file elsewhere)
-is refused with one line and exit 2 by RunDirWritable (vtlab/runs/writable.py), nothing written through it or into
-the directory. The rule is guard_write's (vtlab/core/atomic.py `escapes`): a link under the directory may lead into it
-or into the cache, nowhere else; the directory itself may be a link.
+before the job runs, so a link on the way to those files that leads out (`R/.hydra` -> elsewhere, `R/__main__.log` ->
+a file elsewhere) is refused with one line and exit 2 by RunDirWritable (vtlab/runs/writable.py), nothing written
+through it or into the directory. The rule is guard_write's (vtlab/core/atomic.py `link_leaving`): a link under the
+directory may lead into it or into the cache, nowhere else; the directory itself may be a link, and a link Hydra does
+not write through (wandb's offline run links its debug log into ~/.cache/wandb) is left to vtlab's writers.
 
 The CLI cases are refused at Hydra's on_run_start / on_multirun_start, so each is mostly interpreter start-up; they run
 in parallel. The control (links that stay inside) is a cheap run that goes through (stage=evaluate eval=none)."""
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 from helpers import OFFLINE_ENV, ROOT, one_error_line
 
-from vtlab.core.atomic import escapes, guard_write, links_out_of
+from vtlab.core.atomic import guard_write, link_leaving
 from vtlab.core.errors import LinkError, note_write_roots
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
@@ -110,6 +111,7 @@ def test_links_that_stay_in_the_run_dir_or_the_cache_and_a_run_dir_that_is_a_lin
     cache = Path(os.environ["VTLAB_CACHE"])
     cache.mkdir(parents=True, exist_ok=True)
     (disk / "cached").symlink_to(cache, target_is_directory=True)
+    link(disk / "wandb" / "offline-run-1" / "logs" / "debug-core.log", outside(tmp_path) / "victim.log")
     run = tmp_path / "run"
     run.symlink_to(disk, target_is_directory=True)  # runs kept on another disk
     proc = cli(*CHEAP, f"hydra.run.dir={run}")
@@ -118,28 +120,34 @@ def test_links_that_stay_in_the_run_dir_or_the_cache_and_a_run_dir_that_is_a_lin
     assert (disk / ".hydra" / "config.yaml").is_file() and (disk / "status.json").is_file()
 
 
-# ---- the rule itself, in process: one predicate for guard_write and the run directory's walk ---------------------
-def test_the_walk_and_guard_write_refuse_the_same_links(tmp_path: Path) -> None:
+# ---- the rule itself, in process: one function for guard_write and Hydra's writes --------------------------------
+def test_hydra_s_writes_and_guard_write_meet_the_same_rule(tmp_path: Path) -> None:
     run, cache, out = tmp_path / "run", tmp_path / "cache", outside(tmp_path)
     (run / "sub").mkdir(parents=True)
     cache.mkdir()
-    (run / "sub" / "to-sub").symlink_to(run / "sub", target_is_directory=True)  # inside: fine
-    (run / "to-cache").symlink_to(cache, target_is_directory=True)  # into the cache: fine
-    (run / ".hydra").symlink_to(out, target_is_directory=True)  # out
-    (run / "sub" / "job.log").symlink_to(out / "victim.log")  # out, a file
-    (run / "dangling").symlink_to(out / "not-yet")  # out, to nothing yet: a write would create it
-    (run / "hop").symlink_to(run / "sub" / "job.log")  # inside, but through a link that leaves
-    found = sorted(links_out_of(run, [cache]))
-    assert found == sorted([run / ".hydra", run / "sub" / "job.log", run / "dangling", run / "hop"])
-    assert not escapes(run / "to-cache", [run, cache]) and escapes(run / "to-cache", [run])
+    link(run / "to-sub", run / "sub")  # inside: fine
+    link(run / "to-cache", cache)  # into the cache: fine
+    link(run / ".hydra", out)  # out
+    link(run / "sub" / "job.log", out / "victim.log")  # out, a file
+    link(run / "dangling.log", out / "not-yet")  # out, to nothing yet: a write would create it
+    link(run / "hop.log", run / "sub" / "job.log")  # inside, then through a link that leaves
+    refused = {
+        run / ".hydra" / "config.yaml": run / ".hydra",
+        run / "sub" / "job.log": run / "sub" / "job.log",
+        run / "dangling.log": run / "dangling.log",
+        run / "hop.log": run / "hop.log",
+    }
+    allowed = [run / "to-sub" / "x.yaml", run / "to-cache" / "entry", run / "new" / "x.yaml", tmp_path / "elsewhere"]
+    for path, planted in refused.items():
+        assert link_leaving(path, [run, cache]) == (planted, run)
+    assert [link_leaving(path, [run, cache]) for path in allowed] == [None] * len(allowed)
+    assert link_leaving(run / "to-cache" / "entry", [run]) == (run / "to-cache", run)  # the cache is a root to allow
     note_write_roots(run, cache)
     try:
-        for link in found:
-            target = link / "config.yaml" if link.is_dir() else link
+        for path in refused:
             with pytest.raises(LinkError):
-                guard_write(target)
-        guard_write(run / "sub" / "to-sub" / "x")
-        guard_write(run / "to-cache" / "entry")
+                guard_write(path)
+        for path in allowed:
+            guard_write(path)
     finally:
         note_write_roots()
-    assert list(links_out_of(tmp_path / "no-such-run", [cache])) == []

@@ -81,31 +81,29 @@ def link_out_of(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> P
     return None
 
 
-def links_out_of(root: str | os.PathLike[str], roots: Iterable[str | os.PathLike[str]] = ()) -> Iterator[Path]:
-    """Every link under `root` (`root` itself not counted) that `escapes` `root` and each of `roots`: what a write
-    below `root` could be carried out through. The walk never follows a link, so it ends within `root`'s own tree
-    (a `root` that does not exist yet holds none)."""
-    root = Path(os.path.abspath(root))
-    allowed = [root, *roots]
-    for folder, dirs, files in os.walk(root, followlinks=False):
-        for name in sorted(dirs + files):
-            at = Path(folder) / name
-            if at.is_symlink() and escapes(at, allowed):
-                yield at
+def link_leaving(path: str | os.PathLike[str], roots: Iterable[str | os.PathLike[str]]) -> tuple[Path, Path] | None:
+    """(the link, its root) when `path` lies under one of `roots` but a link on the way down to it leads out of that
+    root and `escapes` them all (into no other root); else None. The rule for every path written in a run or cache
+    directory: vtlab's writers (`guard_write`) and Hydra's (vtlab.runs.writable)."""
+    roots = list(roots)
+    for root in roots:
+        link = link_out_of(path, root)
+        if link is not None and escapes(link, roots):
+            return link, Path(root)
+    return None
 
 
 def guard_write(path: str | os.PathLike[str]) -> None:
     """LinkError when `path` lies under a root this process writes in (the run directory, the cache:
     vtlab.core.errors.note_write_roots) but a link on the way leads out of it (and into no other root): a link planted
-    in a run or cache directory must not carry a write elsewhere. Every writer here calls it."""
-    roots = write_roots()
-    for root in roots:
-        link = link_out_of(path, root)
-        if link is not None and escapes(link, roots):
-            raise LinkError(
-                f"{path}: goes through the link {link} (to {real_path(link)}), out of {root}: nothing is written "
-                "out of a run or cache directory through a link; remove the link"
-            )
+    in a run or cache directory must not carry a write elsewhere (`link_leaving`). Every writer here calls it."""
+    found = link_leaving(path, write_roots())
+    if found is not None:
+        link, root = found
+        raise LinkError(
+            f"{path}: goes through the link {link} (to {real_path(link)}), out of {root}: nothing is written "
+            "out of a run or cache directory through a link; remove the link"
+        )
 
 
 @contextlib.contextmanager

@@ -4,9 +4,12 @@ must be checked here for Hydra's. Refused with one line and exit 2, nothing writ
 
 - a directory that cannot be written (a read-only or full file system, no permission), where Hydra would fail with a
   traceback ("Unable to configure handler 'file'");
-- a directory holding a link that leads out of it and out of the cache (`R/.hydra` -> elsewhere, `R/__main__.log` ->
-  another file): guard_write's rule (vtlab.core.atomic.escapes) over the whole tree, Hydra's write paths included.
-  The directory itself may be a link (runs kept on another disk)."""
+- a link on the way to a file Hydra writes (`R/.hydra` -> elsewhere, `R/__main__.log` -> another file, an export's
+  `R/exports` -> elsewhere) that leads out of the directory and out of the cache: the rule vtlab's own writers are
+  held to (vtlab.core.atomic.link_leaving, guard_write's), applied to Hydra's writes. A sweep: its multirun.yaml and
+  what Hydra writes in each job directory already there (an earlier sweep's). The directory itself may be a link
+  (runs kept on another disk); links elsewhere in it (wandb's into its own cache) are checked by vtlab's writers
+  when they write through them."""
 
 from __future__ import annotations
 
@@ -17,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from vtlab.core.atomic import links_out_of, real_path
+from vtlab.core.atomic import link_leaving, real_path
 from vtlab.core.errors import DiskError, LinkError, disk_error, one_line
 from vtlab.core.paths import cache_root
 
@@ -27,6 +30,8 @@ from vtlab.core.paths import cache_root
 # disk too full for that is refused here too
 PROBE_BYTES = 64 * 1024
 RUN_DIR_INSIDE = "vtlab.runs.directory.RunDirInside"
+HYDRA_RECORD = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes into <job dir>/<output_subdir>
+SWEEP_RECORD = "multirun.yaml"  # what Hydra writes into a sweep directory before its first job
 
 
 def check_writable(directory: Path) -> None:
@@ -51,17 +56,35 @@ def check_writable(directory: Path) -> None:
             Path(name).unlink(missing_ok=True)
 
 
-def check_links(directory: Path, what: str, key: str) -> None:
-    """LinkError naming the first link under `directory` that leads out of it and out of the cache
-    (vtlab.core.atomic.links_out_of: the rule guard_write holds vtlab's writers to). `what` and `key` name the
-    directory in the message ("run directory", "hydra.run.dir")."""
-    link = next(links_out_of(directory, [cache_root()]), None)
-    if link is not None:
-        raise LinkError(
-            f"{link}: a link to {real_path(link)}, out of the {what} {directory} ({key}): Hydra writes its record "
-            "(.hydra/, the job log) and vtlab its results there, and nothing is written out of a run directory "
-            "through a link; remove the link"
-        )
+def hydra_writes(config: DictConfig, job_dir: Path) -> list[Path]:
+    """The files Hydra writes into `job_dir` before the job runs: its record (<hydra.output_subdir>/config.yaml,
+    hydra.yaml, overrides.yaml; none when output_subdir is null) and the job log <hydra.job.name>.log."""
+    subdir = config.hydra.get("output_subdir")
+    record = [] if subdir is None else [job_dir / str(subdir) / name for name in HYDRA_RECORD]
+    job = OmegaConf.select(config, "hydra.job.name", default=None)
+    return record + ([job_dir / f"{job}.log"] if job else [])
+
+
+def check_links(paths: list[Path], directory: Path, what: str, key: str) -> None:
+    """LinkError naming the first link on the way from `directory` to one of `paths` that leads out of it and out of
+    the cache (vtlab.core.atomic.link_leaving). `what` and `key` name the directory ("run directory",
+    "hydra.run.dir")."""
+    for path in paths:
+        found = link_leaving(path, [directory, cache_root()])
+        if found is not None:
+            link = found[0]
+            raise LinkError(
+                f"{link}: a link to {real_path(link)}, out of the {what} {directory} ({key}): Hydra would write "
+                f"{path} through it before the run starts, and nothing is written out of a run directory through a "
+                "link; remove the link"
+            )
+
+
+def _sweep_writes(config: DictConfig, sweep: Path) -> list[Path]:
+    """What Hydra writes into the sweep directory `sweep`: its multirun.yaml, and each job's files in every job
+    directory an earlier sweep left there (`hydra_writes`)."""
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() or p.is_symlink()) if sweep.is_dir() else []
+    return [sweep / SWEEP_RECORD, *(path for job in jobs for path in hydra_writes(config, job))]
 
 
 def _inside(config: DictConfig) -> DictConfig | None:
@@ -88,9 +111,9 @@ def _run_root(config: DictConfig) -> tuple[Path, str]:
     return Path(str(inside.source)), "run_dir"
 
 
-def _refuse_links(directory: Path, what: str, key: str) -> None:
+def _refuse_links(paths: list[Path], directory: Path, what: str, key: str) -> None:
     try:
-        check_links(directory, what, key)
+        check_links(paths, directory, what, key)
     except LinkError as err:
         print(one_line(err), file=sys.stderr)
         sys.exit(2)
@@ -107,16 +130,16 @@ def _refuse_unwritable(directory: Path) -> None:
 
 
 class RunDirWritable(Callback):
-    """Hydra callback (conf/config.yaml `hydra.callbacks`, before run_dir_guard): a run (or sweep) directory that holds
-    a link out of it, or cannot be written, is one line and exit 2, before Hydra makes it, writes `.hydra/` or opens
-    its job log there (a sweep: its whole tree, every job directory an earlier sweep left included)."""
+    """Hydra callback (conf/config.yaml `hydra.callbacks`, before run_dir_guard): a run (or sweep) directory that
+    cannot be written, or where a link would carry Hydra's writes out of it, is one line and exit 2, before Hydra
+    makes it, writes `.hydra/` or opens its job log there."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         root, key = _run_root(config)
-        _refuse_links(root, "run directory", key)
+        _refuse_links(hydra_writes(config, _hydra_dir(config)), root, "run directory", key)
         _refuse_unwritable(_hydra_dir(config))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(str(config.hydra.sweep.dir))
-        _refuse_links(sweep, "sweep directory", "hydra.sweep.dir")
+        _refuse_links(_sweep_writes(config, sweep), sweep, "sweep directory", "hydra.sweep.dir")
         _refuse_unwritable(sweep)
