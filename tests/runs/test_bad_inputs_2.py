@@ -356,8 +356,8 @@ def test_a_model_directory_without_weights_is_named_before_loading(tmp_path):
     with pytest.raises(AssetError) as ei:
         Backbone(str(root)).load_model()
     assert str(ei.value) == (
-        f"{root}: no model weights: expected model.safetensors or pytorch_model.bin (or a sharded "
-        "*.index.json with its shards) beside config.json (config key: backbone.name_or_path)"
+        f"{root}: no model weights: expected model.safetensors (or a sharded model.safetensors.index.json with its "
+        "shards) beside config.json (config key: backbone.name_or_path)"
     )
 
 
@@ -469,7 +469,7 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
         ),
         "model_dir_without_weights": (
             [*_EVAL, f"eval.path={bom}", f"backbone.name_or_path={no_weights}"],
-            [f"{no_weights}: no model weights: expected model.safetensors or pytorch_model.bin"],
+            [f"{no_weights}: no model weights: expected model.safetensors (or a sharded"],
         ),
         "absurd_vocab_size": (
             [*_EVAL, f"eval.path={bom}", f"backbone.name_or_path={huge}"],

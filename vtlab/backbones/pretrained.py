@@ -1,5 +1,6 @@
-"""Load any HF masked-LM + tokenizer by hub id, local directory or offline asset, with a uniform MLM decoder
-(vtlab.backbones.heads); bad or missing files and an unreachable hub are one AssetError line naming the config key."""
+"""Load any HF masked-LM + tokenizer by hub id, local directory (admitted first: vtlab.backbones.model_dir) or offline
+asset, with a uniform MLM decoder (vtlab.backbones.heads); bad or missing files and an unreachable hub are one
+AssetError line naming the config key."""
 
 from __future__ import annotations
 
@@ -16,27 +17,14 @@ from torch import nn
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from vtlab.backbones.heads import fix_decoder_bias
+from vtlab.backbones.model_dir import admit_model_dir, auto_map
+from vtlab.backbones.model_dir import check_model_dir as check_model_dir  # also importable beside the loader
+from vtlab.backbones.model_dir import check_tokenizer_dir as check_tokenizer_dir  # also importable beside the loader
 from vtlab.core import hub
 from vtlab.core.assets import looks_like_path, resolve, source_key
-from vtlab.core.errors import AssetError, ConfigError, gib
+from vtlab.core.errors import AssetError, ConfigError
 
 T = TypeVar("T")
-
-
-def _auto_map(source: str) -> list[str]:
-    """The modules:classes a model directory's config.json (or tokenizer_config.json) asks transformers to import."""
-    found: dict[str, None] = {}
-    for name in ("config.json", "tokenizer_config.json"):
-        try:
-            data = json.loads((Path(source) / name).read_text())
-        except (OSError, ValueError):
-            continue
-        auto_map = data.get("auto_map") if isinstance(data, dict) else None
-        for value in (auto_map or {}).values() if isinstance(auto_map, dict) else ():
-            for ref in value if isinstance(value, list) else [value]:
-                if isinstance(ref, str):
-                    found[ref] = None
-    return list(found)
 
 
 def _damaged_weights(source: str, field: str, exc: Exception) -> str:
@@ -71,95 +59,8 @@ def _damaged_json(source: str, field: str) -> str | None:
     return None
 
 
-# ---- a local model directory, checked before transformers reads it -------------------------------------------------
-# The weights transformers loads into a PyTorch model, each also sharded as <name>.index.json + the shards it lists.
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-# config.json sizes that shape the model: each must be a positive integer when present.
-SIZE_KEYS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "max_position_embeddings",
-)
-# Embedding tables config.json sizes as rows × hidden_size. vtlab loads fp32 (4 bytes a value): a table larger than the
-# machine's whole memory cannot be a real model's, only a damaged or edited config.json (transformers would fail
-# allocating it, or after reading every weight, with an error that names no file).
-TABLE_KEYS = {"vocab_size": "word-embedding", "max_position_embeddings": "position-embedding"}
-FP32_BYTES = 4
-
-
-def physical_memory() -> int | None:
-    """Bytes of memory this machine has (None where the OS does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
-def _missing_shards(index: Path) -> list[str]:
-    try:
-        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
-    except (OSError, ValueError, AttributeError):
-        return []  # unreadable: transformers' own error (or _damaged_json) names it
-    return sorted(f for f in set(weight_map.values()) if isinstance(f, str) and not (index.parent / f).is_file())
-
-
-def check_model_dir(source: str, field: str, memory: int | None = None) -> None:
-    """A local model directory must hold config.json and its weights (whole or every shard), and config.json's sizes
-    must be positive integers whose fp32 embedding tables fit in `memory` bytes (default: this machine's): AssetError
-    naming what is missing or the file and key otherwise. Only a directory is checked (hub ids load through the hub)."""
-    root = Path(source)
-    if not root.is_dir():
-        return
-    config = root / "config.json"
-    if not config.is_file():
-        raise AssetError(
-            f"{config}: missing: a model directory needs config.json beside its weights (config key: {field})"
-        )
-    for name in WEIGHT_FILES:
-        index = root / f"{name}.index.json"
-        if (root / name).is_file():
-            break
-        if index.is_file():
-            if missing := _missing_shards(index):
-                raise AssetError(
-                    f"{index}: names {missing[0]}, which is missing from {root} ({len(missing)} shard(s) "
-                    f"missing; config key: {field}): copy or download the whole model"
-                )
-            break
-    else:
-        raise AssetError(
-            f"{root}: no model weights: expected {' or '.join(WEIGHT_FILES)} (or a sharded *.index.json "
-            f"with its shards) beside config.json (config key: {field})"
-        )
-    _check_sizes(config, field, physical_memory() if memory is None else memory)
-
-
-# what a tokenizer directory holds, one of these at least: a fast tokenizer, a WordPiece or BPE vocabulary, a
-# SentencePiece model
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "vocab.txt",
-    "vocab.json",
-    "tokenizer.model",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "sentencepiece.model",
-)
+# ---- the tokenizer a model directory gave -------------------------------------------------------------------------
 _PROBE = "the cat sat on the mat"  # words every tokenizer of a language model knows
-
-
-def check_tokenizer_dir(source: str, field: str) -> None:
-    """A local directory loaded as a tokenizer must hold its files: without them transformers builds a near-empty
-    default tokenizer that maps every word to unknown (and a model trained or evaluated with it scores noise)."""
-    root = Path(source)
-    if root.is_dir() and not any((root / name).is_file() for name in TOKENIZER_FILES):
-        raise AssetError(
-            f"{root}: no tokenizer files: expected {TOKENIZER_FILES[0]} (or {', '.join(TOKENIZER_FILES[1:])}) in the "
-            f"model directory, or name the tokenizer with backbone.tokenizer=<dir or hub id> (config key: {field})"
-        )
 
 
 def check_tokenizer_encodes(tokenizer: Any, source: str, field: str) -> None:
@@ -171,30 +72,6 @@ def check_tokenizer_encodes(tokenizer: Any, source: str, field: str) -> None:
             f"{field}={source!r}: its tokenizer maps {_PROBE!r} to unknown tokens only ({len(ids)} ids): a damaged or "
             "empty vocabulary; expected the model's own tokenizer files"
         )
-
-
-def _check_sizes(config: Path, field: str, memory: int | None) -> None:
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return  # unreadable: _damaged_json names it when transformers fails on it
-    if not isinstance(data, dict):
-        return
-    for key in SIZE_KEYS:
-        value = data.get(key)
-        if key in data and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise AssetError(f"{config}: {key}={value!r}: expected a positive integer (config key: {field})")
-    hidden = data.get("hidden_size")
-    if memory is None or not isinstance(hidden, int):
-        return
-    for key, table in TABLE_KEYS.items():
-        rows = data.get(key)
-        if isinstance(rows, int) and rows * hidden * FP32_BYTES > memory:
-            raise AssetError(
-                f"{config}: {key}={rows}: its {table} table ({rows} × hidden_size={hidden} × {FP32_BYTES} bytes = "
-                f"{gib(rows * hidden * FP32_BYTES)}) is larger than this machine's {gib(memory)} of memory: expected "
-                f"the size the weights were saved with (a damaged or edited config.json?) (config key: {field})"
-            )
 
 
 # ---- how long an input the loaded model takes ---------------------------------------------------------------------
@@ -304,13 +181,25 @@ class Backbone:
             where = f"{source}@{self.revision}" if self.revision and not os.path.isdir(source) else source
             print(
                 f"vtlab: backbone.allow_remote_code=true: importing the Python code of {field}={where}: "
-                f"{', '.join(_auto_map(source)) or 'the modules its config.json auto_map names'}",
+                f"{', '.join(auto_map(source)) or 'the modules its config.json auto_map names'}",
                 file=sys.stderr,
             )
         return True
 
-    def _load(self, loader: Callable[..., T], source: str, field: str, **kwargs: Any) -> T:
-        kwargs["trust_remote_code"] = self._remote_code(source, field)
+    def _load(
+        self,
+        loader: Callable[..., T],
+        source: str,
+        field: str,
+        *,
+        weights: bool = False,
+        tokenizer: bool = False,
+        **kwargs: Any,
+    ) -> T:
+        """`loader(source, **kwargs)` once the directory is admitted (vtlab.backbones.model_dir.admit_model_dir, its
+        `weights` or `tokenizer` files too when the loader reads them), its failures one AssetError line."""
+        kwargs["trust_remote_code"] = code = self._remote_code(source, field)
+        admit_model_dir(source, field, code_allowed=code, weights=weights, tokenizer=tokenizer)
         try:
             return self._load_from(loader, source, field, **kwargs)
         except SafetensorError as exc:
@@ -330,8 +219,8 @@ class Backbone:
                 if damaged is None:
                     raise
                 raise AssetError(damaged) from None
-            raise AssetError(  # transformers refused the model's own code (auto_map): nothing of it ran
-                f"{field}={source!r} contains its own Python code ({', '.join(_auto_map(source)) or 'auto_map'}), "
+            raise AssetError(  # transformers refused a hub model's own code (auto_map): nothing of it ran
+                f"{field}={source!r} contains its own Python code ({', '.join(auto_map(source)) or 'auto_map'}), "
                 "which vtlab does not import: use a model that needs none, or set trust_remote_code: true in its "
                 "backbone config and pass backbone.allow_remote_code=true after reading that code"
             ) from None
@@ -357,9 +246,7 @@ class Backbone:
     # -- public ------------------------------------------------------------------------------------------------------
     def load_tokenizer(self) -> PreTrainedTokenizerBase:
         source, field = self._source(tokenizer=True)
-        if not _auto_map(source):  # a model with its own code may build its tokenizer there (refused without opt-in)
-            check_tokenizer_dir(source, field)
-        tokenizer = self._load(AutoTokenizer.from_pretrained, source, field)
+        tokenizer = self._load(AutoTokenizer.from_pretrained, source, field, tokenizer=True)
         check_tokenizer_encodes(tokenizer, source, field)
         if self.tokenizer:
             self._check_vocab_fits(tokenizer)
@@ -381,19 +268,19 @@ class Backbone:
 
     def load_model(self) -> PreTrainedModel:
         source, field = self._source(tokenizer=False)
-        if self.trust_remote_code or not _auto_map(source):  # else transformers' refusal of its code comes first
-            check_model_dir(source, field)  # what is missing or absurd, named, before transformers reads anything
         # fp32: transformers 5 defaults to dtype="auto", which would keep bf16 hub checkpoints bf16 on CPU.
         kwargs: dict[str, Any] = {"output_loading_info": True, "dtype": torch.float32}
         attn = self.attn_implementation or "sdpa"
         try:
             model, info = self._load(
-                AutoModelForMaskedLM.from_pretrained, source, field, attn_implementation=attn, **kwargs
+                AutoModelForMaskedLM.from_pretrained, source, field, weights=True, attn_implementation=attn, **kwargs
             )
         except (ValueError, ImportError):
             if self.attn_implementation is not None:
                 raise
-            model, info = self._load(AutoModelForMaskedLM.from_pretrained, source, field, **kwargs)  # no sdpa support
+            model, info = self._load(  # no sdpa support
+                AutoModelForMaskedLM.from_pretrained, source, field, weights=True, **kwargs
+            )
         fix_decoder_bias(model, set(info.get("missing_keys", ())))
         if getattr(model, "sparse_prediction", False):
             # ModernBERT's sparse_prediction drops unmasked positions when labels are given: logits would no longer

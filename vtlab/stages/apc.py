@@ -13,11 +13,13 @@ from vtlab.apc.calibration import APC, json_report, summary_line, write_outputs
 from vtlab.core.atomic import atomic_dir
 from vtlab.core.errors import VtlabError
 from vtlab.data.clean import training_passages
-from vtlab.stages.build import build_encoder
+from vtlab.runs.reads import reads
+from vtlab.stages.build import ENCODER_READS, build_encoder
 
 log = logging.getLogger("vtlab")
 
 
+@reads("apc", "data.dev", *ENCODER_READS)
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     if cfg.get("apc") is None:
         raise VtlabError("stage=apc needs an apc config: add apc=p60 (or +apc=p60)")

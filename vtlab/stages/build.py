@@ -14,6 +14,10 @@ from vtlab.vocab.init import Initializer
 from vtlab.vocab.targets import TargetVocab
 from vtlab.vocab.transfer import TransferOptions, transferred_backbone
 
+# the config keys each builder reads, for the stages' declarations (vtlab.runs.reads)
+TRANSFER_READS = ("backbone", "vocab", "init", "transfer")  # transfer_parts, run_backbone
+ENCODER_READS = ("model.encoder", *TRANSFER_READS)  # build_encoder
+
 
 def transfer_parts(cfg: DictConfig) -> tuple[Backbone, TargetVocab, Initializer, TransferOptions]:
     """(backbone, vocab, init, options) built from the run's config."""

@@ -26,7 +26,8 @@ from vtlab.diagnose.report import RESULT_FILE, collect, render
 from vtlab.diagnose.summary import console_summary
 from vtlab.diagnose.tokenizer_fit import tokenize_corpus, tokenizer_fit
 from vtlab.runs.job import config_choice, sweep_dir
-from vtlab.stages.build import build_encoder
+from vtlab.runs.reads import reads
+from vtlab.stages.build import ENCODER_READS, build_encoder
 from vtlab.vocab.canonical import tokenizer_kind
 
 log = logging.getLogger("vtlab")
@@ -38,6 +39,7 @@ def _apc(cfg: DictConfig, settings: DictConfig) -> APC:
     return instantiate(cfg.apc, **overrides) if cfg.get("apc") is not None else APC(percentile=None, **overrides)
 
 
+@reads("diagnose", "apc", "data", *ENCODER_READS)
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     settings = cfg.get("diagnose")
     if settings is None:

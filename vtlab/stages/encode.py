@@ -20,12 +20,14 @@ from hydra.utils import instantiate
 from vtlab.core.atomic import write_json
 from vtlab.core.errors import VtlabError
 from vtlab.models.predict import encode_corpus
+from vtlab.runs.reads import reads
 from vtlab.runtime.precision import trainer_precision
-from vtlab.stages.build import build_encoder
+from vtlab.stages.build import ENCODER_READS, build_encoder
 
 _TRAINER_KEYS = ("accelerator", "devices", "strategy", "num_nodes", "precision")
 
 
+@reads("eval", "trainer", *ENCODER_READS)
 def run(cfg: Any, state: dict[str, Any]) -> dict[str, Any]:
     if cfg.eval is None:
         raise VtlabError("stage=encode encodes the eval collection's corpus: choose an eval (e.g. eval=boolq)")

@@ -15,7 +15,8 @@ from vtlab.core.logs import print_line
 from vtlab.data.collections import judged_queries
 from vtlab.evaluation import EvaluationSuite, average, results_table
 from vtlab.evaluation.baseline import baseline_metrics
-from vtlab.stages.build import build_encoder
+from vtlab.runs.reads import reads
+from vtlab.stages.build import ENCODER_READS, build_encoder
 from vtlab.tracking.loggers import log_results, run_loggers
 
 log = logging.getLogger("vtlab")
@@ -33,6 +34,7 @@ def _baseline(cfg: DictConfig, evaluation, dataset: str) -> dict[str, float]:
     )
 
 
+@reads("eval", "baseline", *ENCODER_READS)
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     if cfg.eval is None:
         return state

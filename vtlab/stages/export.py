@@ -25,7 +25,8 @@ from vtlab.export.run_config import EvalSource, RunConfig
 from vtlab.export.run_encoder import encoder_from_run
 from vtlab.export.sentence_transformers import export_sentence_transformers
 from vtlab.export.vectors import write_vectors
-from vtlab.stages.build import build_encoder
+from vtlab.runs.reads import reads
+from vtlab.stages.build import ENCODER_READS, build_encoder
 
 __all__ = ["run"]
 
@@ -41,6 +42,7 @@ def load_encoder(cfg: DictConfig, run: RunConfig) -> tuple[Any, dict[str, Any]]:
     }
 
 
+@reads("run_dir", "export", "eval", *ENCODER_READS)
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     ex = cfg.export
     base = Path(str(cfg.run_dir)) if cfg.get("run_dir") else Path(cfg.paths.run_dir)

@@ -22,8 +22,9 @@ from vtlab.callbacks.run_config import RunConfigLogger
 from vtlab.callbacks.vocab_transfer import VocabTransferCallback
 from vtlab.core.atomic import atomic_dir
 from vtlab.core.errors import ConfigError
+from vtlab.runs.reads import reads
 from vtlab.runtime.precision import trainer_precision
-from vtlab.stages.build import transfer_parts
+from vtlab.stages.build import TRANSFER_READS, transfer_parts
 from vtlab.tracking.loggers import configured_loggers, resolved_config
 from vtlab.vocab.transfer import transferred_backbone
 
@@ -59,6 +60,7 @@ def tell_callbacks(callbacks: list[pl.Callback], cfg: DictConfig, state: dict[st
             cb.transferred = "backbone" in state
 
 
+@reads("model", "data", "callbacks", "trainer", "seed", *TRANSFER_READS)
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     resume_from = state.get("resume_from")
     # first, while cfg is as composed: instantiating the model resolves nested interpolations in place (e.g. the loss's

@@ -17,7 +17,8 @@ from pytorch_lightning.loggers import CSVLogger, Logger
 
 from vtlab.backbones import Backbone
 from vtlab.models.mlm import check_recipe, train_cached
-from vtlab.stages.build import run_backbone
+from vtlab.runs.reads import reads
+from vtlab.stages.build import TRANSFER_READS, run_backbone
 from vtlab.tracking.loggers import instantiate_logger
 
 log = logging.getLogger("vtlab")
@@ -42,6 +43,7 @@ def adaptation_seed(cfg: DictConfig) -> int:
     return int(cfg.seed if cfg.mlm.get("seed") is None else cfg.mlm.seed)
 
 
+@reads("mlm", "seed", "trainer", *TRANSFER_READS)
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     m = cfg.mlm
     check_recipe(m)

@@ -22,6 +22,7 @@ from vtlab.data.preflight import EVALUATE_STEP, preflight
 from vtlab.export.run_encoder import encoder_from_run
 from vtlab.runs.checks import check_config
 from vtlab.runs.directory import check_run_dir, held_from_start, prepare_run_dir, run_dir_lock, trains
+from vtlab.runs.reads import warn_unread_overrides
 from vtlab.runs.reuse import reuse, reuse_training
 from vtlab.runs.status import exit_code
 from vtlab.tracking.loggers import finish_runs
@@ -47,6 +48,7 @@ def run(cfg: DictConfig, on_start: Callable[[], None] | None = None) -> dict[str
 def _run_stages(cfg: DictConfig, on_start: Callable[[], None] | None) -> dict[str, Any]:
     state: dict[str, Any] = {}
     check_config(cfg)  # values of the wrong kind or range, named by key, before any directory or model is touched
+    warn_unread_overrides(cfg)  # a command line's override that no stage of the run reads: said, then ignored
     run_dir = Path(str(cfg.paths.run_dir))
     _refuse_a_changed_resume(cfg, run_dir)  # before anything reads or records the run's inputs
     preflight(cfg)  # the eval data, the input files and a resume's inputs, checked before the model loads or trains

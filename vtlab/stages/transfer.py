@@ -11,12 +11,14 @@ from omegaconf import DictConfig
 
 from vtlab.core.atomic import atomic_symlink
 from vtlab.core.errors import VtlabError
-from vtlab.stages.build import transfer_parts
+from vtlab.runs.reads import reads
+from vtlab.stages.build import TRANSFER_READS, transfer_parts
 from vtlab.vocab.transfer import cached_transfer
 
 log = logging.getLogger("vtlab")
 
 
+@reads(*TRANSFER_READS)
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     backbone, vocab, init, options = transfer_parts(cfg)
     if not vocab.transfers:
