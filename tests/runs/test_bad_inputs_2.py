@@ -319,6 +319,7 @@ def test_every_checked_key_exists_in_some_config():
             ["trainer=ddp"],
             ["experiment=paper/main/bert-native", "paths.run_dir=x"],
             ["eval=testbed", "+eval.evaluations.squad.index=scipy"],
+            ["stage=export"],
         )
     ]
     assert [key for key in CHECKS if not any(list(values(cfg, key)) for cfg in cfgs)] == []
