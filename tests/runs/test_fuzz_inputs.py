@@ -6,7 +6,12 @@ bytes, a byte order mark, duplicates that agree or conflict, control characters,
 The properties, for every input: the reader returns, or raises an error the entry point reports as one
 `vtlab: error:` line and exit 2 (`vtlab.core.errors.user_error`) — never another exception, which would be a traceback
 and exit 1; the line names the file read; and nothing is written into the input's folder (nor anywhere else: the folder
-is the only place the reader is given)."""
+is the only place the reader is given). When a data reader returns, what it returned is what the file says: every line
+it accepted was valid, so the documented rules applied to the decoded lines (tests/fuzz.py's `expected` of each reader)
+must give the same collection, examples or texts — a dropped line, a coerced id or a grade resolved silently fails.
+
+Valid inputs from a model of their content, each broken by one named mutation, non-regular files and the CLI:
+test_fuzz_oracles.py, test_fuzz_files.py, test_fuzz_models.py, test_fuzz_cli.py."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import os
 from pathlib import Path
 
 import pytest
+from fuzz import FileModel, Raw, beir_expected, beir_view, triplets_expected, triplets_view, vocab_expected
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
@@ -30,7 +36,7 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
-_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
 _scalar = st.one_of(st.none(), st.booleans(), st.integers(-(10**20), 10**20), st.floats(), _text)
 _value = st.recursive(_scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3))
 
@@ -58,7 +64,7 @@ def _broken(line: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
     )
 
 
-def _file(line: st.SearchStrategy[bytes], max_lines: int = 5) -> st.SearchStrategy[bytes]:
+def _file(line: st.SearchStrategy[bytes], max_lines: int = 12) -> st.SearchStrategy[bytes]:
     """Lines joined (some repeated: identical duplicates), newline-terminated or not, \\r\\n or \\n."""
     lines = st.lists(_broken(line), max_size=max_lines).flatmap(
         lambda ls: st.sampled_from([ls, ls + ls[:1], ls[:1] + ls])
@@ -72,11 +78,13 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(root)): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(root.rglob("*"))}
 
 
-def _expect_clean(read, folder: Path, names: list[str]) -> None:
-    """`read()` returns or fails as a one-line user error naming one of `names` (files in `folder`); nothing written."""
+def _expect_clean(read, folder: Path, names: list[str]):
+    """`read()` returns (its result) or fails as a one-line user error naming one of `names` (files in `folder`;
+    then None); nothing written."""
     before = _snapshot(folder)
+    result = None
     try:
-        read()
+        result = read()
     except BaseException as exc:  # noqa: BLE001 - what is raised is the property under test
         shown = user_error(exc)
         assert shown is not None, f"{type(exc).__name__} would be a traceback: {exc!r}"
@@ -84,6 +92,38 @@ def _expect_clean(read, folder: Path, names: list[str]) -> None:
         assert "\n" not in line and "Traceback" not in line
         assert any(name in line for name in names), f"the line names none of {names}: {line}"
     assert _snapshot(folder) == before, "a reader wrote into its input's folder"
+    return result
+
+
+def _lines(data: bytes, bom: bool = True) -> list[str]:
+    """The non-blank lines of an accepted file, as a line reader decodes them (a BOM before the first is no data)."""
+    out = []
+    for n, raw in enumerate(data.split(b"\n"), start=1):
+        line = raw.decode("utf-8-sig" if n == 1 and bom else "utf-8").rstrip("\r\n")
+        if line.strip():
+            out.append(line)
+    return out
+
+
+def _integral(text: str) -> bool:
+    try:
+        return float(text).is_integer()
+    except ValueError:
+        return False
+
+
+def _accepted(kind: str, data: bytes, bom: bool = True) -> FileModel:
+    """An accepted file as records, for tests/fuzz.py's `expected`: every line of it was valid."""
+    lines = _lines(data, bom)
+    if kind == "jsonl":
+        return FileModel("jsonl", [json.loads(line) for line in lines])
+    if kind == "tsv":  # the header: a first line 'query-id' whose grade is not an integer (else a judgment)
+        cols = lines[0].split("\t") if lines else []
+        head = (
+            lines[:1] if cols and cols[0].strip() == "query-id" and (len(cols) != 3 or not _integral(cols[2])) else []
+        )
+        return FileModel("tsv", [*(Raw(h) for h in head), *(line.split("\t") for line in lines[len(head) :])])
+    return FileModel("txt", lines)
 
 
 def _fresh(tmp_path: Path) -> Path:
@@ -113,7 +153,14 @@ def test_a_beir_directory_reads_or_says_which_file_in_one_line(tmp_path: Path, c
     (root / "corpus.jsonl").write_bytes(corpus)
     (root / "queries.jsonl").write_bytes(queries)
     (root / "qrels" / "test.tsv").write_bytes(qrels)
-    _expect_clean(lambda: load_beir(str(root)), root, ["corpus.jsonl", "queries.jsonl", "test.tsv"])
+    got = _expect_clean(lambda: load_beir(str(root)), root, ["corpus.jsonl", "queries.jsonl", "test.tsv"])
+    if got is not None:
+        files = {
+            "corpus.jsonl": _accepted("jsonl", corpus),
+            "queries.jsonl": _accepted("jsonl", queries),
+            "qrels/test.tsv": _accepted("tsv", qrels),
+        }
+        assert beir_view(got) == beir_expected(files)
 
 
 # ---- triplets ----------------------------------------------------------------------------------------------------
@@ -137,7 +184,9 @@ def test_a_triplet_file_reads_or_says_where_in_one_line(tmp_path: Path, content:
     folder = _fresh(tmp_path)
     path = folder / "train.jsonl"
     path.write_bytes(content)
-    _expect_clean(lambda: read_jsonl_triplets(str(path), require_scores=scores), folder, ["train.jsonl"])
+    got = _expect_clean(lambda: read_jsonl_triplets(str(path), require_scores=scores), folder, ["train.jsonl"])
+    if got is not None:  # every line an example (repeats too), in order
+        assert triplets_view(got) == triplets_expected({"train.jsonl": _accepted("jsonl", content, bom=False)})
 
 
 # ---- a vocabulary corpus -----------------------------------------------------------------------------------------
@@ -152,7 +201,9 @@ def test_a_vocabulary_corpus_reads_or_says_where_in_one_line(tmp_path: Path, con
     folder = _fresh(tmp_path)
     path = folder / f"corpus{suffix}"
     path.write_bytes(content)
-    _expect_clean(lambda: read_texts(path, key="vocab.corpus.path"), folder, [path.name])
+    got = _expect_clean(lambda: read_texts(path, key="vocab.corpus.path"), folder, [path.name])
+    if got is not None:
+        assert got == vocab_expected({path.name: _accepted(suffix.lstrip("."), content)})
 
 
 # ---- a recorded run config ----------------------------------------------------------------------------------------

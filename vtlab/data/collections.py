@@ -145,6 +145,17 @@ class _Records:
             log.warning("%s: %d line(s) repeat an earlier %s identically: ignored", path, self.repeats, self.what)
 
 
+MAX_GRADE = 10**6  # a larger qrels grade is no relevance grade; trec_eval would take 8 bytes per level up to it
+
+
+def _grade(score: str) -> int | None:
+    """A qrels grade: an integer, written as one or as an integral float ("2.0"); else None."""
+    try:
+        return int(float(score)) if float(score).is_integer() else None
+    except ValueError:
+        return None
+
+
 def load_beir(path: str, split: str = "test") -> Collection:
     """Load a BEIR-layout directory: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.
 
@@ -181,17 +192,19 @@ def load_beir(path: str, split: str = "test") -> Collection:
     judged = _Records("judgment", "grade")
     for n, (where, line) in enumerate(iter_lines(qrels_path)):
         cols = line.split("\t")
-        if n == 0 and cols[0].strip() == "query-id":
-            continue  # header
+        if n == 0 and cols[0].strip() == "query-id" and (len(cols) != 3 or _grade(cols[2]) is None):
+            continue  # header (a judgment of a query called 'query-id' has an integer grade: it is kept)
         if len(cols) != 3:
             raise DataError(f"{where}: expected 3 tab-separated columns 'query-id corpus-id score', got {len(cols)}")
         qid, did, score = (c.strip() for c in cols)
-        try:
-            grade = int(float(score)) if float(score).is_integer() else None
-        except ValueError:
-            grade = None
+        grade = _grade(score)
         if grade is None:
             raise DataError(f"{where}: column 'score' must be an integer relevance grade, got {score!r}")
+        if abs(grade) > MAX_GRADE:  # the evaluator (trec_eval) allocates a slot per grade level up to the largest
+            raise DataError(
+                f"{where}: column 'score' {score!r} is out of range: expected a relevance grade such as 0-3 "
+                f"(at most {MAX_GRADE:,} either way)"
+            )
         if qid not in all_queries:
             raise DataError(f"{where}: 'query-id' {qid!r} is not in queries.jsonl")
         if did not in corpus:

@@ -4,18 +4,39 @@ corpus.jsonl), or a directory of such files (read in name order). Errors name th
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from vtlab.core.errors import DataError, VtlabError
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """`path` opened for reading in binary; OSError unless it is a regular file (or a link to one): a directory, or a
+    named pipe, which would wait for a writer forever (opened without waiting, then refused)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file: a pipe, a socket or a device", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def iter_lines(path: Path) -> Iterator[tuple[str, str]]:
     """("path:lineno", line) for non-blank lines, streamed, decoded one by one so a bad byte is reported where it is.
     A UTF-8 byte order mark before the first line (as some Windows editors save) is not part of the data."""
     try:
-        f = path.open("rb")
+        f = open_regular(path)
     except OSError as e:
         raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
     with f:
@@ -29,18 +50,43 @@ def iter_lines(path: Path) -> Iterator[tuple[str, str]]:
                 yield where, line
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    obj = dict(pairs)
+    if len(obj) < len(pairs):  # json.loads would keep the last value silently
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
 def json_line(where: str, line: str) -> object:
-    """One JSON value of a JSONL line; DataError naming `where` and the column when it is not JSON. (json's own
-    message may end in "at", as "Unterminated string starting at": the column follows it once, not "at at".)"""
+    """One JSON value of a JSONL line; DataError naming `where` and the column when it is not JSON, when an object
+    holds a key twice (json would keep the last value without a word), when a number has more digits than Python
+    converts or the nesting is deeper than it parses. (json's own message may end in "at", as "Unterminated string
+    starting at": the column follows it once, not "at at".)"""
     try:
-        return json.loads(line)
+        return json.loads(line, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         msg = e.msg.removesuffix(" at")
         raise DataError(f"{where}: invalid JSON ({msg} at column {e.colno})") from None
+    except _DuplicateKey as e:
+        raise DataError(f"{where}: key {e.key!r} appears twice in one JSON object (expected each key once)") from None
+    except (ValueError, RecursionError) as e:  # an integer past sys.get_int_max_str_digits(); nesting too deep
+        raise DataError(f"{where}: invalid JSON ({' '.join(str(e).split())[:200]})") from None
 
 
 def _read_txt(path: Path, field: str, key: str) -> Iterator[str]:
-    return (line for _, line in iter_lines(path))
+    for where, line in iter_lines(path):
+        if "\0" in line:  # UTF-16 or binary bytes that happen to be valid UTF-8: not texts to learn from
+            raise DataError(f"{where}: a NUL character: not a line of text (a UTF-16 or binary file?); expected UTF-8")
+        yield line
 
 
 def _read_jsonl(path: Path, field: str, key: str) -> Iterator[str]:
@@ -65,7 +111,12 @@ def text_files(path: str | Path, key: str) -> list[Path]:
     if p.is_dir():
         if (p / "corpus.jsonl").is_file():
             return [p / "corpus.jsonl"]
-        files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in READERS)
+        files = sorted(f for f in p.iterdir() if f.suffix.lower() in READERS)
+        if odd := next((f for f in files if not f.is_file()), None):  # a broken link: its texts would go missing
+            raise VtlabError(
+                f"{key}={str(path)!r}: {odd.name} is not a readable file (a broken link, a directory or a pipe): "
+                "expected only .txt and .jsonl files to read, or remove it"
+            )
         if not files:
             raise VtlabError(
                 f"{key}={str(path)!r}: the directory has no corpus.jsonl and no {' or '.join(READERS)} files"

@@ -11,13 +11,12 @@ import logging
 import math
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from vtlab.core.atomic import atomic_write_text
 from vtlab.core.errors import DataError
 from vtlab.data.examples import TripletExample, Triplets
-from vtlab.data.text_files import json_line
+from vtlab.data.text_files import json_line, open_regular
 
 log = logging.getLogger("vtlab")
 
@@ -123,7 +122,8 @@ def parse_triplet(obj: Any, where: str, require_scores: bool = False) -> Triplet
 def _json_lines(path: str, what: str) -> list[tuple[str, Any]]:
     """("path:lineno", decoded JSON value) for every non-blank line; DataError naming the line otherwise."""
     try:
-        raw = Path(path).read_bytes()
+        with open_regular(path) as f:  # a named pipe is refused, not waited on
+            raw = f.read()
     except OSError as e:
         raise DataError(f"{path}: cannot read {what} ({e.strerror or e})") from None
     out: list[tuple[str, Any]] = []

@@ -86,9 +86,11 @@ def _load_yaml(path: Path) -> Any:
 
 
 def _load_json(path: Path, what: str) -> dict[str, Any]:
+    if path.exists() and not path.is_file():  # a directory; a named pipe, which a read would wait on forever
+        raise ReportError(f"{path}: malformed {what} (not a regular file)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ReportError(f"{path}: malformed {what} ({' '.join(str(exc).split())})") from exc
     if not isinstance(data, dict):
         raise ReportError(f"{path}: malformed {what} (expected a JSON object, got {type(data).__name__})")

@@ -20,7 +20,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from vtlab.runs.directory import trains
 from vtlab.runs.status import job_dirs, read_status
@@ -71,9 +73,25 @@ def find_equal_run(
                 continue
             if holding is not None and not (job / holding).is_file():
                 continue
-            if _is_done(job) and comparable(OmegaConf.load(job / ".hydra" / "config.yaml"), ignored) == want:
-                return job
+            if _is_done(job) and (recorded := _recorded_config(job)) is not None:
+                if comparable(recorded, ignored) == want:
+                    return job
     return None
+
+
+def _recorded_config(job: Path) -> DictConfig | None:
+    """The job's `.hydra/config.yaml`; None (and a warning naming it) when it is unreadable or no mapping: a job whose
+    config cannot be compared is not reused."""
+    path = job / ".hydra" / "config.yaml"
+    try:
+        cfg = OmegaConf.load(path)
+    except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException, RecursionError) as exc:
+        log.warning("reuse: %s is unreadable (%s): that job is not reused", path, " ".join(str(exc).split())[:200])
+        return None
+    if not isinstance(cfg, DictConfig):
+        log.warning("reuse: %s holds no mapping of config keys: that job is not reused", path)
+        return None
+    return cfg
 
 
 def copy_results(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:

@@ -211,8 +211,18 @@ def _state(job: Path) -> str:
 
 
 def read_status(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run's status record, None without status.json; ValueError (or OSError) when it is unreadable or no JSON
+    object, which its readers count as a run that did not finish."""
     path = Path(run_dir) / STATUS_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(record).__name__}")
+    return record
 
 
 def job_dirs(sweep: Path) -> list[Path]:
