@@ -19,6 +19,7 @@ from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import file_lock, json_hash, stable_hash
 from vtlab.core.cache_keys import settings_key, tokenizer_key
 from vtlab.core.errors import VtlabError
+from vtlab.core.json_files import read_json
 
 log = logging.getLogger("vtlab")
 
@@ -100,7 +101,7 @@ def calibrate_cached(apc: APC, encoder: Any, texts: list[str]) -> dict[str, Any]
             with torch.no_grad():
                 for i, bias in enumerate(_biases(encoder)):
                     bias.copy_(stored[f"bias{i}"].to(bias.device, bias.dtype))
-            report = json.loads((out / "report.json").read_text())
+            report = read_json(out / "report.json", dict, "an APC calibration's report: delete its folder to rebuild")
             report.update({k: stored[k] for k in ("samples", "samples_after")})
             log.info("apc: cached calibration %s", out)
             return report

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import atomic_write_text, file_lock, json_hash
 from vtlab.core.cache_keys import settings_key
 from vtlab.core.errors import DataError
+from vtlab.core.json_files import read_json
 from vtlab.data.examples import TripletExample, Triplets
 
 VERSION = "t1"  # bump when what a score means changes, so cached scores are recomputed
@@ -71,12 +73,20 @@ def _stored(path: Path, examples: Sequence[TripletExample]) -> list | None:
     """The score lists at `path` (None where there is no file), checked to hold one list per example."""
     if not path.is_file():
         return None
-    try:
-        scores = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise DataError(f"{path}: unreadable teacher scores ({e}); delete it to recompute") from e
-    if not isinstance(scores, list) or len(scores) != len(examples):
-        raise DataError(f"{path}: expected a list of {len(examples)} score lists; delete it to recompute")
+    what = f"teacher scores: a list of {len(examples)} score lists; delete it to recompute"
+    scores = read_json(path, list, what, DataError)
+    if len(scores) != len(examples):
+        raise DataError(f"{path}: {len(scores)} score lists, expected {len(examples)}; delete it to recompute")
+    for i, (row, ex) in enumerate(zip(scores, examples, strict=True)):
+        if (
+            not isinstance(row, list)
+            or len(row) != 1 + len(ex.negatives)
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in row)
+        ):
+            raise DataError(
+                f"{path}: score list {i} is {str(row)[:80]}, expected {1 + len(ex.negatives)} finite numbers "
+                "(its positive and negatives); delete it to recompute"
+            )
     return scores
 
 

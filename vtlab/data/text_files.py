@@ -4,32 +4,11 @@ corpus.jsonl), or a directory of such files (read in name order). Errors name th
 
 from __future__ import annotations
 
-import errno
-import json
-import os
-import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 from vtlab.core.errors import DataError, VtlabError
-
-
-def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
-    """`path` opened for reading in binary; OSError unless it is a regular file (or a link to one): a directory, or a
-    named pipe, which would wait for a writer forever (opened without waiting, then refused)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, "not a regular file: a pipe, a socket or a device", str(path))
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+from vtlab.core.json_files import open_regular, parse_json
 
 
 def iter_lines(path: Path) -> Iterator[tuple[str, str]]:
@@ -50,36 +29,9 @@ def iter_lines(path: Path) -> Iterator[tuple[str, str]]:
                 yield where, line
 
 
-class _DuplicateKey(Exception):
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    obj = dict(pairs)
-    if len(obj) < len(pairs):  # json.loads would keep the last value silently
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
-    return obj
-
-
 def json_line(where: str, line: str) -> object:
-    """One JSON value of a JSONL line; DataError naming `where` and the column when it is not JSON, when an object
-    holds a key twice (json would keep the last value without a word), when a number has more digits than Python
-    converts or the nesting is deeper than it parses. (json's own message may end in "at", as "Unterminated string
-    starting at": the column follows it once, not "at at".)"""
-    try:
-        return json.loads(line, object_pairs_hook=_unique_keys)
-    except json.JSONDecodeError as e:
-        msg = e.msg.removesuffix(" at")
-        raise DataError(f"{where}: invalid JSON ({msg} at column {e.colno})") from None
-    except _DuplicateKey as e:
-        raise DataError(f"{where}: key {e.key!r} appears twice in one JSON object (expected each key once)") from None
-    except (ValueError, RecursionError) as e:  # an integer past sys.get_int_max_str_digits(); nesting too deep
-        raise DataError(f"{where}: invalid JSON ({' '.join(str(e).split())[:200]})") from None
+    """One JSON value of a JSONL line; DataError naming `where` (vtlab.core.json_files.parse_json says when)."""
+    return parse_json(where, line, DataError)
 
 
 def _read_txt(path: Path, field: str, key: str) -> Iterator[str]:

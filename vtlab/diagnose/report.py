@@ -8,7 +8,6 @@ vtlab/diagnose/markdown.py.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 from vtlab.core.atomic import atomic_write, write_json
 from vtlab.core.errors import VtlabError
+from vtlab.core.json_files import read_json
 from vtlab.diagnose.markdown import report_markdown
 from vtlab.diagnose.plots import render_plots
 from vtlab.diagnose.verdict import best, rank, suggest
@@ -35,10 +35,9 @@ def collect(root: str | Path) -> list[dict[str, Any]]:
         return [(0, int(s)) if s.isdigit() else (1, s) for s in p.parts]
 
     for path in sorted(root.rglob(RESULT_FILE), key=order):
-        try:
-            result = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise VtlabError(f"{path}: unreadable diagnose result ({e})") from None
+        result = read_json(path, dict, "a diagnose result")
+        if not isinstance(result.get("candidate"), dict):
+            raise VtlabError(f'{path}: not a diagnose result (no "candidate" object)')
         result["candidate"]["job_dir"] = str(path.parent)
         results.append(result)
     return unique_labels(results)

@@ -4,7 +4,6 @@ vtlab.export.onnx.export_onnx."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from vtlab.core.errors import VtlabError
+from vtlab.core.json_files import read_json
 
 MANIFEST = "onnx.json"
 INPUTS = ("input_ids", "attention_mask")
@@ -42,12 +42,23 @@ class OnnxSparseEncoder:
         self.path = Path(path)
         if not (self.path / MANIFEST).is_file():
             raise VtlabError(f"{self.path}: no {MANIFEST} (not a directory written by export.onnx=true)")
-        self.manifest = json.loads((self.path / MANIFEST).read_text())
-        self.max_length = {k: int(v) for k, v in self.manifest["encoder"]["max_length"].items()}
-        self.vocab_size = int(self.manifest["encoder"]["vocab_size"])
+        self.manifest = read_json(self.path / MANIFEST, dict, "the manifest export.onnx=true writes")
+        try:
+            self.max_length = {str(k): int(v) for k, v in self.manifest["encoder"]["max_length"].items()}
+            self.vocab_size = int(self.manifest["encoder"]["vocab_size"])
+            pad_id, pad_token = int(self.manifest["pad_id"]), str(self.manifest["pad_token"])
+            graphs = list(dict.fromkeys(n for n in self.manifest["sides"].values() if n is not None))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise VtlabError(
+                f"{self.path / MANIFEST}: not the manifest export.onnx=true writes ({type(e).__name__}: {e}); "
+                "export the model again"
+            ) from None
+        for name in graphs:
+            if not isinstance(name, str) or Path(name).name != name or not (self.path / name).is_file():
+                raise VtlabError(f"{self.path / MANIFEST}: names the graph {name!r}, which is no file in {self.path}")
         self.tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
         self.tokenizer.no_truncation()
-        self.tokenizer.enable_padding(pad_id=int(self.manifest["pad_id"]), pad_token=self.manifest["pad_token"])
+        self.tokenizer.enable_padding(pad_id=pad_id, pad_token=pad_token)
         options = ort.SessionOptions()
         # the graph materializes [batch, length, vocabulary] logits; ORT's arena would keep such blocks of every
         # batch shape (SPLADE-tiny, 64 passages of 120-256 tokens: peak RSS 4.4 GB with the arena, 2.2 GB without)
@@ -57,7 +68,7 @@ class OnnxSparseEncoder:
             options.inter_op_num_threads = 1
         self.sessions = {
             name: ort.InferenceSession(str(self.path / name), options, providers=["CPUExecutionProvider"])
-            for name in dict.fromkeys(n for n in self.manifest["sides"].values() if n is not None)
+            for name in graphs
         }
 
     def features(self, texts: Sequence[str], side: str) -> dict[str, np.ndarray]:

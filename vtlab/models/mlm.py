@@ -27,6 +27,7 @@ from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import file_lock
 from vtlab.core.cache_keys import settings_key
 from vtlab.core.errors import VtlabError
+from vtlab.core.json_files import read_json
 from vtlab.data.text import TextDataModule
 from vtlab.models.head_fit import fit_head, head_inputs, span_batches
 from vtlab.models.optim import configure_optimizers
@@ -284,7 +285,7 @@ def train_cached(
             log_dir = log_dir or out.with_name(out.name + ".logs")
             default = [CSVLogger(save_dir=str(log_dir), name="csv", version="")]
             _train(m, start, preprocess, out, log_dir, seed, trainer_cfg, loggers(log_dir) if loggers else default)
-    return out, json.loads((out / _DONE).read_text())
+    return out, read_json(out / _DONE, dict, "an MLM adaptation's record: delete its directory to rebuild")
 
 
 def _save(model: Any, tokenizer: Any, out: Path, report: dict[str, Any]) -> None:

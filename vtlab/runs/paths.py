@@ -22,7 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from vtlab.core.atomic import link_out_of, real_path, within
-from vtlab.core.errors import ConfigError
+from vtlab.core.errors import ConfigError, VtlabError
+from vtlab.core.json_files import read_json
 
 EXPORT_MANIFEST = "vtlab_export.json"  # what vtlab.export.sentence_transformers writes into every export
 # Keys whose value becomes one path component: the run directory under outputs/ (name, and the parts of the default
@@ -145,6 +146,19 @@ def output_problem(
     return None
 
 
+def is_export(directory: Path) -> bool:
+    """Whether `directory` holds an export's EXPORT_MANIFEST as the export writes it: a regular file in the directory
+    itself (not a link to one elsewhere) holding a JSON object with the exported "encoder". A file of that name that is
+    empty, damaged or linked in does not make a folder an export that export.overwrite=true may replace."""
+    manifest = directory / EXPORT_MANIFEST
+    if manifest.is_symlink() or not manifest.is_file():
+        return False
+    try:
+        return isinstance(read_json(manifest, dict).get("encoder"), dict)
+    except VtlabError:
+        return False
+
+
 def check_export_target(out: Path, overwrite: bool, key: str = "export.out") -> bool:
     """Whether `out` (a directory replaced as a whole) holds something to replace; ConfigError if that is not allowed:
     a file, or a non-empty directory without overwrite, or with overwrite one that is no earlier export."""
@@ -152,7 +166,7 @@ def check_export_target(out: Path, overwrite: bool, key: str = "export.out") -> 
         raise ConfigError(f"{key}={out}: exists and is not a directory", key=key)
     if not (out.is_dir() and any(out.iterdir())):
         return False
-    earlier = (out / EXPORT_MANIFEST).is_file()
+    earlier = is_export(out)
     if not overwrite:
         fix = (
             "set export.overwrite=true to replace it"

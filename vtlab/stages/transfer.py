@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from omegaconf import DictConfig
 
 from vtlab.core.atomic import atomic_symlink
 from vtlab.core.errors import VtlabError
+from vtlab.core.json_files import read_json
 from vtlab.runs.reads import reads
 from vtlab.stages.build import TRANSFER_READS, transfer_parts
 from vtlab.vocab.transfer import cached_transfer
@@ -29,7 +29,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     cached = cached_transfer(backbone, vocab, init, options)
     out = Path(cfg.paths.run_dir) / "transfer"
     atomic_symlink(cached, out)
-    report = json.loads((cached / "transfer_report.json").read_text())
+    report = read_json(cached / "transfer_report.json", dict, "a transfer's report: delete its directory to rebuild")
     print(f"transferred model: {out} -> {cached}")
     print(f"overlap: {report['overlap']}  init: {report['init']}  ({report['seconds']:.1f}s)")
     return {**state, "transferred_dir": cached, "transfer_report": report}
