@@ -73,10 +73,10 @@ def test_a_damaged_score_file_is_named(empty_cache):
     teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
     (path,) = (empty_cache / "teacher-scores").glob("tiny-q32-d64-*.json")
     path.write_text(json.dumps([[1.0, 2.0]]))
-    with pytest.raises(DataError, match=f"{path}: expected a list of 2 score lists"):
+    with pytest.raises(DataError, match=f"{path}: 1 score lists, expected 2; delete it to recompute"):
         teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
     path.write_text("[[1.0")
-    with pytest.raises(DataError, match=f"{path}: unreadable teacher scores"):
+    with pytest.raises(DataError, match=f"{path}: invalid JSON"):
         teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
     with pytest.raises(DataError, match="name='a/b'"):
         teacher_scored(EXAMPLES, _teacher, name="a/b")

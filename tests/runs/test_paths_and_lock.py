@@ -213,7 +213,7 @@ def test_overwrite_replaces_only_an_earlier_export_or_an_empty_directory(tmp_pat
     empty, export, other, file = tmp_path / "empty", tmp_path / "export", tmp_path / "data", tmp_path / "f"
     empty.mkdir()
     export.mkdir()
-    (export / MANIFEST).write_text("{}")
+    (export / MANIFEST).write_text('{"encoder": {}}')  # what an export records: its encoder
     other.mkdir()
     (other / "corpus.jsonl").write_text("{}\n")
     file.write_text("x")
