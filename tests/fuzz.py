@@ -40,6 +40,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from vtlab.core.errors import one_line, user_error
+from vtlab.core.integrity import sha256_file
 
 # ---- settings -------------------------------------------------------------------------------------------------------
 
@@ -742,20 +743,12 @@ def snapshot(root: Path) -> dict[str, tuple]:
             if not os.access(p, os.R_OK) and os.geteuid() != 0:
                 out[str(p.relative_to(root))] = ("unreadable", st_.st_size, st_.st_mtime_ns)
                 continue
-            out[str(p.relative_to(root))] = ("file", st_.st_size, st_.st_mtime_ns, _sha256(p))
+            out[str(p.relative_to(root))] = ("file", st_.st_size, st_.st_mtime_ns, sha256_file(p))
         elif stat.S_ISLNK(st_.st_mode):
             out[str(p.relative_to(root))] = ("link", os.readlink(p))
         else:
             out[str(p.relative_to(root))] = (stat.S_IFMT(st_.st_mode), st_.st_mtime_ns)
     return out
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def strings_only(value: Any, where: str = "result") -> None:

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from vtlab.core.errors import DiskError, note_write_roots, one_line
 from vtlab.core.logs import guard_log_files, quiet_third_party
-from vtlab.core.paths import CONF_DIR
+from vtlab.core.paths import CONF_DIR, cache_root
 from vtlab.runs.directory import LAST_CKPT, release_run_dir_lock, trains
 from vtlab.runs.overrides import bad_override
 from vtlab.runs.signals import (
@@ -45,7 +45,7 @@ def main(cfg: DictConfig) -> None:
     # freed activations stay in the process for the next batch, not refaulted (vtlab.runtime.allocator)
     keep_freed_memory()
     # an error that names no file (safetensors' "No space left on device (os error 28)") is placed among these
-    note_write_roots(cfg.paths.run_dir, os.environ.get("VTLAB_CACHE") or os.path.expanduser("~/.cache/vtlab"))
+    note_write_roots(cfg.paths.run_dir, cache_root())
     hc = HydraConfig.get()
     # TERM (a scheduler's kill, `timeout`), HUP (a dropped ssh session), QUIT, USR1/2 as an exception, like Ctrl-C:
     # status.json and the exit code tell

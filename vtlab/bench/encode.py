@@ -47,7 +47,7 @@ from vtlab.core.choices import OnnxInt8Target
 from vtlab.data.boolq import boolq_collection
 
 # torch-free; onnxruntime is imported only when used
-from vtlab.export.onnx_int8 import quantize_graphs
+from vtlab.export.onnx_int8 import QUANTIZATION_VERSION, quantize_graphs
 from vtlab.export.onnx_runtime import GRAPH_VERSION, MANIFEST, OnnxSparseEncoder
 from vtlab.runtime.allocator import keep_freed_memory
 
@@ -114,7 +114,7 @@ def onnx_int8_dir(name: str, target: OnnxInt8Target) -> Path:
     """onnx_dir(name) quantized for `target` by vtlab.export.onnx_int8.quantize_graphs, written once into the cache
     beside it."""
     src = onnx_dir(name)
-    out = src.with_name(f"{src.name}-int8-{target}")
+    out = src.with_name(f"{src.name}-int8-{target}-q{QUANTIZATION_VERSION}")
     if not (out / MANIFEST).is_file():
         build_dir(
             out, lambda tmp: quantize_graphs(src, tmp, target), lambda d: (d / MANIFEST).is_file(), disk_errors=False

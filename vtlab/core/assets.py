@@ -24,6 +24,7 @@ from typing import Any, Literal
 from vtlab.core.atomic import atomic_path
 from vtlab.core.errors import AssetError
 from vtlab.core.integrity import content_key
+from vtlab.core.paths import cache_root
 
 log = logging.getLogger("vtlab")
 
@@ -277,7 +278,7 @@ def asset_path(name: str, verify: bool = False) -> Path:
 def cache_dir(*parts: str) -> Path:
     """`$VTLAB_CACHE` (or ~/.cache/vtlab) joined with `parts`; created. Each folder from the cache root down is one that
     no other user can write into (`closed_to_others`)."""
-    root = os.environ.get("VTLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "vtlab")
+    root = cache_root()
     path = Path(root, *parts)
     path.mkdir(parents=True, exist_ok=True)
     for depth in range(len(parts) + 1):

@@ -15,6 +15,11 @@ from typing import Any, BinaryIO
 from vtlab.core.errors import VtlabError
 
 
+class JsonFileError(VtlabError, ValueError):
+    """A JSON file that cannot be read as what it should hold (a ValueError too: its readers that count such a file
+    as absent or unfinished catch ValueError)."""
+
+
 def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     """`path` opened for reading in binary; OSError unless it is a regular file (or a link to one): a directory, or a
     named pipe, which would wait for a writer forever (opened without waiting, then refused)."""
@@ -48,7 +53,7 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return obj
 
 
-def parse_json(where: str, text: str, error: type[VtlabError] = VtlabError) -> Any:
+def parse_json(where: str, text: str, error: type[VtlabError] = JsonFileError) -> Any:
     """One JSON value; `error` naming `where` (and the column) when it is not JSON, when an object holds a key twice,
     when a number has more digits than Python converts or the nesting is deeper than it parses. (json's own message
     may end in "at", as "Unterminated string starting at": the column follows it once, not "at at".)"""
@@ -64,7 +69,7 @@ def parse_json(where: str, text: str, error: type[VtlabError] = VtlabError) -> A
 
 
 def read_json(
-    path: str | os.PathLike[str], expected: type = dict, what: str = "", error: type[VtlabError] = VtlabError
+    path: str | os.PathLike[str], expected: type = dict, what: str = "", error: type[VtlabError] = JsonFileError
 ) -> Any:
     """The JSON value in the file at `path`, which must be a regular file in UTF-8 holding an `expected` (dict: an
     object; list: an array) at its top; else `error`, one line naming the file and what it should hold (`what`)."""

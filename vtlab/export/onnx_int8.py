@@ -32,6 +32,7 @@ import numpy as np
 from vtlab.core.choices import OnnxInt8Target
 from vtlab.export.onnx_runtime import MANIFEST
 
+QUANTIZATION_VERSION = 1  # bump when quantize_graphs' settings change: cached int8 graphs are named by it
 INT16_MAX = 32767
 UINT8_MAX = 255
 
@@ -104,6 +105,7 @@ def quantize_graphs(src: Path, dst: Path, target: OnnxInt8Target) -> None:
         root.setLevel(level)
     manifest["quantization"] = {
         "method": "onnxruntime.quantization.quantize_dynamic",
+        "version": QUANTIZATION_VERSION,
         "onnxruntime": onnxruntime.__version__,
         "target": target,
         **settings,

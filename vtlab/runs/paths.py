@@ -14,7 +14,6 @@ any directory is made (RunDirGuard, before Hydra creates the run directory) and 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from vtlab.core.atomic import link_out_of, real_path, within
 from vtlab.core.errors import ConfigError, VtlabError
 from vtlab.core.json_files import read_json
+from vtlab.core.paths import cache_root
 
 EXPORT_MANIFEST = "vtlab_export.json"  # what vtlab.export.sentence_transformers writes into every export
 # Keys whose value becomes one path component: the run directory under outputs/ (name, and the parts of the default
@@ -32,11 +32,6 @@ EXPORT_MANIFEST = "vtlab_export.json"  # what vtlab.export.sentence_transformers
 NAME_KEYS = ("stage.name", "backbone.name", "vocab.name", "init.name", "start.name", "eval.name", "name")
 NAME_MAP_KEYS = ("eval.evaluations",)  # mappings whose keys become directory names (eval/<key>/)
 EXPORT_SUBDIRS = {"export.out": "sparse-encoder", "export.vectors.dir": "vectors"}  # the defaults, in the run
-
-
-def cache_root() -> Path:
-    """$VTLAB_CACHE or ~/.cache/vtlab, as vtlab.core.assets.cache_dir finds it (without creating it)."""
-    return Path(os.environ.get("VTLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "vtlab"))
 
 
 def is_run_dir(path: Path) -> bool:

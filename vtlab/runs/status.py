@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 
 from vtlab.core.atomic import atomic_write, atomic_write_bytes, write_json
 from vtlab.core.errors import DiskError, disk_problem, one_line, user_error
+from vtlab.core.json_files import read_json
 from vtlab.runs.signals import interrupting_signal
 
 STATUS_FILE = "status.json"
@@ -211,18 +212,10 @@ def _state(job: Path) -> str:
 
 
 def read_status(run_dir: str | Path) -> dict[str, Any] | None:
-    """The run's status record, None without status.json; ValueError (or OSError) when it is unreadable or no JSON
-    object, which its readers count as a run that did not finish."""
+    """The run's status record, None without status.json; JsonFileError (a ValueError) when it is unreadable or no
+    JSON object, which its readers count as a run that did not finish."""
     path = Path(run_dir) / STATUS_FILE
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise ValueError(f"{path}: nested too deeply") from None
-    if not isinstance(record, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(record).__name__}")
-    return record
+    return read_json(path, dict, "a run's status record") if path.is_file() else None
 
 
 def job_dirs(sweep: Path) -> list[Path]:
