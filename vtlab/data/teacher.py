@@ -50,8 +50,15 @@ def _score(teacher: TeacherEncoder, examples: Sequence[TripletExample], batch_si
     docs = list(dict.fromkeys(d for ex in examples for d in [ex.positive, *ex.negatives]))
     q_row = {q: i for i, q in enumerate(queries)}
     d_row = {d: i for i, d in enumerate(docs)}
-    qv = teacher.encode(queries, side="query", batch_size=batch_size, show_progress=False)
-    dv = teacher.encode(docs, side="doc", batch_size=batch_size, show_progress=False)
+    log.info(
+        "teacher scores: encoding %s queries and %s passages of %s triplets with %s",
+        f"{len(queries):,}",
+        f"{len(docs):,}",
+        f"{len(examples):,}",
+        type(teacher).__name__,
+    )  # the encoder's progress follows (vtlab.core.progress)
+    qv = teacher.encode(queries, side="query", batch_size=batch_size)
+    dv = teacher.encode(docs, side="doc", batch_size=batch_size)
     out = []
     for ex in examples:
         rows = [d_row[d] for d in [ex.positive, *ex.negatives]]

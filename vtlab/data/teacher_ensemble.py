@@ -123,7 +123,11 @@ def ensemble_scored(
     path = teacher.score_file("ensemble", examples, spec)
 
     def compute() -> list[list[float]]:
-        raw = {label: member_scores(label, members[label], examples) for label in shares if shares[label]}
+        used = [label for label in shares if shares[label]]
+        raw = {}
+        for i, label in enumerate(used, 1):
+            log.info("ensemble teacher: member %d/%d, %s", i, len(used), names[label])
+            raw[label] = member_scores(label, members[label], examples)
         return combine(raw, shares, float(scale))
 
     scores = teacher.cached_scores(path, examples, compute)

@@ -25,10 +25,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from vtlab.core.errors import VtlabError
+from vtlab.core.progress import progress
 from vtlab.data.collections import Collection, check_collection
 from vtlab.evaluation.budgets import Budget, parse_budgets, search_budgets
 from vtlab.evaluation.metrics import DEFAULT_MEASURES, _means, _parse_measures, per_query_metrics, sparsity_stats
 from vtlab.evaluation.outputs import write_outputs
+from vtlab.evaluation.vector_check import model_label, warn_if_useless
 from vtlab.index import index_factory, index_names
 from vtlab.index.inverted import InvertedIndex, to_run
 
@@ -39,7 +41,9 @@ class SparseEncoder(Protocol):
     """What evaluation needs from a model. Only `encode` is called: query encoding may involve no network.
 
     An encoder may also have `fit_corpus(texts)`, called with the collection's documents before encoding, to compute
-    corpus statistics it lacks (the inference-free query IDF when no training corpus gave one).
+    corpus statistics it lacks (the inference-free query IDF when no training corpus gave one), and its `encode` may
+    take `first_batch`, a callable it hands the first batch's vectors before encoding the others (SpladeEncoder): the
+    warning about dense or empty vectors (vtlab.evaluation.vector_check) then comes before the long phase, not after.
     """
 
     vocab_size: int
@@ -68,12 +72,18 @@ def _encode(
     vocab: int,
     batch_size: int,
     show_progress: bool,
+    check: Callable[[sp.csr_matrix], Any] | None = None,
 ) -> tuple[sp.csr_matrix, float]:
-    """(checked float32 csr matrix, seconds the encoder took)."""
+    """(checked float32 csr matrix, seconds the encoder took). `check` sees the first batch's vectors: handed to an
+    encoder whose encode takes `first_batch` (SpladeEncoder: before the other batches), else the first rows after."""
+    tap = {"first_batch": check} if check is not None and _accepts(encoder.encode, "first_batch") else {}
     t = time.perf_counter()
-    x = encoder.encode(texts, side=side, batch_size=batch_size, show_progress=show_progress)
+    x = encoder.encode(texts, side=side, batch_size=batch_size, show_progress=show_progress, **tap)
     seconds = time.perf_counter() - t
-    return _check_encoded(x, len(texts), vocab, side), seconds
+    x = _check_encoded(x, len(texts), vocab, side)
+    if check is not None and not tap:
+        check(x[:batch_size])
+    return x, seconds
 
 
 def _retrieve(
@@ -83,13 +93,21 @@ def _retrieve(
     query_ids: list[str],
     doc_ids: list[str],
     top_k: int,
+    show_progress: bool = True,
 ) -> tuple[Any, dict[str, dict[str, float]], float, float]:
-    """(index, run {query id: {doc id: score}}, index build seconds, search seconds)."""
+    """(index, run {query id: {doc id: score}}, index build seconds, search seconds). Off a terminal, each phase
+    says how far it got (vtlab.core.progress); on one, as before, nothing."""
     t = time.perf_counter()
-    idx = build_index(d, doc_ids)
+    with progress(len(doc_ids), "passages", "indexing", show_progress, terminal_bar=False) as bar:
+        idx = build_index(d, doc_ids)
+        bar.update(len(doc_ids))
     index_build_s = time.perf_counter() - t
     t = time.perf_counter()
-    scores, indices = idx.search(q, k=top_k)
+    with progress(len(query_ids), "queries", "searching", show_progress, terminal_bar=False) as bar:
+        tap = {"progress": bar.update} if _accepts(idx.search, "progress") else {}
+        scores, indices = idx.search(q, k=top_k, **tap)
+        if not tap:
+            bar.update(len(query_ids))
     search_s = time.perf_counter() - t
     return idx, to_run(np.asarray(scores), np.asarray(indices), query_ids, doc_ids), index_build_s, search_s
 
@@ -162,8 +180,17 @@ def evaluate(
     q, encode_query_s = _encode(
         encoder, [collection.queries[i] for i in query_ids], "query", vocab, batch_size, show_progress
     )
-    d, encode_doc_s = _encode(encoder, [collection.corpus[i] for i in doc_ids], "doc", vocab, batch_size, show_progress)
-    idx, run, index_build_s, search_s = _retrieve(build_index, q, d, query_ids, doc_ids, top_k)
+    label = f"{model_label(encoder)} on {collection.name}"
+    d, encode_doc_s = _encode(
+        encoder,
+        [collection.corpus[i] for i in doc_ids],
+        "doc",
+        vocab,
+        batch_size,
+        show_progress,
+        lambda sample: warn_if_useless(sample, len(doc_ids), label),
+    )
+    idx, run, index_build_s, search_s = _retrieve(build_index, q, d, query_ids, doc_ids, top_k, show_progress)
 
     per_query = per_query_metrics(run, collection.qrels, measures)
     metrics: dict[str, float] = _means(per_query)

@@ -29,7 +29,7 @@ import itertools
 import json
 import math
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -37,11 +37,10 @@ import numpy as np
 import scipy.sparse as sp
 from hydra.utils import instantiate
 from omegaconf import DictConfig
-from tqdm.auto import tqdm
 
 from vtlab.core.atomic import atomic_write, write_json
 from vtlab.core.errors import VtlabError
-from vtlab.core.logs import interactive
+from vtlab.core.progress import SIDES, progress
 from vtlab.models.idf import id_to_token
 
 
@@ -338,11 +337,12 @@ def write_vectors(
     for fmt in formats:
         fmt.prepare(tokens)
     count = 0  # ids are written as given (no duplicate check: that set would grow with the corpus)
+    total = len(docs) if isinstance(docs, Sized) else None  # a streamed corpus.jsonl: unknown
 
     def body(files: list[TextIO]) -> None:
         nonlocal count
         it = iter(docs)
-        bar = tqdm(desc=f"export {side} vectors", unit=side, disable=not (show_progress and interactive()), leave=False)
+        bar = progress(total, SIDES.get(side, ("", "texts"))[1], f"exporting {side} vectors", show_progress)
         while chunk := list(itertools.islice(it, chunk_size)):
             ids = [str(d) for d, _ in chunk]
             texts = [t for _, t in chunk]

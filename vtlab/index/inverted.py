@@ -23,10 +23,11 @@ postings themselves. The time goes into touching ~2.4M postings per query, which
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -121,12 +122,18 @@ class InvertedIndex:
         }
 
     def search(
-        self, queries: sp.csr_matrix, k: int, batch_size: int = 32, n_threads: int | None = None
+        self,
+        queries: sp.csr_matrix,
+        k: int,
+        batch_size: int = 32,
+        n_threads: int | None = None,
+        progress: Callable[[int], Any] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k by dot product.
 
         batch_size: scipy backend: queries scored together (capped so one dense accumulator stays <= 16 MiB);
-        n_threads: query slices scored in parallel (default: all CPUs, at most 8).
+        n_threads: query slices scored in parallel (default: all CPUs, at most 8);
+        progress: called with the number of queries of each slice scored, in query order (vtlab.core.progress).
 
         Returns (scores float32 [Q, k'], doc indices int64 [Q, k']) with k' = min(k, n_docs), each row sorted by
         score descending, ties broken by lower doc index. Docs sharing no term with the query score 0 and
@@ -145,28 +152,28 @@ class InvertedIndex:
             return scores, indices
         threads = n_threads or min(os.cpu_count() or 1, 8)
         if self._lib is not None:
-            self._search_native(queries, k, scores, indices, threads)
+            self._search_native(queries, k, scores, indices, threads, progress)
             return scores, indices
         step = max(1, min(batch_size, _ACCUMULATOR_ELEMENTS // n))
-        starts = range(0, n_q, step)
 
-        def run_batch(start: int) -> None:
+        def run_batch(start: int) -> int:
             stop = min(start + step, n_q)
             # term-at-a-time accumulation of the batch's posting lists (see module docstring)
             acc = (queries[start:stop] @ self._postings).toarray()
             scores[start:stop], indices[start:stop] = topk_rows(acc, k)
+            return stop - start
 
-        threads = min(threads, len(starts))
-        if threads <= 1:
-            for start in starts:
-                run_batch(start)
-        else:
-            with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(run_batch, starts))  # list() re-raises a worker's exception
+        _run_slices(run_batch, range(0, n_q, step), threads, progress)
         return scores, indices
 
     def _search_native(
-        self, queries: sp.csr_matrix, k: int, scores: np.ndarray, indices: np.ndarray, threads: int
+        self,
+        queries: sp.csr_matrix,
+        k: int,
+        scores: np.ndarray,
+        indices: np.ndarray,
+        threads: int,
+        progress: Callable[[int], Any] | None,
     ) -> None:
         p = self._postings
         post = (self._indptr64, p.indices, p.data)
@@ -181,16 +188,21 @@ class InvertedIndex:
         starts = range(0, n_q, step)
 
         def run(start: int) -> int:
-            return native.taat_topk(
-                self._lib, post, self._n_docs, qs, start, min(start + step, n_q), k, scores, indices, self.block_docs
-            )
+            stop = min(start + step, n_q)
+            native.taat_topk(self._lib, post, self._n_docs, qs, start, stop, k, scores, indices, self.block_docs)
+            return stop - start
 
-        if threads <= 1 or len(starts) == 1:
-            for start in starts:
-                run(start)
-        else:
-            with ThreadPoolExecutor(min(threads, len(starts))) as pool:
-                list(pool.map(run, starts))
+        _run_slices(run, starts, threads, progress)
+
+
+def _run_slices(run: Callable[[int], int], starts: range, threads: int, progress: Callable[[int], Any] | None) -> None:
+    """run(start) for every start, on `threads` threads when there are several slices; progress(queries of a slice)
+    in slice order as each is done (a worker's exception is raised here)."""
+    threads = min(threads, len(starts))
+    with ThreadPoolExecutor(threads) if threads > 1 else contextlib.nullcontext() as pool:
+        for n in pool.map(run, starts) if pool is not None else map(run, starts):
+            if progress is not None:
+                progress(n)
 
 
 def topk_rows(acc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -13,11 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from vtlab.backbones import Backbone
 from vtlab.backbones.pretrained import check_input_lengths
-from vtlab.core.logs import interactive
+from vtlab.core.progress import encoding
 from vtlab.models.encoder import Side
 
 
@@ -61,23 +60,17 @@ class DenseEncoder(nn.Module):
         ids = self.tokenizer(prefixed, truncation=True, max_length=self.max_length[side])["input_ids"] if texts else []
         order = np.argsort(-np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids)), kind="stable")
         out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
-        bar = tqdm(
-            total=len(texts),
-            desc="dense queries" if side == "query" else "dense docs",
-            disable=not (show_progress and interactive()),
-            leave=False,
-        )
         try:
-            for start in range(0, len(texts), batch_size):
-                idx = order[start : start + batch_size]
-                batch = self.tokenizer.pad({"input_ids": [ids[i] for i in idx]}, return_tensors="pt")
-                mask = batch["attention_mask"].to(device)
-                hidden = self.model(input_ids=batch["input_ids"].to(device), attention_mask=mask).last_hidden_state
-                m = mask.unsqueeze(-1).float()
-                pooled = (hidden.float() * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
-                out[idx] = nn.functional.normalize(pooled, p=2, dim=-1).cpu().numpy()
-                bar.update(len(idx))
+            with encoding(side, len(texts), show_progress) as bar:
+                for start in range(0, len(texts), batch_size):
+                    idx = order[start : start + batch_size]
+                    batch = self.tokenizer.pad({"input_ids": [ids[i] for i in idx]}, return_tensors="pt")
+                    mask = batch["attention_mask"].to(device)
+                    hidden = self.model(input_ids=batch["input_ids"].to(device), attention_mask=mask).last_hidden_state
+                    m = mask.unsqueeze(-1).float()
+                    pooled = (hidden.float() * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+                    out[idx] = nn.functional.normalize(pooled, p=2, dim=-1).cpu().numpy()
+                    bar.update(len(idx))
         finally:
-            bar.close()
             self.train(was_training)
         return out

@@ -13,17 +13,17 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from vtlab.backbones import Backbone
 from vtlab.backbones.pretrained import check_input_lengths
 from vtlab.core.choices import EncoderPrecision
-from vtlab.core.logs import interactive
+from vtlab.core.progress import encoding
 from vtlab.models.activation import splade_activation
 from vtlab.runtime.policy import DEFAULT_CHUNK_BYTES, Choice, ComputePolicy, ProbeTexts
 
 Side = Literal["query", "doc"]
 Forward = Callable[[Tensor, Tensor, Side], Tensor]
+FirstBatch = Callable[[sp.csr_matrix], None]  # sees the vectors of the first batch encoded
 
 
 class SpladeEncoder(nn.Module):
@@ -181,39 +181,50 @@ class SpladeEncoder(nn.Module):
 
     @torch.inference_mode()
     def encode(
-        self, texts: Sequence[str], side: Side = "doc", batch_size: int = 64, show_progress: bool = True
+        self,
+        texts: Sequence[str],
+        side: Side = "doc",
+        batch_size: int = 64,
+        show_progress: bool = True,
+        first_batch: FirstBatch | None = None,
     ) -> sp.csr_matrix:
         """Encode texts into a CSR matrix [len(texts), vocab_size], float32, in input order (batches: `batches`).
 
-        Computed in `self.precision` (auto: `resolved_precision`)."""
+        Computed in `self.precision` (auto: `resolved_precision`). show_progress: a bar on a terminal, else a log line
+        per interval (vtlab.core.progress). first_batch: called with the first batch's vectors (its longest texts)
+        before the others are encoded, e.g. to warn of useless vectors before a long encoding."""
         device = next(self.parameters()).device
-        return self.encode_as(self.resolved_precision(device), texts, side, batch_size, show_progress, self)
+        return self.encode_as(
+            self.resolved_precision(device), texts, side, batch_size, show_progress, self, first_batch=first_batch
+        )
 
     @torch.inference_mode()
     def encode_as(
-        self, precision: str, texts: Sequence[str], side: Side, batch_size: int, show_progress: bool, forward: Forward
+        self,
+        precision: str,
+        texts: Sequence[str],
+        side: Side,
+        batch_size: int,
+        show_progress: bool,
+        forward: Forward,
+        first_batch: FirstBatch | None = None,
     ) -> sp.csr_matrix:
         was_training = self.training
         self.eval()
         device = next(self.parameters()).device
         rows: list[sp.csr_matrix] = []
         positions: list[np.ndarray] = []
-        bar = tqdm(
-            total=len(texts),
-            desc="encode queries" if side == "query" else "encode docs",
-            unit=side,
-            disable=not (show_progress and interactive()),
-            leave=False,
-        )  # no \r frames in a log file
         try:
-            for idx, input_ids, mask in self.batches(texts, side, batch_size):
-                with self.policy.runner(precision, device.type, self.training):
-                    w = forward(input_ids.to(device), mask.to(device), side)
-                rows.append(dense_to_csr(w))
-                positions.append(idx)
-                bar.update(len(idx))
+            with encoding(side, len(texts), show_progress) as bar:
+                for idx, input_ids, mask in self.batches(texts, side, batch_size):
+                    with self.policy.runner(precision, device.type, self.training):
+                        w = forward(input_ids.to(device), mask.to(device), side)
+                    rows.append(dense_to_csr(w))
+                    positions.append(idx)
+                    if first_batch is not None and len(rows) == 1:
+                        first_batch(rows[0])
+                    bar.update(len(idx))
         finally:
-            bar.close()
             self.train(was_training)
         if not rows:
             return sp.csr_matrix((0, self.vocab_size), dtype=np.float32)

@@ -13,6 +13,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ProgressBar, RichProgressBar
 
 from vtlab.core.logs import interactive
+from vtlab.core.progress import duration
 
 log = logging.getLogger("vtlab")
 
@@ -79,11 +80,5 @@ class LogProgress(ProgressBar):
             per_step = (time.perf_counter() - t0) / (step - step0)
             parts.append(f"{per_step:.3g} s/step")
             if total:
-                parts.append(f"{_duration(per_step * (total - step))} left")
+                parts.append(f"{duration(per_step * (total - step))} left")
         return " · ".join(parts)
-
-
-def _duration(seconds: float) -> str:
-    minutes, s = divmod(int(round(seconds)), 60)
-    h, m = divmod(minutes, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
