@@ -70,7 +70,7 @@ def main(cfg: DictConfig) -> None:
             run_dir, training = Path(cfg.paths.run_dir), trains(cfg)
             checkpoint = run_dir / LAST_CKPT if training and (run_dir / LAST_CKPT).is_file() else None
             task = list(hc.overrides.task)
-            command = resume_command(task, run_dir) if checkpoint else rerun_command(task)
+            command = resume_command(task, run_dir) if checkpoint else rerun_command(task, run_dir)
             release_run_dir_lock(run_dir)  # free when the line appears: the rerun may start at once
             print(interrupted_line(signum, run_dir, checkpoint, command, training), file=sys.stderr)
             leave(128 + signum)  # a sweep stops too: the user asked to stop

@@ -236,10 +236,7 @@ class Backbone:
             return loader(source, revision=self.revision, local_files_only=offline, **kwargs)
         except OSError as exc:
             if offline or hub.is_connection_error(exc):
-                raise AssetError(
-                    f"{field}={source!r} must be downloaded from the Hugging Face hub, which is unreachable (offline). "
-                    f"Run once with network or point {field} at a local directory."
-                ) from exc
+                raise AssetError(hub.must_download(field, source)) from exc
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise AssetError(f"{field}={source!r} could not be loaded: {first}") from exc
 

@@ -1,6 +1,7 @@
 """The Hugging Face hub in one place: the one offline check (`offline`), one bounded reachability probe (`reachable`),
 and the one loader of hub datasets and dataset files (`load_dataset`, `dataset_file`). Model loaders (backbones,
-the inference-free IDF table, export) ask `offline` and `reachable` too.
+the inference-free IDF table, export) ask `offline` and `reachable` too, and `refuse_missing_hub_models` refuses a run
+whose config names a hub model this machine cannot have before any data is prepared.
 
 Offline (a flag set, or the endpoint unreachable) the loaders use only the local cache: a cached copy still loads,
 an uncached one fails at once, with no retries. A failure is `HubUnavailable`, which callers reword into their own
@@ -18,6 +19,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlparse
 
+from vtlab.core.assets import looks_like_path
 from vtlab.core.errors import AssetError, exception_chain
 
 # huggingface_hub.constants.ENV_VARS_TRUE_VALUES: a flag is on when its value, upper-cased, is one of these
@@ -137,3 +139,71 @@ def dataset_file(repo: str, filename: str) -> str:
         )
     except Exception as e:  # noqa: BLE001 - the hub raises many types; all mean "not available here"
         raise HubUnavailable(repo, flagged=flagged, offline=is_offline, reason=_reason(e)) from None
+
+
+# the config keys that name a model or tokenizer to load (a backbone's, a target vocabulary's, a teacher's backbone)
+MODEL_KEYS = ("name_or_path", "tokenizer", "embedding_model")
+
+
+def must_download(field: str, source: str) -> str:
+    """The one line for a hub model this machine cannot have: offline and not in the local Hugging Face cache."""
+    return (
+        f"{field}={source!r} must be downloaded from the Hugging Face hub, which is unreachable (offline). "
+        f"Run once with network or point {field} at a local directory."
+    )
+
+
+def _hub_models(node: Any, where: str) -> Iterator[tuple[str, str, str | None]]:
+    """(config key, hub id, revision) of every model key in a plain config tree whose value is a hub id: not an
+    offline asset ("asset:NAME"), not an existing local path, not a path (a mistyped one fails with its own line)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            field = f"{where}.{key}" if where else str(key)
+            if key in MODEL_KEYS and isinstance(value, str):
+                local = os.path.exists(os.path.expanduser(value))
+                if value and not value.startswith("asset:") and not local and not looks_like_path(value):
+                    revision = node.get("revision")
+                    yield field, value, revision if isinstance(revision, str) else None
+            else:
+                yield from _hub_models(value, field)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _hub_models(value, f"{where}[{i}]")
+
+
+def cached(repo: str, revision: str | None = None) -> bool:
+    """Whether the local Hugging Face cache holds a snapshot of the model `repo` at `revision` (its files are checked
+    when it loads)."""
+    import huggingface_hub
+
+    try:
+        huggingface_hub.snapshot_download(repo_id=repo, revision=revision, local_files_only=True)
+    except Exception:  # noqa: BLE001 - LocalEntryNotFoundError and kin: not in the cache
+        return False
+    return True
+
+
+def refuse_missing_hub_models(cfg: Any) -> None:
+    """AssetError (the loaders' own line, `must_download`) for the first hub model the run's config names
+    (MODEL_KEYS anywhere in it) that cannot be had: offline and not in the local cache. Before any data is built,
+    so an offline run does not spend minutes preparing data for weights it cannot load. No probe when the config
+    names no hub model."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    models: dict[tuple[str, str | None], str] = {}  # (hub id, revision) → the first key naming it
+    for key in cfg:
+        try:  # a node that does not resolve here fails where its stage reads it, with its own line
+            node = cfg[key]
+            if not OmegaConf.is_config(node):
+                continue
+            tree = OmegaConf.to_container(node, resolve=True, throw_on_missing=False)
+        except OmegaConfBaseException:
+            continue
+        for field, repo, revision in _hub_models(tree, str(key)):
+            models.setdefault((repo, revision), field)
+    if not models or not (offline() or not reachable()):
+        return
+    for (repo, revision), field in models.items():
+        if not cached(repo, revision):
+            raise AssetError(must_download(field, repo))

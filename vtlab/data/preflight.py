@@ -23,6 +23,7 @@ from typing import Any
 from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from vtlab.core.hub import refuse_missing_hub_models
 from vtlab.data.collections import HUB_LOADERS, Collection, check_collection, load_beir
 from vtlab.data.overlap import normalize
 
@@ -38,6 +39,7 @@ EVALUATE_STEP = "vtlab.stages.evaluate.run"
 
 def preflight(cfg: DictConfig) -> None:
     """The checks this run's stages call for (the module docstring): DataError / RunDirError, one line each."""
+    refuse_missing_hub_models(cfg)  # offline, a hub model not in the cache: one line before any data is built
     steps = [
         str(s.get("_target_"))
         for s in OmegaConf.select(cfg, "stage.steps", default=None) or []

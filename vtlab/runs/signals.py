@@ -28,6 +28,7 @@ from typing import Any
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from vtlab.core.errors import exception_chain
+from vtlab.runs.directory import earlier_outputs
 
 # the signals a run records as an interruption: a scheduler's kill (TERM), a dropped ssh session (HUP), Ctrl-\ (QUIT),
 # a batch system's warning (USR1/USR2; under SLURM with auto-requeue, Lightning takes USR1 over while fitting)
@@ -156,18 +157,31 @@ def interrupting_signal(exc: BaseException) -> int | None:
     return None
 
 
+_PINNED = {"hydra.run.dir", "paths.run_dir", "resume", "overwrite"}  # what the commands below set themselves
+
+
+def _kept(overrides: Sequence[str]) -> list[str]:
+    return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in _PINNED]
+
+
 def resume_command(overrides: Sequence[str], run_dir: str | Path) -> str:
     """The command that continues a run in `run_dir` from its checkpoint: its own overrides with `hydra.run.dir`
     pinned to the directory (a dated default directory would be a new one), less `resume=`/`overwrite=` (the default
     resume=auto continues; overwrite=true would delete the checkpoint)."""
-    drop = {"hydra.run.dir", "paths.run_dir", "resume", "overwrite"}
-    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in drop]
-    return shlex.join(["python", "-m", "vtlab", *kept, f"hydra.run.dir={run_dir}"])
+    return shlex.join(["python", "-m", "vtlab", *_kept(overrides), f"hydra.run.dir={run_dir}"])
 
 
-def rerun_command(overrides: Sequence[str]) -> str:
-    """The command that runs it again from the start: the same overrides (a new run directory unless they pin one)."""
-    return shlex.join(["python", "-m", "vtlab", *overrides])
+def rerun_command(overrides: Sequence[str], run_dir: str | Path) -> str:
+    """The command that runs an interrupted run with nothing to resume again from the start, in the same `run_dir`
+    (so what points at it, `stage=export run_dir=...`, gets the results): its overrides with `hydra.run.dir` pinned,
+    less `resume=` (resume=true would refuse: there is no checkpoint) and `overwrite=`, plus `overwrite=true` only when
+    the interrupted run left outputs the run directory check refuses without it (vtlab.runs.directory.earlier_outputs:
+    an evaluation suite's first metrics, a finished stage's model, a best checkpoint); its logs, .hydra/ and
+    status.json never need it."""
+    rerun = ["python", "-m", "vtlab", *_kept(overrides), f"hydra.run.dir={run_dir}"]
+    if Path(run_dir).is_dir() and earlier_outputs(Path(run_dir)):
+        rerun.append("overwrite=true")
+    return shlex.join(rerun)
 
 
 def interrupted_line(signum: int, run_dir: str | Path, checkpoint: Path | None, command: str, trains: bool) -> str:
