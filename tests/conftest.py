@@ -4,10 +4,12 @@ nothing)."""
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers import compose_config
+from omegaconf import DictConfig
 
 import vtlab  # noqa: F401 - registers the resolvers conf/config.yaml uses (the run's name)
 
@@ -45,3 +47,10 @@ def empty_cache(tmp_path: Path) -> Iterator[Path]:
     """VTLAB_CACHE for this test = tmp_path/cache, empty: for tests that check what gets cached (or corrupt it)."""
     with _vtlab_cache(tmp_path / "cache") as p:
         yield p
+
+
+@pytest.fixture
+def compose() -> Callable[..., DictConfig]:
+    """helpers.compose_config: Hydra's compose of conf/ with a test's overrides (`return_hydra_config=True` keeps the
+    `hydra` node)."""
+    return compose_config

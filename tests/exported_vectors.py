@@ -4,7 +4,7 @@
 from pathlib import Path
 
 import scipy.sparse as sp
-from helpers import compose_cfg
+from helpers import compose_config
 from hydra.utils import instantiate
 
 from vtlab.stages.pipeline import run
@@ -14,7 +14,7 @@ def export_vectors(tmp: Path, n_queries: int, n_docs: int, *overrides: str):
     """(vectors dir, encoder, collection, query matrix, doc matrix) after `stage=export ... queries=true` with
     `overrides` (the formats); the matrices are vtlab's own encodings (encoded once: the CPU is the cost).
     The caller sets VTLAB_CACHE (the `shared_cache` fixture)."""
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "stage=export",
             "backbone=splade-tiny",

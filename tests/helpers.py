@@ -1,5 +1,6 @@
 """Plain helpers shared by the test modules (importable at collection time, unlike fixtures)."""
 
+import contextlib
 import json
 import os
 import signal
@@ -47,13 +48,23 @@ def run_results(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return quality, load_file(str(run_dir / "model" / "model.safetensors"))
 
 
-def compose_cfg(
-    overrides: Iterable[str] = (), *, config_name: str = "config", config_dir: Path = CONF, hydra: bool = False
+def compose_config(
+    overrides: Iterable[str] = (),
+    *,
+    return_hydra_config: bool = False,
+    config_name: str = "config",
+    config_dir: Path = CONF,
 ) -> DictConfig:
-    """Hydra's compose of conf/ (as `python -m vtlab` would) with `overrides`; `hydra=True` keeps the `hydra` node
-    (launcher, sweeper, run dir)."""
-    with initialize_config_dir(str(config_dir), version_base="1.3"):
-        return compose(config_name, overrides=list(overrides), return_hydra_config=hydra)
+    """Hydra's compose of conf/ (as `python -m vtlab` would) with `overrides`, the one way a test composes a config
+    (also the `compose` fixture); `return_hydra_config=True` keeps the `hydra` node (launcher, sweeper, run dir)."""
+    with hydra_conf(config_dir):
+        return compose(config_name, overrides=list(overrides), return_hydra_config=return_hydra_config)
+
+
+def hydra_conf(config_dir: Path = CONF) -> contextlib.AbstractContextManager[Any]:
+    """An initialized Hydra on conf/, for code that reads Hydra's state itself (a multirun's load, the config groups an
+    override chose); a plain compose is compose_config."""
+    return initialize_config_dir(str(config_dir), version_base="1.3")
 
 
 def one_error_line(stderr: str, expected: Iterable[str] = ()) -> str:

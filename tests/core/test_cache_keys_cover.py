@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from unittest import mock
 
 import pytest
-from helpers import CONF, compose_cfg
+from helpers import CONF, compose_config
 from hydra.utils import get_object, instantiate
 from omegaconf import OmegaConf
 
@@ -181,7 +181,7 @@ def uncovered(group: str, node: dict[str, Any], key: Callable[[Any], Any], owner
 @pytest.mark.parametrize(("group", "option"), [*CASES, ("transfer", None)])
 def test_every_setting_of_every_option_changes_its_stages_key(group, option, empty_cache):
     select, key, owner = GROUPS[group]
-    node = OmegaConf.to_container(select(compose_cfg([f"{group}={option}"] if option else [])), resolve=True)
+    node = OmegaConf.to_container(select(compose_config([f"{group}={option}"] if option else [])), resolve=True)
     missed, refused = uncovered(group, node, key, owner)
     assert missed == [] and refused <= REFUSED
 

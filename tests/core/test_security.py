@@ -348,11 +348,11 @@ def test_the_opt_in_prints_what_it_imports_and_then_imports_it(tmp_path: Path) -
 
 
 def test_gte_multilingual_needs_the_per_run_opt_in() -> None:
-    from helpers import compose_cfg
+    from helpers import compose_config
     from hydra.utils import instantiate
 
-    default = instantiate(compose_cfg(["backbone=gte-multilingual"]).backbone)
-    opted = instantiate(compose_cfg(["backbone=gte-multilingual", "backbone.allow_remote_code=true"]).backbone)
+    default = instantiate(compose_config(["backbone=gte-multilingual"]).backbone)
+    opted = instantiate(compose_config(["backbone=gte-multilingual", "backbone.allow_remote_code=true"]).backbone)
     assert (default.trust_remote_code, default.allow_remote_code) == (True, False)
     assert (opted.trust_remote_code, opted.allow_remote_code) == (True, True)
 
@@ -474,7 +474,7 @@ def saved_model(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) ->
 def _crafted_run(tmp: Path, model: Path, attack: _Attack, marker: Path) -> Path:
     """A run directory (real model/) whose recorded config is a real one (SPLADE-tiny, a BEIR eval) with the
     attack's payload at <node>.<key>."""
-    from helpers import compose_cfg
+    from helpers import compose_config
     from omegaconf import OmegaConf
 
     run_dir = tmp / "colleague-run"
@@ -485,7 +485,7 @@ def _crafted_run(tmp: Path, model: Path, attack: _Attack, marker: Path) -> Path:
     (beir / "queries.jsonl").write_text('{"_id": "q0", "text": "volcano"}\n')
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\n")
     cfg = OmegaConf.to_container(
-        compose_cfg(["backbone=splade-tiny", "vocab=native", "eval=beir", f"eval.path={beir}"])
+        compose_config(["backbone=splade-tiny", "vocab=native", "eval=beir", f"eval.path={beir}"])
     )
     payload = attack.payload(tmp, marker)
     if attack.via is not None:
@@ -551,7 +551,7 @@ def test_export_refuses_each_crafted_run_config_and_nothing_of_it_runs(
     """`stage=export run_dir=R` in this process (the pipeline, as the entry point calls it): VtlabError in one line
     naming R's config file and the key, the marker absent and no file written anywhere under the test's directory
     (the export's own run directory aside)."""
-    from helpers import compose_cfg
+    from helpers import compose_config
 
     from vtlab.core.errors import VtlabError
     from vtlab.stages.pipeline import run
@@ -560,7 +560,7 @@ def test_export_refuses_each_crafted_run_config_and_nothing_of_it_runs(
     run_dir = _crafted_run(tmp_path, saved_model, attack, marker)
     export_dir = tmp_path / "export"
     before = _files(tmp_path, export_dir)
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "stage=export",
             f"run_dir={run_dir}",
@@ -703,7 +703,7 @@ def test_the_allow_list_is_exactly_what_conf_gives_the_nodes_export_reads() -> N
 def test_every_conf_model_and_eval_passes_as_a_recorded_run(tmp_path: Path, model: str) -> None:
     """What vtlab itself records passes: a run of each conf/model with each conf/eval (and each conf/vocab's
     preprocess) has its model.encoder and eval read back from .hydra/config.yaml, raw and resolved."""
-    from helpers import compose_cfg
+    from helpers import compose_config
     from omegaconf import OmegaConf
 
     from vtlab.export.run_config import RunConfig
@@ -711,11 +711,11 @@ def test_every_conf_model_and_eval_passes_as_a_recorded_run(tmp_path: Path, mode
     evals = [p.stem for p in sorted((ROOT / "conf" / "eval").glob("*.yaml"))]
     vocabs = [p.stem for p in sorted((ROOT / "conf" / "vocab").glob("*.yaml"))] if model == "splade" else ["native"]
     runs = [[f"eval={e}", "vocab=native"] for e in evals] + [["vocab=" + v] for v in vocabs]
-    command = compose_cfg(["stage=export"])
+    command = compose_config(["stage=export"])
     for i, overrides in enumerate(runs):
         run_dir = tmp_path / str(i)
         (run_dir / ".hydra").mkdir(parents=True)
-        recorded = compose_cfg([f"model={model}", "backbone=gte-multilingual", *overrides])  # its trust_remote_code
+        recorded = compose_config([f"model={model}", "backbone=gte-multilingual", *overrides])  # its trust_remote_code
         (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(recorded))  # is the backbone's: not read
         run = RunConfig(command, run_dir)
         encoder, _ = run.node("model.encoder")

@@ -15,8 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import CONF, compose_cfg
-from hydra import compose, initialize_config_dir
+from helpers import CONF, compose_config
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -215,20 +214,17 @@ def test_every_composed_testbed_row_keeps_dev_out_of_training(table):
     row's evaluation suite, which holds no dev split)."""
     start = time.perf_counter()
     checked: set[str] = set()
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        for experiment in _experiments(table):
-            first = compose("config", overrides=[f"experiment={experiment}"], return_hydra_config=True)
-            params = first.hydra.sweeper.params or {}
-            sweep = [[f"{k}={v}" for v in str(values).split(",")] for k, values in params.items()]
-            selection = (
-                [f"eval={first.selection.eval}"] if first.get("selection") and first.selection.get("eval") else []
-            )
-            for seed, extra in itertools.product(SEEDS, itertools.product(*sweep)):
-                row = " ".join([f"experiment={experiment}", f"seed={seed}", *extra])
-                cfg = compose("config", overrides=[f"experiment={experiment}", f"seed={seed}", *extra, *selection])
-                devs = [cfg.data.dev] if cfg.data.get("dev") is not None else []
-                _check_row(row, cfg, devs + (list(_collections(cfg.eval)) if selection else []))
-                checked.add(experiment)
+    for experiment in _experiments(table):
+        first = compose_config([f"experiment={experiment}"], return_hydra_config=True)
+        params = first.hydra.sweeper.params or {}
+        sweep = [[f"{k}={v}" for v in str(values).split(",")] for k, values in params.items()]
+        selection = [f"eval={first.selection.eval}"] if first.get("selection") and first.selection.get("eval") else []
+        for seed, extra in itertools.product(SEEDS, itertools.product(*sweep)):
+            row = " ".join([f"experiment={experiment}", f"seed={seed}", *extra])
+            cfg = compose_config([f"experiment={experiment}", f"seed={seed}", *extra, *selection])
+            devs = [cfg.data.dev] if cfg.data.get("dev") is not None else []
+            _check_row(row, cfg, devs + (list(_collections(cfg.eval)) if selection else []))
+            checked.add(experiment)
     assert checked == set(_experiments(table))
     assert time.perf_counter() - start < 300
 
@@ -238,7 +234,7 @@ def test_the_quickstart_keeps_its_dev_out_of_training_and_of_its_tokenizer():
     """`python -m vtlab mlm.steps=N` at another seed than the testbed's dev split: its triplets, MLM corpus and corpus
     WordPiece (vocab=corpus-wordpiece, the default) leave out the run's own dev split (data.dev, drawn by the seed)."""
     for seed in (0, 3):
-        cfg = compose_cfg(["mlm.steps=100", f"seed={seed}"])
+        cfg = compose_config(["mlm.steps=100", f"seed={seed}"])
         assert cfg.vocab._target_.endswith(".CorpusWordPiece") and cfg.data.dev.seed == seed
         assert cfg.vocab.corpus.dev_seed == seed and cfg.vocab.corpus.dev_size == cfg.data.dev.dev_size
         checked = _check_row(f"seed={seed}", cfg, [cfg.data.dev])

@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import CONF, OFFLINE_ENV, ROOT, compose_cfg, one_error_line
-from hydra import compose, initialize_config_dir
+from helpers import CONF, OFFLINE_ENV, ROOT, compose_config, one_error_line
 from hydra.utils import instantiate
 
 from vtlab.core.errors import DataError, RunDirError, one_line, user_error
@@ -52,7 +51,7 @@ def _error_line(exc: BaseException) -> str:
 
 
 def _setup(overrides: list[str]):
-    dm = instantiate(compose_cfg(overrides).data)
+    dm = instantiate(compose_config(overrides).data)
     dm.setup("fit")
     return dm
 
@@ -222,11 +221,10 @@ def test_every_shipped_config_draws_dev_and_training_from_one_split():
     """Every data config and experiment: a BoolQ dev split goes with training on the same split (the same dev_size and
     seed, so the realized checks below hold for every seed a sweep passes) or with other data (MS MARCO)."""
     pairs = set()
-    with initialize_config_dir(str(CONF), version_base="1.3"):  # one Hydra context for the ~60 composes
-        datas = [
-            (o, compose("config", overrides=o).data)
-            for o in [[f"data={d}"] for d in _shipped_data()] + [[f"experiment={e}"] for e in _experiments()]
-        ]
+    datas = [
+        (o, compose_config(o).data)
+        for o in [[f"data={d}"] for d in _shipped_data()] + [[f"experiment={e}"] for e in _experiments()]
+    ]
     for overrides, data in datas:
         dev_target = data.dev.get("_target_") if data.dev is not None else None
         pairs.add((str(data.train._target_), str(dev_target)))
@@ -361,7 +359,7 @@ def _snapshot(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[bytes, 
 
 
 def _finetune_cfg(run_dir: Path, train: Path, *more: str):
-    return compose_cfg(
+    return compose_config(
         [*_FAST, "stage=finetune", "data=jsonl", f"data.train.path={train}", f"paths.run_dir={run_dir}", *more]
     )
 

@@ -11,7 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from helpers import compose_cfg
+from helpers import compose_config
 from hydra.utils import instantiate
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
@@ -126,7 +126,9 @@ def test_e5_dense_embeddings_are_e5s_recipe_with_its_prefixes():
 
 def test_the_ensemble_of_the_real_teachers_combines_their_cached_scores_each_run_once(empty_cache, monkeypatch):
     config = instantiate(
-        compose_cfg(["teacher=ensemble", *SMALL, "data.teacher.members.e5.teacher.backbone.variant=enpt"]).data.teacher
+        compose_config(
+            ["teacher=ensemble", *SMALL, "data.teacher.members.e5.teacher.backbone.variant=enpt"]
+        ).data.teacher
     )
     calls = Counter()
     score = teacher._score
@@ -177,7 +179,7 @@ def test_the_ensemble_of_the_real_teachers_combines_their_cached_scores_each_run
 
 @pytest.mark.parametrize("option", ["splade-tiny", "e5-dense", "ensemble"])
 def test_each_teacher_option_composes_and_instantiates(option):
-    cfg = compose_cfg([f"teacher={option}", *SMALL])
+    cfg = compose_config([f"teacher={option}", *SMALL])
     built = instantiate(cfg.data.teacher)
     expected = {"splade-tiny": teacher_scored, "e5-dense": teacher_scored, "ensemble": ensemble_scored}[option]
     assert built.func is expected
@@ -189,15 +191,17 @@ def test_each_teacher_option_composes_and_instantiates(option):
     assert names and all(n.endswith("-q16-d32") for n in names)
     if option == "ensemble":  # its members are the single-teacher configs, whose cached scores they share
         assert names == [
-            instantiate(compose_cfg([f"teacher={o}", *SMALL]).data.teacher).keywords["name"]
+            instantiate(compose_config([f"teacher={o}", *SMALL]).data.teacher).keywords["name"]
             for o in ("splade-tiny", "e5-dense")
         ]
         assert dict(built.keywords["weights"]) == {"splade": 1.0, "e5": 1.0} and built.keywords["scale"] == 30.0
 
 
 def test_no_teacher_by_default_and_the_testbed_distils_from_splade_tiny(tmp_path):
-    assert compose_cfg([f"paths.run_dir={tmp_path}"]).data.get("teacher") is None
-    cfg = compose_cfg(["experiment=testbed/main/bpe-lowercase", f"paths.run_dir={tmp_path}"], hydra=True)
+    assert compose_config([f"paths.run_dir={tmp_path}"]).data.get("teacher") is None
+    cfg = compose_config(
+        ["experiment=testbed/main/bpe-lowercase", f"paths.run_dir={tmp_path}"], return_hydra_config=True
+    )
     assert cfg.hydra.runtime.choices.teacher == "splade-tiny"
     assert cfg.data.teacher.name == "splade-tiny-q64-d128"
     assert cfg.data.teacher.teacher.backbone.name_or_path == "asset:splade-tiny"

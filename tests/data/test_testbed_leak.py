@@ -8,7 +8,7 @@ import re
 import time
 
 import pytest
-from helpers import CONF, compose_cfg
+from helpers import CONF, compose_config
 from hydra.utils import instantiate
 
 from vtlab.data.boolq import boolq_triplets, train_pairs, validation_pairs
@@ -29,7 +29,7 @@ def _norm(text: str) -> str:
 
 
 def _compose(row: str):
-    return compose_cfg([f"experiment=testbed/main/{row}"])
+    return compose_config([f"experiment=testbed/main/{row}"])
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +158,7 @@ def test_no_evaluation_passage_in_training_dev_mlm_or_tokenizer(row, evaluation_
 def test_the_default_mlm_corpus_reads_no_evaluation_or_dev_passage(evaluation_passages):
     """`python -m vtlab mlm.steps=N` (the quickstart with an MLM stage): its corpus is the clean training passages
     less the run's own dev golds, at any seed — never a BoolQ validation passage."""
-    cfg = compose_cfg(["mlm.steps=100", "seed=3"])
+    cfg = compose_config(["mlm.steps=100", "seed=3"])
     texts = {_norm(t) for t in instantiate(cfg.mlm.corpus)()}
     dev = instantiate(cfg.data.dev)
     assert cfg.data.dev.seed == 3 and len(texts) > 5000

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, compose_cfg
+from helpers import ROOT, compose_config
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE, WordPiece
 from transformers import PreTrainedTokenizerFast
@@ -354,7 +354,7 @@ def test_stage_report_with_activity(tmp_path):
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in CORPUS))
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "stage=diagnose",
             "backbone=splade-tiny",

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from helpers import compose_cfg
+from helpers import compose_config
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -103,7 +103,7 @@ def _saved_run(tmp_path: Path, encoder, overrides: list[str]) -> Path:
     run_dir = tmp_path / "run"
     encoder.save_pretrained(run_dir / "model")
     (run_dir / ".hydra").mkdir(parents=True)
-    OmegaConf.save(compose_cfg(overrides), run_dir / ".hydra" / "config.yaml")
+    OmegaConf.save(compose_config(overrides), run_dir / ".hydra" / "config.yaml")
     return run_dir
 
 
@@ -113,7 +113,7 @@ def test_inference_free_run_dir_exports_idf_query_router(st, boolq, splade_tiny,
     enc = InferenceFreeEncoder(*splade_tiny, precision=REF)
     enc.fit_idf(list(coll.corpus.values())[:300])
     run_dir = _saved_run(tmp_path, enc, ["model=inference-free", "backbone=splade-tiny", "vocab=native"])
-    cfg = compose_cfg(["stage=export", f"run_dir={run_dir}", f"paths.run_dir={tmp_path / 'export-run'}"])
+    cfg = compose_config(["stage=export", f"run_dir={run_dir}", f"paths.run_dir={tmp_path / 'export-run'}"])
     state = run(cfg)
     assert state["export_dir"] == (run_dir / "sparse-encoder").absolute()
     model = st.SparseEncoder(str(run_dir / "sparse-encoder"), device="cpu")
@@ -174,7 +174,7 @@ def test_unexportable_settings_fail_with_one_line_naming_the_key(st, boolq, spla
 
 
 def test_cli_bad_export_format_is_one_line(tmp_path, capsys):
-    cfg = compose_cfg(
+    cfg = compose_config(
         ["stage=export", "vocab=native", f"paths.run_dir={tmp_path}", "export.vectors.formats=[anserini,parquet]"]
     )
     with pytest.raises(SystemExit) as exc:
@@ -192,7 +192,7 @@ def test_export_formats_are_target_nodes_of_the_config(tmp_path):
     into <dir>/<name>/: no name → class table in the code, and a config may add a format by adding a node."""
     from vtlab.export.vectors import QdrantPoints, format_names, vector_formats
 
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "stage=export",
             "export.vectors.formats=[anserini,opensearch,elasticsearch,qdrant]",
@@ -345,7 +345,7 @@ def test_stage_export_from_backbone_writes_model_and_engine_files(st, tmp_path):
     """`stage=export backbone=splade-tiny vocab=native export.out=DIR` + both vector formats, on 20 BoolQ passages;
     the Anserini integers are the sentence-transformers model's own document weights × 100, rounded."""
     out = tmp_path / "st"
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "stage=export",
             "backbone=splade-tiny",
@@ -389,7 +389,7 @@ def test_evaluate_saved_inference_free_directory_uses_its_idf_json(boolq, splade
     enc.set_idf(table)
     saved = enc.save_pretrained(tmp_path / "external")
     assert (saved / "idf.json").is_file()
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "model=inference-free",
             f"backbone.name_or_path={saved}",
@@ -462,7 +462,7 @@ def test_hub_idf_json_offline_cached_absent_or_one_line_error(hub_cache):
 
 
 def test_export_stage_config_composes_and_resolves(tmp_path):
-    cfg = compose_cfg(["stage=export", f"paths.run_dir={tmp_path}"])
+    cfg = compose_config(["stage=export", f"paths.run_dir={tmp_path}"])
     OmegaConf.to_container(cfg, resolve=True)
     assert cfg.run_dir is None and list(cfg.export.vectors.formats) == []
     assert cfg.stage.steps[0]._target_ == "vtlab.stages.export.run"
@@ -479,7 +479,7 @@ def test_exported_model_carries_a_card_with_command_metrics_and_loading(st, spla
     for coll, value in (("boolq", 0.61234), ("scifact", 0.25)):
         (run_dir / "eval" / coll).mkdir(parents=True)
         (run_dir / "eval" / coll / "metrics.json").write_text(json.dumps({"metrics": {"nDCG@10": value, "R@100": 0.9}}))
-    cfg = compose_cfg(["stage=export", f"run_dir={run_dir}", f"paths.run_dir={tmp_path / 'export-run'}"])
+    cfg = compose_config(["stage=export", f"run_dir={run_dir}", f"paths.run_dir={tmp_path / 'export-run'}"])
     run(cfg)
     card = (run_dir / "sparse-encoder" / "README.md").read_text()
     assert "python -m vtlab backbone=splade-tiny vocab=native loss=margin-mse" in card
@@ -494,7 +494,7 @@ def test_exported_model_carries_a_card_with_command_metrics_and_loading(st, spla
 
 def test_model_card_false_leaves_sentence_transformers_own_readme(st, splade_tiny, tmp_path):
     run_dir = _saved_run(tmp_path, SpladeEncoder(*splade_tiny), ["backbone=splade-tiny", "vocab=native"])
-    cfg = compose_cfg(
+    cfg = compose_config(
         ["stage=export", f"run_dir={run_dir}", f"paths.run_dir={tmp_path / 'export-run'}", "export.model_card=false"]
     )
     run(cfg)

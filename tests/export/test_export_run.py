@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import OFFLINE_ENV, ROOT, compose_cfg
+from helpers import OFFLINE_ENV, ROOT, compose_config
 from omegaconf import OmegaConf
 
 from vtlab.backbones import Backbone
@@ -111,7 +111,7 @@ def export_in_process(out: Path, run_dir: Path, *overrides: str) -> dict:
     ]
     (out / "export" / ".hydra").mkdir(parents=True)
     (out / "export" / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in command))
-    return run(compose_cfg([*command, f"paths.run_dir={out / 'export'}"]))
+    return run(compose_config([*command, f"paths.run_dir={out / 'export'}"]))
 
 
 def test_export_of_a_beir_run_encodes_that_collection_and_says_so(beir_run):
@@ -169,7 +169,7 @@ def _recorded_run(tmp_path: Path, eval_node: dict) -> Path:
     (run_dir / "model").mkdir(parents=True)
     (run_dir / "model" / "config.json").write_text("{}")
     (run_dir / ".hydra").mkdir()
-    cfg = OmegaConf.to_container(compose_cfg(["backbone=splade-tiny", "vocab=native"]))
+    cfg = OmegaConf.to_container(compose_config(["backbone=splade-tiny", "vocab=native"]))
     cfg["eval"] = eval_node
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     return run_dir
@@ -202,7 +202,7 @@ def test_an_eval_suite_in_the_run_is_refused_in_one_line_or_picked_by_name(tmp_p
         f"paths.run_dir={tmp_path / 'export'}",
     ]
     with pytest.raises(VtlabError) as ei:
-        run(compose_cfg(export))
+        run(compose_config(export))
     msg = str(ei.value)
     assert "\n" not in msg and f"{run_dir}/.hydra/config.yaml (eval) is an evaluation suite (alpha, beta)" in msg
     assert "export.vectors.collection=<name>" in msg and "export.vectors.corpus=<corpus.jsonl>" in msg
@@ -212,7 +212,7 @@ def test_an_eval_suite_in_the_run_is_refused_in_one_line_or_picked_by_name(tmp_p
     backbone = Backbone("asset:splade-tiny")
     backbone.load_model().save_pretrained(run_dir / "model")
     backbone.load_tokenizer().save_pretrained(run_dir / "model")
-    run(compose_cfg([*export, "export.vectors.collection=beta", "export.sentence_transformers=false"]))
+    run(compose_config([*export, "export.vectors.collection=beta", "export.sentence_transformers=false"]))
     assert doc_ids(run_dir / "vectors") == [f"b-d{i}" for i in range(8)]
     assert query_ids(run_dir / "vectors") == [f"b-q{j}" for j in range(3)]
 
@@ -228,7 +228,7 @@ def test_foreign_targets_in_the_runs_eval_are_never_instantiated(tmp_path, where
     if where == "interpolated":
         text = (run_dir / ".hydra" / "config.yaml").read_text() + OmegaConf.to_yaml({"oops": evil})
         (run_dir / ".hydra" / "config.yaml").write_text(text)
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "stage=export",
             f"run_dir={run_dir}",
@@ -255,7 +255,7 @@ def test_encoder_settings_are_the_runs_unless_the_command_line_sets_one(tmp_path
     recorded = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
     OmegaConf.update(recorded, "model.encoder.query_max_length", 17)
     OmegaConf.save(recorded, run_dir / ".hydra" / "config.yaml")
-    command = compose_cfg(["stage=export", f"run_dir={run_dir}", "model.encoder.precision=fp32"])
+    command = compose_config(["stage=export", f"run_dir={run_dir}", "model.encoder.precision=fp32"])
     node, origin = RunConfig(command, run_dir).node("model.encoder")
     assert (node.precision, node.query_max_length, origin) == (
         "auto",

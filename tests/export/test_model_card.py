@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import compose_cfg
+from helpers import compose_config
 from omegaconf import OmegaConf
 from test_export_run import cli, evaluated_run, write_beir
 
@@ -116,7 +116,7 @@ def test_title_names_the_model_not_a_time(exported, tmp_path):
     run_dir, card = exported
     assert card.split("\n# ", 1)[1].splitlines()[0] == "tinyfacts-run"
     assert not re.search(r"^# .*\d{2}-\d{2}-\d{2}", card, re.M)
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "stage=export",
             f"run_dir={run_dir}",
@@ -142,7 +142,7 @@ def test_hub_ids_of_the_base_model_and_datasets(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     OmegaConf.save(
-        compose_cfg(
+        compose_config(
             [
                 "backbone=modernbert",
                 "vocab=native",
@@ -155,7 +155,7 @@ def test_hub_ids_of_the_base_model_and_datasets(tmp_path):
         run_dir / ".hydra" / "config.yaml",
     )
     info = card_info(
-        RunConfig(compose_cfg([]), run_dir),
+        RunConfig(compose_config([]), run_dir),
         name=None,
         run_dir=run_dir,
         trained=True,
@@ -196,7 +196,7 @@ def test_push_to_hub_offline_is_refused_before_any_work(tmp_path, capsys, monkey
     ]
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(SystemExit) as ei:
-        run_or_exit(compose_cfg(export))
+        run_or_exit(compose_config(export))
     assert ei.value.code != 0
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith(
@@ -220,7 +220,7 @@ def test_push_to_hub_offline_is_refused_before_any_work(tmp_path, capsys, monkey
         match=r"^export\.push_to_hub=user/repo: the Hugging Face Hub is not reachable "
         r"\(no connection to https?://",
     ):
-        run(compose_cfg(export))
+        run(compose_config(export))
     assert not (run_dir / "sparse-encoder").exists() and not (run_dir / "vectors").exists()
 
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import compose_cfg
+from helpers import compose_config
 
 from vtlab.backbones import Backbone, TinyModernBert, TinyRoberta
 from vtlab.core.errors import VtlabError
@@ -87,7 +87,7 @@ def test_onnx_export_of_the_papers_target_families_equals_their_encoder(family, 
 
 def test_stage_export_onnx_true_writes_graphs_and_card_into_the_model_dir(tmp_path):
     out = tmp_path / "st"
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "stage=export",
             "backbone=splade-tiny",
@@ -110,7 +110,7 @@ def test_stage_export_onnx_true_writes_graphs_and_card_into_the_model_dir(tmp_pa
 
 
 def test_onnx_without_the_model_directory_is_one_line(tmp_path, capsys):
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "stage=export",
             "vocab=native",

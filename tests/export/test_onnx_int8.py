@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import compose_cfg
+from helpers import compose_config
 
 from vtlab.export.onnx_int8 import INT16_MAX, UINT8_MAX, pair_bound, quantize_graphs
 from vtlab.export.onnx_runtime import OnnxSparseEncoder
@@ -97,7 +97,7 @@ def test_int8_graphs_agree_with_fp32_within_the_int8_bound(graphs, target) -> No
 
 def test_stage_export_onnx_int8_writes_the_portable_graphs_by_name(tmp_path) -> None:
     out = tmp_path / "st"
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "stage=export",
             "backbone=splade-tiny",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import CONF, compose_cfg
+from helpers import CONF, compose_config
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -148,7 +148,7 @@ class _BiasSnapshot(pl.Callback):
 
 
 def test_callback_calibrates_inside_a_fast_dev_run_fit(tmp_path):
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "backbone=splade-tiny",
             "logger=none",

@@ -9,7 +9,7 @@ from pathlib import Path
 import bm25s
 import numpy as np
 import pytest
-from helpers import compose_cfg
+from helpers import compose_config
 from omegaconf import OmegaConf
 
 from vtlab.core.errors import AssetError, VtlabError
@@ -100,7 +100,7 @@ def test_boolq_validation_matches_the_readme_bm25_row() -> None:
 
 
 def test_config_builds_bm25_without_a_backbone(tmp_path: Path) -> None:
-    cfg = compose_cfg(["stage=evaluate", "model=bm25", "eval=ood", f"paths.run_dir={tmp_path}"])
+    cfg = compose_config(["stage=evaluate", "model=bm25", "eval=ood", f"paths.run_dir={tmp_path}"])
     OmegaConf.to_container(cfg, resolve=True)
     assert cfg.vocab.name == "native"  # nothing to transfer, so no backbone baseline either
     enc = build_encoder(cfg)

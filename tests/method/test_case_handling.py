@@ -46,13 +46,13 @@ def test_row_cosine_is_one_for_copied_rows_and_mass_counts_the_lighter_variants(
 def test_fvt_from_uncased_starts_word_initial_case_variants_as_copies(tmp_path, monkeypatch):
     """The real M_bpe start (SPLADE-tiny moved onto the OLMo BPE by FVT, no MLM): "ĠThe" and "Ġthe" are one row, so
     the case gate's row cosine is exactly 1 there and only cased training can bring it below the gate's 0.99."""
-    from helpers import compose_cfg
+    from helpers import compose_config
     from hydra.utils import instantiate
 
     from vtlab.reproduce.gates import MAX_CASE_ROW_COSINE
 
     monkeypatch.setenv("VTLAB_CACHE", str(tmp_path))
-    start = instantiate(compose_cfg(["backbone=testbed-bpe"]).backbone.start)
+    start = instantiate(compose_config(["backbone=testbed-bpe"]).backbone.start)
     report = case_handling(start.load_model(), start.load_tokenizer(), ["The Apple and the apple.", "THE END"])
     assert report["row_cosine_groups"] > 1000
     assert report["row_cosine"] == pytest.approx(1.0, abs=1e-6) and report["row_cosine"] >= MAX_CASE_ROW_COSINE

@@ -7,7 +7,7 @@ import math
 import pytest
 import scipy.sparse as sp
 import torch
-from helpers import compose_cfg
+from helpers import compose_config
 from hydra.utils import instantiate
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
@@ -183,16 +183,16 @@ def test_idf_table_follows_the_transferred_vocabulary(tmp_path):
 
 
 def test_model_config_defaults_to_kl_divergence_and_doc_only_regularization(tmp_path):
-    cfg = compose_cfg(["model=inference-free", f"paths.run_dir={tmp_path}"])
+    cfg = compose_config(["model=inference-free", f"paths.run_dir={tmp_path}"])
     assert cfg.loss._target_ == "vtlab.losses.KLDivergence" and cfg.model.query_regularizer is None
     assert cfg.model.doc_regularizer._target_ == "vtlab.regularizers.Flops"
-    assert compose_cfg(["model=inference-free", "loss=margin-mse"]).loss._target_ == "vtlab.losses.MarginMSE"
+    assert compose_config(["model=inference-free", "loss=margin-mse"]).loss._target_ == "vtlab.losses.MarginMSE"
     module = instantiate(cfg.model)
     assert isinstance(module, InferenceFreeModule) and module.query_regularizer is None
 
 
 def test_paper_experiment_composes_with_the_authors_settings(tmp_path):
-    cfg = compose_cfg(["experiment=paper/main/modernbert-vt-inference-free", f"paths.run_dir={tmp_path}"])
+    cfg = compose_config(["experiment=paper/main/modernbert-vt-inference-free", f"paths.run_dir={tmp_path}"])
     assert cfg.model._target_.endswith("InferenceFreeModule") and cfg.model.encoder.use_idf is False
     assert cfg.loss._target_ == "vtlab.losses.KLDivergence"
     doc = cfg.regularizer.doc
@@ -205,7 +205,7 @@ def test_paper_experiment_composes_with_the_authors_settings(tmp_path):
 def test_pipeline_transferred_tiny_modernbert_inference_free(tmp_path):
     """tiny-modernbert → bert-uncased (semantic) → APC → inference-free fine-tune (trainable IDF) → evaluate: the IDF
     table is computed under the new tokenizer from the training documents, trained, and saved beside the model."""
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "backbone=tiny-modernbert",
             "vocab=bert-uncased",

@@ -1,4 +1,4 @@
-"""U, the OLMo BPE restricted to its lowercase tokens (vtlab/vocab/lowercase_bpe.py): it segments like the
+"""U, the OLMo BPE restricted to its lowercase tokens (vtlab/vocab/lowercase.py): it segments like the
 blank-prefix-lower arm on the cased BPE, holds no case variant, and VT onto it copies rows; plus the gates that use it
 (M_unc in the case gate, the undamaged-control gate). Real tokenizers and models throughout."""
 
@@ -6,7 +6,7 @@ import unicodedata
 
 import pytest
 import torch
-from helpers import compose_cfg
+from helpers import compose_config
 
 from vtlab.backbones import TinyModernBert
 from vtlab.data.clean import clean_train_passages
@@ -14,7 +14,7 @@ from vtlab.diagnose.case import case_groups, case_handling
 from vtlab.reproduce import gates
 from vtlab.vocab.canonical import special_ids
 from vtlab.vocab.init import Subword
-from vtlab.vocab.lowercase_bpe import LowercaseBPE, has_uppercase, token_text
+from vtlab.vocab.lowercase import LowercaseVocab, has_uppercase, token_text
 from vtlab.vocab.transfer import TransferOptions, apply_transfer
 
 U_SIZE = 37_340  # of the 50,368 ids of ModernBERT's tokenizer (13,028 dropped); measured, pinned by the recipe
@@ -34,7 +34,7 @@ CRAFTED = [
 
 @pytest.fixture(scope="module")
 def vocab(shared_cache):
-    return LowercaseBPE("olmo-lowercase", TinyModernBert())
+    return LowercaseVocab("olmo-lowercase", TinyModernBert(), blank_prefix=True)
 
 
 @pytest.fixture(scope="module")
@@ -85,10 +85,10 @@ def test_u_segments_exactly_like_blank_prefix_lower_on_the_cased_bpe(u, olmo):
 
 
 def test_cache_key_is_stable_and_the_cached_tokenizer_reloads_identically(vocab, u, monkeypatch):
-    again = LowercaseBPE("olmo-lowercase", TinyModernBert())
+    again = LowercaseVocab("olmo-lowercase", TinyModernBert(), blank_prefix=True)
     assert again.cache_key() == vocab.cache_key() and again.cache_path() == vocab.cache_path()
-    assert LowercaseBPE("other", TinyModernBert(hidden_size=64)).cache_key() != vocab.cache_key()
-    monkeypatch.setattr(LowercaseBPE, "_build", lambda self: pytest.fail("rebuilt a cached vocabulary"))
+    assert LowercaseVocab("other", TinyModernBert(hidden_size=64), blank_prefix=True).cache_key() != vocab.cache_key()
+    monkeypatch.setattr(LowercaseVocab, "_build", lambda self: pytest.fail("rebuilt a cached vocabulary"))
     reloaded = again.load_tokenizer()
     assert reloaded.backend_tokenizer.to_str() == u.backend_tokenizer.to_str()
     assert reloaded.get_vocab() == u.get_vocab() and reloaded.special_tokens_map == u.special_tokens_map
@@ -122,9 +122,9 @@ def test_the_configs_build_u_and_m_unc_mirrors_m_bpe():
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    vocab = instantiate(compose_cfg(["vocab=olmo-lowercase"]).vocab)
-    assert isinstance(vocab, LowercaseBPE) and isinstance(vocab.source, TinyModernBert) and vocab.preprocess is None
-    unc, bpe = (compose_cfg([f"backbone={b}"]).backbone for b in ("testbed-unc", "testbed-bpe"))
+    vocab = instantiate(compose_config(["vocab=olmo-lowercase"]).vocab)
+    assert isinstance(vocab, LowercaseVocab) and isinstance(vocab.source, TinyModernBert) and vocab.preprocess is None
+    unc, bpe = (compose_config([f"backbone={b}"]).backbone for b in ("testbed-unc", "testbed-bpe"))
     assert unc.name == "testbed-unc" and unc.start.vocab.name == "olmo-lowercase"
     unc_c, bpe_c = OmegaConf.to_container(unc), OmegaConf.to_container(bpe)
     differ = {k for k in unc_c | bpe_c if unc_c.get(k) != bpe_c.get(k)}
@@ -136,7 +136,7 @@ def test_m_unc_start_is_splade_tiny_on_u_with_no_case_variants(shared_cache):
     """The real M_unc start (SPLADE-tiny moved onto U by FVT, no MLM): the saved model lowercases its own input."""
     from hydra.utils import instantiate
 
-    start = instantiate(compose_cfg(["backbone=testbed-unc"]).backbone.start)
+    start = instantiate(compose_config(["backbone=testbed-unc"]).backbone.start)
     model, tokenizer = start.load_model(), start.load_tokenizer()
     assert len(tokenizer) == U_SIZE == model.config.vocab_size
     assert tokenizer.tokenize("Hello WORLD") == ["Ġhello", "Ġworld"]

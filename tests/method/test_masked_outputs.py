@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import compose_cfg
+from helpers import compose_config
 from hydra.utils import instantiate
 from transformers import BertConfig, BertForMaskedLM
 
@@ -273,11 +273,11 @@ def test_a_masked_id_fed_as_mlm_noise_stays_dead(arm_model, tokenizer, masked):
 
 
 def test_config_composes_onto_the_testbed_bpe_row():
-    cfg = compose_cfg(
+    cfg = compose_config(
         ["experiment=testbed/main/bpe-native", "vocab=lowercase-masked", "stage=finetune", "paths.run_dir=/tmp/x"]
     )
     arm = instantiate(cfg.vocab)
     assert isinstance(arm, CasedOutputsMasked) and arm.name == "lowercase-masked" and arm.transfers
     assert instantiate(cfg.model.encoder.preprocess) == Normalizer(lowercase=True, blank_prefix=True)
-    row = compose_cfg(["experiment=testbed/main/bpe-lowercase-masked", "paths.run_dir=/tmp/x"])
+    row = compose_config(["experiment=testbed/main/bpe-lowercase-masked", "paths.run_dir=/tmp/x"])
     assert row.vocab == cfg.vocab and row.backbone.name == "testbed-bpe"

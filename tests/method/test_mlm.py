@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import compose_cfg
+from helpers import compose_config
 
 from vtlab.backbones import TinyModernBert
 from vtlab.core.errors import AssetError, VtlabError
@@ -135,7 +135,7 @@ def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
     from vtlab.stages import mlm as stage
 
     run_dir = tmp_path / "run"
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "backbone=tiny-modernbert",
             "vocab=native",
@@ -167,7 +167,7 @@ def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
     again = stage.run(cfg, {})
     assert Path(again["backbone"].name_or_path) == out and (out / "vtlab_mlm.json").stat().st_mtime == mtime
 
-    off = compose_cfg(
+    off = compose_config(
         ["backbone=tiny-modernbert", "vocab=native", "mlm.steps=0", "logger=none", f"paths.run_dir={run_dir}"]
     )
     state0 = {"x": object()}
@@ -175,10 +175,10 @@ def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
 
 
 def test_sweep_and_paper_config_compose():
-    cfg = compose_cfg(["mlm=paper", "logger=none"])
+    cfg = compose_config(["mlm=paper", "logger=none"])
     assert cfg.mlm.steps == 20000 and cfg.mlm.batch_size * cfg.mlm.accumulate_grad_batches == 2048
     assert cfg.mlm.corpus._target_ == "vtlab.data.corpora.wikibook"
-    assert compose_cfg(["mlm.steps=500"]).mlm.steps == 500
+    assert compose_config(["mlm.steps=500"]).mlm.steps == 500
 
 
 @pytest.mark.parametrize(

@@ -372,10 +372,10 @@ def test_subword_bytelevel_target_wordpiece_source(bert_and_olmo):
     ],
 )
 def test_init_configs_instantiate(group, cls, name, similarity):
-    from helpers import compose_cfg
+    from helpers import compose_config
     from hydra.utils import instantiate
 
-    cfg = compose_cfg(config_name=group, config_dir=CONF / "init")  # the group file alone, as its own config
+    cfg = compose_config(config_name=group, config_dir=CONF / "init")  # the group file alone, as its own config
     assert "_target_" in cfg and cfg.name == name
     init = instantiate(cfg)
     assert type(init) is cls and init.name == name
@@ -384,9 +384,9 @@ def test_init_configs_instantiate(group, cls, name, similarity):
 
 
 def test_similarity_override_from_the_command_line():
-    from helpers import compose_cfg
+    from helpers import compose_config
     from hydra.utils import instantiate
 
-    cfg = compose_cfg(["init=semantic", "init.similarity=pmi"])
+    cfg = compose_config(["init=semantic", "init.similarity=pmi"])
     init = instantiate(cfg.init)
     assert isinstance(init, Semantic) and init.similarity == "pmi" and init.name == "semantic-pmi"

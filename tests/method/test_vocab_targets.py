@@ -5,7 +5,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from helpers import compose_cfg
+from helpers import compose_config
 from hydra.utils import instantiate
 
 from vtlab.core.errors import AssetError, VtlabError
@@ -25,7 +25,7 @@ TEXTS = ["The Café in Paris", "  already spaced", "ÉCOLE naïve", "", "x"]
 
 def _vocab_node(option: str):
     # Compose only the vocab group: the full config also needs every other group to resolve.
-    return compose_cfg(config_name=f"vocab/{option}").vocab
+    return compose_config(config_name=f"vocab/{option}").vocab
 
 
 # -- normalization baselines -------------------------------------------------------------------------------------------
@@ -160,7 +160,7 @@ def test_wordpiece_bad_size_names_key(size):
 
 
 def test_wordpiece_yaml_sweepable():
-    node = compose_cfg(["vocab.vocab_size=10000"], config_name="vocab/corpus-wordpiece").vocab
+    node = compose_config(["vocab.vocab_size=10000"], config_name="vocab/corpus-wordpiece").vocab
     vocab = instantiate(node)
     assert isinstance(vocab, CorpusWordPiece) and vocab.vocab_size == 10000 and vocab.name == "corpus-wordpiece"
     assert "BoolQ clean training passages" in vocab.describe()

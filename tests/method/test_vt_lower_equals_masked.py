@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from helpers import compose_cfg
+from helpers import compose_config
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
@@ -48,9 +48,9 @@ def encoder(overrides: list[str]) -> SpladeEncoder:
     run's vocabulary (transfer or derived model, cached), no MLM, no APC. The real-case arm's config when it composes,
     else the base config with backbone=e5-small (vocab, init and the backbone define the model)."""
     try:
-        cfg = compose_cfg([EXPERIMENT, FP32, *overrides])
+        cfg = compose_config([EXPERIMENT, FP32, *overrides])
     except (HydraException, OmegaConfBaseException):
-        cfg = compose_cfg(["backbone=e5-small", "vocab=lowercase-masked", FP32, *overrides])
+        cfg = compose_config(["backbone=e5-small", "vocab=lowercase-masked", FP32, *overrides])
     enc = build_encoder(cfg)
     assert isinstance(enc, SpladeEncoder) and enc.resolved_precision() == "fp32"
     return enc.eval()

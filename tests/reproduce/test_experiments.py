@@ -2,14 +2,14 @@
 the right values, the SLURM launcher composes, reproduce builds sweeps."""
 
 import pytest
-from helpers import CONF, compose_cfg
+from helpers import CONF, compose_config
 from omegaconf import OmegaConf
 
 from vtlab import reproduce
 
 
 def experiment(name, *extra):
-    return compose_cfg([f"experiment={name}", "paths.run_dir=/tmp/x", *extra], hydra=True)
+    return compose_config([f"experiment={name}", "paths.run_dir=/tmp/x", *extra], return_hydra_config=True)
 
 
 PAPER_ROWS = sorted(p.stem for p in (CONF / "experiment/paper/main").glob("*.yaml"))

@@ -4,7 +4,7 @@ and the same APC, the authors' baselines as published get neither, the primary c
 and the plan prices each row by the output rows its head really projects onto."""
 
 import pytest
-from helpers import compose_cfg
+from helpers import compose_config
 from omegaconf import OmegaConf
 
 from vtlab import reproduce
@@ -39,7 +39,7 @@ def without_preprocess(model: dict) -> dict:
 def rows() -> dict[str, dict]:
     out = {}
     for row in ROWS:
-        cfg = compose_cfg([f"experiment={row}", "paths.run_dir=/tmp/x"])
+        cfg = compose_config([f"experiment={row}", "paths.run_dir=/tmp/x"])
         out[row.rsplit("/", 1)[1]] = OmegaConf.to_container(cfg, resolve=True)
     return out
 

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from helpers import compose_cfg
+from helpers import compose_config
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from scipy.stats import chisquare
@@ -33,7 +33,7 @@ RUN_DIR = "paths.run_dir=/tmp/x"  # composed only, never run
 
 
 def paper(row="bert-native", *extra):
-    return compose_cfg([RUN_DIR, f"experiment=paper/main/{row}", *extra])
+    return compose_config([RUN_DIR, f"experiment=paper/main/{row}", *extra])
 
 
 def sparse_reps(rows, vocab, seed, density=0.3):
@@ -77,7 +77,7 @@ def test_flops_normalize_option_and_global_default_unchanged():
     # global: Σ_v (mean over all rows)², as before; quickstart and testbed rows keep it
     assert Flops(1.0).penalty(d, 3).item() == pytest.approx(((d.mean(0)) ** 2).sum().item())
     for overrides in ([], ["experiment=testbed/main/wp-native"]):
-        assert compose_cfg([RUN_DIR, *overrides]).regularizer.doc.normalize == "global"
+        assert compose_config([RUN_DIR, *overrides]).regularizer.doc.normalize == "global"
     with pytest.raises(ConfigError, match="regularizer normalize"):
         Flops(1.0, normalize="per-query")
 
@@ -280,7 +280,7 @@ def test_infonce_switch_matches_both_forms():
     )
     assert abs(mnrl.item() - authors_infonce(q, d).item()) > 1e-3
     assert instantiate(paper("bert-native", "loss=infonce").loss).in_batch_positives is False
-    assert instantiate(compose_cfg([RUN_DIR]).loss).in_batch_positives is True  # quickstart keeps MNRL's form
+    assert instantiate(compose_config([RUN_DIR]).loss).in_batch_positives is True  # quickstart keeps MNRL's form
 
 
 def test_kl_div_gathers_and_is_unchanged_on_one_process():
@@ -311,7 +311,7 @@ class _FixedLogits(torch.nn.Module):
 
 
 def test_mlm_ablation_calibrates_p60_on_positive_values_only():
-    cfg = compose_cfg([RUN_DIR, "experiment=paper/ablation-mlm"])
+    cfg = compose_config([RUN_DIR, "experiment=paper/ablation-mlm"])
     apc = instantiate(cfg.apc)
     z = torch.randn(40, 30, generator=torch.Generator().manual_seed(0)) + 0.3
     texts = [str(i) for i in range(40)]

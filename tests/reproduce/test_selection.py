@@ -5,14 +5,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from test_report import write_job, write_multirun
 
 from vtlab.report.discovery import ReportError
 from vtlab.report.selection import Choice, choose, override_text, refine, write_selected
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 DEV = {
     "wp": {"0.0005": 0.70, "0.001": 0.68},
     "bpe": {"0.0005": 0.61, "0.001": 0.64},
@@ -53,17 +51,14 @@ def test_an_arm_with_a_failed_setting_is_named_not_guessed(tmp_path):
         choose(_sweep(tmp_path, drop=("bpe", "0.001")), ["model.optimizer.lr"], "boolq-clean-dev", "nDCG@10")
 
 
-def test_the_written_config_is_the_arm_with_its_choice(tmp_path):
+def test_the_written_config_is_the_arm_with_its_choice(tmp_path, compose):
     chosen = choose(_sweep(tmp_path), ["model.optimizer.lr"], "boolq-clean-dev", "nDCG@10")
     chosen = {"testbed-wp-native": chosen["testbed-bpe"]}  # the 1e-3 choice, on a real arm's config
     root = tmp_path / "selected"
     runs = write_selected(chosen, {"testbed-wp-native": "testbed/main/wp-native"}, root, "testbed/selected")
     assert runs == {"testbed-wp-native": "testbed/selected/wp-native"}
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        base = compose("config", overrides=["experiment=testbed/main/wp-native"])
-        cfg = compose(
-            "config", overrides=["experiment=testbed/selected/wp-native", f"hydra.searchpath=[file://{root}]"]
-        )
+    base = compose(["experiment=testbed/main/wp-native"])
+    cfg = compose(["experiment=testbed/selected/wp-native", f"hydra.searchpath=[file://{root}]"])
     assert base.model.optimizer.lr == 5e-4 and cfg.model.optimizer.lr == 0.001
     assert cfg.name == base.name == "testbed-wp-native"
     assert [t["score"] for t in cfg.report.selection.tried] == [0.61, 0.64]
@@ -91,17 +86,14 @@ def test_the_second_stage_replaces_a_choice_only_where_dev_scores_it_higher():
         refine(first, {"a": then["a"], "b": then["b"]})
 
 
-def test_a_setting_of_null_is_written_as_null_and_composes_to_apc_switched_off(tmp_path):
+def test_a_setting_of_null_is_written_as_null_and_composes_to_apc_switched_off(tmp_path, compose):
     assert override_text(None) == "null" and override_text(0.00025) == "0.00025"
     values = {"model.optimizer.lr": 0.0001, "apc.percentile": None}
     root = tmp_path / "selected"
     chosen = {"testbed-wp-native": _choice("testbed-wp-native", values, 0.89)}
     write_selected(chosen, {"testbed-wp-native": "testbed/main/wp-native"}, root, "testbed/selected")
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        base = compose("config", overrides=["experiment=testbed/main/wp-native"])
-        cfg = compose(
-            "config", overrides=["experiment=testbed/selected/wp-native", f"hydra.searchpath=[file://{root}]"]
-        )
+    base = compose(["experiment=testbed/main/wp-native"])
+    cfg = compose(["experiment=testbed/selected/wp-native", f"hydra.searchpath=[file://{root}]"])
     assert base.apc.percentile == 60 and cfg.apc.percentile is None and cfg.model.optimizer.lr == 0.0001
     rest = {k: v for k, v in OmegaConf.to_container(cfg).items() if k not in ("model", "report", "apc")}
     assert rest == {k: v for k, v in OmegaConf.to_container(base).items() if k not in ("model", "report", "apc")}

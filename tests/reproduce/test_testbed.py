@@ -3,7 +3,7 @@ recipe for the two relocated models, VT against lowercasing at identical segment
 contrast, no checkpoint selection, and tables whose contrasts name their own rows."""
 
 import pytest
-from helpers import CONF, compose_cfg
+from helpers import CONF, compose_config
 from omegaconf import OmegaConf
 
 from vtlab.evaluation import stats
@@ -31,7 +31,7 @@ SAME = [
 
 
 def _cfg(experiment: str, *overrides: str, hydra: bool = False):
-    return compose_cfg([f"experiment={experiment}", *overrides], hydra=hydra)
+    return compose_config([f"experiment={experiment}", *overrides], return_hydra_config=hydra)
 
 
 def _at(cfg, key):
@@ -297,8 +297,8 @@ def test_the_sensitivity_overrides_compose_onto_an_arm():
     table = ["experiment=" + ",".join(f"testbed/main/{r}" for r in tables_of("testbed")["main"]["rows"])]
     overrides = _sensitivity_overrides("testbed", "main", "ensemble", table)
     one = [o for o in overrides if not o.startswith(("experiment=", "seed="))]
-    assert compose_cfg(one).data.teacher is not None  # as the multirun's first composition sees them
-    cfg = compose_cfg(["experiment=testbed/main/bpe-vt", "seed=0", *one])
+    assert compose_config(one).data.teacher is not None  # as the multirun's first composition sees them
+    cfg = compose_config(["experiment=testbed/main/bpe-vt", "seed=0", *one])
     assert cfg.data.teacher._target_ == "vtlab.data.teacher_ensemble.ensemble_scored"
     assert [list(p) for p in cfg.report.contrasts][1] == ["testbed-bpe-vt", "testbed-bpe-vt-unc"]
     assert list(cfg.report.primary) == ["testbed-bpe-vt-unc", "testbed-bpe-lowercase"]

@@ -7,7 +7,7 @@ The selection reads the mean over the dev collections (`selection.dataset: null`
 from pathlib import Path
 
 import pytest
-from helpers import CONF, compose_cfg
+from helpers import CONF, compose_config
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from test_report import write_job, write_multirun
@@ -58,8 +58,8 @@ def test_the_dev_suite_excludes_exactly_the_evaluation_samples():
 def composed(shared_cache: Path) -> tuple[dict[str, Collection], dict[str, Collection]]:
     """The testbed's evaluation collections and its selection suite's dev collections, composed and instantiated as a
     run does (experiment=testbed/main/wp-native)."""
-    cfg = compose_cfg(["experiment=testbed/main/wp-native", "eval=testbed"])
-    dev_cfg = compose_cfg(["experiment=testbed/main/wp-native", f"eval={cfg.selection.eval}"])
+    cfg = compose_config(["experiment=testbed/main/wp-native", "eval=testbed"])
+    dev_cfg = compose_config(["experiment=testbed/main/wp-native", f"eval={cfg.selection.eval}"])
     assert cfg.selection.dataset is None  # the selection reads the dev mean
     tests = {n: instantiate(e.collection)() for n, e in cfg.eval.evaluations.items()}
     devs = {n: instantiate(e.collection)() for n, e in dev_cfg.eval.evaluations.items()}

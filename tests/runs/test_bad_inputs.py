@@ -30,7 +30,7 @@ from vtlab.core.errors import (
     one_line,
     user_error,
 )
-from vtlab.runs.directory import LAST_CKPT, prepare_run_dir
+from vtlab.runs.directory import LAST_CKPT, check_run_dir, clear_earlier_run
 
 # ---- direct cases: (id, function(tmp_path, monkeypatch) that must raise, exception type, regex on the message) -------
 
@@ -355,9 +355,17 @@ def distillation_loss_without_teacher_scores(tmp, mp):
 
 
 def _cfg(run_dir: Path, *overrides: str):
-    from helpers import compose_cfg
+    from helpers import compose_config
 
-    return compose_cfg([f"paths.run_dir={run_dir}", *overrides])
+    return compose_config([f"paths.run_dir={run_dir}", *overrides])
+
+
+def prepare_run_dir(cfg):
+    """The admission's run-directory step (vtlab.stages.admission): check_run_dir's answer, acted on."""
+    run_dir = Path(str(cfg.paths.run_dir))
+    resume_from, clear = check_run_dir(run_dir, cfg.get("resume", "auto"), cfg.get("overwrite", False))
+    clear_earlier_run(run_dir, clear, resume_from)
+    return resume_from
 
 
 def _finished_run(run_dir: Path) -> Path:
@@ -586,7 +594,8 @@ def run_directory_in_use(tmp, mp):
     r"5e-05 -> 0\.001\); rerun with its settings, pass resume_with_changes=true to continue with these",
 )
 def resume_with_a_changed_config(tmp, mp):
-    from vtlab.callbacks.resume_state import resume_configs, run_config
+    from vtlab.callbacks.resume_state import resume_configs
+    from vtlab.runs.resume import run_config
 
     torch.save({"callbacks": {"ResumeState": {"configs": [run_config(_cfg(tmp))]}}}, tmp / "last.ckpt")
     return resume_configs(_cfg(tmp, "model.optimizer.lr=1e-3"), str(tmp / "last.ckpt"))

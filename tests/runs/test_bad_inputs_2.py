@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from helpers import CONF, ROOT, compose_cfg, one_error_line
+from helpers import CONF, ROOT, compose_config, one_error_line
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
 
 from vtlab.backbones import Backbone
@@ -198,7 +198,7 @@ def test_an_encoder_longer_than_the_model_is_refused_when_built():
     assert str(ei.value).startswith("model.encoder.doc_max_length=65: expected at most 64 tokens")
     assert "max_position_embeddings=66 less the 2 positions up to padding_idx=1" in str(ei.value)
     # the entry point names the key the user sets: model.encoder.doc_max_length is ${data.doc_max_length}
-    cfg = compose_cfg()
+    cfg = compose_config()
     assert config_key(ei.value, cfg) == "data.doc_max_length"
     assert one_line(ei.value, config_key(ei.value, cfg)).endswith(" (config key: data.doc_max_length)")
 
@@ -245,7 +245,7 @@ def test_an_encoder_longer_than_the_model_is_refused_when_built():
 )
 def test_config_values_are_checked_by_full_key_and_value(overrides, line):
     with pytest.raises(ConfigError) as ei:
-        check_config(compose_cfg(overrides))
+        check_config(compose_config(overrides))
     assert str(ei.value).startswith(line), str(ei.value)
     assert ei.value.key == line.split("=")[0]
     _one_line(ei.value)
@@ -268,7 +268,7 @@ def test_config_values_are_checked_by_full_key_and_value(overrides, line):
     ],
 )
 def test_good_values_pass_and_unset_keys_are_left_to_their_readers(overrides):
-    check_config(compose_cfg(overrides))  # eval=beir / data=jsonl: a `???` path is reported by whoever reads it
+    check_config(compose_config(overrides))  # eval=beir / data=jsonl: a `???` path is reported by whoever reads it
 
 
 EXPERIMENTS = sorted(
@@ -281,7 +281,7 @@ def test_every_experiment_config_passes_the_checks():
     failed = {}
     for name in EXPERIMENTS:
         try:
-            check_config(compose_cfg([f"experiment={name}", "paths.run_dir=/tmp/x"]))
+            check_config(compose_config([f"experiment={name}", "paths.run_dir=/tmp/x"]))
         except ConfigError as e:
             failed[name] = str(e)
     assert failed == {}
@@ -299,7 +299,7 @@ def test_every_config_group_option_passes_the_checks():
     failed = {}
     for option in GROUP_OPTIONS:
         try:
-            check_config(compose_cfg([option]))
+            check_config(compose_config([option]))
         except ConfigError as e:
             failed[option] = str(e)
     assert failed == {}
@@ -309,7 +309,7 @@ def test_every_checked_key_exists_in_some_config():
     """A key of the table that no config has would never be checked (a typo there passes silently)."""
     assert len(CHECKS) > 40
     cfgs = [
-        compose_cfg(o)
+        compose_config(o)
         for o in (
             [],
             ["eval=beir", "eval.path=x"],

@@ -5,8 +5,7 @@ nodes equal trainer.num_nodes, and its time limit covers the plan's estimate of 
 
 import re
 
-from helpers import CONF, ROOT
-from hydra import compose, initialize_config_dir
+from helpers import ROOT, compose_config, hydra_conf
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
@@ -40,10 +39,10 @@ def test_the_launcher_and_every_job_agree_on_processes_gpus_nodes_and_time():
     sweep = next(o for o in parsed if o.key_or_group == "experiment")
     experiments = list(sweep.sweep_string_iterator())
     rest = [o.input_line for o in parsed if o is not sweep]
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+    with hydra_conf():  # a multirun's load, not a compose
         top = GlobalHydra.instance().config_loader().load_configuration("config", overrides, run_mode=RunMode.MULTIRUN)
-        launcher = top.hydra.launcher
-        jobs = [compose("config", overrides=[f"experiment={e}", *rest]) for e in experiments]
+    launcher = top.hydra.launcher
+    jobs = [compose_config([f"experiment={e}", *rest]) for e in experiments]
     assert launcher._target_.endswith("SlurmLauncher")
     assert launcher.tasks_per_node == launcher.gpus_per_node  # Lightning's DDP under SLURM: one process per GPU
     for experiment, job in zip(experiments, jobs):

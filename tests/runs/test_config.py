@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import CONF, ROOT, compose_cfg
+from helpers import CONF, ROOT, compose_config
 from hydra.utils import get_object, instantiate
 from omegaconf import OmegaConf, open_dict
 
@@ -29,7 +29,7 @@ CASES = [(g, o) for g in GROUPS for o in options(g) if g != "experiment"]
 
 @pytest.mark.parametrize("group,option", CASES, ids=[f"{g}={o}" for g, o in CASES])
 def test_group_value_composes(group, option, tmp_path):
-    cfg = compose_cfg([f"{group}={option}", f"paths.run_dir={tmp_path}"])
+    cfg = compose_config([f"{group}={option}", f"paths.run_dir={tmp_path}"])
     assert set(OmegaConf.missing_keys(cfg)) == REQUIRED.get((group, option), set())
     if not OmegaConf.missing_keys(cfg):
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
@@ -87,7 +87,7 @@ def test_experiment_composes(experiment, tmp_path):
     """What a broken experiment file would get wrong: its name, an override or value that does not land (typo'd
     group, missing `# @package _global_`), a sweep over a key or option that does not exist, a ??? left unfilled,
     an interpolation or a `_target_` that does not resolve."""
-    cfg = compose_cfg([f"experiment={experiment}", f"paths.run_dir={tmp_path}"], hydra=True)
+    cfg = compose_config([f"experiment={experiment}", f"paths.run_dir={tmp_path}"], return_hydra_config=True)
     choices = cfg.hydra.runtime.choices
     sweep = OmegaConf.to_container(cfg.hydra.sweeper.get("params") or OmegaConf.create())
     with open_dict(cfg):
@@ -136,7 +136,7 @@ def test_experiment_composes(experiment, tmp_path):
 
 
 def test_default_is_offline_quickstart(tmp_path):
-    cfg = compose_cfg([f"paths.run_dir={tmp_path}"])
+    cfg = compose_config([f"paths.run_dir={tmp_path}"])
     assert cfg.backbone.name_or_path.startswith("asset:")
     assert cfg.trainer.accelerator == "cpu"
     assert cfg.logger.online is False

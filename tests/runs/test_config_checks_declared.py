@@ -12,7 +12,7 @@ import runpy
 from typing import Any, Literal, Optional, Union, get_args, get_type_hints
 
 import pytest
-from helpers import compose_cfg
+from helpers import compose_config
 from pytorch_lightning import Trainer
 
 import vtlab.core.choices
@@ -31,7 +31,7 @@ def fresh_checks() -> dict[str, Any]:
 
 def refusal(checks: dict[str, Any], override: str) -> str:
     with pytest.raises(ConfigError) as ei:
-        checks["check_config"](compose_cfg([override]))
+        checks["check_config"](compose_config([override]))
     return str(ei.value)
 
 
@@ -51,7 +51,7 @@ def test_a_new_encoder_precision_is_accepted_without_editing_the_check(monkeypat
     declared = vtlab.core.choices.EncoderPrecision
     monkeypatch.setattr(vtlab.core.choices, "EncoderPrecision", Literal[(*get_args(declared), "fp8")])
     checks = fresh_checks()
-    checks["check_config"](compose_cfg(["model.encoder.precision=fp8"]))
+    checks["check_config"](compose_config(["model.encoder.precision=fp8"]))
     assert refusal(checks, "model.encoder.precision=fp9") == (
         "model.encoder.precision='fp9': expected one of auto, native, fp32, bf16, int8, fp8"
     )
@@ -64,7 +64,7 @@ def test_a_new_node_of_indexes_yaml_is_accepted_without_editing_the_check(monkey
     monkeypatch.setattr(vtlab.core.paths, "INDEXES_FILE", indexes)
     checks = fresh_checks()
     assert checks["INDEXES"] == ("exact", "scipy", "seismic", "faiss")
-    checks["check_config"](compose_cfg(["eval.index=faiss"]))
+    checks["check_config"](compose_config(["eval.index=faiss"]))
     assert refusal(checks, "eval.index=annoy") == "eval.index='annoy': expected one of exact, scipy, seismic, faiss"
 
 
@@ -73,7 +73,7 @@ def test_a_new_lightning_precision_is_accepted_without_editing_the_check(monkeyp
     monkeypatch.setitem(Trainer.__init__.__annotations__, "precision", declared)
     checks = fresh_checks()
     assert checks["LIGHTNING_PRECISIONS"] == ("native", "32-true", "bf16-mixed", "fp4-true")
-    checks["check_config"](compose_cfg(["trainer.precision=fp4-true"]))
+    checks["check_config"](compose_config(["trainer.precision=fp4-true"]))
     assert refusal(checks, "trainer.precision=16-mixed") == (
         "trainer.precision='16-mixed': expected one of native, 32-true, bf16-mixed, fp4-true, or null"
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import compose_cfg
+from helpers import compose_config
 
 from vtlab.callbacks.collapse_detector import CollapseDetector
 from vtlab.callbacks.health import margin, mean_pairwise_cosine
@@ -43,7 +43,7 @@ def fit(run_dir: Path, shift: float = 0.0, batch_size: int = 4, patience: int = 
         f"callbacks.collapse_detector.patience={patience}",
         *extra,
     ]
-    cfg = compose_cfg(overrides)
+    cfg = compose_config(overrides)
     module = finetune.build_module(cfg)
     biases = {id(b): b for b in (module.encoder.output_bias("doc"), module.encoder.output_bias("query"))}
     for bias in biases.values():  # a shared (siamese) encoder has one bias: shift it once

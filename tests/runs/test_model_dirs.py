@@ -22,8 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import CONF, OFFLINE_ENV, ROOT, one_error_line
-from hydra import compose, initialize_config_dir
+from helpers import OFFLINE_ENV, ROOT, compose_config, hydra_conf, one_error_line
 from transformers import AutoConfig
 
 from vtlab.backbones import Backbone
@@ -137,8 +136,8 @@ def test_an_export_of_a_run_whose_model_names_code_is_refused_and_copies_nothing
 
 # ---- 3. overrides the stage does not read -----------------------------------------------------------------------
 def unread(*overrides: str) -> list[str]:
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides))
+    cfg = compose_config(overrides)
+    with hydra_conf():  # the groups an override chose are read from an initialized Hydra
         return unread_overrides(cfg, list(overrides))
 
 

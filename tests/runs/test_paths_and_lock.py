@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, compose_cfg, one_error_line
+from helpers import ROOT, compose_config, one_error_line
 from omegaconf import OmegaConf
 
 from vtlab.core.errors import ConfigError, RunDirError
@@ -75,7 +75,7 @@ def _run_dir(path: Path, seed: int = 0) -> Path:
 )
 def test_a_name_that_would_leave_its_directory_is_refused_naming_the_key(override: str, key: str) -> None:
     with pytest.raises(ConfigError) as ei:
-        check_config(compose_cfg([override]))
+        check_config(compose_config([override]))
     value = override.split("=", 1)[1]
     assert str(ei.value).startswith(f"{key}={value!r}: expected a plain name (no '/', not empty, '.' or '..')")
     assert ei.value.key == key
@@ -88,8 +88,8 @@ def test_suite_members_become_directory_names_and_are_checked_too() -> None:
 
 
 def test_plain_names_and_the_defaults_pass() -> None:
-    check_config(compose_cfg(["name=my-run_2.b"]))
-    check_config(compose_cfg(["stage=export"]))  # no run dir known outside Hydra: only what is given is checked
+    check_config(compose_config(["name=my-run_2.b"]))
+    check_config(compose_config(["stage=export"]))  # no run dir known outside Hydra: only what is given is checked
 
 
 # ---- export outputs: never an input, never another run ----------------------------------------------------------
@@ -115,7 +115,7 @@ def layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
 
 
 def _export_cfg(lay: dict[str, Path], *overrides: str):
-    return compose_cfg(["stage=export", f"run_dir={lay['R']}", f"paths.run_dir={lay['this']}", *overrides])
+    return compose_config(["stage=export", f"run_dir={lay['R']}", f"paths.run_dir={lay['this']}", *overrides])
 
 
 REFUSED = [  # (override template, key, reason)
@@ -241,7 +241,7 @@ def test_a_run_dir_that_is_a_file_is_one_line_in_process(tmp_path: Path) -> None
 
     (tmp_path / "f").write_text("keep")
     with pytest.raises(RunDirError) as ei:
-        run(compose_cfg([*CHEAP, f"paths.run_dir={tmp_path / 'f'}"]))
+        run(compose_config([*CHEAP, f"paths.run_dir={tmp_path / 'f'}"]))
     assert str(ei.value) == (
         f"paths.run_dir={tmp_path / 'f'}: exists and is not a directory; a run directory is a "
         "new directory or an earlier run's: choose another paths.run_dir"
@@ -274,7 +274,7 @@ def _model_run(run_a: Path) -> None:
     backbone.load_model().save_pretrained(run_a / "model")
     backbone.load_tokenizer().save_pretrained(run_a / "model")
     OmegaConf.save(
-        compose_cfg(["backbone=splade-tiny", "vocab=native", "apc=off", "logger=none"]),
+        compose_config(["backbone=splade-tiny", "vocab=native", "apc=off", "logger=none"]),
         run_a / ".hydra" / "config.yaml",
     )
 

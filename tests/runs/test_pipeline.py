@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, compose_cfg
+from helpers import ROOT, compose_config
 
 from vtlab.stages.pipeline import run
 
@@ -18,7 +18,7 @@ SMALL_EVAL = ["+eval.collection.max_queries=40", "+eval.collection.max_docs=150"
 
 def test_fast_dev_run_tiny_modernbert(tmp_path):
     """One training and one validation batch of a random ModernBERT with the real OLMo tokenizer, then evaluation."""
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "backbone=tiny-modernbert",
             "vocab=native",
@@ -42,7 +42,7 @@ def test_fast_dev_run_tiny_modernbert(tmp_path):
 
 
 def test_short_training_keeps_best_checkpoint_and_evaluates_it(tmp_path):
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "backbone=splade-tiny",
             "vocab=native",
@@ -130,7 +130,7 @@ def test_cli_evaluate_splade_tiny_on_boolq_beats_bm25(tmp_path):
 def test_default_pipeline_is_vocabulary_transfer(tmp_path):
     """No vocab/init/apc overrides: SPLADE-tiny → BoolQ WordPiece (init=auto → subword) → APC → fine-tune → evaluate,
     with the untransferred model evaluated alongside."""
-    cfg = compose_cfg(
+    cfg = compose_config(
         [
             "logger=none",
             f"paths.run_dir={tmp_path}",

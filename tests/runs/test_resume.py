@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import OFFLINE_ENV, ROOT, TINY_RUN, compose_cfg, run_results
+from helpers import OFFLINE_ENV, ROOT, TINY_RUN, compose_config, run_results
 from torch import nn
 
 from vtlab.callbacks.checkpoints import SameDirCheckpointIO, load_checkpoint
@@ -30,7 +30,7 @@ from vtlab.core.atomic import atomic_dir
 from vtlab.data.collections import Collection
 from vtlab.data.datamodule import ResumableDataLoader, TripletDataModule
 from vtlab.data.examples import TripletExample
-from vtlab.runs.directory import LAST_CKPT, prepare_run_dir
+from vtlab.runs.directory import LAST_CKPT, check_run_dir, clear_earlier_run
 from vtlab.tracking.resumable_csv import ResumableCSVLogger
 
 # ---- toy training: what the batches and the RNG look like across a restart --------------------------------------
@@ -233,7 +233,15 @@ def test_loader_state_skips_served_batches_and_rolls_over_at_epoch_end() -> None
 
 
 def _cfg(run_dir: Path, *overrides: str):
-    return compose_cfg([f"paths.run_dir={run_dir}", *overrides])
+    return compose_config([f"paths.run_dir={run_dir}", *overrides])
+
+
+def prepare_run_dir(cfg):
+    """The admission's run-directory step (vtlab.stages.admission): check_run_dir's answer, acted on."""
+    run_dir = Path(str(cfg.paths.run_dir))
+    resume_from, clear = check_run_dir(run_dir, cfg.get("resume", "auto"), cfg.get("overwrite", False))
+    clear_earlier_run(run_dir, clear, resume_from)
+    return resume_from
 
 
 def test_interrupted_run_dir_is_resumed_and_a_fresh_one_is_not(tmp_path: Path) -> None:
@@ -502,8 +510,9 @@ def _checkpoint_recording(path: Path, configs: list) -> str:
 
 
 def test_resume_refuses_a_changed_config_unless_asked(tmp_path: Path) -> None:
-    from vtlab.callbacks.resume_state import resume_configs, run_config
+    from vtlab.callbacks.resume_state import resume_configs
     from vtlab.core.errors import RunDirError
+    from vtlab.runs.resume import run_config
 
     first = _cfg(tmp_path / "a")
     ckpt = _checkpoint_recording(tmp_path / "last.ckpt", [run_config(first)])
@@ -531,10 +540,10 @@ _FIRST = ["backbone=splade-tiny", "vocab=native", "apc=off", "logger=none"]
 def _interrupted_run(run_dir: Path) -> dict[str, tuple[bytes, int]]:
     """An interrupted run's directory: its checkpoint (recording the config of _FIRST), Hydra's record, status.json
     and log; returns every file's bytes and mtime."""
-    from vtlab.callbacks.resume_state import run_config
+    from vtlab.runs.resume import run_config
 
     (run_dir / "checkpoints").mkdir(parents=True)
-    _checkpoint_recording(run_dir / LAST_CKPT, [run_config(compose_cfg(_FIRST))])
+    _checkpoint_recording(run_dir / LAST_CKPT, [run_config(compose_config(_FIRST))])
     (run_dir / ".hydra").mkdir()
     (run_dir / ".hydra" / "config.yaml").write_text("seed: 0\nrecorded: by the interrupted run\n")
     (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in _FIRST))
@@ -564,7 +573,7 @@ def test_a_refused_resume_through_the_cli_leaves_the_record_and_status_byte_iden
     """RunDirGuard checks the resume before Hydra rewrites `.hydra/` (what export and reuse read back) and before
     status.json: a refused `python -m vtlab` changes no byte (and no mtime) of the interrupted run."""
     before = _interrupted_run(tmp_path)
-    first_lr = compose_cfg(_FIRST).model.optimizer.lr
+    first_lr = compose_config(_FIRST).model.optimizer.lr
     res = subprocess.run(
         [sys.executable, "-m", "vtlab", *_FIRST, "model.optimizer.lr=0.001", f"hydra.run.dir={tmp_path}"],
         cwd=ROOT,
@@ -585,16 +594,16 @@ def test_a_refused_resume_through_the_cli_leaves_the_record_and_status_byte_iden
 def test_a_resume_refused_for_changed_inputs_through_the_cli_changes_nothing(tmp_path: Path) -> None:
     """The same config, but the training file changed since the interrupted run recorded it (.hydra/inputs.json):
     refused by RunDirGuard's second resume check (vtlab.runs.inputs) before Hydra rewrites anything there."""
-    from vtlab.callbacks.resume_state import run_config
     from vtlab.runs.inputs import fingerprints, record
+    from vtlab.runs.resume import run_config
 
     train = tmp_path / "train.jsonl"
     train.write_text(json.dumps({"query": "q", "positive": "p", "negatives": ["n"]}) + "\n")
     first = [*_FIRST, "data=jsonl", f"data.train.path={train}"]
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
-    _checkpoint_recording(run_dir / LAST_CKPT, [run_config(compose_cfg(first))])
-    record(run_dir, fingerprints(compose_cfg(first)))  # writes .hydra/inputs.json
+    _checkpoint_recording(run_dir / LAST_CKPT, [run_config(compose_config(first))])
+    record(run_dir, fingerprints(compose_config(first)))  # writes .hydra/inputs.json
     (run_dir / ".hydra" / "config.yaml").write_text("recorded: by the interrupted run\n")
     (run_dir / "status.json").write_text('{"status": "interrupted"}\n')
     before = _files(run_dir)

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import compose_cfg
+from helpers import compose_config
 from omegaconf import OmegaConf
 
 from vtlab import reproduce
@@ -14,7 +14,7 @@ from vtlab.stages import pipeline
 
 
 def cfg_for(*overrides):
-    return compose_cfg(overrides)
+    return compose_config(overrides)
 
 
 def finished_job(sweep: Path, num: int, cfg, status: str = "done", ndcg: float = 0.42) -> Path:

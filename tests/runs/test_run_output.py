@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import wandb
-from helpers import ROOT, compose_cfg
+from helpers import ROOT, compose_config
 from omegaconf import open_dict
 from pytorch_lightning.loggers import WandbLogger
 from wandb.proto import wandb_internal_pb2
@@ -169,7 +169,7 @@ def _log_then_refuse(cfg, state):
 
 @pytest.mark.parametrize("step,error,code", [("_log_then_fail", RuntimeError, 1), ("_log_then_refuse", VtlabError, 2)])
 def test_a_failed_run_finishes_its_wandb_run_with_its_exit_code(tmp_path, step, error, code):
-    cfg = compose_cfg([f"paths.run_dir={tmp_path}", "stage=evaluate", "backbone=splade-tiny", "vocab=native"])
+    cfg = compose_config([f"paths.run_dir={tmp_path}", "stage=evaluate", "backbone=splade-tiny", "vocab=native"])
     with open_dict(cfg):
         cfg.stage.steps = [{"_target_": f"test_run_output.{step}", "_partial_": True}]
     with pytest.raises(error):
@@ -198,7 +198,7 @@ def test_a_failed_run_finishes_its_wandb_run_with_its_exit_code(tmp_path, step, 
     ],
 )
 def test_runs_are_named_after_what_runs(tmp_path, overrides, name):
-    assert compose_cfg([*overrides, f"paths.run_dir={tmp_path}"]).name == name
+    assert compose_config([*overrides, f"paths.run_dir={tmp_path}"]).name == name
 
 
 def test_export_from_a_run_records_itself_inside_that_run(sweep, tmp_path):

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import compose_cfg
+from helpers import compose_config
 from hydra.utils import instantiate
 
 from vtlab.core.errors import DataError, VtlabError, user_error
@@ -62,7 +62,7 @@ def test_vocab_corpus_path_is_a_config_key_for_every_kind_of_file(tmp_path):
     ]
     for path, field, want in cases:
         vocab = instantiate(
-            compose_cfg(["vocab=corpus-wordpiece", f"vocab.corpus.path={path}", f"vocab.corpus.field={field}"]).vocab
+            compose_config(["vocab=corpus-wordpiece", f"vocab.corpus.path={path}", f"vocab.corpus.field={field}"]).vocab
         )
         assert isinstance(vocab, CorpusWordPiece)
         assert list(vocab.corpus()) == want, path
@@ -81,7 +81,7 @@ def test_the_same_texts_give_the_same_vocabulary_wherever_they_live(tmp_path):
     (tmp_path / "a.txt").write_text("\n".join(TEXTS[:2]) + "\n")  # an edited corpus is another vocabulary
     assert CorpusWordPiece("corpus-wordpiece", corpus=TextCorpus(str(tmp_path / "a.txt"))).cache_key() != a
     default = CorpusWordPiece("corpus-wordpiece", corpus=TextCorpus())
-    assert default.cache_key() == instantiate(compose_cfg(["vocab=corpus-wordpiece"]).vocab).cache_key()
+    assert default.cache_key() == instantiate(compose_config(["vocab=corpus-wordpiece"]).vocab).cache_key()
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_the_same_texts_give_the_same_vocabulary_wherever_they_live(tmp_path):
 def test_a_bad_vocab_corpus_path_is_one_line_naming_the_key(tmp_path, make, expected):
     path = make(tmp_path)
     with user_error_line(expected):
-        instantiate(compose_cfg(["vocab=corpus-wordpiece", f"vocab.corpus.path={path}"]).vocab)
+        instantiate(compose_config(["vocab=corpus-wordpiece", f"vocab.corpus.path={path}"]).vocab)
 
 
 def test_a_bad_line_in_the_vocab_corpus_names_file_line_and_key(tmp_path):
@@ -125,7 +125,7 @@ def _triplets(path: Path, questions: list[str]) -> Path:
 def test_data_dev_path_is_the_dev_set(tmp_path):
     dev = _beir(tmp_path / "mydev", {"q0": "who wrote it", "q1": "when was it"}, split="dev")
     train = _triplets(tmp_path / "t.jsonl", ["what is it", "where is it"])
-    dm = instantiate(compose_cfg(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"]).data)
+    dm = instantiate(compose_config(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"]).data)
     dm.setup("fit")
     assert isinstance(dm.dev_collection, Collection) and dm.dev_collection.name == "mydev"
     assert dm.dev_collection.queries == {"q0": "who wrote it", "q1": "when was it"}
@@ -135,9 +135,11 @@ def test_data_dev_path_is_the_dev_set(tmp_path):
 def test_a_bad_dev_path_is_one_line_before_anything_loads(tmp_path):
     train = _triplets(tmp_path / "t.jsonl", ["what is it"])
     with user_error_line(r"data\.dev_path='.*nope': no such directory \(expected a BEIR directory"):
-        instantiate(compose_cfg(["data=jsonl", f"data.train.path={train}", f"data.dev_path={tmp_path / 'nope'}"]).data)
+        instantiate(
+            compose_config(["data=jsonl", f"data.train.path={train}", f"data.dev_path={tmp_path / 'nope'}"]).data
+        )
     dev = _beir(tmp_path / "d", {"q0": "x"}, split="test")  # no qrels/dev.tsv
-    dm = instantiate(compose_cfg(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"]).data)
+    dm = instantiate(compose_config(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"]).data)
     with pytest.raises(
         DataError, match=r"qrels/dev\.tsv: missing qrels for split 'dev' \(available splits: \['test'\]\)"
     ):
@@ -147,7 +149,7 @@ def test_a_bad_dev_path_is_one_line_before_anything_loads(tmp_path):
 def test_dev_questions_that_are_training_questions_are_refused(tmp_path):
     dev = _beir(tmp_path / "d", {"q0": "What is it?", "q1": "new one"}, split="dev")
     train = _triplets(tmp_path / "t.jsonl", ["what  is it?", "other"])  # the same question up to case and spacing
-    dm = instantiate(compose_cfg(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"]).data)
+    dm = instantiate(compose_config(["data=jsonl", f"data.train.path={train}", f"data.dev_path={dev}"]).data)
     with pytest.raises(
         DataError,
         match=rf"^data\.dev_path={re.escape(str(dev))} vs data\.train\.path="
@@ -160,15 +162,15 @@ def test_dev_questions_that_are_training_questions_are_refused(tmp_path):
 def test_an_empty_triplet_file_is_named(tmp_path):
     (tmp_path / "t.jsonl").write_text("")
     with user_error_line(r"t\.jsonl: the triplet file is empty"):
-        instantiate(compose_cfg(["data=jsonl", f"data.train.path={tmp_path / 't.jsonl'}"]).data)
+        instantiate(compose_config(["data=jsonl", f"data.train.path={tmp_path / 't.jsonl'}"]).data)
 
 
 # ---- results under the collection's name ------------------------------------------------------------------------
 def test_a_beir_evaluation_is_named_after_its_directory(tmp_path):
     beir = _beir(tmp_path / "scifact-mine", {"q0": "one"})
-    ev = instantiate(compose_cfg(["eval=beir", f"eval.path={beir}"]).eval)
+    ev = instantiate(compose_config(["eval=beir", f"eval.path={beir}"]).eval)
     assert isinstance(ev, RetrievalEvaluation) and ev.name == "scifact-mine"
-    assert instantiate(compose_cfg(["eval=beir", f"eval.path={beir}", "eval.name=sf"]).eval).name == "sf"
+    assert instantiate(compose_config(["eval=beir", f"eval.path={beir}", "eval.name=sf"]).eval).name == "sf"
 
 
 def test_the_quickstart_evaluates_on_passages_it_never_trained_on():
@@ -176,7 +178,7 @@ def test_the_quickstart_evaluates_on_passages_it_never_trained_on():
     negative, a dev passage, or a text of the vocabulary's corpus."""
     from vtlab.data.clean import normalize
 
-    cfg = compose_cfg([])
+    cfg = compose_config([])
     ev = instantiate(cfg.eval)
     evaluated = {normalize(t) for t in ev.collection.corpus.values()}
     dm = instantiate(cfg.data)

@@ -6,7 +6,7 @@ import pytest
 import pytorch_lightning as pl
 from hydra.utils import instantiate
 
-from tests.helpers import compose_cfg
+from tests.helpers import compose_config
 from vtlab.runtime.precision import trainer_precision
 from vtlab.stages.finetune import build_module
 
@@ -23,7 +23,7 @@ class Losses(pl.Callback):
 
 
 def _losses(precision: str) -> list[float]:
-    cfg = compose_cfg(["vocab=native", "apc=off", "data.batch_size=8", "regularizer.doc.warmup_steps=0"])
+    cfg = compose_config(["vocab=native", "apc=off", "data.batch_size=8", "regularizer.doc.warmup_steps=0"])
     pl.seed_everything(0, workers=True)
     module = build_module(cfg)
     data = instantiate(cfg.data, tokenizer=module.encoder.tokenizer, preprocess=module.encoder.preprocess)
