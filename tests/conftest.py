@@ -18,6 +18,19 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# The tiers (Makefile): `make test-fast` runs the unit tier, `-m "not slow and not cli and not train"`; `make test` runs
+# every tier. A test file marks its tests with `pytestmark = pytest.mark.<tier>` (or per test where a file mixes).
+MARKERS = {
+    "cli": "starts `python -m vtlab` or another subprocess",
+    "train": "trains a model in process (Lightning fit, the pipeline with a fine-tune stage, MLM)",
+    "slow": "takes more than ~20 s (real models on BoolQ)",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, what in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {what}")
+
 
 @contextlib.contextmanager
 def _vtlab_cache(path: Path) -> Iterator[Path]:

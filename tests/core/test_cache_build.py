@@ -35,6 +35,7 @@ def test_full_disk_is_one_line_naming_the_entry_and_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.cli
 def test_orphans_of_a_killed_builder_go_and_live_or_foreign_ones_stay(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     host = socket.gethostname()

@@ -268,6 +268,7 @@ CorpusWordPiece("corpus-wordpiece", vocab_size=5000, corpus=list(boolq_passages(
 """
 
 
+@pytest.mark.cli
 def test_corpus_wordpiece_builds_the_same_bytes_every_time(tmp_path: Path) -> None:
     """Two builds in two processes (each with its own hash-map seeds, which made the trainer number tokens and break
     ties differently: 3 tokens and 4,918 ids differed on the full BoolQ corpus) give the same files, byte for byte."""

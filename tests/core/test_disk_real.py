@@ -23,7 +23,7 @@ from helpers import ROOT, one_error_line
 
 from vtlab.runs.status import RESERVE, RESERVE_FILE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 # a checkpoint every step: the disk is filled after the first one, the second one meets it
 _TRAIN = [

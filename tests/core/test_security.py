@@ -67,6 +67,7 @@ def test_crafted_checkpoint_is_refused_and_nothing_runs(tmp_path: Path) -> None:
     assert not (tmp_path / "ran").exists()
 
 
+@pytest.mark.train
 def test_a_real_vtlab_checkpoint_needs_no_global_beyond_the_allow_list(tmp_path: Path) -> None:
     """What vtlab writes (Lightning state, the RNG streams of ResumeState, the last/best checkpoint callbacks, an
     optimizer and a scheduler) loads weights-only: nothing outside CHECKPOINT_GLOBALS; and Lightning resumes from it."""
@@ -112,6 +113,7 @@ def test_a_real_vtlab_checkpoint_needs_no_global_beyond_the_allow_list(tmp_path:
     assert resumed.global_step == 5
 
 
+@pytest.mark.cli
 @pytest.mark.slow
 def test_rerun_with_a_crafted_last_ckpt_refuses_with_one_line(tmp_path: Path) -> None:
     """The attack from the issue: a colleague's (or anyone's) run dir holds a crafted last.ckpt; rerunning the same
@@ -204,6 +206,7 @@ def _planted_library(tmp: Path, marker: Path) -> Path:
     return out
 
 
+@pytest.mark.cli
 @needs_cc
 def test_planted_library_is_never_loaded(tmp_path: Path) -> None:
     cache, marker = tmp_path / "cache", tmp_path / "ran"
@@ -228,6 +231,7 @@ def test_planted_library_is_never_loaded(tmp_path: Path) -> None:
     assert lib.read_bytes() != evil.read_bytes()
 
 
+@pytest.mark.cli
 @needs_cc
 def test_planted_library_with_matching_hash_in_a_directory_others_could_write(tmp_path: Path) -> None:
     """Someone who could write the directory could also write the hash: such a directory is emptied, not trusted."""
@@ -248,6 +252,7 @@ def test_planted_library_with_matching_hash_in_a_directory_others_could_write(tm
     ]
 
 
+@pytest.mark.cli
 @needs_cc
 def test_truncated_library_is_rebuilt_or_falls_back_to_scipy_without_sigbus(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
@@ -319,6 +324,7 @@ def test_a_model_directory_with_code_is_refused_without_the_opt_in(tmp_path: Pat
     assert not marker.exists()
 
 
+@pytest.mark.cli
 def test_the_opt_in_prints_what_it_imports_and_then_imports_it(tmp_path: Path) -> None:
     """The control for the test above (the crafted code is real and runs once allowed), in its own process with its
     own transformers module cache."""
@@ -518,6 +524,7 @@ def _refusal(run_dir: Path, attack: _Attack) -> str:
     return f"{run_dir}/.hydra/config.yaml ({attack.node}{resolved}): {attack.key}.{attack.refused}"
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("name", ATTACKS)
 def test_each_crafted_payload_runs_when_hydra_instantiates_it(tmp_path: Path, name: str) -> None:
     """The control: each payload is real (instantiated as Hydra would, and called as a loader is when it is a
@@ -543,6 +550,7 @@ def test_each_crafted_payload_runs_when_hydra_instantiates_it(tmp_path: Path, na
     assert marker.exists(), res.stderr[-3000:]
 
 
+@pytest.mark.train
 @pytest.mark.usefixtures("shared_cache")
 @pytest.mark.parametrize("name", ATTACKS)
 def test_export_refuses_each_crafted_run_config_and_nothing_of_it_runs(
@@ -577,6 +585,7 @@ def test_export_refuses_each_crafted_run_config_and_nothing_of_it_runs(
     assert _files(tmp_path, export_dir) == before
 
 
+@pytest.mark.cli
 @pytest.mark.usefixtures("shared_cache")
 @pytest.mark.parametrize("name", ["torch.load", "remote code"])
 def test_export_command_refuses_a_crafted_run_config_with_one_line(
@@ -699,6 +708,7 @@ def test_the_allow_list_is_exactly_what_conf_gives_the_nodes_export_reads() -> N
         assert qualified_name(locate(name)) == name
 
 
+@pytest.mark.train
 @pytest.mark.parametrize("model", ["splade", "inference-free", "bm25"])
 def test_every_conf_model_and_eval_passes_as_a_recorded_run(tmp_path: Path, model: str) -> None:
     """What vtlab itself records passes: a run of each conf/model with each conf/eval (and each conf/vocab's

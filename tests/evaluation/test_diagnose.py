@@ -348,6 +348,7 @@ def test_corpus_files_and_errors(tmp_path):
 
 
 # -- the real command --------------------------------------------------------------------------------------------------
+@pytest.mark.train
 def test_stage_report_with_activity(tmp_path):
     """One run of the stage (in process): the per-run report with the activity section and APC's histogram."""
     from vtlab.stages.pipeline import run
@@ -420,6 +421,7 @@ def _diagnose_sweep(tmp: Path, texts: list[str], *overrides: str) -> tuple[Path,
     return sweep, proc
 
 
+@pytest.mark.cli
 def test_multirun_writes_jobs_and_combined_report(tmp_path):
     """The documented command: a multirun over backbones; the sweep dir gets the combined report (tokenizer-only here,
     diagnose.activity.num_docs=0, to stay fast), and `python -m vtlab.diagnose DIR` re-renders it."""
@@ -472,6 +474,7 @@ def apc_sweep(shared_cache, tmp_path_factory):
     return sweep, proc.stdout
 
 
+@pytest.mark.cli
 def test_diagnose_keeps_apc_off_for_a_sparse_splade_it_would_densify(apc_sweep):
     """The trained SPLADE-tiny is sparse as built; p60 puts 40% of its (doc, term) max-logits above 0, thousands of
     dims per document: the verdict keeps apc=off and says what p60 would do, with the probe's numbers."""
@@ -521,6 +524,7 @@ def test_diagnose_keeps_apc_off_for_a_sparse_splade_it_would_densify(apc_sweep):
     assert other["args"]["apc"] == "p60"
 
 
+@pytest.mark.cli
 def test_random_init_backbone_is_marked_and_never_ranked_best(apc_sweep, tmp_path):
     """tiny-modernbert has random-init weights: marked in its result and the report, ranked after SPLADE-tiny though
     its mean rank is better (its tokenizer fits MODERN better), never the best of the multirun's comparison."""

@@ -97,6 +97,7 @@ def check_against_reference(run_: dict, ref: np.ndarray, coll) -> None:
         np.testing.assert_allclose(top, want, atol=1e-3, err_msg=qid)
 
 
+@pytest.mark.train
 def test_anserini_impact_search_equals_vtlab_index(exported, tmp_path):
     vectors, encoder, coll, q, d = exported
     base = vectors / "anserini"
@@ -121,6 +122,7 @@ def test_anserini_impact_search_equals_vtlab_index(exported, tmp_path):
     assert 0.3 < ours and abs(ndcg_ans - ours) <= BOUND
 
 
+@pytest.mark.train
 def test_wrong_document_scale_breaks_equality(exported, tmp_path):
     """The same queries (scale 100) against documents written at scale 1 (most weights round to 0 or 1): the checks of
     the test above fail (scores ≠ the quantized reference, nDCG@10 ≠ the quantized ranking's)."""

@@ -107,6 +107,7 @@ def _saved_run(tmp_path: Path, encoder, overrides: list[str]) -> Path:
     return run_dir
 
 
+@pytest.mark.train
 def test_inference_free_run_dir_exports_idf_query_router(st, boolq, splade_tiny, tmp_path):
     """`stage=export run_dir=...` on a saved inference-free run: IDF queries (SparseStaticEmbedding), SPLADE docs."""
     queries, docs, coll = boolq
@@ -173,6 +174,7 @@ def test_unexportable_settings_fail_with_one_line_naming_the_key(st, boolq, spla
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, no temp directory left
 
 
+@pytest.mark.train
 def test_cli_bad_export_format_is_one_line(tmp_path, capsys):
     cfg = compose_config(
         ["stage=export", "vocab=native", f"paths.run_dir={tmp_path}", "export.vectors.formats=[anserini,parquet]"]
@@ -341,6 +343,7 @@ def test_beir_corpus_is_streamed_with_titles(tmp_path):
         next(it)
 
 
+@pytest.mark.train
 def test_stage_export_from_backbone_writes_model_and_engine_files(st, tmp_path):
     """`stage=export backbone=splade-tiny vocab=native export.out=DIR` + both vector formats, on 20 BoolQ passages;
     the Anserini integers are the sentence-transformers model's own document weights × 100, rounded."""
@@ -379,6 +382,7 @@ def test_stage_export_from_backbone_writes_model_and_engine_files(st, tmp_path):
 
 
 # ---- evaluating external checkpoints ------------------------------------------------------------------------------
+@pytest.mark.train
 def test_evaluate_saved_inference_free_directory_uses_its_idf_json(boolq, splade_tiny, tmp_path):
     """`model=inference-free backbone.name_or_path=<dir> stage=evaluate`: the table comes from <dir>/idf.json, not
     from the evaluation corpus (the file keeps only half of the vocabulary, so the query vectors tell them apart)."""
@@ -469,6 +473,7 @@ def test_export_stage_config_composes_and_resolves(tmp_path):
 
 
 # ---- model card ---------------------------------------------------------------------------------------------------
+@pytest.mark.train
 def test_exported_model_carries_a_card_with_command_metrics_and_loading(st, splade_tiny, tmp_path):
     """README.md in the SparseEncoder directory: the training command (the run's .hydra/overrides.yaml), the run's
     eval/<collection>/metrics.json values, and how to load it (SparseEncoder) and feed an engine."""
@@ -492,6 +497,7 @@ def test_exported_model_carries_a_card_with_command_metrics_and_loading(st, spla
     st.SparseEncoder(str(run_dir / "sparse-encoder"), device="cpu")  # the card does not break loading
 
 
+@pytest.mark.train
 def test_model_card_false_leaves_sentence_transformers_own_readme(st, splade_tiny, tmp_path):
     run_dir = _saved_run(tmp_path, SpladeEncoder(*splade_tiny), ["backbone=splade-tiny", "vocab=native"])
     cfg = compose_config(

@@ -114,6 +114,7 @@ def export_in_process(out: Path, run_dir: Path, *overrides: str) -> dict:
     return run(compose_config([*command, f"paths.run_dir={out / 'export'}"]))
 
 
+@pytest.mark.cli
 def test_export_of_a_beir_run_encodes_that_collection_and_says_so(beir_run):
     """The export command's own eval (its default: thousands of BoolQ passages) is not what the run was evaluated
     on: the vectors are the BEIR directory's 30 documents and 10 queries, and one line names them and whose config
@@ -137,6 +138,8 @@ def test_export_of_a_beir_run_encodes_that_collection_and_says_so(beir_run):
     assert "vectors of tinyfacts" in card and "`../vectors/anserini/docs.jsonl`" in card
 
 
+@pytest.mark.cli
+@pytest.mark.train
 def test_only_the_command_line_replaces_the_runs_collection(beir_run, tmp_path, capsys):
     """`+eval.path=OTHER` changes R's eval (still R's beir loader, not the command's default eval; `+` because that
     default has no `path` key); `eval=boolq ...` replaces it with the command's own;
@@ -184,6 +187,7 @@ def _beir_eval(path: Path, name: str) -> dict:
     }
 
 
+@pytest.mark.train
 def test_an_eval_suite_in_the_run_is_refused_in_one_line_or_picked_by_name(tmp_path):
     suite = {
         "_target_": "vtlab.eval_suite.EvaluationSuite",
@@ -217,6 +221,7 @@ def test_an_eval_suite_in_the_run_is_refused_in_one_line_or_picked_by_name(tmp_p
     assert query_ids(run_dir / "vectors") == [f"b-q{j}" for j in range(3)]
 
 
+@pytest.mark.train
 @pytest.mark.parametrize("where", ["eval", "interpolated"])
 def test_foreign_targets_in_the_runs_eval_are_never_instantiated(tmp_path, where):
     """R's eval node is data like its model.encoder: a `_target_` outside vtlab (directly, or reached through an

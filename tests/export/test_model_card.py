@@ -57,6 +57,7 @@ def section(card: str, start: str, end: str) -> str:
     return card.split(start, 1)[1].split(end, 1)[0]
 
 
+@pytest.mark.cli
 def test_card_holds_no_path_of_the_machine(exported, tmp_path_factory):
     run_dir, card = exported
     ancestors = {str(p) for p in run_dir.resolve().parents if p != Path(p.anchor)}
@@ -75,6 +76,7 @@ def test_card_holds_no_path_of_the_machine(exported, tmp_path_factory):
     assert "run_dir=<run dir>" in card and "eval.path=.../tinyfacts" in card  # commands: placeholders, not paths
 
 
+@pytest.mark.cli
 def test_card_lists_the_configs_export_formats(exported):
     """The formats the card names are the export.vectors nodes with a `_target_` (vtlab.export.vectors.format_names)."""
     assert (
@@ -82,6 +84,7 @@ def test_card_lists_the_configs_export_formats(exported):
     ) in exported[1]
 
 
+@pytest.mark.cli
 def test_front_matter_has_the_hub_keys(exported):
     meta = front_matter(exported[1])
     assert meta["library_name"] == "sentence-transformers" and meta["pipeline_tag"] == "feature-extraction"
@@ -91,6 +94,7 @@ def test_front_matter_has_the_hub_keys(exported):
     assert meta["model-index"][0]["name"] == "tinyfacts-run"
 
 
+@pytest.mark.cli
 def test_model_index_holds_the_runs_metrics_json_values(exported):
     run_dir, card = exported
     recorded = recorded_metrics(run_dir)
@@ -101,6 +105,7 @@ def test_model_index_holds_the_runs_metrics_json_values(exported):
     assert {m["type"] for m in result["metrics"]} >= {"dot_ndcg@10", "dot_mrr@10", "dot_recall@100"}
 
 
+@pytest.mark.cli
 def test_timings_are_apart_from_the_quality_table(exported):
     run_dir, card = exported
     recorded = recorded_metrics(run_dir)
@@ -112,6 +117,8 @@ def test_timings_are_apart_from_the_quality_table(exported):
     assert rows(timings) == {k for k in recorded if k in TIMING_KEYS} and rows(timings)
 
 
+@pytest.mark.cli
+@pytest.mark.train
 def test_title_names_the_model_not_a_time(exported, tmp_path):
     run_dir, card = exported
     assert card.split("\n# ", 1)[1].splitlines()[0] == "tinyfacts-run"
@@ -184,6 +191,7 @@ def test_hub_ids_of_the_base_model_and_datasets(tmp_path):
     assert 'SparseEncoder("me/mb-splade")' in card
 
 
+@pytest.mark.train
 def test_push_to_hub_offline_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
     run_dir = tmp_path / "run"  # not even a model: the refusal comes first
     run_dir.mkdir()

@@ -85,6 +85,7 @@ def test_onnx_export_of_the_papers_target_families_equals_their_encoder(family, 
     assert json.loads((tmp_path / "onnx" / "onnx.json").read_text())["graph_version"] == GRAPH_VERSION
 
 
+@pytest.mark.train
 def test_stage_export_onnx_true_writes_graphs_and_card_into_the_model_dir(tmp_path):
     out = tmp_path / "st"
     cfg = compose_config(
@@ -109,6 +110,7 @@ def test_stage_export_onnx_true_writes_graphs_and_card_into_the_model_dir(tmp_pa
     assert "## ONNX" in card and "`onnx/`" in card and 'SparseEncoder("path/to/this/directory")' in card
 
 
+@pytest.mark.train
 def test_onnx_without_the_model_directory_is_one_line(tmp_path, capsys):
     cfg = compose_config(
         [

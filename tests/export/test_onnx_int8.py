@@ -95,6 +95,7 @@ def test_int8_graphs_agree_with_fp32_within_the_int8_bound(graphs, target) -> No
     assert a.holds(), a.words()
 
 
+@pytest.mark.train
 def test_stage_export_onnx_int8_writes_the_portable_graphs_by_name(tmp_path) -> None:
     out = tmp_path / "st"
     cfg = compose_config(

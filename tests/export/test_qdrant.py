@@ -87,6 +87,7 @@ def mismatches(client, queries: Path, coll, scores: np.ndarray, indices: np.ndar
     return bad
 
 
+@pytest.mark.train
 def test_qdrant_local_top10_equals_vtlab_index(exported):
     vectors, coll, scores, indices = exported
     base = vectors / "qdrant"
@@ -102,6 +103,7 @@ def test_qdrant_local_top10_equals_vtlab_index(exported):
     assert len((vectors / "elasticsearch" / "bulk.ndjson").read_text().splitlines()) == 2 * len(coll.corpus)
 
 
+@pytest.mark.train
 def test_shifted_indices_break_the_top10(exported, tmp_path):
     """Every document index + 1 (an off-by-one id → token map): most queries' top-10 no longer match."""
     vectors, coll, scores, indices = exported

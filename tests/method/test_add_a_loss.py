@@ -6,7 +6,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 from helpers import OFFLINE_ENV, ROOT
+
+pytestmark = pytest.mark.cli
 
 LOSS = '''
 import torch.nn.functional as F

@@ -147,6 +147,7 @@ class _BiasSnapshot(pl.Callback):
         self.bias = pl_module.encoder.output_bias("doc").detach().clone()
 
 
+@pytest.mark.train
 def test_callback_calibrates_inside_a_fast_dev_run_fit(tmp_path):
     cfg = compose_config(
         [

@@ -41,6 +41,7 @@ def _require(name: str) -> Path:
 
 
 # -- offline hub -----------------------------------------------------------------------------------------------------
+@pytest.mark.cli
 def test_offline_hub_error_is_fast_and_one_line() -> None:
     code = textwrap.dedent("""
         import time

@@ -87,6 +87,7 @@ def fuse_unknown_runs(ids: list[int], unk: int) -> list[int]:
     return [i for k, i in enumerate(ids) if not (i == unk and k and ids[k - 1] == unk)]
 
 
+@pytest.mark.cli
 def test_embeddings_match_the_package_engine(engine: ctypes.CDLL, model, tokenizer) -> None:
     cosines = []
     for kind, text in TEXTS:
@@ -101,6 +102,7 @@ def test_embeddings_match_the_package_engine(engine: ctypes.CDLL, model, tokeniz
     assert min(cosines) >= 0.999, cosines
 
 
+@pytest.mark.cli
 def test_tokenizer_matches_the_package_engine_on_real_texts(engine: ctypes.CDLL, tokenizer) -> None:
     import datasets
 
@@ -115,6 +117,7 @@ def test_tokenizer_matches_the_package_engine_on_real_texts(engine: ctypes.CDLL,
     assert len(texts) >= 3000 and differ == [], differ[:3]
 
 
+@pytest.mark.cli
 def test_the_explained_differences_are_the_only_ones(engine: ctypes.CDLL, tokenizer) -> None:
     """Runs of unknown characters: one <unk> here, one per character in the engine (fused, the rest equal)."""
     text = "Zebra ⟦⟧ crossing"
@@ -193,6 +196,7 @@ def _vtlab(args: list[str], cwd: Path) -> str:
     return proc.stdout + proc.stderr
 
 
+@pytest.mark.cli
 def test_evaluate_on_a_beir_directory_and_export_a_run(tmp_path: Path) -> None:
     """The README's own-data evaluation on e5-small, offline; a short e5 run exports to a SparseEncoder whose vectors
     are vtlab's."""

@@ -202,6 +202,7 @@ def test_paper_experiment_composes_with_the_authors_settings(tmp_path):
     assert cfg.backbone.name_or_path == "answerdotai/ModernBERT-base" and cfg.vocab.name == "bert-uncased"
 
 
+@pytest.mark.train
 def test_pipeline_transferred_tiny_modernbert_inference_free(tmp_path):
     """tiny-modernbert → bert-uncased (semantic) → APC → inference-free fine-tune (trainable IDF) → evaluate: the IDF
     table is computed under the new tokenizer from the training documents, trained, and saved beside the model."""

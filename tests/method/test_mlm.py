@@ -71,6 +71,7 @@ def test_mlm_probability_validated(p):
         TextDataModule(["text"], None, mlm_probability=p)
 
 
+@pytest.mark.train
 def test_training_reduces_loss_and_keeps_decoder_tied(tokenizer, tmp_path):
     pl.seed_everything(0)
     # narrower than the default tiny model: on CPU the step cost is the 50k-row embedding/decoder, ∝ hidden size
@@ -129,6 +130,7 @@ def test_sparse_prediction_loss_equals_the_models_own(family, tokenizer):
     torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.train
 def test_stage_trains_caches_and_skips(tmp_path, monkeypatch):
     from transformers import AutoModelForMaskedLM
 
@@ -198,6 +200,7 @@ def test_offline_hub_corpus_fails_fast_naming_dataset(fn, name, monkeypatch):
     assert time.perf_counter() - began < 10
 
 
+@pytest.mark.train
 def test_trainable_freezes_every_other_parameter_through_a_training_step(tokenizer, tmp_path):
     """`mlm.trainable` (the testbed's build: the vocabulary rows and output bias only): a real optimizer step moves
     exactly the matched parameters; a pattern that matches nothing is refused, naming the key."""
@@ -233,6 +236,7 @@ def test_trainable_freezes_every_other_parameter_through_a_training_step(tokeniz
         freeze_all_but(model, ["nothing-here"])
 
 
+@pytest.mark.cli
 def test_a_launcher_worker_process_masks_the_same_batches_as_a_job_run_alone(tokenizer, monkeypatch):
     """hydra/launcher=parallel runs a job in a joblib worker (a process not named "MainProcess"), where HF's collator
     refused its seed; vtlab's collator seeds there as in the main process."""

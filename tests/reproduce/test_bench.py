@@ -187,6 +187,7 @@ def test_synthetic_collection_shape():
     assert docs.has_sorted_indices and (docs.data > 0).all() and docs.dtype == np.float32
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("method", ["scipy", "exact"])
 def test_retrieval_worker_top10_is_the_brute_force_top10(tmp_path, monkeypatch, method):
     """The worker's top-10 against a float64 dense product of the same synthetic collection (seed 0, as the worker
@@ -287,6 +288,7 @@ def test_machine_reports_cpu_features_and_the_auto_choice(monkeypatch):
         assert info["fused_pooling_kernels"][precision] in (names or {first.name if first is not None else None})
 
 
+@pytest.mark.cli
 def test_pooling_microbench_times_each_precision_with_each_kernel_and_the_tiles(tmp_path):
     """`python -m vtlab.bench.pooling`: a row per precision × kernel that computes it here × threads, plus the tiled
     GEMM for each precision, written to --out."""
@@ -330,6 +332,7 @@ def _worker(tool, texts_path, out_dir, *extra):
     return json.loads(out.read_text())
 
 
+@pytest.mark.cli
 def test_vtlab_worker_times_prefixes_and_its_quality_is_the_evaluation_s(texts, tmp_path):
     """One pass serves speed and quality: the worker's vectors of all four sets, cut per set by quality(), score what
     vtlab's own evaluation path (evaluate: encode that set alone, search, measure) scores."""
@@ -363,6 +366,7 @@ def test_vtlab_worker_times_prefixes_and_its_quality_is_the_evaluation_s(texts, 
     assert sum(v > 0 for v in q["ndcg10"]["vtlab"].values()) >= 3  # real retrieval, not a vacuous 0 = 0
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("target", ["portable", "vnni"])  # the graph for every x86 CPU, and the one for VNNI CPUs
 def test_onnx_workers_run_without_torch_fp32_equal_int8_close(texts, tmp_path, target):
     """The ONNX Runtime rows: fp32 graphs equal vtlab's vectors to 1e-4; the int8 graphs (quantize_graphs) change
@@ -409,6 +413,7 @@ def test_onnx_workers_run_without_torch_fp32_equal_int8_close(texts, tmp_path, t
     assert a.holds(), a.words()
 
 
+@pytest.mark.cli
 def test_onnx_worker_refuses_a_missing_graph_directory(texts, tmp_path):
     path, _ = texts
     proc = subprocess.run(

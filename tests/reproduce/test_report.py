@@ -259,6 +259,7 @@ def test_cli_writes_files_and_prints_markdown(ablation: Path, tmp_path: Path, ca
     assert "| init=mean | 2 | 0.7200 ± 0.0283 | 0.5100 ± 0.0141 | 0.6150 ± 0.0212 |" in md
 
 
+@pytest.mark.cli
 def test_cli_not_a_sweep_dir_exits_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("x")
     proc = subprocess.run(

@@ -850,6 +850,7 @@ def test_cli_cases_are_all_run(tmp_path: Path) -> None:
     assert sorted(_cli_cases(tmp_path)) == sorted(CLI_NAMES)
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("name", CLI_NAMES)
 def test_cli_exits_2_with_one_line_and_leaves_earlier_outputs(cli_runs, name: str) -> None:
     res, run_dir, before, expected = cli_runs[name]
@@ -944,6 +945,7 @@ def test_the_reliability_table_shows_each_keyed_cases_real_message(tmp_path: Pat
     assert wrong == {}
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("name", CLI_NAMES)
 def test_the_reliability_table_shows_each_cli_cases_real_line(cli_runs, name: str) -> None:
     row = reliability_rows().get(f"cli:{name}")

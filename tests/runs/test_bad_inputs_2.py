@@ -522,6 +522,7 @@ CLI_NAMES = [
 BEFORE_THE_RUN = {"max_steps_not_a_number", "max_steps_negative"}
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("name", [n for n in CLI_NAMES if n != "bom_in_every_file"])
 def test_cli_exits_2_with_one_line_before_the_expensive_part(cli_runs, name):
     res, run_dir, expected = cli_runs[name]
@@ -533,6 +534,7 @@ def test_cli_exits_2_with_one_line_before_the_expensive_part(cli_runs, name):
     assert (run_dir / "status.json").exists() is (name not in BEFORE_THE_RUN)
 
 
+@pytest.mark.cli
 def test_cli_reads_beir_files_with_a_byte_order_mark(cli_runs):
     res, run_dir, _ = cli_runs["bom_in_every_file"]
     assert res.returncode == 0, res.stderr[-3000:]

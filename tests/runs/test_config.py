@@ -167,6 +167,7 @@ def _cli(*overrides: str, timeout: int = 120) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.cli
 def test_cli_unknown_group_value_lists_options(tmp_path):
     res = _cli("backbone=no-such-model", f"hydra.run.dir={tmp_path}")
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [res.stderr.strip()]
@@ -174,6 +175,7 @@ def test_cli_unknown_group_value_lists_options(tmp_path):
     assert "splade-tiny" in res.stderr
 
 
+@pytest.mark.cli
 def test_cli_missing_required_key_names_it(tmp_path):
     res = _cli("stage=evaluate", "eval=beir", "logger=none", f"hydra.run.dir={tmp_path}")
     assert res.returncode == 2
@@ -181,6 +183,7 @@ def test_cli_missing_required_key_names_it(tmp_path):
     assert "eval.path" in line
 
 
+@pytest.mark.cli
 def test_cli_hub_backbone_offline_names_the_hub_id(tmp_path):
     res = _cli("backbone=modernbert", "vocab=native", "stage=evaluate", "logger=none", f"hydra.run.dir={tmp_path}")
     assert res.returncode == 2

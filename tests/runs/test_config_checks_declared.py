@@ -68,6 +68,7 @@ def test_a_new_node_of_indexes_yaml_is_accepted_without_editing_the_check(monkey
     assert refusal(checks, "eval.index=annoy") == "eval.index='annoy': expected one of exact, scipy, seismic, faiss"
 
 
+@pytest.mark.train
 def test_a_new_lightning_precision_is_accepted_without_editing_the_check(monkeypatch):
     declared = Optional[Literal["32-true", "bf16-mixed", "fp4-true"]]  # noqa: UP045 (as Lightning writes it)
     monkeypatch.setitem(Trainer.__init__.__annotations__, "precision", declared)

@@ -84,6 +84,7 @@ def test_a_resume_counts_the_checkpoints_it_will_replace(tmp_path: Path, monkeyp
         check_free_space(tmp_path, module)
 
 
+@pytest.mark.train
 def test_a_full_run_dir_stops_training_before_its_first_step(tmp_path: Path, monkeypatch, capsys) -> None:
     """The real fine-tuning stage (splade-tiny) on a disk with 1 MiB free: refused before a step or a checkpoint."""
     from vtlab.stages.pipeline import run_or_exit
@@ -192,6 +193,7 @@ def test_other_write_errors_are_not_called_a_full_disk(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.train
 def test_the_cli_prints_one_line_for_a_full_disk(tmp_path: Path, capsys, monkeypatch) -> None:
     """What the entry point does with a DiskError from deep inside a stage: one line, exit 2."""
     from vtlab.stages.pipeline import run_or_exit

@@ -96,6 +96,7 @@ def interrupted_runs(tmp_path_factory) -> dict[str, tuple[int, str, dict]]:
     return out
 
 
+@pytest.mark.cli
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name,code,signame",
@@ -177,6 +178,7 @@ def test_sweep_exit_code_counts_every_job_not_done(tmp_path: Path, capsys) -> No
     ), err
 
 
+@pytest.mark.cli
 @pytest.mark.slow
 def test_multirun_with_failed_jobs_runs_them_all_and_exits_1(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"

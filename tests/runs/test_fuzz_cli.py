@@ -32,7 +32,7 @@ EVAL = [
     "data.query_max_length=24",
 ]
 TIMEOUT_S = 300
-pytestmark = pytest.mark.slow  # four `python -m vtlab` at once: ~30 s on two busy cores
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 
 def _cases(draw) -> dict:

@@ -67,6 +67,7 @@ def test_statistics_on_toy_vectors():
     assert margin(q, d, group_size=2) == pytest.approx((1 + 3) / 2)
 
 
+@pytest.mark.train
 def test_dead_start_is_stopped_with_a_diagnosis(tmp_path):
     with pytest.warns(UserWarning, match="DEAD START"):
         trainer, pre, det = fit(tmp_path, shift=-30.0)
@@ -81,6 +82,7 @@ def test_dead_start_is_stopped_with_a_diagnosis(tmp_path):
     assert det.fired == report
 
 
+@pytest.mark.train
 def test_dense_start_is_caught_by_preflight_and_stopped(tmp_path):
     with pytest.warns(UserWarning, match="SATURATED START.*apc=p60"):
         # a dense start backpropagates through all 30k terms of every text (~4 s a step here): keep it to 2 steps
@@ -95,6 +97,7 @@ def test_dense_start_is_caught_by_preflight_and_stopped(tmp_path):
     assert (tmp_path / "collapse.ckpt").is_file()
 
 
+@pytest.mark.train
 def test_healthy_start_trains_through_and_logs_health(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -154,6 +157,7 @@ def test_warn_action_warns_once_per_kind_and_keeps_training(tmp_path):
     assert not (tmp_path / "collapse.ckpt").exists()
 
 
+@pytest.mark.train
 def test_dead_start_recipe_is_rescued_by_apc(tmp_path):
     """The same collapse-prone start as `experiment=collapse-dead` (start=dead: bias −30), now with apc=p60: APC runs
     after the shift, so training starts with ~40% of (doc, term) max-logits positive and never collapses."""

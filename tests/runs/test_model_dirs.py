@@ -86,6 +86,7 @@ def test_pickle_weights_are_refused_naming_the_file_and_what_is_expected(tmp_pat
     assert not marker.exists()
 
 
+@pytest.mark.cli
 def test_a_pickle_only_backbone_is_one_line_through_the_cli(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     model = pickle_only(tmp_path / "m", marker)
@@ -125,6 +126,7 @@ def test_the_opt_in_still_admits_a_model_that_names_code(tmp_path: Path) -> None
     admit_model_dir(str(model), "backbone.name_or_path", code_allowed=True, weights=True, tokenizer=True)
 
 
+@pytest.mark.cli
 def test_an_export_of_a_run_whose_model_names_code_is_refused_and_copies_nothing(tmp_path: Path) -> None:
     run = tmp_path / "run"
     splade_tiny_copy(run / "model", edits={"config.json": {"auto_map": CODE_MAP}})
@@ -163,6 +165,7 @@ def test_what_a_stage_reads_through_an_interpolation_or_a_group_counts_as_read()
     assert unread("stage=export", "name=x", "group=g", "resume=false", "hydra.run.dir=/tmp/x", "logger=none") == []
 
 
+@pytest.mark.cli
 def test_the_cli_warns_once_and_goes_on(tmp_path: Path) -> None:
     res = cli(
         "stage=evaluate",

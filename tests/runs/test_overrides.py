@@ -11,6 +11,7 @@ from helpers import CONF, OFFLINE_ENV
 from vtlab.runs.overrides import bad_override, command_line_overrides
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize(
     "override,expected",
     [

@@ -202,6 +202,7 @@ def _metrics(run: Path, name: str) -> dict:
     return json.loads((run / "eval" / name / "metrics.json").read_text())
 
 
+@pytest.mark.cli
 def test_results_are_filed_under_the_collection_name(own_data):
     data, cwd, sizes, logs = own_data
     for run in (cwd / "outputs/mine/as-is", cwd / "outputs/mine/vt"):
@@ -215,6 +216,7 @@ def test_results_are_filed_under_the_collection_name(own_data):
     assert "evaluating test: 30 queries (30 judged) over 60 documents" in logs[0]
 
 
+@pytest.mark.cli
 def test_the_vocabulary_is_trained_on_the_users_texts(own_data):
     """The run's tokenizer is the WordPiece of texts.jsonl (titles prepended), the same one the vocabulary class builds
     from those texts directly, and not the default corpus's."""
@@ -227,6 +229,7 @@ def test_the_vocabulary_is_trained_on_the_users_texts(own_data):
     assert "texts.jsonl" in logs[1] and "training a 20000-token WordPiece" in logs[1]
 
 
+@pytest.mark.cli
 def test_the_dev_set_chose_the_checkpoint(own_data):
     _, cwd, sizes, logs = own_data
     assert f"dev set dev: {sizes['dev_queries']} queries over 20 documents" in logs[1]
@@ -234,6 +237,7 @@ def test_the_dev_set_chose_the_checkpoint(own_data):
     assert list((cwd / "outputs/mine/vt/checkpoints").glob("best-*.ckpt"))
 
 
+@pytest.mark.cli
 def test_export_encodes_the_runs_collection_and_qdrant_ranks_as_vtlab(own_data):
     data, cwd, sizes, _ = own_data
     run = cwd / "outputs/mine/vt"

@@ -236,6 +236,7 @@ def test_overwrite_replaces_only_an_earlier_export_or_an_empty_directory(tmp_pat
 
 
 # ---- run directory paths, and the lock this process holds --------------------------------------------------------
+@pytest.mark.train
 def test_a_run_dir_that_is_a_file_is_one_line_in_process(tmp_path: Path) -> None:
     from vtlab.stages.pipeline import run
 
@@ -249,6 +250,7 @@ def test_a_run_dir_that_is_a_file_is_one_line_in_process(tmp_path: Path) -> None
     assert (tmp_path / "f").read_text() == "keep"
 
 
+@pytest.mark.cli
 def test_the_pipeline_runs_under_the_lock_the_guard_holds_and_others_stay_out(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     hold_run_dir_lock(run_dir)  # as RunDirGuard does before Hydra writes .hydra/
@@ -331,6 +333,7 @@ CLI_EXPECTED = {
 }
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("name", sorted(CLI_EXPECTED))
 def test_cli_refuses_in_one_line_and_creates_or_changes_nothing(cli_cases, name: str) -> None:
     res, root, before = cli_cases[name]
@@ -388,6 +391,7 @@ def _check_one_winner(
     assert status["status"] == "done" and f"seed={winners[0]}" in status["overrides"], (trial, status)
 
 
+@pytest.mark.cli
 def test_a_run_arriving_while_the_first_is_between_hydra_and_the_pipeline_is_refused_unwritten(tmp_path: Path) -> None:
     """The first run stops right after Hydra wrote its `.hydra/` (before the pipeline): the second arrives exactly
     then. It must be refused before Hydra writes anything for it; the first then runs to the end."""
@@ -413,6 +417,7 @@ def test_a_run_arriving_while_the_first_is_between_hydra_and_the_pipeline_is_ref
     _check_one_winner(run_dir, [1, 2], procs, logs, "staggered")
 
 
+@pytest.mark.cli
 @pytest.mark.slow
 @pytest.mark.parametrize("trial", range(3))
 def test_two_runs_started_together_into_one_directory_leave_one_record(tmp_path: Path, trial: int) -> None:

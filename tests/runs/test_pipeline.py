@@ -16,6 +16,7 @@ SMALL_DEV = ["data.dev.dev_size=20", "data.dev.max_docs=100", "data.eval_batch_s
 SMALL_EVAL = ["+eval.collection.max_queries=40", "+eval.collection.max_docs=150"]
 
 
+@pytest.mark.train
 def test_fast_dev_run_tiny_modernbert(tmp_path):
     """One training and one validation batch of a random ModernBERT with the real OLMo tokenizer, then evaluation."""
     cfg = compose_config(
@@ -41,6 +42,7 @@ def test_fast_dev_run_tiny_modernbert(tmp_path):
     assert (tmp_path / "model" / "config.json").exists()
 
 
+@pytest.mark.train
 def test_short_training_keeps_best_checkpoint_and_evaluates_it(tmp_path):
     cfg = compose_config(
         [
@@ -83,6 +85,7 @@ def test_short_training_keeps_best_checkpoint_and_evaluates_it(tmp_path):
     assert len(lines) > 0 and len(lines[0].split()) == 6
 
 
+@pytest.mark.cli
 @pytest.mark.slow
 def test_cli_evaluate_splade_tiny_on_boolq_beats_bm25(tmp_path):
     """`python -m vtlab stage=evaluate backbone=splade-tiny vocab=native eval=boolq` — the real model vs BM25."""
@@ -127,6 +130,7 @@ def test_cli_evaluate_splade_tiny_on_boolq_beats_bm25(tmp_path):
     assert 5 < splade["query_active_dims"] < 60 and 50 < splade["doc_active_dims"] < 400
 
 
+@pytest.mark.train
 def test_default_pipeline_is_vocabulary_transfer(tmp_path):
     """No vocab/init/apc overrides: SPLADE-tiny → BoolQ WordPiece (init=auto → subword) → APC → fine-tune → evaluate,
     with the untransferred model evaluated alongside."""

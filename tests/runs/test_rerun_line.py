@@ -58,6 +58,7 @@ def _interrupt_once_started(proc: subprocess.Popen, cwd: Path, log: Path) -> Pat
     return dirs[0]
 
 
+@pytest.mark.cli
 def test_the_rerun_line_of_a_run_stopped_before_its_first_checkpoint_reruns_in_its_directory(tmp_path):
     log = tmp_path / "first.log"
     with open(log, "w") as f:  # the dated default run directory: outputs/runs/<date>/<time>-<name> under cwd

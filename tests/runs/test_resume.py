@@ -143,6 +143,7 @@ def _fit(tmp: Path, tok: _Tok, kill_after: int | None = None, ckpt: Path | None 
     return module.seen
 
 
+@pytest.mark.train
 @pytest.mark.parametrize("kill_after", [1, 2, 3, 5, 6, 7])
 def test_restart_replays_the_remaining_batches_negatives_and_dropout(tmp_path: Path, kill_after: int) -> None:
     """10 examples, batches of 4: epochs end after steps 3, 6, 9; validation every 2 steps; a checkpoint every step.
@@ -167,6 +168,7 @@ def _csv_rows(run_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.train
 @pytest.mark.parametrize("kill_after", [1, 2, 3, 5, 6, 7])
 def test_csv_log_keeps_the_rows_from_before_the_interrupt(tmp_path: Path, kill_after: int) -> None:
     """Killed and resumed in the same run dir, the CSV log ends up as the uninterrupted run's: each step's and each
@@ -186,6 +188,7 @@ def test_csv_log_keeps_the_rows_from_before_the_interrupt(tmp_path: Path, kill_a
     assert [p.name for p in (tmp_path / "run" / "csv").iterdir()] == ["metrics.csv"]  # no temp file left
 
 
+@pytest.mark.train
 def test_csv_log_of_a_run_started_over_holds_only_the_new_rows(tmp_path: Path) -> None:
     """No checkpoint to resume from (or overwrite=true): the run starts at step 0 and the old rows all go."""
     (tmp_path / "csv").mkdir()
@@ -306,6 +309,7 @@ def test_apc_histogram_is_renamed_into_place(tmp_path: Path) -> None:
     assert out.read_bytes().startswith(b"\x89PNG") and [p.name for p in tmp_path.iterdir()] == ["apc_hist.png"]
 
 
+@pytest.mark.train
 def test_refused_run_writes_nothing_and_never_starts(tmp_path: Path) -> None:
     from vtlab.core.errors import RunDirError
     from vtlab.stages.pipeline import run
@@ -367,6 +371,7 @@ def _logged(run_dir: Path) -> list[dict[str, str]]:
     return [{k: v for k, v in row.items() if not k.endswith(("_s", "_ms_per_query"))} for row in _csv_rows(run_dir)]
 
 
+@pytest.mark.cli
 @pytest.mark.slow
 def test_sigkilled_training_resumes_to_the_same_metrics_and_weights(tmp_path: Path) -> None:
     ref_dir, run_dir = tmp_path / "uninterrupted", tmp_path / "killed"
@@ -426,6 +431,7 @@ def _first_difference(reference: list[dict[str, str]], got: list[dict[str, str]]
 # ---- one writer per run directory; a resume continues the same config ------------------------------------------
 
 
+@pytest.mark.train
 def test_a_second_writer_of_a_run_directory_is_refused(tmp_path: Path) -> None:
     from vtlab.core.errors import RunDirError
     from vtlab.runs.directory import run_dir_lock
@@ -444,6 +450,7 @@ def test_a_second_writer_of_a_run_directory_is_refused(tmp_path: Path) -> None:
         pass
 
 
+@pytest.mark.cli
 def test_a_second_writer_through_the_cli_gets_one_line_and_writes_nothing(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         [
@@ -509,6 +516,7 @@ def _checkpoint_recording(path: Path, configs: list) -> str:
     return str(path)
 
 
+@pytest.mark.train
 def test_resume_refuses_a_changed_config_unless_asked(tmp_path: Path) -> None:
     from vtlab.callbacks.resume_state import resume_configs
     from vtlab.core.errors import RunDirError
@@ -558,6 +566,7 @@ def _files(root: Path) -> dict[str, tuple[bytes, int]]:
     }
 
 
+@pytest.mark.train
 def test_a_refused_resume_is_refused_before_on_start_writes_anything(tmp_path: Path) -> None:
     from vtlab.core.errors import RunDirError
     from vtlab.stages.pipeline import run
@@ -569,6 +578,8 @@ def test_a_refused_resume_is_refused_before_on_start_writes_anything(tmp_path: P
     assert started == [] and _files(tmp_path) == before  # status.json is written by on_start: never reached
 
 
+@pytest.mark.cli
+@pytest.mark.train
 def test_a_refused_resume_through_the_cli_leaves_the_record_and_status_byte_identical(tmp_path: Path) -> None:
     """RunDirGuard checks the resume before Hydra rewrites `.hydra/` (what export and reuse read back) and before
     status.json: a refused `python -m vtlab` changes no byte (and no mtime) of the interrupted run."""
@@ -591,6 +602,8 @@ def test_a_refused_resume_through_the_cli_leaves_the_record_and_status_byte_iden
     assert _files(tmp_path) == before
 
 
+@pytest.mark.cli
+@pytest.mark.train
 def test_a_resume_refused_for_changed_inputs_through_the_cli_changes_nothing(tmp_path: Path) -> None:
     """The same config, but the training file changed since the interrupted run recorded it (.hydra/inputs.json):
     refused by RunDirGuard's second resume check (vtlab.runs.inputs) before Hydra rewrites anything there."""

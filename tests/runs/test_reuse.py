@@ -60,6 +60,7 @@ def test_only_finished_runs_are_reused(tmp_path, status):
     assert find_equal_run(cfg_for("experiment=testbed/ablation-init"), [sweep]) is None
 
 
+@pytest.mark.train
 def test_pipeline_copies_the_results_and_runs_no_stage(main_sweep, tmp_path):
     run_dir = tmp_path / "ablation" / "0"
     cfg = cfg_for("experiment=testbed/ablation-init", f"reuse_runs=['{main_sweep}']", f"paths.run_dir={run_dir}")
@@ -126,6 +127,7 @@ def test_a_run_without_a_saved_model_is_not_taken_for_its_training(tmp_path):
     assert reuse_training(cfg) is None
 
 
+@pytest.mark.train
 @pytest.mark.usefixtures("shared_cache")
 def test_the_reused_training_is_evaluated_as_the_run_that_trained_it(tmp_path):
     """Real training (2 steps of SPLADE-tiny), then a run that differs only in eval: it trains nothing and its

@@ -94,6 +94,7 @@ def cli_cases(tmp_path_factory) -> dict[str, tuple]:
     return done
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("name", CASES)
 def test_a_link_out_of_the_run_dir_is_refused_before_hydra_writes(cli_cases, name: str) -> None:
     res, planted, out, run, run_before, out_before = cli_cases[name]
@@ -104,6 +105,7 @@ def test_a_link_out_of_the_run_dir_is_refused_before_hydra_writes(cli_cases, nam
     assert snapshot(run) == run_before  # nothing new in the run (or sweep) directory
 
 
+@pytest.mark.cli
 def test_links_that_stay_in_the_run_dir_or_the_cache_and_a_run_dir_that_is_a_link_are_fine(tmp_path: Path) -> None:
     disk = tmp_path / "other-disk" / "run"
     (disk / "sub").mkdir(parents=True)

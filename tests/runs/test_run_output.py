@@ -126,6 +126,7 @@ def sweep(tmp_path_factory, fresh_cache) -> tuple[Path, subprocess.CompletedProc
     return sweep_dir, res
 
 
+@pytest.mark.cli
 def test_each_sweep_job_logs_its_own_wandb_run(sweep):
     sweep_dir, _ = sweep
     runs = {job: wandb_run(sweep_dir / job) for job in ("0", "1")}  # exactly one offline run in each job dir
@@ -142,6 +143,7 @@ def test_each_sweep_job_logs_its_own_wandb_run(sweep):
     assert "train/loss" in runs["1"]["history"] and "train/loss" not in runs["0"]["history"]
 
 
+@pytest.mark.cli
 def test_piped_output_has_progress_lines_and_no_frames_or_chatter(sweep):
     _, res = sweep
     out = res.stdout + res.stderr
@@ -167,6 +169,7 @@ def _log_then_refuse(cfg, state):
     raise VtlabError("a user error")
 
 
+@pytest.mark.train
 @pytest.mark.parametrize("step,error,code", [("_log_then_fail", RuntimeError, 1), ("_log_then_refuse", VtlabError, 2)])
 def test_a_failed_run_finishes_its_wandb_run_with_its_exit_code(tmp_path, step, error, code):
     cfg = compose_config([f"paths.run_dir={tmp_path}", "stage=evaluate", "backbone=splade-tiny", "vocab=native"])
@@ -201,6 +204,7 @@ def test_runs_are_named_after_what_runs(tmp_path, overrides, name):
     assert compose_config([*overrides, f"paths.run_dir={tmp_path}"]).name == name
 
 
+@pytest.mark.cli
 def test_export_from_a_run_records_itself_inside_that_run(sweep, tmp_path):
     """stage=export run_dir=R writes into R, and its own record (.hydra/, log, status.json) goes to R/exports/<time>,
     not to a new outputs/runs/<time>-<name> directory beside R that would hold nothing else."""

@@ -62,6 +62,7 @@ def test_a_signal_no_step_acted_on_is_raised_before_the_run_says_done(caught_sig
     signals.raise_unheeded()  # acted on once: nothing left
 
 
+@pytest.mark.cli
 @pytest.mark.slow
 def test_sigterm_during_a_finaliser_stops_the_run_with_its_line_code_and_status(tmp_path: Path) -> None:
     run_dir, marker, log = tmp_path / "run", tmp_path / "in-finaliser", tmp_path / "stderr.log"

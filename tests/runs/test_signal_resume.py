@@ -18,6 +18,8 @@ import pytest
 import torch
 from helpers import OFFLINE_ENV, ROOT, TINY_RUN, as_from_a_terminal, run_results
 
+pytestmark = pytest.mark.cli
+
 STEPS = 12  # the signal comes at step 3: 9 steps of room before the run would end by itself
 _RUN = [
     *TINY_RUN,

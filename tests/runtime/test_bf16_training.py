@@ -51,6 +51,7 @@ def test_native_is_bf16_mixed_exactly_where_the_cpu_computes_bf16():
     assert trainer_precision("bf16-mixed", "cpu", flags={"avx2"}) == "bf16-mixed"  # an explicit choice is kept
 
 
+@pytest.mark.train
 def test_bf16_mixed_losses_track_fp32():
     fp32, bf16 = np.array(_losses("32-true")), np.array(_losses("bf16-mixed"))
     assert len(fp32) == len(bf16) == STEPS

@@ -46,6 +46,7 @@ def _faults_per_page(mode: str) -> tuple[str, float]:
     return out[0], float(out[1])
 
 
+@pytest.mark.cli
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 def test_keep_freed_memory_stops_the_kernel_refaulting_each_step():
     set_, kept = _faults_per_page("keep")

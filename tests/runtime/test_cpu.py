@@ -38,6 +38,7 @@ def test_an_unknown_level_is_one_clear_error(monkeypatch):
         cpu.max_isa()
 
 
+@pytest.mark.cli
 def test_a_child_process_runs_at_the_level_in_vtlab_and_in_torch():
     """In a child started with isa_env("avx2"): vtlab's flags have no AVX-512 or AMX, so no fused kernel past AVX2
     is chosen, and torch's own CPU capability is AVX2 (what ATEN_CPU_CAPABILITY holds it to)."""

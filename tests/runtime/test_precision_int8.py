@@ -134,6 +134,7 @@ def test_int8_linear_within_its_error_bound(tiny, passages):
         assert float(err.max()) > 0
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("level", ["avx2", "avx2_vnni"])
 def test_int8_linears_hold_their_bound_where_fbgemm_has_no_vnni(level):
     """The bound test again, in a child process held to a CPU kind without fbgemm's VNNI kernels (vtlab.runtime.cpu:
