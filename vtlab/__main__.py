@@ -18,25 +18,27 @@ from vtlab.core.errors import DiskError, note_write_roots, one_line
 from vtlab.core.logs import guard_log_files, quiet_third_party
 from vtlab.core.paths import CONF_DIR, cache_root
 from vtlab.runs.directory import LAST_CKPT, release_run_dir_lock, trains
-from vtlab.runs.overrides import bad_override
-from vtlab.runs.signals import (
-    CAUGHT,
-    catch_signals,
-    interrupted_line,
-    interrupting_signal,
-    raise_unheeded,
-    rerun_command,
-    resume_command,
-)
-from vtlab.runs.status import RunStatus, error_line
-from vtlab.runtime.allocator import keep_freed_memory
-from vtlab.stages.pipeline import run_or_exit
+from vtlab.runs.precheck import checked, first_line
 
 log = logging.getLogger("vtlab")
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
+    # imported here: the command line was answered (a mistake, or the run's first line) before torch loads
+    from vtlab.runs.signals import (
+        CAUGHT,
+        catch_signals,
+        interrupted_line,
+        interrupting_signal,
+        raise_unheeded,
+        rerun_command,
+        resume_command,
+    )
+    from vtlab.runs.status import RunStatus, error_line
+    from vtlab.runtime.allocator import keep_freed_memory
+    from vtlab.stages.pipeline import run_or_exit
+
     quiet_third_party()  # here, not at import: a launcher (submitit) runs the job in another process
     guard_log_files()  # a full disk under the job log: one warning, not a traceback per log record
     # past `ulimit -f` a write must fail (EFBIG: one line naming the file, status.json "failed"), not kill the process
@@ -105,9 +107,13 @@ def leave(code: int) -> None:
 
 
 if __name__ == "__main__":
-    # a misspelt key or unknown choice: one line with the closest valid ones, before Hydra composes or a model loads
-    problem = bad_override(sys.argv[1:], CONF_DIR)
+    # the command line's mistakes in a second, before torch or a model loads (vtlab.runs.precheck): one line, exit 2
+    problem, composed = checked(sys.argv[1:], CONF_DIR)
     if problem is not None:
         print(f"vtlab: error: {problem}", file=sys.stderr)
         raise SystemExit(2)
+    if composed is not None:  # a single run: its first line, and Hydra writes where that line says
+        if not any(a.startswith(("hydra.run.dir=", "++hydra.run.dir=")) for a in sys.argv[1:]):
+            sys.argv.append(f"hydra.run.dir={composed.hydra.run.dir}")
+        print(first_line(composed), file=sys.stderr, flush=True)
     main()

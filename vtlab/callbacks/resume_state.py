@@ -9,8 +9,7 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig
 
 from vtlab.callbacks.checkpoints import check_checkpoint_fits, load_checkpoint, rng_states, set_rng_states
-from vtlab.core.errors import RunDirError
-from vtlab.runs.reuse import comparable
+from vtlab.runs.resume import checked_configs
 
 log = logging.getLogger("vtlab")
 
@@ -48,56 +47,14 @@ class ResumeState(pl.Callback):
             self._pending = None
 
 
-# Keys a resumed run may change: how it runs and reports, not what it computes (besides vtlab.runs.reuse.IGNORED: labels
-# and paths).
-RUN_LOCAL = ("resume", "overwrite", "resume_with_changes", "logger", "baseline")
-
-
-def run_config(cfg: DictConfig) -> dict[str, Any]:
-    """What a checkpoint records of its run's config: plain values, unresolved, without the run-local keys."""
-    return {k: v for k, v in comparable(cfg).items() if k not in RUN_LOCAL}
-
-
-def config_changes(old: Any, new: Any, key: str = "") -> list[str]:
-    """`key: old -> new` for each leaf that differs (dicts compared key by key, anything else as a whole)."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [
-            c
-            for k in sorted(set(old) | set(new), key=str)
-            for c in config_changes(old.get(k, "<absent>"), new.get(k, "<absent>"), f"{key}.{k}" if key else str(k))
-        ]
-    return [] if old == new else [f"{key}: {old!r} -> {new!r}"]
+def recorded_configs(resume_from: str) -> list[dict[str, Any]] | None:
+    """The configs the checkpoint `resume_from` records (ResumeState's state), None when it records none."""
+    saved = load_checkpoint(resume_from, mmap=True).get("callbacks", {}).get(ResumeState.__qualname__, {})
+    recorded = saved.get("configs") if isinstance(saved, dict) else None
+    return list(recorded) if recorded else None
 
 
 def resume_configs(cfg: DictConfig, resume_from: str | None) -> list[dict[str, Any]]:
-    """The configs a run's checkpoints record: this run's, or on a resume the interrupted run's ones. A resume whose
-    config differs from the interrupted run's (lr, batch size, ...: the restored optimizer, schedule and data order
-    would silently mix both) is refused unless resume_with_changes=true, which then appends this config to the record
-    (the checkpoint then holds both) and warns with the differences."""
-    current = run_config(cfg)
-    if not resume_from:
-        return [current]
-    saved = load_checkpoint(resume_from, mmap=True).get("callbacks", {}).get(ResumeState.__qualname__, {})
-    recorded = saved.get("configs") if isinstance(saved, dict) else None
-    if not recorded:
-        log.warning(
-            "%s records no config (written before vtlab recorded one): the resumed config is not checked", resume_from
-        )
-        return [current]
-    changes = config_changes(recorded[-1], current)
-    if not changes:
-        return list(recorded)
-    shown = "; ".join(changes[:4]) + (f"; and {len(changes) - 4} more" if len(changes) > 4 else "")
-    if not cfg.get("resume_with_changes", False):
-        raise RunDirError(
-            f"{resume_from}: cannot resume: the config differs from the interrupted run's ({shown}); "
-            "rerun with its settings, pass resume_with_changes=true to continue with these (both are "
-            "recorded in the checkpoint), or overwrite=true to start over"
-        )
-    log.warning(
-        "resume_with_changes=true: continuing %s with a changed config (%s); the restored optimizer, "
-        "schedule and data order are the interrupted run's",
-        resume_from,
-        shown,
-    )
-    return [*recorded, current]
+    """vtlab.runs.resume.checked_configs with the record read from `resume_from` (for callers outside the pipeline:
+    a run's admission reads it once and hands the result on)."""
+    return checked_configs(cfg, resume_from, recorded_configs(resume_from) if resume_from else None)

@@ -1,13 +1,12 @@
-"""Checks of the run's data before the expensive part, called by vtlab.stages.pipeline right after the config checks.
+"""Checks of the run's data before the expensive part, called by the run's admission (vtlab.stages.admission).
 
 - The evaluation collection(s), when evaluation comes after another stage (stage=all: MLM, fine-tuning, then
   evaluation): loaded and checked now as the evaluation would (files exist and parse, qrels have a positive grade, doc
   ids are valid: vtlab.data.collections.load_beir, vtlab.evaluation), so a broken eval directory fails in seconds with
   exit 2 instead of after training. Collections from the Hugging Face hub (vtlab.data.collections.HUB_LOADERS) are not
   loaded ahead: that can mean gigabytes; they fail when evaluated.
-- When the run trains: the files the config names exist, a dev set given as data.dev_path parses, and the inputs'
-  fingerprints are recorded in the run directory (a fresh run) or compared with the interrupted run's (a resume:
-  vtlab.runs.inputs).
+- When the run trains: a dev set given as data.dev_path parses, and shares no text with the evaluation sets. (The
+  files the config names, and a resume's inputs, are checked by the run's admission: vtlab.stages.admission.)
 
 What needs the training set itself (the train/dev overlap check, vtlab.data.overlap) runs where the two meet, in
 TripletDataModule.setup: building the training set can be the expensive part.
@@ -23,13 +22,11 @@ from typing import Any
 from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from vtlab.core.hub import refuse_missing_hub_models
 from vtlab.data.collections import HUB_LOADERS, Collection, check_collection, load_beir
 from vtlab.data.overlap import normalize
 
 # the evaluation's own check of a loaded collection: the same words now as after training
-from vtlab.runs.directory import TRAINING_STEP, check_run_dir, run_dir_lock
-from vtlab.runs.inputs import check_resume, fingerprints, record
+from vtlab.runs.directory import TRAINING_STEP
 
 log = logging.getLogger("vtlab")
 
@@ -39,22 +36,18 @@ EVALUATE_STEP = "vtlab.stages.evaluate.run"
 
 def preflight(cfg: DictConfig) -> None:
     """The checks this run's stages call for (the module docstring): DataError / RunDirError, one line each."""
-    refuse_missing_hub_models(cfg)  # offline, a hub model not in the cache: one line before any data is built
     steps = [
         str(s.get("_target_"))
         for s in OmegaConf.select(cfg, "stage.steps", default=None) or []
         if isinstance(s, DictConfig)
     ]
     evaluates_late, trains = EVALUATE_STEP in steps[1:], TRAINING_STEP in steps
-    if evaluates_late or trains:  # a run directory the pipeline refuses is refused before any data is read
-        check_run_dir(Path(str(cfg.paths.run_dir)), cfg.get("resume", "auto"), cfg.get("overwrite", False))
     evaluated = check_eval(cfg) if evaluates_late else []  # evaluation after another stage: checked before it runs
     warn_vocab_on_eval_corpus(cfg)
     if trains:
         dev = check_dev_path(cfg)
         if dev is not None:
             warn_dev_overlap(dev, evaluated, str(cfg.data.dev_path))
-        check_inputs(cfg)
 
 
 def _targets(node: Any) -> Iterator[str]:
@@ -164,15 +157,3 @@ def warn_dev_overlap(dev: Collection, evaluated: list[Collection], dev_path: str
                 len(set(coll.queries.values())),
             )
 
-
-def check_inputs(cfg: DictConfig) -> None:
-    """Record the inputs' fingerprints for a fresh run, or compare them with the interrupted run's for a resume; under
-    the run directory's lock, so a live run's record is never replaced."""
-    run_dir = Path(str(cfg.paths.run_dir))
-    current = fingerprints(cfg)  # also: every file the config names exists
-    with run_dir_lock(run_dir):
-        resume_from, _ = check_run_dir(run_dir, cfg.get("resume", "auto"), cfg.get("overwrite", False))
-        if resume_from is None:
-            record(run_dir, current)
-        else:
-            check_resume(run_dir, resume_from, current, bool(cfg.get("resume_with_changes", False)))

@@ -1,12 +1,11 @@
 """The run directory: an earlier run's results are never overwritten, an interrupted run (its `checkpoints/last.ckpt`
 but no results) is resumed from its last checkpoint, and two processes never share one directory (an flock).
 
-A single run (`python -m vtlab ...`) takes the lock in RunDirGuard.on_run_start, before Hydra creates the directory's
-`.hydra/` and job log, and holds it until the process ends; every check that can refuse the run (paths, in use,
-finished, a resume whose config changed) runs there too, so a refused run changes nothing in the directory.
-Limit: a sweep's job directories are made and written by Hydra (`.hydra/`, job log) before any callback sees the job
-(on_job_start comes after), so a reused job directory is locked and checked by the pipeline only: its earlier
-results and status.json are kept, Hydra's record of the earlier job is not."""
+A single run (`python -m vtlab ...`) takes the lock before Hydra creates the directory's `.hydra/` and job log, and
+holds it until the process ends (vtlab.stages.admission.RunDirGuard). Limit: a sweep's job directories are made and
+written by Hydra (`.hydra/`, job log) before any callback sees the job (on_job_start comes after), so a reused job
+directory is locked and checked by the run's admission only: its earlier results and status.json are kept, Hydra's
+record of the earlier job is not."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +35,12 @@ FINISHED = ("eval/*/metrics.json",)
 OUTPUTS = (*FINISHED, "checkpoints/*.ckpt", "model/config.json", "apc/config.json", "transfer")
 RESUME_VALUES = ("auto", True, False)
 TRAINING_STEP = "vtlab.stages.finetune.run"  # the stage that resumes from last.ckpt (named, not imported: layering)
-ResumeCheck = Callable[[DictConfig, str], Any]  # (config, checkpoint to resume) → RunDirError to refuse the resume
-# (st_dev, st_ino) of each run directory whose lock RunDirGuard took → its descriptor, open until the process ends
+# (st_dev, st_ino) of each run directory whose lock hold_run_dir_lock took → its descriptor, open until the process ends
 _HELD: dict[tuple[int, int], int] = {}
+# (st_dev, st_ino) of a run directory → what RunDirGuard's `start` hook answered for it before Hydra wrote there
+_FOUND: dict[tuple[int, int], Any] = {}
+StartCheck = Callable[[DictConfig, Path], Any]  # (config, run dir, under its lock) → where the run starts; raises
+# RunDirError to refuse it (vtlab.stages.admission.resume_point)
 
 
 def earlier_outputs(run_dir: Path) -> list[str]:
@@ -100,17 +102,22 @@ def check_dir_path(run_dir: Path, key: str) -> None:
             )
 
 
-def held_from_start(run_dir: Path) -> bool:
-    """Whether RunDirGuard took `run_dir`'s lock in this process (and so ran its checks before Hydra wrote there)."""
-    return _held(run_dir)
-
-
-def _held(run_dir: Path) -> bool:
+def _dir_id(run_dir: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(run_dir)
     except OSError:
-        return False
-    return (st.st_dev, st.st_ino) in _HELD
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _held(run_dir: Path) -> bool:
+    return _dir_id(run_dir) in _HELD
+
+
+def found_before_hydra(run_dir: Path) -> Any:
+    """What RunDirGuard's `start` hook answered for `run_dir` in this process (taken: asked once), else None."""
+    key = _dir_id(run_dir)
+    return None if key is None else _FOUND.pop(key, None)
 
 
 def hold_run_dir_lock(run_dir: Path) -> None:
@@ -169,10 +176,9 @@ def trains(cfg: DictConfig) -> bool:
     return any(isinstance(step, DictConfig) and step.get("_target_") == TRAINING_STEP for step in steps or [])
 
 
-def prepare_run_dir(cfg: DictConfig) -> Path | None:
-    """check_run_dir for the run's config, then act on it; returns the checkpoint to resume from, if any."""
-    run_dir = Path(str(cfg.paths.run_dir))
-    resume_from, clear = check_run_dir(run_dir, cfg.get("resume", "auto"), cfg.get("overwrite", False))
+def clear_earlier_run(run_dir: Path, clear: bool, resume_from: Path | None) -> None:
+    """Act on check_run_dir's answer: with overwrite=true, delete the earlier run's checkpoints (so they are neither
+    resumed nor mixed with the new ones); say where a resume continues from."""
     if clear:
         log.warning(
             "overwrite=true: replacing the earlier run in %s (%s)", run_dir, ", ".join(earlier_outputs(run_dir)[:5])
@@ -180,23 +186,19 @@ def prepare_run_dir(cfg: DictConfig) -> Path | None:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     if resume_from is not None:
         log.info("resuming the interrupted run in %s from %s", run_dir, resume_from)
-    return resume_from
 
 
 class RunDirGuard(Callback):
-    """Hydra callback (conf/config.yaml `hydra.callbacks`): before Hydra makes the run directory or writes `.hydra/`
-    and its job log there, check the paths the config names (vtlab.runs.paths), take the directory's lock (held until
-    the process ends) and refuse the run if the directory is in use, finished, or holds an interrupted run this
-    config may not resume (`resume_check`: conf/ names vtlab.callbacks.resume_state.resume_configs, which the library
-    layer holds). A refused `python -m vtlab ... hydra.run.dir=<run>` exits 2 with one line and leaves that run's
-    recorded config (which export and resume read back) and status.json as they were. Single runs only: a sweep's
-    jobs are checked by the pipeline, after Hydra has written their `.hydra/` (the module docstring says why)."""
+    """Hydra callback (conf/hydra/default.yaml): before Hydra makes the run directory or writes `.hydra/` and its job
+    log there, check the paths the config names (vtlab.runs.paths), take the directory's lock (held until the process
+    ends) and ask `start` (the run's admission: vtlab.stages.admission.resume_point) whether and from where the run
+    may start: an earlier run there, a resume's config and inputs. A refused `python -m vtlab ... hydra.run.dir=<run>`
+    exits 2 with one line and leaves that run's recorded config (which export and resume read back) and status.json
+    as they were; an admitted one's answer waits for the admission in this process (found_before_hydra). Single runs
+    only: a sweep's jobs are admitted after Hydra has written their `.hydra/` (the module docstring says why)."""
 
-    def __init__(self, resume_check: ResumeCheck | Iterable[ResumeCheck] | None = None) -> None:
-        # one check or several (conf/ lists them), each `(config, checkpoint)` raising RunDirError to refuse
-        self.resume_checks = (
-            [] if resume_check is None else [resume_check] if callable(resume_check) else list(resume_check)
-        )
+    def __init__(self, start: StartCheck | None = None) -> None:
+        self.start = start
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -213,15 +215,13 @@ class RunDirGuard(Callback):
         guarded = run_dir_node is not None and run_dir_node._value() == "${hydra:runtime.output_dir}"  # noqa: SLF001
         check_paths(config, hydra_dir if guarded else None)  # names, export outputs: before any directory is made
         if not guarded:
-            return  # the run writes elsewhere than Hydra's directory: the pipeline locks and checks that one
-        resume, overwrite = config.get("resume", "auto"), config.get("overwrite", False)
-        check_run_dir(hydra_dir, resume, overwrite)  # a refusal before the directory is made leaves no trace
+            return  # the run writes elsewhere than Hydra's directory: its admission locks and checks that one
+        check_run_dir(hydra_dir, config.get("resume", "auto"), config.get("overwrite", False))  # before mkdir
         hold_run_dir_lock(hydra_dir)
-        # again under the lock: another process may have written there in between
-        resume_from, _ = check_run_dir(hydra_dir, resume, overwrite)
-        if resume_from is not None and trains(config):
-            for check in self.resume_checks:  # a changed config is refused before Hydra rewrites .hydra/
-                check(config, str(resume_from))
+        if self.start is not None:  # under the lock: another process may have written there in between
+            found = self.start(config, hydra_dir)
+            if (key := _dir_id(hydra_dir)) is not None:
+                _FOUND[key] = found
 
 
 class RunDirInside(RunDirGuard):
@@ -230,13 +230,8 @@ class RunDirInside(RunDirGuard):
     beside what it writes into that run, instead of in a new run directory that would hold nothing else. Without a
     source Hydra's run dir stays as configured. Then RunDirGuard's checks and lock, on the directory used."""
 
-    def __init__(
-        self,
-        source: str | None = None,
-        subdir: str = "exports",
-        resume_check: ResumeCheck | Iterable[ResumeCheck] | None = None,
-    ) -> None:
-        super().__init__(resume_check)
+    def __init__(self, source: str | None = None, subdir: str = "exports", start: StartCheck | None = None) -> None:
+        super().__init__(start)
         self.source, self.subdir = source, subdir
 
     def check(self, config: DictConfig) -> None:

@@ -157,11 +157,3 @@ def check_resume(
         )
     log.warning("resume_with_changes=true: continuing %s on changed inputs: %s%s", resume_from, shown, more)
     record(run_dir, {**recorded, **current})
-
-
-def check_resume_inputs(cfg: DictConfig, resume_from: str) -> None:
-    """check_resume for a hook called as `(config, checkpoint)` (the shape of RunDirGuard's `resume_check`): the run
-    directory is the checkpoint's (<run_dir>/checkpoints/last.ckpt)."""
-    check_resume(
-        Path(resume_from).parent.parent, resume_from, fingerprints(cfg), bool(cfg.get("resume_with_changes", False))
-    )

@@ -15,6 +15,7 @@ from vtlab.core.logs import print_line
 from vtlab.data.collections import judged_queries
 from vtlab.evaluation import EvaluationSuite, average, results_table
 from vtlab.evaluation.baseline import baseline_metrics
+from vtlab.export.run_encoder import encoder_from_run
 from vtlab.runs.reads import reads
 from vtlab.stages.build import ENCODER_READS, build_encoder
 from vtlab.tracking.loggers import log_results, run_loggers
@@ -38,9 +39,11 @@ def _baseline(cfg: DictConfig, evaluation, dataset: str) -> dict[str, float]:
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     if cfg.eval is None:
         return state
+    run_dir = Path(cfg.paths.run_dir)
+    if "reused_training_from" in state:  # an equal run's training, copied into this run's directory (vtlab.runs.reuse)
+        state = {**state, "encoder": encoder_from_run(run_dir, cfg)[0]}
     encoder = state.get("encoder") or build_encoder(cfg, state)
     evaluation = instantiate(cfg.eval)
-    run_dir = Path(cfg.paths.run_dir)
     datasets = evaluation.items() if isinstance(evaluation, EvaluationSuite) else [(None, evaluation)]
     with_baseline = cfg.get("baseline", False) and ("encoder" in state or instantiate(cfg.vocab).transfers)
     console = Console()

@@ -63,9 +63,9 @@ def tell_callbacks(callbacks: list[pl.Callback], cfg: DictConfig, state: dict[st
 @reads("model", "data", "callbacks", "trainer", "seed", *TRANSFER_READS)
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     resume_from = state.get("resume_from")
-    # first, while cfg is as composed: instantiating the model resolves nested interpolations in place (e.g. the loss's
-    # `${oc.select:...}`), and the record must equal what the run-dir guard compares before Hydra writes (unresolved)
-    configs = resume_configs(cfg, resume_from)  # a changed config is refused before any training
+    # what the checkpoints record, read before anything resolves cfg in place: by the run's admission (a caller
+    # outside the pipeline: here, first)
+    configs = state.get("configs") or resume_configs(cfg, resume_from)
     materialize_inputs(cfg, state)
     pl.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.paths.run_dir)

@@ -1,0 +1,102 @@
+"""A command line's mistakes answered in a second (vtlab.runs.precheck): one `vtlab: error:` line and exit 2 before
+torch or Lightning is imported; an accepted run's first line names the directory Hydra then writes."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, one_error_line
+
+from vtlab.core.paths import CONF_DIR
+from vtlab.runs.precheck import checked
+
+SLURM_SWEEP = [
+    "-m",
+    "experiment=paper/main/modernbert-vt,paper/main/modernbert-native",
+    "hydra/launcher=slurm",
+    "hydra.launcher.partition=gpu",
+]
+# the issue's five mistakes, each with what its line must name
+MISTAKES = {
+    "misspelt key": (["regularizer.doc.weigth=1e-3"], ["regularizer.doc.weigth", "regularizer.doc.weight"]),
+    "misspelt choice": (["vocab=bert-uncasd"], ["vocab=bert-uncasd", "vocab=bert-uncased"]),
+    "+ on an existing key": (["+trainer.max_steps=10"], ["trainer.max_steps", "without the leading +"]),
+    "no such eval key": (["eval.path=/nope"], ["eval.path"]),
+    "no such eval directory": (["eval=beir", "eval.path=/nope"], ["eval.path='/nope'", "existing directory"]),
+    "--cfg with a sweep": ([*SLURM_SWEEP, "--cfg", "job"], ["--cfg", "-m"]),
+}
+
+
+@pytest.mark.parametrize("name", MISTAKES)
+def test_each_mistake_is_one_line_in_process(name: str) -> None:
+    argv, needles = MISTAKES[name]
+    problem, composed = checked(argv, CONF_DIR)
+    assert problem is not None and composed is None
+    assert "\n" not in problem and all(n in problem for n in needles), problem
+
+
+def test_a_sweep_is_checked_value_by_value() -> None:
+    problem, _ = checked(["-m", "seed=0,1", "trainer.max_steps=5,abc"], CONF_DIR)
+    assert problem is not None and "trainer.max_steps='abc'" in problem
+    assert checked(["-m", "seed=0,1", "trainer.max_steps=5,6"], CONF_DIR) == (None, None)
+
+
+def test_an_accepted_run_is_composed_with_its_run_dir() -> None:
+    problem, cfg = checked(["stage=evaluate", "hydra.run.dir=/tmp/somewhere"], CONF_DIR)
+    assert problem is None and cfg is not None and str(cfg.paths.run_dir) == "/tmp/somewhere"
+    _, cfg = checked(["paths.run_dir=/tmp/elsewhere"], CONF_DIR)
+    assert str(cfg.paths.run_dir) == "/tmp/elsewhere"
+    assert checked(["stage=evaluate", "--cfg", "job"], CONF_DIR) == (None, None)  # Hydra prints it; nothing runs
+
+
+def _without_torch(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment where importing torch or Lightning leaves a marker and fails."""
+    fake, marker = tmp_path / "fake", tmp_path / "imported"
+    for name in ("torch", "pytorch_lightning", "transformers"):
+        (fake / name).mkdir(parents=True)
+        (fake / name / "__init__.py").write_text(
+            f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\nraise ImportError('{name} imported')\n"
+        )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)])}
+    return env, marker
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("name", MISTAKES)
+def test_each_mistake_exits_2_before_torch_is_imported(tmp_path: Path, name: str) -> None:
+    argv, needles = MISTAKES[name]
+    env, marker = _without_torch(tmp_path)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run([sys.executable, "-m", "vtlab", *argv], cwd=tmp_path, env=env, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    one_error_line(proc.stderr, needles)
+    assert not marker.exists(), marker.read_text()
+    assert not (tmp_path / "outputs").exists()
+    # CPU seconds, not wall: the same on a loaded machine (wall on 2 idle cores: docs/bad-inputs-runs.md)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert cpu <= 2.0, cpu
+
+
+@pytest.mark.cli
+def test_the_first_line_names_the_directory_hydra_writes(tmp_path: Path) -> None:
+    """trainer.precision's choices are Lightning's: the precheck lets it through, the first line is printed, Hydra
+    makes the directory that line names, and the admission refuses the value there."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "vtlab", "stage=evaluate", "trainer.precision=bogus"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("vtlab: evaluate-") and "; writing to outputs/runs/" in first, first
+    run_dir = tmp_path / first.split("; writing to ")[1]
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
+    assert [p.name for p in (tmp_path / "outputs" / "runs").glob("*/*")] == [run_dir.name]
+    one_error_line(proc.stderr, ["trainer.precision='bogus'"])

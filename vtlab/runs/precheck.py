@@ -1,0 +1,101 @@
+"""The answer in a second: a `python -m vtlab` command line is composed and its config checked before torch, Lightning
+or any model is imported, so a mistake is one `vtlab: error:` line (exit 2) and an accepted run says at once what
+it will do and where it writes.
+
+Found here: a misspelt key or choice (vtlab.runs.overrides), `+key=` on a key the config has, any other composition
+error, `--cfg` with a sweep (`-m`), and each value, name and output path vtlab.runs.checks refuses (a sweep: each
+swept value, the others at their first value), but trainer.precision, whose choices are Lightning's. That one, and
+what needs the data or the run directory (a resume, a finished run, a broken eval set), is the run's admission's
+(vtlab.stages.admission), seconds later.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from vtlab.core.errors import VtlabError, one_line
+from vtlab.runs.checks import CHECKS, Deferred, check_config
+from vtlab.runs.overrides import bad_override, command_line_overrides
+
+MULTIRUN = {"-m", "--multirun"}
+CFG = {"--cfg", "-c"}
+HYDRA_RUN_DIR = "${hydra:runtime.output_dir}"  # conf/paths/default.yaml: the run writes into Hydra's directory
+_APPEND = re.compile(r"An item is already at '([^']+)'")
+# every rule but those whose choices come from a library slow to import (trainer.precision: Lightning's; the admission
+# checks it, after the imports)
+QUICK_CHECKS = {key: rule for key, rule in CHECKS.items() if not isinstance(rule, Deferred)}
+
+
+def _jobs(overrides: list[str], multirun: bool) -> Iterator[list[str]]:
+    """The override lists to compose: the command's own; for a sweep, each swept value in turn with the other sweeps
+    at their first value (every value is composed once, not every combination)."""
+    if not multirun:
+        yield overrides
+        return
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    first = [
+        f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override() else o.input_line
+        for o in parsed
+    ]
+    yield first
+    for i, o in enumerate(parsed):
+        if o.is_sweep_override():
+            for value in list(o.sweep_string_iterator())[1:]:
+                yield [*first[:i], f"{o.get_key_element()}={value}", *first[i + 1 :]]
+
+
+def _composition_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    m = _APPEND.search(str(err))
+    if m:
+        return f"+{m.group(1)}=...: {m.group(1)} is already in the config; set it without the leading + to change it"
+    return text
+
+
+def run_dir_of(cfg: DictConfig) -> str:
+    """Where the run writes: paths.run_dir, or Hydra's run directory when paths.run_dir is Hydra's (as composed)."""
+    node = cfg.paths._get_node("run_dir")  # noqa: SLF001 - the unresolved value
+    return str(cfg.hydra.run.dir) if node is not None and node._value() == HYDRA_RUN_DIR else str(cfg.paths.run_dir)  # noqa: SLF001
+
+
+def checked(argv: Sequence[str], conf_dir: Path) -> tuple[str | None, DictConfig | None]:
+    """(one line for the first mistake in the command line `argv`, or None; the composed config of a single run)."""
+    args = list(argv)
+    multirun = any(a in MULTIRUN for a in args)
+    if multirun and any(a in CFG or a.split("=", 1)[0] in CFG for a in args):  # Hydra: a traceback
+        return "--cfg shows one job's config, not a sweep's: drop -m (and give each swept key one value)", None
+    problem = bad_override(args, conf_dir)
+    if problem is not None:
+        return problem, None
+    overrides = command_line_overrides(args)
+    if overrides is None or "--experimental-rerun" in args:
+        return None, None  # Hydra answers help, info and rerun itself
+    composed = None
+    try:
+        with initialize_config_dir(str(conf_dir), version_base="1.3"):
+            for job in _jobs(overrides, multirun):
+                cfg = compose("config", overrides=job, return_hydra_config=True)
+                with open_dict(cfg):
+                    cfg.paths.run_dir = run_dir_of(cfg)
+                check_config(cfg, QUICK_CHECKS)
+                composed = composed or cfg
+    except VtlabError as err:
+        return one_line(err).removeprefix("vtlab: error: "), None
+    except (HydraException, OmegaConfBaseException) as err:
+        return _composition_line(err), None
+    shows_config = any(a in CFG or a.split("=", 1)[0] in CFG for a in args)  # --cfg: Hydra prints it, nothing runs
+    return None, None if multirun or shows_config else composed
+
+
+def first_line(cfg: DictConfig) -> str:
+    """What an accepted run will do and where it writes: its name, its stage's steps, the run directory."""
+    steps = [str(s.get("_target_", "")).rsplit(".", 2)[-2] for s in OmegaConf.select(cfg, "stage.steps") or []]
+    return f"vtlab: {cfg.name}: {' → '.join(steps) or 'no stage'}; writing to {cfg.paths.run_dir}"
