@@ -3,23 +3,34 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: install demo test test-fast bench clean-cache reproduce-table gpu-smoke
+.PHONY: FORCE install demo test test-fast bench clean-cache reproduce-table gpu-smoke
 
 install: $(VENV)/.installed
 
+# The stamp holds the sha256 of what the install is made from (pyproject.toml, the assets' list, the torch pin): the
+# install runs when that content changes, never for a file's time alone (a fresh clone beside a current venv).
+TORCH := torch==2.13.0
+INSTALL_HASH := $(shell { cat pyproject.toml vtlab/core/assets.py; echo $(TORCH); } | \
+	{ sha256sum 2>/dev/null || shasum -a 256; } | cut -d' ' -f1)
+STALE := $(if $(filter $(INSTALL_HASH),$(shell cat $(VENV)/.installed 2>/dev/null)),,FORCE)
+
 # torch first: it is the CPU wheel on local disk; anything else asking for torch would pull a multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml vtlab/core/assets.py
+$(VENV)/.installed: $(STALE)
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q $(TORCH)
 	$(PIP) install -q -e '.[dev]'
 	$(PY) -m vtlab.core.assets install
-	touch $@
+	echo $(INSTALL_HASH) > $@
+
+FORCE:
 
 demo: install
 	$(PY) -m vtlab
 
 # Two workers, a test file per worker at a time (module fixtures stay in one process); TEST_WORKERS=0 runs it in one
 # process. What the suite takes: docs/architecture.md (the tests).
+# Tiers (markers, tests/conftest.py): test-fast is the unit tier (no subprocess, no training, nothing slow: the inner
+# loop, ~3 min); test runs every tier: unit + cli (starts python -m vtlab) + train (trains in process) + slow (> ~20 s).
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
@@ -31,7 +42,7 @@ test: install
 test-fast: install
 	$(PY) -m ruff check vtlab tests
 	$(PY) -m ruff format --check vtlab tests
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -m "not slow and not cli and not train"
 
 clean-cache:
 	rm -rf $${VTLAB_CACHE:-$$HOME/.cache/vtlab}
