@@ -5,18 +5,19 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from vtlab.callbacks.health import side_stats
+from vtlab.core.choices import CollapseAction
 from vtlab.core.errors import VtlabError
 
 log = logging.getLogger("vtlab")
 
-ACTIONS = ("warn", "stop")
+ACTIONS: tuple[str, ...] = get_args(CollapseAction)
 
 
 class CollapseDetector(pl.Callback):
@@ -28,7 +29,7 @@ class CollapseDetector(pl.Callback):
 
     def __init__(
         self,
-        action: str = "stop",
+        action: CollapseAction = "stop",
         patience: int = 20,
         dead_active_dims: float = 0.5,
         dense_active_share: float = 0.5,

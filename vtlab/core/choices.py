@@ -19,3 +19,12 @@ EncoderPrecision = Literal["auto", "native", "fp32", "bf16", "int8"]
 TrainerPrecision = Literal["native"]
 # export.onnx_int8: whom the int8 ONNX graphs are made for (vtlab/export/onnx_int8.py: portable holds on every x86 CPU)
 OnnxInt8Target = Literal["portable", "vnni"]
+# init.similarity: how semantic init scores a new token against the overlap (vtlab.vocab.init.Semantic and Auto)
+Similarity = Literal["cosine", "pmi", "zscore"]
+# transfer.bias: the new MLM output bias (vtlab.vocab.transfer.TransferOptions: z-mapped target bias, like the
+# embeddings, or zeros)
+TransferBias = Literal["zmap", "zeros", "init"]
+# callbacks.collapse_detector.action: what a persisting collapse does (vtlab.callbacks.collapse_detector)
+CollapseAction = Literal["warn", "stop"]
+# regularizer.*.normalize: how FLOPS averages document rows over query groups (vtlab.regularizers.flops.Flops)
+FlopsNormalization = Literal["global", "per_group"]

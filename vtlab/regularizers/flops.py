@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 from torch import Tensor
 
+from vtlab.core.choices import FlopsNormalization
 from vtlab.core.errors import ConfigError
 from vtlab.regularizers.base import Regularizer
 
-NORMALIZATIONS = ("global", "per_group")
+NORMALIZATIONS: tuple[str, ...] = get_args(FlopsNormalization)
 
 
 class Flops(Regularizer):
@@ -28,7 +31,7 @@ class Flops(Regularizer):
         delay_steps: int = 0,
         threshold: int | None = None,
         gather: bool = True,
-        normalize: str = "global",
+        normalize: FlopsNormalization = "global",
     ) -> None:
         super().__init__(weight, warmup_steps, delay_steps, gather)
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0):

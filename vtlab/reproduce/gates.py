@@ -3,7 +3,7 @@ paper, instead of printing tables that look like results.
 
 - **case gate** (before any row runs): the cased-BPE model M_bpe must really handle case unlike its uncased mirrors,
   M_wp (SPLADE-tiny itself, bert-base-uncased WordPiece) and M_unc (M_bpe's OLMo BPE restricted to its lowercase
-  tokens, vtlab/vocab/lowercase_bpe.py) — their vocabularies have no case variants; M_bpe's must hold them, its
+  tokens, vtlab/vocab/lowercase.py) — their vocabularies have no case variants; M_bpe's must hold them, its
   case-variant output rows must have learned to differ (mean cosine below `MAX_CASE_ROW_COSINE`; FVT starts them as
   copies, cosine 1), and document term mass must spread over case variants (at least `MIN_CASE_MASS`), which is the
   redundancy VT is meant to remove.

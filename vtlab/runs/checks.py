@@ -7,8 +7,9 @@ evaluation's keys: after training), and often in words that name no key. The lib
 that do not come through the pipeline.
 
 The choices are read where they are declared, never copied here: `trainer.precision` from the Lightning Trainer's
-type of its `precision` parameter (plus vtlab's `native`), `model.encoder.precision` from vtlab.core.choices (the
-type the encoder's constructor takes), `eval.index` from the nodes of vtlab/index/indexes.yaml.
+type of its `precision` parameter (plus vtlab's `native`), `eval.index` from the nodes of vtlab/index/indexes.yaml,
+and vtlab's own (`model.encoder.precision`, `init.similarity`, `transfer.bias`, `export.onnx_int8`, ...) from the
+Literal types of vtlab.core.choices, the types the constructors that take them declare.
 
 A key that is absent, or still `???` (reported by whoever reads it), is not checked; a null parent (eval=none,
 regularizer=none) ends the walk. `*` in a key matches every child of a mapping (eval.evaluations.*.top_k).
@@ -26,7 +27,15 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError
 from pytorch_lightning import Trainer
 
-from vtlab.core.choices import EncoderPrecision, OnnxInt8Target, TrainerPrecision
+from vtlab.core.choices import (
+    CollapseAction,
+    EncoderPrecision,
+    FlopsNormalization,
+    OnnxInt8Target,
+    Similarity,
+    TrainerPrecision,
+    TransferBias,
+)
 from vtlab.core.errors import ConfigError
 from vtlab.core.paths import INDEXES_FILE
 from vtlab.runs.paths import check_paths
@@ -139,6 +148,10 @@ LIGHTNING_PRECISIONS: tuple[str | int, ...] = usual_first(
 )
 ENCODER_PRECISIONS: tuple[str, ...] = literal_values(EncoderPrecision)
 ONNX_INT8_TARGETS: tuple[str, ...] = literal_values(OnnxInt8Target)
+SIMILARITIES: tuple[str, ...] = literal_values(Similarity)
+TRANSFER_BIASES: tuple[str, ...] = literal_values(TransferBias)
+COLLAPSE_ACTIONS: tuple[str, ...] = literal_values(CollapseAction)
+FLOPS_NORMALIZATIONS: tuple[str, ...] = literal_values(FlopsNormalization)
 INDEXES: tuple[str, ...] = node_names(INDEXES_FILE)
 
 
@@ -181,6 +194,8 @@ CHECKS: dict[str, Rule] = {
     "regularizer.*.weight": number(0),
     "regularizer.*.warmup_steps": COUNT,
     "regularizer.*.delay_steps": COUNT,
+    "regularizer.*.normalize": one_of(*FLOPS_NORMALIZATIONS),
+    "callbacks.collapse_detector.action": one_of(*COLLAPSE_ACTIONS),
     # apc, mlm, vocab
     "apc.percentile": nullable(number(0, 100, low_open=True, high_open=True), note="no APC"),
     "apc.num_docs": POSITIVE,
@@ -194,6 +209,9 @@ CHECKS: dict[str, Rule] = {
     "mlm.lr": RATE,
     "mlm.warmup_steps": COUNT,
     "vocab.corpus.path": nullable(FILE_OR_DIRECTORY),
+    # vocabulary transfer
+    "init.similarity": one_of(*SIMILARITIES),
+    "transfer.bias": one_of(*TRANSFER_BIASES),
     # eval: one evaluation, or each of a suite's
     "eval.path": DIRECTORY,
     "eval.top_k": POSITIVE,

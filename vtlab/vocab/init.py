@@ -19,12 +19,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, get_args
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from vtlab.core.choices import Similarity
 from vtlab.core.errors import VtlabError
 from vtlab.vocab.canonical import (
     BYTES_MARK,
@@ -38,8 +39,6 @@ from vtlab.vocab.canonical import (
 from vtlab.vocab.similarity import Similarities, pmi_transform, sparsemax, weighted_rows, zscore_transform
 
 log = logging.getLogger(__name__)
-
-Similarity = Literal["cosine", "pmi", "zscore"]
 
 _RESCALE_EPS = 1e-8
 
@@ -191,8 +190,9 @@ class Semantic(Initializer):
     KEY_NEUTRAL: ClassVar[tuple[str, ...]] = ("chunk_rows",)  # memory only: results do not depend on it
 
     def __post_init__(self) -> None:
-        if self.similarity not in ("cosine", "pmi", "zscore"):
-            raise VtlabError(f"init.similarity={self.similarity!r}: expected cosine, pmi or zscore")
+        if self.similarity not in (choices := get_args(Similarity)):
+            expected = f"{', '.join(choices[:-1])} or {choices[-1]}"
+            raise VtlabError(f"init.similarity={self.similarity!r}: expected {expected}")
         if self.chunk_rows < 1:
             raise VtlabError(f"init.chunk_rows={self.chunk_rows}: must be ≥ 1")
         if self.name == "semantic" and self.similarity != "cosine":
@@ -354,7 +354,7 @@ class Auto(Initializer):
     otherwise `Subword` (FVT) — e.g. a corpus-trained WordPiece, where no target embedding space exists.
     Choosing `init=semantic` explicitly on such a vocabulary is an error instead."""
 
-    similarity: str = "cosine"
+    similarity: Similarity = "cosine"
     name: str = field(default="auto", kw_only=True)
 
     def __call__(

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from torch import Tensor, nn
@@ -27,6 +27,7 @@ from vtlab.backbones import Backbone, decoder_site
 from vtlab.core import integrity
 from vtlab.core.assets import cache_dir
 from vtlab.core.cache_keys import settings_key
+from vtlab.core.choices import TransferBias
 from vtlab.core.errors import VtlabError
 from vtlab.vocab.canonical import Overlap, match_vocabularies
 from vtlab.vocab.init import Initializer
@@ -39,7 +40,7 @@ log = logging.getLogger("vtlab")
 class TransferOptions:
     """Output-layer and matching switches (authors' flags: --set_bias, --use_target_norm, --fuzzy)."""
 
-    bias: str = "zmap"  # zmap | zeros | init (zmap falls back to init when the vocabulary has no target model)
+    bias: TransferBias = "zmap"  # zmap falls back to init when the vocabulary has no target model
     target_norm: bool = True
     fuzzy: bool = False
     seed: int = 0
@@ -49,7 +50,7 @@ class TransferOptions:
             raise VtlabError(f"transfer.bias must be one of {', '.join(BIAS_MODES)}, got {self.bias!r}")
 
 
-BIAS_MODES = ("zmap", "zeros", "init")
+BIAS_MODES: tuple[str, ...] = get_args(TransferBias)
 
 
 def zscore_map(target_bias: Tensor, source_bias: Tensor) -> Tensor:
