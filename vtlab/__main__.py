@@ -19,6 +19,7 @@ from vtlab.core.logs import guard_log_files, quiet_third_party
 from vtlab.core.paths import CONF_DIR, cache_root
 from vtlab.runs.directory import LAST_CKPT, release_run_dir_lock, trains
 from vtlab.runs.precheck import checked, first_line
+from vtlab.runtime.allocator import keep_freed_memory
 
 log = logging.getLogger("vtlab")
 
@@ -36,7 +37,6 @@ def main(cfg: DictConfig) -> None:
         resume_command,
     )
     from vtlab.runs.status import RunStatus, error_line
-    from vtlab.runtime.allocator import keep_freed_memory
     from vtlab.stages.pipeline import run_or_exit
 
     quiet_third_party()  # here, not at import: a launcher (submitit) runs the job in another process

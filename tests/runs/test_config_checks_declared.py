@@ -73,7 +73,7 @@ def test_a_new_lightning_precision_is_accepted_without_editing_the_check(monkeyp
     declared = Optional[Literal["32-true", "bf16-mixed", "fp4-true"]]  # noqa: UP045 (as Lightning writes it)
     monkeypatch.setitem(Trainer.__init__.__annotations__, "precision", declared)
     checks = fresh_checks()
-    assert checks["LIGHTNING_PRECISIONS"] == ("native", "32-true", "bf16-mixed", "fp4-true")
+    assert checks["lightning_precisions"]() == ("native", "32-true", "bf16-mixed", "fp4-true")
     checks["check_config"](compose_config(["trainer.precision=fp4-true"]))
     assert refusal(checks, "trainer.precision=16-mixed") == (
         "trainer.precision='16-mixed': expected one of native, 32-true, bf16-mixed, fp4-true, or null"

@@ -17,6 +17,7 @@ regularizer=none) ends the walk. `*` in a key matches every child of a mapping (
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,7 +26,6 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError
-from pytorch_lightning import Trainer
 
 from vtlab.core.choices import (
     CollapseAction,
@@ -141,11 +141,42 @@ def usual_first(choices: tuple[Any, ...], usual: tuple[Any, ...]) -> tuple[Any, 
     return tuple(sorted(choices, key=lambda c: usual.index(c) if c in usual else len(usual)))
 
 
-# trainer.precision: vtlab's own values, then pytorch_lightning.Trainer's type of its `precision` parameter
-LIGHTNING_PRECISIONS: tuple[str | int, ...] = usual_first(
-    literal_values(TrainerPrecision) + literal_values(get_type_hints(Trainer.__init__)["precision"]),
-    usual=("native", "32-true", "bf16-mixed"),
-)
+@functools.cache
+def lightning_precisions() -> tuple[str | int, ...]:
+    """trainer.precision's choices: vtlab's own values, then pytorch_lightning.Trainer's type of its `precision`
+    parameter (Lightning is imported on first use only: a config mistake is answered before it loads)."""
+    from pytorch_lightning import Trainer
+
+    return usual_first(
+        literal_values(TrainerPrecision) + literal_values(get_type_hints(Trainer.__init__)["precision"]),
+        usual=("native", "32-true", "bf16-mixed"),
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LIGHTNING_PRECISIONS":
+        return lightning_precisions()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A Rule built on first use (its choices come from a library that is slow to import)."""
+
+    make: Callable[[], Rule]
+
+    @functools.cached_property
+    def rule(self) -> Rule:
+        return self.make()
+
+    @property
+    def expected(self) -> str:
+        return self.rule.expected
+
+    def accepts(self, value: Any) -> bool:
+        return self.rule.accepts(value)
+
+
 ENCODER_PRECISIONS: tuple[str, ...] = literal_values(EncoderPrecision)
 ONNX_INT8_TARGETS: tuple[str, ...] = literal_values(OnnxInt8Target)
 SIMILARITIES: tuple[str, ...] = literal_values(Similarity)
@@ -170,7 +201,7 @@ CHECKS: dict[str, Rule] = {
     "trainer.accumulate_grad_batches": POSITIVE,
     "trainer.num_nodes": POSITIVE,
     "trainer.gradient_clip_val": nullable(number(0)),
-    "trainer.precision": nullable(one_of(*LIGHTNING_PRECISIONS)),
+    "trainer.precision": Deferred(lambda: nullable(one_of(*lightning_precisions()))),
     # data: vtlab.data.datamodule.TripletDataModule and its sources
     "data.batch_size": POSITIVE,
     "data.eval_batch_size": POSITIVE,
