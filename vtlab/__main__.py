@@ -18,7 +18,7 @@ from vtlab.core.errors import DiskError, note_write_roots, one_line
 from vtlab.core.logs import guard_log_files, quiet_third_party
 from vtlab.core.paths import CONF_DIR, cache_root
 from vtlab.runs.directory import LAST_CKPT, release_run_dir_lock, trains
-from vtlab.runs.precheck import checked, first_line
+from vtlab.runs.precheck import checked, first_line, quoted
 from vtlab.runtime.allocator import keep_freed_memory
 
 log = logging.getLogger("vtlab")
@@ -114,6 +114,6 @@ if __name__ == "__main__":
         raise SystemExit(2)
     if composed is not None:  # a single run: its first line, and Hydra writes where that line says
         if not any(a.startswith(("hydra.run.dir=", "++hydra.run.dir=")) for a in sys.argv[1:]):
-            sys.argv.append(f"hydra.run.dir={composed.hydra.run.dir}")
+            sys.argv.append(f"hydra.run.dir={quoted(str(composed.hydra.run.dir))}")
         print(first_line(composed), file=sys.stderr, flush=True)
     main()

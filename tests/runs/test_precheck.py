@@ -100,3 +100,12 @@ def test_the_first_line_names_the_directory_hydra_writes(tmp_path: Path) -> None
     assert (run_dir / ".hydra" / "config.yaml").is_file()
     assert [p.name for p in (tmp_path / "outputs" / "runs").glob("*/*")] == [run_dir.name]
     one_error_line(proc.stderr, ["trainer.precision='bogus'"])
+
+
+@pytest.mark.parametrize("value", ["outputs/runs/x-a,b=c", "a'b\\c d", "x\\", "a\\'b", "o'", "[1, 2]"])
+def test_a_pinned_run_dir_reads_back_as_itself(value: str) -> None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from vtlab.runs.precheck import quoted
+
+    assert OverridesParser.create().parse_overrides([f"hydra.run.dir={quoted(value)}"])[0].value() == value

@@ -99,3 +99,9 @@ def first_line(cfg: DictConfig) -> str:
     """What an accepted run will do and where it writes: its name, its stage's steps, the run directory."""
     steps = [str(s.get("_target_", "")).rsplit(".", 2)[-2] for s in OmegaConf.select(cfg, "stage.steps") or []]
     return f"vtlab: {cfg.name}: {' → '.join(steps) or 'no stage'}; writing to {cfg.paths.run_dir}"
+
+
+def quoted(value: str) -> str:
+    """`value` as one quoted string of Hydra's override grammar (a run directory named after a path with `,` or `=`):
+    a quote is escaped, and so are the backslashes before a quote or the closing one."""
+    return "'" + re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value) + "'"
