@@ -23,7 +23,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 MARKERS = {
     "cli": "starts `python -m vtlab` or another subprocess",
     "train": "trains a model in process (Lightning fit, the pipeline with a fine-tune stage, MLM)",
-    "slow": "takes more than ~20 s (real models on BoolQ)",
+    "slow": "heavy: builds real models, collections or tokenizers, or composes every shipped config (seconds each)",
 }
 
 

@@ -115,6 +115,7 @@ def test_damaged_transfer_cache_is_rebuilt_with_one_warning(caplog, damage: str)
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp dir left behind
 
 
+@pytest.mark.train
 def test_damaged_mlm_cache_is_retrained(caplog) -> None:
     from omegaconf import OmegaConf
 

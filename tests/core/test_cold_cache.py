@@ -3,6 +3,7 @@ transfer) consumes the global RNG, and must happen before the run seeds itself (
 
 import shutil
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -10,6 +11,8 @@ from vtlab.backbones import TinyBert
 from vtlab.core.assets import cache_dir
 from vtlab.models.mlm import train_cached
 from vtlab.models.mlm_pretrained import MLMPretrained
+
+pytestmark = pytest.mark.train
 
 
 def _recipe(steps: int) -> dict:

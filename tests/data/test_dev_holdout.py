@@ -25,6 +25,8 @@ from vtlab.data.corpora import TextCorpus
 from vtlab.data.near_duplicates import near_duplicate_pairs, similar_question_pairs, words
 from vtlab.data.overlap import normalize
 
+pytestmark = pytest.mark.slow
+
 SEEDS = (0, 1, 2)
 TABLES = OmegaConf.to_container(OmegaConf.load(CONF / "tables" / "testbed.yaml"))
 

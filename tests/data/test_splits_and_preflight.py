@@ -217,6 +217,7 @@ SAME_SPLIT = {
 }
 
 
+@pytest.mark.slow
 def test_every_shipped_config_draws_dev_and_training_from_one_split():
     """Every data config and experiment: a BoolQ dev split goes with training on the same split (the same dev_size and
     seed, so the realized checks below hold for every seed a sweep passes) or with other data (MS MARCO)."""

@@ -110,6 +110,7 @@ def _e5_by_hand(texts: list[str], prefix: str, max_length: int) -> np.ndarray:
     return mean / np.linalg.norm(mean, axis=1, keepdims=True)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("empty_cache")
 def test_e5_dense_embeddings_are_e5s_recipe_with_its_prefixes():
     encoder = DenseEncoder.from_backbone(E5Small(), query_max_length=16, doc_max_length=32)
@@ -124,6 +125,7 @@ def test_e5_dense_embeddings_are_e5s_recipe_with_its_prefixes():
     assert np.abs(q - _e5_by_hand(queries, "", 16)).max() > 1e-2
 
 
+@pytest.mark.cli
 def test_the_ensemble_of_the_real_teachers_combines_their_cached_scores_each_run_once(empty_cache, monkeypatch):
     config = instantiate(
         compose_config(

@@ -16,7 +16,7 @@ from vtlab.data.clean import boolq_clean_collection, boolq_clean_dropped, clean_
 from vtlab.data.near_duplicates import near_duplicate_pairs, shingles, similar_question_pairs
 from vtlab.vocab.targets import CorpusWordPiece
 
-pytestmark = pytest.mark.usefixtures("shared_cache")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shared_cache")]
 ROWS = sorted(p.stem for p in (CONF / "experiment" / "testbed" / "main").glob("*.yaml"))
 WHITE_HOUSE_EVAL, WHITE_HOUSE_TRAIN = (
     "does the president live in the white house",

@@ -259,6 +259,7 @@ PROBE_TEXTS = [
 ]
 
 
+@pytest.mark.slow
 def test_activity_matches_direct_computation_before_and_after_apc():
     texts = PROBE_TEXTS
     encoder = SpladeEncoder.from_backbone(Backbone("asset:splade-tiny"), doc_max_length=48)

@@ -18,6 +18,7 @@ def data():
     return docs, queries  # row 5 is empty: Seismic skips it, ids of the rows after it must still map back
 
 
+@pytest.mark.slow
 def test_recall_against_exact_and_true_scores(data):
     docs, queries = data
     exact_scores, exact_idx = InvertedIndex(docs).search(queries, 10)

@@ -71,6 +71,7 @@ def max_diff(model, encoder, texts, side: str) -> float:
 
 
 # ---- sentence-transformers round trip ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_siamese_splade_tiny_round_trips_through_sentence_transformers(st, boolq, splade_tiny, tmp_path):
     queries, docs, _ = boolq
     enc = SpladeEncoder(copy.deepcopy(splade_tiny[0]), splade_tiny[1], precision=REF)
@@ -130,6 +131,7 @@ def test_inference_free_run_dir_exports_idf_query_router(st, boolq, splade_tiny,
     assert manifest["source"] == {"run_dir": "..", "model_dir": "../model"}  # relative: no machine path
 
 
+@pytest.mark.slow
 def test_two_tower_double_log_and_input_normalizer_on_a_cased_bpe(st, tmp_path):
     """Separate query network (Router), double_log → log1p_relu, lowercase + blank prefix on a byte-level BPE
     (where both change the tokens). Python's str.lower and the Lowercase normalizer differ on Greek final sigma

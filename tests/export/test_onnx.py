@@ -71,6 +71,7 @@ def test_onnx_graph_is_the_splade_pooling_of_the_mlm_logits(exported):
     assert manifest["sides"] == {"doc": "doc.onnx", "query": "doc.onnx"} and manifest["prompt"] == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", [TinyModernBert, TinyRoberta], ids=["modernbert", "roberta"])
 def test_onnx_export_of_the_papers_target_families_equals_their_encoder(family, tmp_path):
     """ModernBERT's head (`head` + `decoder`, unpadding attention) and RoBERTa's `lm_head`, on their real BPE

@@ -57,6 +57,7 @@ def _vpmaddubsw_matmul(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     return pairs.sum(axis=1) + (a[:, k:].astype(np.int32) @ w[k:] if k < a.shape[1] else 0)
 
 
+@pytest.mark.slow
 def test_the_portable_graph_cannot_saturate_a_16_bit_pair_and_the_vnni_graph_can(graphs) -> None:
     for target, can_saturate in (("portable", False), ("vnni", True)):
         manifest = json.loads((graphs[target] / "onnx.json").read_text())["quantization"]
@@ -76,6 +77,7 @@ def test_an_emulated_avx2_kernel_is_exact_on_the_portable_graph_and_clips_the_vn
         assert same is exact, target
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["portable", "vnni"])
 def test_int8_graphs_agree_with_fp32_within_the_int8_bound(graphs, target) -> None:
     if target == "vnni" and not VNNI & own_cpu_flags():  # ONNX Runtime reads cpuid: no emulated cap binds it

@@ -39,6 +39,7 @@ def real_max_logits(encoder: SpladeEncoder, texts, batch_size: int = 50) -> torc
     return torch.cat(rows)
 
 
+@pytest.mark.slow
 def test_p60_with_zeros_leaves_about_40_percent_positive():
     texts = list(boolq_passages()[:200])
     encoder = splade_tiny()
@@ -196,6 +197,7 @@ def test_off_and_validation():
     assert callback.report is None
 
 
+@pytest.mark.slow
 def test_a_calibration_is_computed_once_and_reused_bit_for_bit(empty_cache, caplog):
     from vtlab.callbacks.apc import calibrate_cached
 

@@ -20,7 +20,7 @@ from vtlab.data.corpora import boolq_passages
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.vocab.masked_outputs import MASKED_BIAS, CasedOutputsMasked, cased_ids
 
-pytestmark = pytest.mark.usefixtures("shared_cache")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shared_cache")]
 DOC_LEN = 64
 N_DOCS = 40
 

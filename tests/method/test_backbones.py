@@ -226,6 +226,7 @@ def test_splade_tiny_is_a_trained_splade() -> None:
 
 
 # -- generated tiny backbones ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_tiny_modernbert(fresh_cache: Path) -> None:  # fresh: the build path itself runs
     _require("olmo-tokenizer")
     bb = TinyModernBert()

@@ -22,6 +22,7 @@ def test_groups_of_the_cased_olmo_bpe_and_none_in_uncased_wordpiece(tiny):
     assert case_groups(Backbone("asset:minilm").load_tokenizer()) == []
 
 
+@pytest.mark.slow
 def test_row_cosine_is_one_for_copied_rows_and_mass_counts_the_lighter_variants(tiny):
     model, tok = tiny
     texts = ["The cat sat on the mat.", "THE END of the story"]
@@ -43,6 +44,7 @@ def test_row_cosine_is_one_for_copied_rows_and_mass_counts_the_lighter_variants(
     assert 0.0 < copied["doc_mass_on_variants"] < 1.0
 
 
+@pytest.mark.slow
 def test_fvt_from_uncased_starts_word_initial_case_variants_as_copies(tmp_path, monkeypatch):
     """The real M_bpe start (SPLADE-tiny moved onto the OLMo BPE by FVT, no MLM): "ĠThe" and "Ġthe" are one row, so
     the case gate's row cosine is exactly 1 there and only cased training can bring it below the gate's 0.99."""

@@ -53,6 +53,7 @@ def test_idf_from_df_is_monotone_and_positive():
     assert (np.diff(w) < 0).all() and (w > 0).all()
 
 
+@pytest.mark.slow
 def test_lowercase_merges_cased_surface_forms():
     tok = TinyModernBert().load_tokenizer()  # OLMo's cased BPE
     docs = ["Apple pie", "apple tart", "APPLE juice"]
@@ -84,6 +85,7 @@ def test_json_round_trip_and_errors(bert_tok, tmp_path):
         IdfTable.from_corpus(bert_tok, [])
 
 
+@pytest.mark.slow
 def test_table_is_cached_per_tokenizer_and_corpus(bert_tok, monkeypatch, empty_cache):
     # empty_cache: no other test's table may be cached, so each `boom` below proves a recomputation
     first = IdfTable.from_corpus(bert_tok, CORPUS)

@@ -155,6 +155,7 @@ def test_module_rejects_a_query_regularizer_and_untrainable_combinations():
         )
 
 
+@pytest.mark.slow
 def test_idf_table_follows_the_transferred_vocabulary(tmp_path):
     enc = _tiny_bert_encoder()
     enc.fit_idf(CORPUS)

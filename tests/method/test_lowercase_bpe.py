@@ -132,6 +132,7 @@ def test_the_configs_build_u_and_m_unc_mirrors_m_bpe():
     assert {k for k in unc_c["start"] if unc_c["start"][k] != bpe_c["start"][k]} == {"vocab"}
 
 
+@pytest.mark.slow
 def test_m_unc_start_is_splade_tiny_on_u_with_no_case_variants(shared_cache):
     """The real M_unc start (SPLADE-tiny moved onto U by FVT, no MLM): the saved model lowercases its own input."""
     from hydra.utils import instantiate

@@ -84,6 +84,7 @@ def _worker(rank, world, port, threshold, out):
     dist.destroy_process_group()
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("threshold", [None, 6])
 def test_flops_same_with_one_or_two_processes(threshold):
     x, p = _full_batch()

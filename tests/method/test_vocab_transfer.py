@@ -121,6 +121,7 @@ def _check_transferred(model, target_tok, texts=("Hello world, this is a Test.",
     assert logits.shape[-1] == len(target_tok) and torch.isfinite(logits).all()
 
 
+@pytest.mark.slow
 def test_bert_to_olmo_bpe_and_back_reloads_identically(tmp_path):
     model, tok = _tiny_bert()
     olmo = TinyModernBert().load_tokenizer()
@@ -137,6 +138,7 @@ def test_bert_to_olmo_bpe_and_back_reloads_identically(tmp_path):
     assert reloaded.get_output_embeddings().weight.data_ptr() == reloaded.get_input_embeddings().weight.data_ptr()
 
 
+@pytest.mark.slow
 def test_modernbert_to_bert_uncased():
     backbone = TinyModernBert()
     model, src = backbone.load_model(), backbone.load_tokenizer()
@@ -163,6 +165,7 @@ def _overlap_ids(src, tgt):
     return match_vocabularies(src, tgt).target_ids
 
 
+@pytest.mark.slow
 def test_roberta_position_table_follows_new_pad_id():
     backbone = TinyRoberta()
     model, src = backbone.load_model(), backbone.load_tokenizer()
@@ -243,6 +246,7 @@ def _sentencepiece_tokenizer(tmp_path):
     return AutoTokenizer.from_pretrained(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_xlmr_sentencepiece_family_to_bert_uncased(tmp_path):
     from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
 

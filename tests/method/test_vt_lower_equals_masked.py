@@ -17,7 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 from vtlab.models.encoder import SpladeEncoder
 from vtlab.stages.build import build_encoder
 
-pytestmark = pytest.mark.usefixtures("shared_cache")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shared_cache")]
 
 EXPERIMENT = "experiment=testbed/real-case/e5-lowercase-masked"
 FP32 = "model.encoder.precision=fp32"  # both sides in fp32, whatever the CPU would pick

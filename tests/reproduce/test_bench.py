@@ -258,6 +258,7 @@ def test_table_says_every_sample_and_verdict(bf16_native):
         assert rows["nDCG@10 bf16"][1] == "not measured: bf16 not native on this CPU, sample only"
 
 
+@pytest.mark.cli
 def test_machine_reports_cpu_features_and_the_auto_choice(monkeypatch):
     from vtlab.bench.common import machine
     from vtlab.runtime.precision import AUTO_ENV

@@ -32,6 +32,7 @@ def test_paper_rows_are_the_papers_table():
     }
 
 
+@pytest.mark.slow
 def test_paper_corrections_evaluate_and_probe_at_512_and_control_vt():
     vt, mlm = experiment("paper/main/modernbert-vt"), experiment("paper/main/modernbert-native-mlm")
     for row in PAPER_ROWS:

@@ -10,6 +10,8 @@ from omegaconf import OmegaConf
 from vtlab import reproduce
 from vtlab.reproduce import paper_plan
 
+pytestmark = pytest.mark.slow
+
 ROWS = reproduce.main_rows("paper")  # paper/main/<row>, in the table's order
 # run_vt.sh, written out: MLM 20k steps of total batch 2048 (64 per device × 4 × 8 GPUs), then APC p60 over all
 # (doc, term) max-logits of 20k probe documents at 512 tokens

@@ -236,6 +236,7 @@ def _worker(rank, world, port, out):
     dist.destroy_process_group()
 
 
+@pytest.mark.cli
 def test_two_processes_equal_one_process_and_the_authors_global_batch():
     xq, xd, teacher, weight = _batch()
     with mp.Manager() as manager:
@@ -353,6 +354,7 @@ def test_reproduce_prints_the_plan_before_the_commands(capsys):
 # ---- make gpu-smoke: its CPU shape runs the whole script (the GPU run is the same code at ModernBERT-base shape) -----
 
 
+@pytest.mark.train
 def test_gpu_smoke_tiny_runs_the_vt_pipeline(tmp_path):
     from vtlab.bench import gpu_smoke
 

@@ -53,6 +53,7 @@ def test_main_table_has_the_issue_arms_in_order():
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", SAME)
 def test_every_main_arm_gets_the_same_compute_and_data(key):
     values = {row: _at(_cfg(row), key) for row in MAIN}
@@ -61,6 +62,7 @@ def test_every_main_arm_gets_the_same_compute_and_data(key):
     assert all(v == first for v in values.values()), {r: v for r, v in values.items() if v != first}
 
 
+@pytest.mark.slow
 def test_every_arm_is_mlm_adapted_on_its_own_vocabulary_once_for_all_its_seeds():
     for row in MAIN:
         cfg = _cfg(row, "seed=2")
@@ -119,6 +121,7 @@ def test_vt_uses_an_independent_target_space_and_the_privileged_one_is_an_ablati
     assert target == ["minilm-bert-uncased", "bert-uncased"]
 
 
+@pytest.mark.slow
 def test_every_arm_is_encoded_in_the_precision_the_cpu_flags_give():
     # not auto: its per-model timing probe can encode one arm in int8 and the next in bf16
     assert {_cfg(row).model.encoder.precision for row in MAIN} == {"native"}
@@ -147,6 +150,7 @@ def test_each_ablation_names_contrasts_of_its_own_rows_and_includes_the_main_val
     assert f"{key}={OmegaConf.select(main, key + '.name') or main[key].name}" in labels  # reused from the main table
 
 
+@pytest.mark.slow
 def test_main_contrasts_name_main_rows():
     names = {_cfg(r).name for r in MAIN}
     assert {a for pair in _cfg(MAIN[0]).report.contrasts for a in pair} <= names
@@ -213,6 +217,7 @@ def test_the_real_case_table_runs_with_its_references_and_selects_on_dev_first(t
     assert f"reuse_runs=['{tmp_path.resolve()}/select-real-case']" in table
 
 
+@pytest.mark.slow
 def test_the_teacher_sensitivity_reruns_the_contrasts_arms_under_the_ensemble_when_asked(tmp_path, capsys):
     from vtlab.reproduce import main
 
@@ -289,6 +294,7 @@ def test_a_second_selection_stage_runs_each_arms_choice_with_its_settings_and_re
     assert overrides[-1] == f"reuse_runs=['{first.resolve()}','{second.resolve()}']"
 
 
+@pytest.mark.slow
 def test_the_sensitivity_overrides_compose_onto_an_arm():
     # the overrides a sensitivity job runs with are accepted by Hydra: a multirun first composes them without the swept
     # experiment, where report.* does not exist yet, so they must add or replace it (++), not override it

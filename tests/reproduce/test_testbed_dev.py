@@ -19,6 +19,8 @@ from vtlab.data.splits import held_out
 from vtlab.report.discovery import ReportError
 from vtlab.report.selection import choose
 
+pytestmark = pytest.mark.slow
+
 DEV = OmegaConf.load(CONF / "eval" / "testbed-dev.yaml")
 TEST = OmegaConf.load(CONF / "eval" / "testbed.yaml")
 

@@ -276,6 +276,7 @@ EXPERIMENTS = sorted(
 )
 
 
+@pytest.mark.slow
 def test_every_experiment_config_passes_the_checks():
     assert len(EXPERIMENTS) > 40
     failed = {}
@@ -295,6 +296,7 @@ GROUP_OPTIONS = [
 ]
 
 
+@pytest.mark.slow
 def test_every_config_group_option_passes_the_checks():
     failed = {}
     for option in GROUP_OPTIONS:

@@ -143,6 +143,7 @@ _qrels_line = st.tuples(_ids, _ids, st.sampled_from(["1", "0", "2", "-1", "1.5",
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(corpus=_file(_corpus_line), queries=_file(_query_line), qrels=_file(_qrels_line, max_lines=6))
 def test_a_beir_directory_reads_or_says_which_file_in_one_line(tmp_path: Path, corpus, queries, qrels) -> None:
@@ -176,6 +177,7 @@ _triplet_line = _json_line(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(content=_file(_triplet_line), scores=st.booleans())
 def test_a_triplet_file_reads_or_says_where_in_one_line(tmp_path: Path, content: bytes, scores: bool) -> None:
@@ -286,6 +288,7 @@ def test_a_model_directory_is_checked_before_it_is_loaded(
 
 
 # ---- a sealed cache entry ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 @FUZZ
 @given(
     change=st.sampled_from(["none", "add", "remove", "edit", "truncate", "link", "marker", "marker-json"]),

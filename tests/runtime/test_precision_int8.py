@@ -217,6 +217,7 @@ def test_computing_applies_the_precision_outside_encode(tiny, passages):
     assert np.array_equal(w8, v8) and not np.array_equal(w32, v8)
 
 
+@pytest.mark.slow
 def test_int8_ranks_boolq_clean_like_fp32(tiny, shared_cache):
     """200 BoolQ-clean questions over their 200 passages + 200 distractors, vtlab's evaluation: nDCG@10 of int8
     ≥ 99.5% of fp32's, and the two runs' top-10 lists mostly the same documents."""
@@ -324,6 +325,7 @@ def test_env_forces_int8_without_a_check(tiny, auto_env, monkeypatch):
     assert enc.resolved_precision() == "int8"
 
 
+@pytest.mark.slow
 def test_real_int8_passes_the_check(tiny):
     """SPLADE-tiny's int8 agrees with fp32 on the real probe (200 BoolQ-train pairs), as auto's check measures it."""
     enc = SpladeEncoder(*tiny, precision="auto", probe=probe_texts)

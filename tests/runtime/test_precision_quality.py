@@ -19,6 +19,8 @@ from vtlab.models.encoder import SpladeEncoder
 from vtlab.runtime import precision as prec
 from vtlab.runtime import quantize
 
+pytestmark = pytest.mark.slow
+
 SAPPHIRE = prec.parse_cpu_flags("flags : avx2 avx512f avx512_vnni avx512_bf16 amx_tile amx_bf16 amx_int8\n")
 NO_AVX2 = prec.parse_cpu_flags("flags : fpu sse2 sse4_2 avx\n")  # an x86 CPU before Haswell
 U32 = 2.0**-24  # unit roundoff of fp32 (24-bit significand, round to nearest)
