@@ -206,7 +206,7 @@ def _metrics(run: Path, name: str) -> dict:
 def test_results_are_filed_under_the_collection_name(own_data):
     data, cwd, sizes, logs = own_data
     for run in (cwd / "outputs/mine/as-is", cwd / "outputs/mine/vt"):
-        assert sorted(p.name for p in (run / "eval").iterdir() if p.is_dir()) == ["test"], run
+        assert sorted(p.name for p in (run / "eval").iterdir() if p.is_dir()) == ["mteb", "test"], run
         report = _metrics(run, "test")
         assert report["collection"]["name"] == "test"
         assert (report["collection"]["n_docs"], report["collection"]["n_queries"]) == (

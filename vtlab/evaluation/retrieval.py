@@ -245,6 +245,8 @@ class RetrievalEvaluation:
         OmegaConf.missing_keys cannot resolve interpolations to `???`, so the configs pass the value here instead.
         name also labels logs and tables; it defaults to the collection's name once loaded.
     budgets: matched term budgets `[{query: Kq, doc: Kd}, ...]` evaluated after the full run (see `evaluate`).
+    mteb_task, languages: the MTEB task this collection is (e.g. SciFact; None: none) and its languages, for the copy
+        of the scores in MTEB's results format (vtlab.evaluation.mteb_results).
     """
 
     def __init__(
@@ -258,6 +260,8 @@ class RetrievalEvaluation:
         index: str = "exact",
         index_options: dict[str, Any] | None = None,
         budgets: Sequence[Mapping[str, Any]] | None = None,
+        mteb_task: str | None = None,
+        languages: Sequence[str] = ("eng-Latn",),
     ) -> None:
         if not isinstance(collection, Collection) and not callable(collection):
             raise TypeError(f"collection must be a Collection or a loader, got {type(collection).__name__}")
@@ -276,6 +280,13 @@ class RetrievalEvaluation:
         self._source = collection
         self._collection: Collection | None = collection if isinstance(collection, Collection) else None
         self._name = name
+        self.mteb_task = None if mteb_task is None else str(mteb_task)
+        self.languages = [str(x) for x in languages]
+
+    @property
+    def split(self) -> str | None:
+        """The split its loader reads (a `_partial_` loader's `split` keyword); None where it names none."""
+        return (getattr(self._source, "keywords", None) or {}).get("split")
 
     @property
     def collection(self) -> Collection:

@@ -20,7 +20,10 @@ quantized weight times: Anserini counts repeats as the query-side weight) and Qd
 "query": {"indices", "values"}}` (the body of `POST /collections/<name>/points/query` plus the query id).
 
 Documents are encoded `chunk_size` at a time and each chunk is written before the next is encoded, so memory does not
-grow with the corpus. Every file is written through a temp file renamed into place at the end (all or nothing).
+grow with the corpus. With `index` (export.vectors.index: stage=encode's index directory) nothing is encoded: the
+vectors are read from its docs.npz, or from its complete shards one at a time (vtlab.index.shards.iter_index), and the
+texts from `docs`, which must list the index's documents in its order. Every file is written through a temp file
+renamed into place at the end (all or nothing).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from omegaconf import DictConfig
 from vtlab.core.atomic import atomic_write, write_json
 from vtlab.core.errors import VtlabError
 from vtlab.core.progress import SIDES, progress
+from vtlab.index.shards import iter_index
 from vtlab.models.idf import id_to_token
 
 
@@ -315,6 +319,44 @@ def _write_all(paths: Sequence[Path], body: Any) -> None:
     nest(0, [])
 
 
+def _write_rows(
+    files: Sequence[TextIO], formats: Sequence[VectorFormat], ids: list[str], texts: list[str], matrix: sp.csr_matrix
+) -> None:
+    for row, (doc_id, text) in enumerate(zip(ids, texts)):
+        lo, hi = matrix.indptr[row], matrix.indptr[row + 1]
+        for fmt, f in zip(formats, files):
+            f.write(fmt.lines(doc_id, text, matrix.indices[lo:hi], matrix.data[lo:hi]))
+
+
+def _index_chunks(
+    index: Path, docs: Iterable[tuple[str, str]], vocab_size: int
+) -> Iterable[tuple[list[str], list[str], sp.csr_matrix]]:
+    """(ids, texts, rows) of an encoded index, part by part, each id checked against `docs` (same documents, order)."""
+    it = iter(docs)
+    at = 0
+    for ids, matrix in iter_index(index):
+        if matrix.shape[1] != vocab_size:
+            raise VtlabError(
+                f"export.vectors.index={index}: its vectors have {matrix.shape[1]} dimensions, the model "
+                f"{vocab_size}: it was encoded with another model"
+            )
+        chunk = list(itertools.islice(it, len(ids)))
+        for k, (doc_id, (want, _)) in enumerate(zip(ids, chunk)):
+            if str(doc_id) != str(want):
+                raise VtlabError(
+                    f"export.vectors.index={index}: document {at + k} is {doc_id!r} there, {want!r} in the "
+                    "corpus exported: it encodes another corpus (export.vectors.corpus, eval)"
+                )
+        if len(chunk) < len(ids):
+            raise VtlabError(f"export.vectors.index={index}: holds more documents than the corpus exported")
+        at += len(ids)
+        matrix = sp.csr_matrix(matrix)
+        matrix.sort_indices()
+        yield [str(d) for d in ids], [t for _, t in chunk], matrix
+    if next(it, None) is not None:
+        raise VtlabError(f"export.vectors.index={index}: holds {at} documents, fewer than the corpus exported")
+
+
 def write_vectors(
     encoder: Any,
     docs: Iterable[tuple[str, str]],
@@ -323,9 +365,11 @@ def write_vectors(
     batch_size: int = 64,
     show_progress: bool = True,
     side: str = "doc",
+    index: str | Path | None = None,
 ) -> int:
     """Encode `docs` (doc id, text) chunk by chunk as `side` ("doc", or "query" for query writers) and write each chunk
-    to every format. Returns the document count."""
+    to every format; with `index`, read the vectors from that encoded index instead (the module docstring). Returns
+    the document count."""
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise VtlabError(f"export.vectors.chunk_size must be a positive integer, got {chunk_size!r}")
     if not formats:
@@ -343,7 +387,12 @@ def write_vectors(
         nonlocal count
         it = iter(docs)
         bar = progress(total, SIDES.get(side, ("", "texts"))[1], f"exporting {side} vectors", show_progress)
-        while chunk := list(itertools.islice(it, chunk_size)):
+        if index is not None:
+            for ids, texts, matrix in _index_chunks(Path(index), it, encoder.vocab_size):
+                _write_rows(files, formats, ids, texts, matrix)
+                count += len(ids)
+                bar.update(len(ids))
+        while index is None and (chunk := list(itertools.islice(it, chunk_size))):
             ids = [str(d) for d, _ in chunk]
             texts = [t for _, t in chunk]
             matrix = encoder.encode(texts, side=side, batch_size=batch_size, show_progress=False)
@@ -354,10 +403,7 @@ def write_vectors(
                 )
             matrix = sp.csr_matrix(matrix)
             matrix.sort_indices()
-            for row, (doc_id, text) in enumerate(zip(ids, texts)):
-                lo, hi = matrix.indptr[row], matrix.indptr[row + 1]
-                for fmt, f in zip(formats, files):
-                    f.write(fmt.lines(doc_id, text, matrix.indices[lo:hi], matrix.data[lo:hi]))
+            _write_rows(files, formats, ids, texts, matrix)
             count += len(chunk)
             bar.update(len(chunk))
         bar.close()

@@ -1,10 +1,12 @@
 """Corpus encoding as Lightning `predict`, sharded over processes and merged into one CSR in corpus order.
 
 The corpus is cut into length-sorted batches once (by character length, so no process has to tokenize the whole
-corpus first); each batch is one dataset item, tokenized in the DataLoader (in worker processes with
-`num_workers > 0`). Lightning's distributed sampler deals the batches to the processes, a `BasePredictionWriter`
-spills each process's vectors to `shard-r<rank>-<part>.npz` files, and rank 0 merges them by document position (a
-batch the sampler repeated to even out the shards is kept once). The merged matrix does not depend on the number of
+corpus first; with `window`, sorted within consecutive windows of that many batches, so a document's batch depends on
+its window alone and a slice of whole windows is batched as in the whole corpus: vtlab.index.shards); each batch is
+one dataset item, tokenized in the DataLoader (in worker processes with `num_workers > 0`). Lightning's distributed
+sampler deals the batches to the processes, a `BasePredictionWriter` spills each process's vectors to
+`shard-r<rank>-<part>.npz` files, and rank 0 merges them by document position (a batch the sampler repeated to even
+out the shards is kept once). The merged matrix does not depend on the number of
 processes: every batch is the same batch, whichever process encodes it.
 """
 
@@ -25,15 +27,26 @@ from vtlab.models.encoder import SpladeEncoder, dense_to_csr
 
 
 class TextBatches(Dataset):
-    """Item i = batch i of texts (longest first, by characters), tokenized on access."""
+    """Item i = batch i of texts (longest first, by characters; within windows of `window` batches, None: all),
+    tokenized on access."""
 
     def __init__(
-        self, texts: Sequence[str], tokenizer: Any, max_length: int, batch_size: int, preprocess: Any = None
+        self,
+        texts: Sequence[str],
+        tokenizer: Any,
+        max_length: int,
+        batch_size: int,
+        preprocess: Any = None,
+        window: int | None = None,
     ) -> None:
         self.texts = [preprocess(t) for t in texts] if preprocess is not None else list(texts)
         self.tokenizer, self.max_length = tokenizer, int(max_length)
-        order = np.argsort(-np.fromiter(map(len, self.texts), dtype=np.int64, count=len(self.texts)), kind="stable")
-        self.batches = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+        lengths = np.fromiter(map(len, self.texts), dtype=np.int64, count=len(self.texts))
+        span = len(lengths) if window is None else window * batch_size
+        self.batches = []
+        for w in range(0, len(lengths), max(span, 1)):
+            order = w + np.argsort(-lengths[w : w + span], kind="stable")
+            self.batches += [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -134,16 +147,18 @@ def encode_corpus(
     side: str = "doc",
     threads: int | None = None,
     shard_rows: int = 65536,
+    window: int | None = None,
 ) -> sp.csr_matrix | None:
     """Encode `texts` with `trainer.predict` (any Lightning strategy); the merged CSR on rank 0, None elsewhere.
 
     trainer_kwargs: pl.Trainer arguments (accelerator, devices, strategy, ...); logging and checkpointing are off.
+    window: length-sort within windows of this many batches (None: the whole corpus; see the module docstring).
     """
     work_dir = Path(work_dir)
     shard_dir = work_dir / "shards"
     for old in shard_dir.glob("shard-r*.npz"):  # a previous run's shards would be merged in
         old.unlink()
-    data = TextBatches(texts, encoder.tokenizer, encoder.max_length[side], batch_size, encoder.preprocess)
+    data = TextBatches(texts, encoder.tokenizer, encoder.max_length[side], batch_size, encoder.preprocess, window)
     loader = DataLoader(data, batch_size=None, shuffle=False, num_workers=num_workers, persistent_workers=False)
     kwargs = {"accelerator": "cpu", "devices": 1, **(trainer_kwargs or {})}
     kwargs.update(

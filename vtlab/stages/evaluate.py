@@ -15,6 +15,7 @@ from vtlab.core.logs import print_line
 from vtlab.data.collections import judged_queries
 from vtlab.evaluation import EvaluationSuite, average, results_table
 from vtlab.evaluation.baseline import baseline_metrics
+from vtlab.evaluation.mteb_results import write_mteb_results
 from vtlab.export.run_encoder import encoder_from_run
 from vtlab.runs.reads import reads
 from vtlab.stages.build import ENCODER_READS, build_encoder
@@ -63,6 +64,8 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
             )
         metrics = ev(encoder, out_dir=out_dir)
         results[name] = metrics
+        mteb_dir = run_dir / "eval" / "mteb"  # the scores again in MTEB's results format
+        write_mteb_results(mteb_dir, ev, name, metrics, f"vtlab/{cfg.name}", run_dir.name, encoder)
         baseline = _baseline(cfg, ev, name) if with_baseline else None
         console.print(
             results_table(

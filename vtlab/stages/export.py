@@ -88,6 +88,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
             formats,
             chunk_size=int(ex.vectors.chunk_size),
             batch_size=int(ex.vectors.batch_size),
+            index=ex.vectors.get("index"),
         )
         result["vector_files"] = [f.path for f in formats]
         for f in formats:
