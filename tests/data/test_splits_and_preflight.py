@@ -240,6 +240,7 @@ def test_every_shipped_config_draws_dev_and_training_from_one_split():
     assert {(train, dev) for dev, train in SAME_SPLIT.items()} <= pairs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("data", _shipped_data())
 def test_shipped_data_configs_pass_the_check(data, tmp_path, caplog):
     if data.startswith("msmarco"):

@@ -39,6 +39,7 @@ def exported(tmp_path_factory):
     return enc, out
 
 
+@pytest.mark.slow
 def test_onnx_runtime_vectors_equal_vtlab_encoder(exported):
     enc, out = exported
     onnx = OnnxSparseEncoder(out, threads=2)

@@ -67,6 +67,7 @@ def test_the_portable_graph_cannot_saturate_a_16_bit_pair_and_the_vnni_graph_can
             assert (recorded > INT16_MAX) is can_saturate, (target, g, recorded)
 
 
+@pytest.mark.slow
 def test_an_emulated_avx2_kernel_is_exact_on_the_portable_graph_and_clips_the_vnni_one(graphs) -> None:
     rng = np.random.default_rng(0)
     for target, exact in (("portable", True), ("vnni", False)):

@@ -75,6 +75,7 @@ def test_positives_only_cutoff_is_the_percentile_of_positive_values():
     assert report["after"]["positive_share"] == pytest.approx(0.4 * report["before"]["positive_share"], rel=0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("percentile", [60, 99])
 def test_per_term_cutoff_is_each_terms_own_percentile(percentile, tmp_path):
     texts = list(boolq_passages()[:40])

@@ -95,6 +95,7 @@ def test_cache_key_is_stable_and_the_cached_tokenizer_reloads_identically(vocab,
     assert "37,340 of 50,368" in again.describe() and again.embedding_source() is None and again.transfers
 
 
+@pytest.mark.slow
 def test_vt_onto_u_copies_each_row_from_the_same_token_and_u_has_no_case_variants(u, olmo):
     model = TinyModernBert().load_model()
     emb = model.get_input_embeddings().weight.detach().clone()

@@ -105,6 +105,7 @@ def test_training_reduces_loss_and_keeps_decoder_tied(tokenizer, tmp_path):
     assert model.sparse_prediction is False  # never switched on: SPLADE needs full logits
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["bert", "modernbert", "roberta"])
 def test_sparse_prediction_loss_equals_the_models_own(family, tokenizer):
     """Decoder on masked rows only == HF's loss over full B×L×V logits (model(labels=...).loss), and its gradient."""

@@ -173,6 +173,7 @@ def test_olmo_to_bert_exact(olmo, bert):
     assert 16_000 < ov.n_exact < 19_000 and 0.5 < rep["coverage"] < 0.65
 
 
+@pytest.mark.slow
 def test_fuzzy_adds_case_variants_only_for_unmatched(olmo, gpt2, bert):
     for source in (olmo, gpt2):
         exact, fuzzy = match_vocabularies(source, bert), match_vocabularies(source, bert, fuzzy=True)

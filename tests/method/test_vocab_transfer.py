@@ -193,6 +193,7 @@ def test_transfer_is_cached(monkeypatch):
     assert cached_transfer(Backbone("asset:splade-tiny"), bert_vocab(), Mean()) == first
 
 
+@pytest.mark.slow
 def test_bias_follows_init_when_no_target_model():
     """bias=init: overlap tokens keep their source bias; a mean-initialized new token gets the mean source bias."""
     model, tok = _tiny_bert()

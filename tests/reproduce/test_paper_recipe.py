@@ -328,6 +328,7 @@ def test_mlm_ablation_calibrates_p60_on_positive_values_only():
 # ---- the plan printed before submitting ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_plan_counts_jobs_and_estimates_gpu_hours():
     sweeps = {
         "main": ["experiment=paper/main/bert-native,paper/main/roberta-large-vt", "seed=0,1"],

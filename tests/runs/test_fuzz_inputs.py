@@ -192,6 +192,7 @@ def test_a_triplet_file_reads_or_says_where_in_one_line(tmp_path: Path, content:
 
 
 # ---- a vocabulary corpus -----------------------------------------------------------------------------------------
+@pytest.mark.slow
 @FUZZ
 @given(
     content=_file(_json_line({"text": _text, "title": _text})) | _file(_text.map(lambda t: t.encode("utf-8"))),
