@@ -12,17 +12,21 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from vtlab.core.errors import NonFiniteLossError
+from vtlab.core.errors import ConfigError, NonFiniteLossError
 from vtlab.evaluation import compute_metrics, sparsity_stats
 from vtlab.index import InvertedIndex, to_run
 from vtlab.losses import RankingLoss
+from vtlab.models.cached_step import cached_step
 from vtlab.models.encoder import SpladeEncoder, dense_to_csr
 from vtlab.models.optim import configure_optimizers
 from vtlab.regularizers import Regularizer
 
 
 class SpladeModule(pl.LightningModule):
-    """Siamese (or two-tower) SPLADE trained on (query, positive, negatives[, teacher scores]) batches."""
+    """Siamese (or two-tower) SPLADE trained on (query, positive, negatives[, teacher scores]) batches.
+
+    cached_mini_batch: None encodes the batch in one pass; N encodes it N queries (and their documents) at a time with
+    the cached loss (vtlab.models.cached_step): the gradient of the whole batch's loss at the memory of N queries."""
 
     def __init__(
         self,
@@ -35,8 +39,14 @@ class SpladeModule(pl.LightningModule):
         weight_decay: float = 0.01,
         val_measures: Sequence[str] = ("nDCG@10", "R@10"),
         val_top_k: int = 100,
+        cached_mini_batch: int | None = None,
     ) -> None:
         super().__init__()
+        if cached_mini_batch is not None and (
+            isinstance(cached_mini_batch, bool) or not isinstance(cached_mini_batch, int) or cached_mini_batch < 1
+        ):
+            raise ConfigError(f"model.cached_mini_batch must be an integer >= 1 or null, got {cached_mini_batch!r}")
+        self.cached_mini_batch = cached_mini_batch
         self.encoder = encoder
         self.loss = loss
         self.query_regularizer = query_regularizer
@@ -59,8 +69,16 @@ class SpladeModule(pl.LightningModule):
         return self.encoder(enc["input_ids"], enc["attention_mask"], side=side)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        if self.cached_mini_batch is not None:
+            params = [p for p in self.parameters() if p.requires_grad]
+            return cached_step(self.encode_batch, self.objective, batch, self.cached_mini_batch, params)
         q = self.encode_batch(batch["query"], "query")
         d = self.encode_batch(batch["docs"], "doc")
+        return self.objective(q, d, batch)
+
+    def objective(self, q: Tensor, d: Tensor, batch: dict[str, Any]) -> Tensor:
+        """The ranking loss + the regularizers of the step's representations; logs the parts, refuses a non-finite
+        total."""
         rank_loss = self.loss(q, d, batch.get("teacher_scores"))
         # the last step's representations, for health callbacks (detached: monitoring never touches the graph)
         self.last_batch = {"q": q.detach(), "d": d.detach(), "group_size": d.shape[0] // q.shape[0]}

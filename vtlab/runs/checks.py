@@ -221,6 +221,7 @@ CHECKS: dict[str, Rule] = {
     "model.weight_decay": number(0),
     "model.scheduler.num_warmup_steps": COUNT,
     "model.val_top_k": POSITIVE,
+    "model.cached_mini_batch": nullable(POSITIVE, note="one pass"),
     "loss.temperature": RATE,
     "regularizer.*.weight": number(0),
     "regularizer.*.warmup_steps": COUNT,

@@ -1,0 +1,290 @@
+"""The cached loss (model.cached_mini_batch, vtlab/models/cached_step.py) gives the gradient of the whole batch.
+
+The reference is plain autograd over the whole batch's loss: the representations encoded mini-batch by mini-batch
+(one pass per mini-batch, in the order the cached step draws its dropout masks) with every graph kept, one backward.
+With dropout on, that reference only matches when the cached step replays each mini-batch's dropout masks and sends
+each mini-batch its own rows of the cached gradient. With one mini-batch, or without dropout, the reference is the
+uncached training step itself. With two processes (gloo), the cached step runs through DistributedDataParallel.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+
+import pytest
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from transformers import BertConfig, BertForMaskedLM, get_linear_schedule_with_warmup
+
+from vtlab.core.errors import ConfigError
+from vtlab.losses import InfoNCE, KLDivergence, MarginMSE
+from vtlab.models.encoder import SpladeEncoder
+from vtlab.models.splade import SpladeModule
+from vtlab.regularizers import Flops
+
+pytestmark = pytest.mark.train
+
+B, GROUP, LENGTH, VOCAB = 8, 2, 12, 64
+LOSSES = {
+    "infonce+flops": (InfoNCE, {}),
+    "margin-mse+flops": (MarginMSE, {}),
+    "kl-div+flops-l0-per-group": (KLDivergence, {"threshold": 40, "normalize": "per_group"}),
+}
+
+
+def tiny_module(loss: str = "infonce+flops", cached: int | None = None, dropout: float = 0.1, **kw) -> SpladeModule:
+    """The same weights for every call (seeded), a 2-layer BERT MLM over a 64-term vocabulary, in training mode."""
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+    )
+    encoder = SpladeEncoder(BertForMaskedLM(config), None, query_max_length=16, doc_max_length=16, precision="fp32")
+    loss_class, doc_reg = LOSSES[loss]
+    module = SpladeModule(
+        encoder,
+        loss_class(),
+        functools.partial(torch.optim.AdamW, lr=1e-2),
+        query_regularizer=Flops(0.1),
+        doc_regularizer=Flops(0.05, **doc_reg),
+        cached_mini_batch=cached,
+        **kw,
+    )
+    module.train()
+    return module
+
+
+def make_batch(queries: int = B, seed: int = 1) -> dict:
+    g = torch.Generator().manual_seed(seed)
+
+    def side(n: int) -> dict:
+        lengths = torch.randint(3, LENGTH + 1, (n,), generator=g)
+        mask = (torch.arange(LENGTH)[None] < lengths[:, None]).long()
+        return {"input_ids": torch.randint(5, VOCAB, (n, LENGTH), generator=g) * mask, "attention_mask": mask}
+
+    return {
+        "query": side(queries),
+        "docs": side(queries * GROUP),
+        "teacher_scores": 3 * torch.randn(queries, GROUP, generator=g),
+    }
+
+
+def step_grads(module: SpladeModule, batch: dict, seed: int = 5) -> tuple[float, dict[str, torch.Tensor]]:
+    """One training step's loss and parameter gradients (backward as Lightning runs it: outside the step)."""
+    torch.manual_seed(seed)
+    module.zero_grad(set_to_none=True)
+    loss = module.training_step(batch, 0)
+    loss.backward()
+    return float(loss.detach()), {n: p.grad.clone() for n, p in module.named_parameters()}
+
+
+def reference_grads(module: SpladeModule, batch: dict, mini_batch: int, seed: int = 5):
+    """Plain autograd of the whole batch's loss, representations encoded `mini_batch` queries at a time."""
+    torch.manual_seed(seed)
+    module.zero_grad(set_to_none=True)
+    qs, ds = [], []
+    for start in range(0, batch["query"]["input_ids"].shape[0], mini_batch):
+        rows, doc_rows = slice(start, start + mini_batch), slice(start * GROUP, (start + mini_batch) * GROUP)
+        qs.append(module.encode_batch({k: v[rows] for k, v in batch["query"].items()}, "query"))
+        ds.append(module.encode_batch({k: v[doc_rows] for k, v in batch["docs"].items()}, "doc"))
+    loss = module.objective(torch.cat(qs), torch.cat(ds), batch)
+    loss.backward()
+    return float(loss.detach()), {n: p.grad.clone() for n, p in module.named_parameters()}
+
+
+def worst_error(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> float:
+    """The largest per-parameter relative error. A parameter whose true gradient is 0 (the attention key biases: the
+    softmax ignores a shift) holds rounding noise only: its error is measured against 1e-3 of the largest gradient."""
+    floor = 1e-3 * max(float(r.norm()) for r in ref.values())
+    assert set(got) == set(ref)
+    return max(float((got[n] - ref[n]).norm()) / max(float(ref[n].norm()), floor) for n in ref)
+
+
+# ---- one process --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss", list(LOSSES))
+def test_mini_batches_give_the_whole_batch_gradient_with_dropout(loss):
+    batch = make_batch()
+    ref_loss, ref = reference_grads(tiny_module(loss), batch, mini_batch=3)  # 3 + 3 + 2 queries: a ragged tail
+    got_loss, got = step_grads(tiny_module(loss, cached=3), batch)
+    assert got_loss == pytest.approx(ref_loss, rel=1e-6)
+    assert worst_error(got, ref) <= 1e-5
+    # dropout matters here: the one-pass step draws other masks, so the match above is the replay's doing
+    _, one_pass = step_grads(tiny_module(loss), batch)
+    assert worst_error(one_pass, ref) > 1e-2
+
+
+@pytest.mark.parametrize("loss", list(LOSSES))
+def test_one_mini_batch_is_the_uncached_step_with_dropout(loss):
+    batch = make_batch()
+    ref_loss, ref = step_grads(tiny_module(loss), batch)
+    got_loss, got = step_grads(tiny_module(loss, cached=B), batch)
+    assert got_loss == pytest.approx(ref_loss, rel=1e-6)
+    assert worst_error(got, ref) <= 1e-5
+
+
+def test_without_dropout_mini_batches_are_the_uncached_step():
+    batch = make_batch()
+    ref_loss, ref = step_grads(tiny_module("margin-mse+flops", dropout=0.0), batch)
+    got_loss, got = step_grads(tiny_module("margin-mse+flops", cached=3, dropout=0.0), batch)
+    assert got_loss == pytest.approx(ref_loss, rel=1e-6)
+    assert worst_error(got, ref) <= 1e-5
+
+
+def test_bf16_autocast_is_replayed():
+    """Under the trainer's bf16 autocast the replay computes in bf16 too: the uncached step's gradients, not those
+    of an fp32 re-encoding (which differ by bf16's rounding, ~1e-2)."""
+    batch = make_batch()
+    results = []
+    for cached in (None, B):
+        module = tiny_module(cached=cached)
+        torch.manual_seed(5)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = module.training_step(batch, 0)
+        loss.backward()  # outside autocast, as Lightning's precision plugin runs it
+        results.append({n: p.grad.clone() for n, p in module.named_parameters()})
+    assert worst_error(results[1], results[0]) <= 1e-5
+
+
+def test_the_step_keeps_the_module_contract():
+    module = tiny_module(cached=3)
+    loss = module.training_step(make_batch(), 0)
+    assert loss.requires_grad and torch.isfinite(loss)
+    last = module.last_batch
+    assert last["q"].shape == (B, VOCAB) and last["d"].shape == (B * GROUP, VOCAB) and last["group_size"] == GROUP
+    assert not last["q"].requires_grad
+
+
+@pytest.mark.parametrize(("bad", "typed"), [(0, "0"), (-2, "-2"), (1.5, "1.5"), (True, "true"), ("8", "'8'")])
+def test_a_bad_mini_batch_is_refused(bad, typed, compose):
+    with pytest.raises(ConfigError, match="cached_mini_batch"):
+        tiny_module(cached=bad)
+    from vtlab.runs.checks import check_config
+
+    with pytest.raises(ConfigError, match="model.cached_mini_batch"):
+        check_config(compose([f"model.cached_mini_batch={typed}"]))
+    check_config(compose(["model.cached_mini_batch=4"]))
+    assert compose([]).model.cached_mini_batch is None
+
+
+# ---- the optimizer: Lightning's automatic optimization, clipping, accumulation and schedule apply unchanged ----------
+
+
+def fit_weights(cached: int | None, clip: float | None, accumulate: int) -> dict[str, torch.Tensor]:
+    scheduler = functools.partial(get_linear_schedule_with_warmup, num_warmup_steps=1)
+    module = tiny_module("infonce+flops", cached=cached, dropout=0.0, scheduler=scheduler)
+    batches = [make_batch(seed=s) for s in range(2 * accumulate)]
+    loader = torch.utils.data.DataLoader(batches, batch_size=None)
+    pl.seed_everything(3)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=2,
+        gradient_clip_val=clip,
+        accumulate_grad_batches=accumulate,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    trainer.fit(module, train_dataloaders=loader)
+    assert trainer.global_step == 2
+    return {n: p.detach().clone() for n, p in module.named_parameters()}
+
+
+@pytest.mark.parametrize(("clip", "accumulate"), [(None, 1), (0.05, 2)])
+def test_two_optimizer_steps_give_the_same_weights(clip, accumulate):
+    before = {n: p.detach().clone() for n, p in tiny_module(dropout=0.0).named_parameters()}
+    ref = fit_weights(None, clip, accumulate)
+    got = fit_weights(3, clip, accumulate)
+    moved = torch.cat([(ref[n] - before[n]).flatten() for n in ref])
+    got_moved = torch.cat([(got[n] - before[n]).flatten() for n in ref])
+    # the whole update at once: AdamW scales each entry by its own gradient's size, so the rounding noise of a zero
+    # gradient (the key biases, see worst_error) becomes a step of its own, tiny in absolute terms
+    assert float((got_moved - moved).norm() / moved.norm()) <= 1e-5
+    assert float(moved.abs().max()) > 1e-3  # the weights really moved
+
+
+# ---- two processes (gloo): the cached step through DistributedDataParallel ------------------------------------------
+
+
+class _Step(torch.nn.Module):
+    """What Lightning's DDP wraps: a forward that is the training step."""
+
+    def __init__(self, module: SpladeModule) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        return self.module.training_step(batch, 0)
+
+
+def _shard(batch: dict, rank: int, world: int) -> dict:
+    n = batch["query"]["input_ids"].shape[0] // world
+    rows, doc_rows = slice(rank * n, (rank + 1) * n), slice(rank * n * GROUP, (rank + 1) * n * GROUP)
+    return {
+        "query": {k: v[rows] for k, v in batch["query"].items()},
+        "docs": {k: v[doc_rows] for k, v in batch["docs"].items()},
+        "teacher_scores": batch["teacher_scores"][rows],
+    }
+
+
+def _averaged(grads: dict[str, torch.Tensor], world: int) -> dict[str, torch.Tensor]:
+    for g in grads.values():  # what DDP does to parameter gradients
+        dist.all_reduce(g)
+        g /= world
+    return grads
+
+
+def _worker(rank: int, world: int, port: int, losses: list[str], out: dict) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    for loss in losses:
+        out[rank, loss] = _rank_grads(loss, rank, world)
+    dist.destroy_process_group()
+
+
+def _rank_grads(loss: str, rank: int, world: int) -> tuple[dict, dict, dict]:
+    shard = _shard(make_batch(), rank, world)
+    seed = 5 + rank  # each process draws its own dropout masks
+    ddp = torch.nn.parallel.DistributedDataParallel(_Step(tiny_module(loss, cached=3)))
+    torch.manual_seed(seed)
+    ddp(shard).backward()
+    got = {n.removeprefix("module."): p.grad.clone() for n, p in ddp.module.named_parameters()}
+    _, ref = reference_grads(tiny_module(loss), shard, mini_batch=3, seed=seed)  # 3 + 1 queries per process
+    ddp_off = torch.nn.parallel.DistributedDataParallel(_Step(tiny_module(loss, cached=3, dropout=0.0)))
+    ddp_off(shard).backward()
+    no_dropout = {n.removeprefix("module."): p.grad.clone() for n, p in ddp_off.module.named_parameters()}
+    return got, _averaged(ref, world), no_dropout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_give_the_whole_batch_gradient():
+    losses = ["infonce+flops", "margin-mse+flops"]
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(_worker, args=(2, _free_port(), losses, out), nprocs=2, join=True)
+        results = dict(out)
+    for loss in losses:
+        _, one_process = step_grads(tiny_module(loss, dropout=0.0), make_batch())  # uncached, whole batch, 1 process
+        for rank in (0, 1):
+            got, ref, no_dropout = results[rank, loss]
+            assert worst_error(got, ref) <= 1e-5, (loss, rank)
+            assert worst_error(no_dropout, one_process) <= 1e-5, (loss, rank)
