@@ -115,5 +115,5 @@ if __name__ == "__main__":
     if composed is not None:  # a single run: its first line, and Hydra writes where that line says
         if not any(a.startswith(("hydra.run.dir=", "++hydra.run.dir=")) for a in sys.argv[1:]):
             sys.argv.append(f"hydra.run.dir={quoted(str(composed.hydra.run.dir))}")
-        print(first_line(composed), file=sys.stderr, flush=True)
+        print(first_line(composed), flush=True)
     main()

@@ -21,8 +21,8 @@ from vtlab.core.errors import DataError, RunDirError, one_line, user_error
 from vtlab.data.collections import Collection
 from vtlab.data.examples import TripletExample
 from vtlab.data.overlap import check_disjoint, normalize
-from vtlab.data.preflight import preflight
 from vtlab.runs.inputs import INPUTS_JSON, difference, fingerprint
+from vtlab.stages.admission import admit
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 
@@ -367,26 +367,37 @@ def _finetune_cfg(run_dir: Path, train: Path, *more: str):
     )
 
 
+def _admit(cfg) -> None:
+    """The run's admission in process (vtlab.stages.admission): every check, then the run's first writes."""
+    with admit(cfg):
+        pass
+
+
 def test_a_resume_on_a_changed_triplet_file_is_refused_and_changes_nothing(tmp_path):
+    import torch
+
+    from vtlab.runs.resume import run_config
+
     train = _triplets(tmp_path / "t.jsonl", TRAIN)
     run_dir = tmp_path / "run"
-    preflight(_finetune_cfg(run_dir, train))  # a fresh run: records its inputs
+    _admit(_finetune_cfg(run_dir, train))  # a fresh run: records its inputs
     recorded = json.loads((run_dir / INPUTS_JSON).read_text())["files"]
     assert recorded[str(train.resolve())]["key"] == "data.train.path"
     (run_dir / "checkpoints").mkdir()
-    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"interrupted")  # read by no check here
-    preflight(_finetune_cfg(run_dir, train))  # the same inputs: resumes
+    record = {"callbacks": {"ResumeState": {"configs": [run_config(_finetune_cfg(run_dir, train))]}}}
+    torch.save(record, run_dir / "checkpoints" / "last.ckpt")  # an interrupted run with the same config
+    _admit(_finetune_cfg(run_dir, train))  # the same inputs: resumes
     os.utime(train, ns=(1, 1))
-    preflight(_finetune_cfg(run_dir, train))  # a touch (same content) is the same input
+    _admit(_finetune_cfg(run_dir, train))  # a touch (same content) is the same input
     before = _snapshot(run_dir)
     _triplets(train, TRAIN[:3])
     with pytest.raises(RunDirError) as ei:
-        preflight(_finetune_cfg(run_dir, train))
+        _admit(_finetune_cfg(run_dir, train))
     line = _error_line(ei.value)
     assert line.startswith(f"vtlab: error: {train.resolve()} (data.train.path) changed (size "), line
     assert f"since the interrupted run in {run_dir} started" in line and "resume_with_changes=true" in line
     assert _snapshot(run_dir) == before
-    preflight(_finetune_cfg(run_dir, train, "resume_with_changes=true"))  # asked for: continues, recorded anew
+    _admit(_finetune_cfg(run_dir, train, "resume_with_changes=true"))  # asked for: continues, recorded anew
     files = json.loads((run_dir / INPUTS_JSON).read_text())["files"]
     assert files[str(train.resolve())]["size"] == train.stat().st_size
 

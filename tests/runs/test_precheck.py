@@ -94,7 +94,7 @@ def test_the_first_line_names_the_directory_hydra_writes(tmp_path: Path) -> None
         text=True,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
-    first = proc.stderr.splitlines()[0]
+    first = proc.stdout.splitlines()[0]
     assert first.startswith("vtlab: evaluate-") and "; writing to outputs/runs/" in first, first
     run_dir = tmp_path / first.split("; writing to ")[1]
     assert (run_dir / ".hydra" / "config.yaml").is_file()
