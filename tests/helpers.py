@@ -67,6 +67,17 @@ def hydra_conf(config_dir: Path = CONF) -> contextlib.AbstractContextManager[Any
     return initialize_config_dir(str(config_dir), version_base="1.3")
 
 
+def prepare_run_dir(cfg: DictConfig) -> Path | None:
+    """The admission's run-directory step (vtlab.stages.admission): check_run_dir's answer for the config's run
+    directory, acted on (overwrite=true clears the earlier run's checkpoints); the checkpoint to resume from."""
+    from vtlab.runs.directory import check_run_dir, clear_earlier_run
+
+    run_dir = Path(str(cfg.paths.run_dir))
+    resume_from, clear = check_run_dir(run_dir, cfg.get("resume", "auto"), cfg.get("overwrite", False))
+    clear_earlier_run(run_dir, clear, resume_from)
+    return resume_from
+
+
 def one_error_line(stderr: str, expected: Iterable[str] = ()) -> str:
     """The single `vtlab: error:` line a refused command prints last, with no traceback and each of `expected` in it."""
     assert "Traceback" not in stderr, stderr[-3000:]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import ROOT, one_error_line
+from helpers import ROOT, one_error_line, prepare_run_dir
 from torch import nn
 
 from vtlab.core.errors import (
@@ -30,7 +30,7 @@ from vtlab.core.errors import (
     one_line,
     user_error,
 )
-from vtlab.runs.directory import LAST_CKPT, check_run_dir, clear_earlier_run
+from vtlab.runs.directory import LAST_CKPT
 
 # ---- direct cases: (id, function(tmp_path, monkeypatch) that must raise, exception type, regex on the message) -------
 
@@ -358,14 +358,6 @@ def _cfg(run_dir: Path, *overrides: str):
     from helpers import compose_config
 
     return compose_config([f"paths.run_dir={run_dir}", *overrides])
-
-
-def prepare_run_dir(cfg):
-    """The admission's run-directory step (vtlab.stages.admission): check_run_dir's answer, acted on."""
-    run_dir = Path(str(cfg.paths.run_dir))
-    resume_from, clear = check_run_dir(run_dir, cfg.get("resume", "auto"), cfg.get("overwrite", False))
-    clear_earlier_run(run_dir, clear, resume_from)
-    return resume_from
 
 
 def _finished_run(run_dir: Path) -> Path:

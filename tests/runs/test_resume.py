@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import OFFLINE_ENV, ROOT, TINY_RUN, compose_config, run_results
+from helpers import OFFLINE_ENV, ROOT, TINY_RUN, compose_config, prepare_run_dir, run_results
 from torch import nn
 
 from vtlab.callbacks.checkpoints import SameDirCheckpointIO, load_checkpoint
@@ -30,7 +30,7 @@ from vtlab.core.atomic import atomic_dir
 from vtlab.data.collections import Collection
 from vtlab.data.datamodule import ResumableDataLoader, TripletDataModule
 from vtlab.data.examples import TripletExample
-from vtlab.runs.directory import LAST_CKPT, check_run_dir, clear_earlier_run
+from vtlab.runs.directory import LAST_CKPT
 from vtlab.tracking.resumable_csv import ResumableCSVLogger
 
 # ---- toy training: what the batches and the RNG look like across a restart --------------------------------------
@@ -237,14 +237,6 @@ def test_loader_state_skips_served_batches_and_rolls_over_at_epoch_end() -> None
 
 def _cfg(run_dir: Path, *overrides: str):
     return compose_config([f"paths.run_dir={run_dir}", *overrides])
-
-
-def prepare_run_dir(cfg):
-    """The admission's run-directory step (vtlab.stages.admission): check_run_dir's answer, acted on."""
-    run_dir = Path(str(cfg.paths.run_dir))
-    resume_from, clear = check_run_dir(run_dir, cfg.get("resume", "auto"), cfg.get("overwrite", False))
-    clear_earlier_run(run_dir, clear, resume_from)
-    return resume_from
 
 
 def test_interrupted_run_dir_is_resumed_and_a_fresh_one_is_not(tmp_path: Path) -> None:
