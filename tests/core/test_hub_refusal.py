@@ -1,6 +1,6 @@
 """Offline, a run whose config names a hub model missing from the local Hugging Face cache is refused with the loaders'
-one line before any data is prepared (vtlab.core.hub.refuse_missing_hub_models, the first check of
-vtlab.data.preflight.preflight)."""
+one line before any data is prepared (vtlab.core.hub.refuse_missing_hub_models, checked by the run's admission before
+its data preflight: vtlab.stages.admission)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import vtlab.data.clean
 from vtlab.core.errors import AssetError
 from vtlab.core.hub import refuse_missing_hub_models
 from vtlab.core.paths import CONF_DIR
-from vtlab.data.preflight import preflight
+from vtlab.stages.admission import admit
 
 
 def compose_config(overrides: list[str]) -> DictConfig:
@@ -65,17 +65,17 @@ def _cached_snapshot(cache: Path, repo: str) -> None:
 
 def test_an_uncached_hub_backbone_is_refused_before_any_data_is_built(tmp_path, offline_empty_cache, no_data_building):
     cfg = compose_config(["backbone=modernbert", "vocab=bert-uncased", f"paths.run_dir={tmp_path / 'run'}"])
-    with pytest.raises(AssetError) as err:
-        preflight(cfg)
+    with pytest.raises(AssetError) as err, admit(cfg):
+        pass
     assert str(err.value) == EXPECTED
-    assert not (tmp_path / "run").exists()
+    assert not any((tmp_path / "run").iterdir())  # locked while admitted, nothing written
 
 
 def test_the_data_builder_is_what_runs_without_a_hub_model(tmp_path, offline_empty_cache, no_data_building):
-    """The same preflight on the offline quickstart's backbone reaches the data (so the test above can fail)."""
+    """The same admission on the offline quickstart's backbone reaches the data (so the test above can fail)."""
     cfg = compose_config(["vocab=bert-uncased", f"paths.run_dir={tmp_path / 'run'}"])
-    with pytest.raises(DataBuilt):
-        preflight(cfg)
+    with pytest.raises(DataBuilt), admit(cfg):
+        pass
 
 
 @pytest.mark.parametrize(
