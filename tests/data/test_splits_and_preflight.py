@@ -8,16 +8,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from helpers import CONF, OFFLINE_ENV, ROOT, compose_config, one_error_line
+from helpers import CONF, compose_config
 from hydra.utils import instantiate
 
-from vtlab.core.errors import DataError, RunDirError, one_line, user_error
+from vtlab.core.errors import DataError, RunDirError, config_key, one_line, user_error
 from vtlab.data.collections import Collection
 from vtlab.data.examples import TripletExample
 from vtlab.data.overlap import check_disjoint, normalize
@@ -277,62 +274,6 @@ def test_the_boolq_split_is_passage_disjoint_for_the_seeds_sweeps_use(seed):
 # ---- 2. stage=all checks the evaluation data before training ------------------------------------------------------
 
 
-def _run(args: list[str], run_dir: Path) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "vtlab", *args, f"hydra.run.dir={run_dir}"],
-        cwd=ROOT,
-        env=OFFLINE_ENV,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    return proc, time.perf_counter() - t0
-
-
-@pytest.fixture(scope="module")
-def broken_eval_runs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("eval")
-    train = _triplets(tmp / "t.jsonl", TRAIN)
-    docs, queries = {"d1": "Giraffes grow to five metres.", "d2": "x"}, {"q1": "how tall is a giraffe"}
-    cases = {
-        "qrels_all_zero": _beir(tmp / "zeros", queries, docs, {"q1": {"d1": 0}}),
-        "no_corpus": _beir(tmp / "nocorpus", queries, docs, {"q1": {"d1": 1}}, files=("queries.jsonl", "qrels")),
-    }
-    procs = {
-        name: (
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "vtlab",
-                    *_FAST,
-                    "stage=all",
-                    "data=jsonl",
-                    f"data.train.path={train}",
-                    "eval=beir",
-                    f"eval.path={path}",
-                    f"hydra.run.dir={tmp / 'runs' / name}",
-                ],
-                cwd=ROOT,
-                env=OFFLINE_ENV,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            ),
-            time.perf_counter(),
-        )
-        for name, path in cases.items()
-    }
-    out = {}
-    for name, (proc, t0) in procs.items():
-        _, stderr = proc.communicate(timeout=900)
-        out[name] = (proc.returncode, stderr, time.perf_counter() - t0, tmp / "runs" / name, cases[name])
-    return out
-
-
-@pytest.mark.cli
 @pytest.mark.parametrize(
     "name,expected",
     [
@@ -340,14 +281,35 @@ def broken_eval_runs(tmp_path_factory):
         ("no_corpus", "/corpus.jsonl: missing BEIR file (expected corpus.jsonl, queries.jsonl and qrels/test.tsv"),
     ],
 )
-def test_stage_all_with_a_broken_eval_dir_exits_2_before_training(broken_eval_runs, name, expected):
-    code, stderr, seconds, run_dir, eval_dir = broken_eval_runs[name]
-    assert code == 2, stderr[-3000:]
-    line = one_error_line(stderr, [expected])
-    assert str(eval_dir) in line
-    assert not (run_dir / "checkpoints").exists() and not (run_dir / "model").exists()
-    assert "training set:" not in stderr  # the data module never ran (nor the model load before it)
-    assert seconds < 60, seconds  # interpreter start-up and imports; before: a whole training first
+def test_stage_all_with_a_broken_eval_dir_is_refused_before_training(tmp_path, name, expected):
+    """The run's admission (vtlab.stages.admission) of `python -m vtlab stage=all ...`: the line the CLI prints, and
+    nothing of the run written or started (the data module, the model load and the training come after it)."""
+    train = _triplets(tmp_path / "t.jsonl", TRAIN)
+    docs, queries = {"d1": "Giraffes grow to five metres.", "d2": "x"}, {"q1": "how tall is a giraffe"}
+    eval_dir = {
+        "qrels_all_zero": lambda: _beir(tmp_path / "zeros", queries, docs, {"q1": {"d1": 0}}),
+        "no_corpus": lambda: _beir(
+            tmp_path / "nocorpus", queries, docs, {"q1": {"d1": 1}}, files=("queries.jsonl", "qrels")
+        ),
+    }[name]()
+    run_dir = tmp_path / "runs" / name
+    cfg = compose_config(
+        [
+            *_FAST,
+            "stage=all",
+            "data=jsonl",
+            f"data.train.path={train}",
+            "eval=beir",
+            f"eval.path={eval_dir}",
+            f"paths.run_dir={run_dir}",
+        ]
+    )
+    started = []
+    with pytest.raises(DataError) as ei, admit(cfg, on_start=lambda: started.append(True)):
+        pass
+    line = one_line(ei.value, config_key(ei.value, cfg))  # what pipeline.run_or_exit prints
+    assert line.startswith("vtlab: error: ") and "\n" not in line and expected in line and str(eval_dir) in line
+    assert started == [] and list(run_dir.iterdir()) == []  # no status.json, inputs record, checkpoint or model
 
 
 # ---- 3. a resume reads the inputs its run started with ------------------------------------------------------------
@@ -416,33 +378,28 @@ def test_a_large_file_counts_as_changed_when_its_mtime_moves(tmp_path):
     assert difference(fp, fingerprint(small)) is None
 
 
-@pytest.mark.cli
-@pytest.mark.slow
-def test_the_cli_refuses_a_resume_whose_triplets_changed(tmp_path):
-    """Through `python -m vtlab`: a real 2-step run, its triplet file edited, the same command again. The run writes to
-    paths.run_dir, Hydra's records of each invocation go elsewhere: every file of the run directory is compared."""
+@pytest.mark.train
+def test_a_real_runs_record_refuses_a_resume_whose_triplets_changed(tmp_path):
+    """A real 2-step fine-tuning (the pipeline in process), its triplet file edited, the same run admitted again:
+    refused from what the run itself recorded (its checkpoint's config, .hydra/inputs.json), nothing changed."""
+    from vtlab.stages.pipeline import run
+
     train = _triplets(tmp_path / "t.jsonl", TRAIN)
     run_dir = tmp_path / "run"
     # loss.in_batch_positives given as a value, not conf/'s `${oc.select:...}`: the checkpoint records the config as
     # the fine-tuning stage sees it (the interpolation resolved), and this test is about the inputs, not that key
-    args = [
-        *_FAST,
-        "stage=finetune",
-        "data=jsonl",
-        f"data.train.path={train}",
-        "eval=none",
-        f"paths.run_dir={run_dir}",
-        "loss.in_batch_positives=true",
-    ]
-    first, _ = _run(args, tmp_path / "hydra-1")  # trains 2 steps; stage=finetune writes no metrics: resumable
-    assert first.returncode == 0, first.stderr[-3000:]
+    more = ["eval=none", "loss.in_batch_positives=true"]
+    run(_finetune_cfg(run_dir, train, *more))  # trains 2 steps; stage=finetune writes no metrics: resumable
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / INPUTS_JSON).is_file()
     before = _snapshot(run_dir)
     _triplets(train, [*TRAIN, ("is it new", "A new passage.", ["Snow melts in April."])])
-    second, _ = _run(args, tmp_path / "hydra-2")
-    assert second.returncode == 2, second.stderr[-3000:]
-    one_error_line(second.stderr, [f"{train.resolve()} (data.train.path) changed (size ", "resume_with_changes=true"])
-    assert _snapshot(run_dir) == before  # checkpoints, the inputs record, status: as they were
+    started = []
+    with pytest.raises(RunDirError) as ei, admit(_finetune_cfg(run_dir, train, *more), lambda: started.append(1)):
+        pass
+    line = _error_line(ei.value)
+    assert line.startswith(f"vtlab: error: {train.resolve()} (data.train.path) changed (size "), line
+    assert "resume_with_changes=true" in line and started == []
+    assert _snapshot(run_dir) == before  # checkpoints, the inputs record: as they were
 
 
 def test_a_dev_set_sharing_the_evaluation_corpus_gets_one_warning_with_counts(caplog):

@@ -1,7 +1,8 @@
 """Bad inputs: each gives one clear line naming the file:line or config key and what was expected, and through the CLI
 exits 2 (`vtlab: error: ...`, no traceback) without touching an earlier run's outputs.
 
-Most cases call the checking function directly (fast); the `_cli_cases` run `python -m vtlab` (in parallel, once).
+Most cases call the checking function directly (fast); refusals of the run's admission call
+vtlab.stages.admission.admit in process (ADMITTED); the `_cli_cases` run `python -m vtlab` (in parallel, once).
 """
 
 from __future__ import annotations
@@ -404,6 +405,11 @@ def resume_true_without_a_checkpoint(tmp, mp):
     return prepare_run_dir(_cfg(tmp, "resume=true"))
 
 
+@case(RunDirError, r"resume=true: nothing to resume in .*/run \(no checkpoints/last\.ckpt\); pass the directory")
+def resume_without_checkpoint(tmp, mp):
+    return refused_by_admission(tmp / "run", ADMITTED["resume_without_checkpoint"][0])
+
+
 @case(ConfigError, r"resume='maybe' must be auto, true or false")
 def unknown_resume_value(tmp, mp):
     return prepare_run_dir(_cfg(tmp, "resume=maybe"))
@@ -740,7 +746,6 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
             [*_BASE, "stage=finetune", "data=jsonl", f"data.train.path={bad}"],
             [f"{bad}:2: invalid JSON"],
         ),
-        "finished_run_dir": ([*_SMALL, "stage=evaluate"], ["is finished", "overwrite=true"]),
         "negative_lambda": (
             [*_SMALL, "stage=finetune", "regularizer.doc.weight=-1e-3"],  # vtlab.runs.checks
             ["regularizer.doc.weight=-0.001: expected a finite number >= 0"],
@@ -757,7 +762,6 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
             [*_SMALL, "vocab=bert-uncasd"],
             ["vocab=bert-uncasd: no such choice in conf/vocab/ (did you mean vocab=bert-uncased?)"],
         ),
-        "resume_without_checkpoint": ([*_SMALL, "resume=true"], ["resume=true: nothing to resume"]),
         "non_finite_loss": (
             [*_SMALL, "stage=finetune", "loss.temperature=1e-39", "trainer.max_steps=3"],
             ["training stopped: non-finite loss at step 0 (train/rank_loss=nan,", "no finite step before it"],
@@ -783,24 +787,13 @@ def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
 
 @pytest.fixture(scope="module")
 def cli_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path, dict, list[str]]]:
-    """All CLI cases at once (in parallel: each is mostly interpreter start-up), each in its own run directory; the
-    finished_run_dir case's directory holds an earlier run's results."""
+    """All CLI cases at once (in parallel: each is mostly interpreter start-up), each in its own run directory."""
     tmp = tmp_path_factory.mktemp("cli")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
     procs, before = {}, {}
     cases = _cli_cases(tmp)
     for name, (overrides, _) in cases.items():
         run_dir = tmp / name
-        if name == "finished_run_dir":  # an earlier run's results and records, all of which must stay as they are
-            _finished_run(run_dir)
-            for rel, text in (
-                ("model/config.json", '{"earlier": true}'),
-                (".hydra/config.yaml", "name: earlier\n"),
-                ("__main__.log", "earlier log\n"),
-                ("status.json", '{"status": "done"}\n'),
-            ):
-                (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-                (run_dir / rel).write_text(text)
         before[name] = _snapshot(run_dir) if run_dir.exists() else {}
         procs[name] = (
             subprocess.Popen(
@@ -827,12 +820,10 @@ def cli_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, P
 
 CLI_NAMES = [
     "malformed_jsonl",
-    "finished_run_dir",
     "negative_lambda",
     "unknown_config_key",
     "misspelt_config_key",
     "unknown_group_choice",
-    "resume_without_checkpoint",
     "non_finite_loss",
     "missing_model_dir",
 ]
@@ -857,6 +848,58 @@ def test_cli_exits_2_with_one_line_and_leaves_earlier_outputs(cli_runs, name: st
     assert {k: v for k, v in after.items() if k not in records} == before
     if before:
         assert not records
+
+
+# ---- the run's admission in process: refusals decided before any stage runs -------------------------------------
+# what `python -m vtlab` refuses in RunDirGuard or pipeline.run_or_exit with the same line (exit 2), checked by one call
+# of vtlab.stages.admission.admit: id → (overrides, strings the line must contain)
+ADMITTED = {
+    "finished_run_dir": ([*_SMALL, "stage=evaluate"], ["is finished", "overwrite=true"]),
+    "resume_without_checkpoint": ([*_SMALL, "resume=true"], ["resume=true: nothing to resume"]),
+}
+
+
+def _earlier_run(run_dir: Path) -> None:
+    """An earlier finished run's results and records, all of which must stay as they are."""
+    _finished_run(run_dir)
+    for rel, text in (
+        ("model/config.json", '{"earlier": true}'),
+        (".hydra/config.yaml", "name: earlier\n"),
+        ("__main__.log", "earlier log\n"),
+        ("status.json", '{"status": "done"}\n'),
+    ):
+        (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / rel).write_text(text)
+
+
+def refused_by_admission(run_dir: Path, overrides: list[str]) -> None:
+    """Admit the run in process; the admission must refuse it before `on_start` (status.json) runs."""
+    from vtlab.stages.admission import admit
+
+    started = []
+    try:
+        with admit(_cfg(run_dir, *overrides), on_start=lambda: started.append(True)):
+            pass
+    finally:
+        assert started == []
+    raise AssertionError(f"admitted: {overrides}")
+
+
+@pytest.mark.parametrize("name", sorted(ADMITTED))
+def test_the_admission_refuses_in_one_line_and_leaves_earlier_outputs(tmp_path: Path, name: str) -> None:
+    from vtlab.core.errors import config_key
+
+    overrides, expected = ADMITTED[name]
+    run_dir = tmp_path / name
+    if name == "finished_run_dir":
+        _earlier_run(run_dir)
+    before = _snapshot(run_dir) if run_dir.exists() else {}
+    with pytest.raises(VtlabError) as ei:
+        refused_by_admission(run_dir, overrides)
+    # the line `python -m vtlab` prints last (pipeline.run_or_exit), and an earlier run's files byte-for-byte and
+    # mtime-for-mtime as they were (a fresh directory stays empty)
+    one_error_line(one_line(ei.value, config_key(ei.value, _cfg(run_dir, *overrides))), expected)
+    assert _snapshot(run_dir) == before
 
 
 # ---- docs/bad-inputs*.md: their tables of bad inputs show the messages the cases above really give -------------

@@ -183,9 +183,17 @@ def test_cli_missing_required_key_names_it(tmp_path):
     assert "eval.path" in line
 
 
-@pytest.mark.cli
-def test_cli_hub_backbone_offline_names_the_hub_id(tmp_path):
-    res = _cli("backbone=modernbert", "vocab=native", "stage=evaluate", "logger=none", f"hydra.run.dir={tmp_path}")
-    assert res.returncode == 2
-    line = res.stderr.strip().splitlines()[-1]
-    assert "answerdotai/ModernBERT-base" in line and "backbone.name_or_path" in line
+def test_a_hub_backbone_offline_is_refused_at_admission_naming_the_hub_id(tmp_path, monkeypatch):
+    """The run's admission (vtlab.stages.admission) refuses it before any data is built: the line the CLI prints."""
+    from vtlab.core.errors import AssetError, config_key, one_line
+    from vtlab.stages.admission import admit
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = compose_config(["backbone=modernbert", "vocab=native", "stage=evaluate", f"paths.run_dir={tmp_path / 'run'}"])
+    started = []
+    with pytest.raises(AssetError) as ei, admit(cfg, on_start=lambda: started.append(True)):
+        pass
+    line = one_line(ei.value, config_key(ei.value, cfg))  # what pipeline.run_or_exit prints
+    assert line.startswith("vtlab: error: backbone.name_or_path='answerdotai/ModernBERT-base' must be downloaded")
+    assert "offline" in line and "\n" not in line
+    assert started == [] and list((tmp_path / "run").iterdir()) == []

@@ -9,7 +9,7 @@ said, not ignored silently.
 - An override of a key the chosen stage does not read (`stage=export mlm.steps=5`) is one warning naming it and the
   stage (vtlab.runs.reads: each stage declares what it reads; the run goes on).
 
-In-process calls check each rule; one `python -m vtlab` per item checks what a user sees."""
+In-process calls check each rule; one `python -m vtlab` per refusal checks what a user sees."""
 
 from __future__ import annotations
 
@@ -165,18 +165,25 @@ def test_what_a_stage_reads_through_an_interpolation_or_a_group_counts_as_read()
     assert unread("stage=export", "name=x", "group=g", "resume=false", "hydra.run.dir=/tmp/x", "logger=none") == []
 
 
-@pytest.mark.cli
-def test_the_cli_warns_once_and_goes_on(tmp_path: Path) -> None:
-    res = cli(
-        "stage=evaluate",
-        "eval=none",
-        "logger=none",
-        "vocab=native",
-        "mlm.steps=5",
-        "trainer.max_steps=3",
-        f"hydra.run.dir={tmp_path / 'run'}",
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    lines = [line for line in (res.stdout + res.stderr).splitlines() if "does not read" in line]
-    assert len(lines) == 1 and "stage=evaluate" in lines[0], res.stdout + res.stderr
-    assert "mlm.steps=5" in lines[0] and "trainer.max_steps=3" in lines[0]
+def test_the_admission_warns_once_and_goes_on(tmp_path: Path, caplog) -> None:
+    """The run's admission (vtlab.stages.admission) under the Hydra config `python -m vtlab` runs with: one warning
+    naming the unread overrides and the stage, and the run admitted."""
+    import logging
+
+    from hydra import compose
+    from hydra.core.hydra_config import HydraConfig
+
+    from vtlab.stages.admission import admit
+
+    overrides = ["stage=evaluate", "eval=none", "logger=none", "vocab=native", "mlm.steps=5", "trainer.max_steps=3"]
+    with hydra_conf():
+        cfg = compose("config", overrides=[*overrides, f"paths.run_dir={tmp_path / 'run'}"], return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        try:
+            with caplog.at_level(logging.WARNING, logger="vtlab"), admit(cfg) as admitted:
+                assert admitted.run_dir == tmp_path / "run" and admitted.start.resume_from is None
+        finally:
+            HydraConfig.instance().cfg = None
+    lines = [r.getMessage() for r in caplog.records if "does not read" in r.getMessage()]
+    assert len(lines) == 1, caplog.text
+    assert lines[0].startswith("stage=evaluate does not read mlm.steps=5, trainer.max_steps=3: ignored"), lines[0]

@@ -293,8 +293,6 @@ def cli_cases(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, 
     (p / "notes.txt").write_text("notes\n")
     for case in ("escape_deep", "escape_short"):
         (tmp / case / "work").mkdir(parents=True)
-    (tmp / "file").mkdir()
-    (tmp / "file" / "run").write_text("a file, not a directory\n")
     cases: dict[str, tuple[list[str], Path, Path]] = {  # name → (overrides, cwd, root that must stay as it was)
         "export_around_run": (
             ["stage=export", f"run_dir={run_a}", f"export.out={p}", "export.overwrite=true", "logger=none"],
@@ -304,7 +302,6 @@ def cli_cases(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, 
         # 5 `..` past outputs/runs/<date>/<time>-.. : the old code made <root>/escape, outside the working directory
         "escape_deep": ([*CHEAP, "name=../../../../../escape"], tmp / "escape_deep" / "work", tmp / "escape_deep"),
         "escape_short": ([*CHEAP, "name=../../escape"], tmp / "escape_short" / "work", tmp / "escape_short"),
-        "run_dir_is_a_file": ([*CHEAP, f"hydra.run.dir={tmp / 'file' / 'run'}"], ROOT, tmp / "file"),
     }
     before = {name: _snapshot(root) for name, (_, _, root) in cases.items()}
     procs = {
@@ -329,7 +326,6 @@ CLI_EXPECTED = {
     "export_around_run": ["export.out=", "/export/P: holds the run being exported (run_dir=", "choose a new directory"],
     "escape_deep": ["name='../../../../../escape': expected a plain name"],
     "escape_short": ["name='../../escape': expected a plain name"],
-    "run_dir_is_a_file": ["hydra.run.dir=", "/file/run: exists and is not a directory"],
 }
 
 
@@ -340,6 +336,22 @@ def test_cli_refuses_in_one_line_and_creates_or_changes_nothing(cli_cases, name:
     assert res.returncode == 2, res.stderr[-3000:]
     one_error_line(res.stderr, CLI_EXPECTED[name])
     assert _snapshot(root) == before  # P's runA, runB, notes.txt; no outputs/ and no escape/ made anywhere
+
+
+def test_the_guard_refuses_a_hydra_run_dir_that_is_a_file_in_one_line(tmp_path: Path) -> None:
+    """RunDirGuard.check, the admission's first step in `python -m vtlab` (before Hydra makes the directory), on the
+    Hydra config the CLI composes: the line it prints (exit 2), the file and its folder as they were."""
+    from vtlab.core.errors import one_line
+    from vtlab.runs.directory import RunDirGuard
+
+    (tmp_path / "file").mkdir()
+    (tmp_path / "file" / "run").write_text("a file, not a directory\n")
+    before = _snapshot(tmp_path / "file")
+    cfg = compose_config([*CHEAP, f"hydra.run.dir={tmp_path / 'file' / 'run'}"], return_hydra_config=True)
+    with pytest.raises(RunDirError) as ei:
+        RunDirGuard().check(cfg)
+    one_error_line(one_line(ei.value), [f"hydra.run.dir={tmp_path}/file/run: exists and is not a directory"])
+    assert _snapshot(tmp_path / "file") == before
 
 
 # ---- the lock race: a refused run never writes, not even Hydra's record of itself --------------------------------

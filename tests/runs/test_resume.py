@@ -594,13 +594,15 @@ def test_a_refused_resume_through_the_cli_leaves_the_record_and_status_byte_iden
     assert _files(tmp_path) == before
 
 
-@pytest.mark.cli
 @pytest.mark.train
-def test_a_resume_refused_for_changed_inputs_through_the_cli_changes_nothing(tmp_path: Path) -> None:
+def test_a_resume_refused_for_changed_inputs_changes_nothing(tmp_path: Path) -> None:
     """The same config, but the training file changed since the interrupted run recorded it (.hydra/inputs.json):
-    refused by RunDirGuard's second resume check (vtlab.runs.inputs) before Hydra rewrites anything there."""
+    refused by the admission's resume check (vtlab.runs.inputs, RunDirGuard's in the CLI) before anything there is
+    written; the line is the one the CLI prints."""
+    from vtlab.core.errors import RunDirError, config_key, one_line
     from vtlab.runs.inputs import fingerprints, record
     from vtlab.runs.resume import run_config
+    from vtlab.stages.admission import admit
 
     train = tmp_path / "train.jsonl"
     train.write_text(json.dumps({"query": "q", "positive": "p", "negatives": ["n"]}) + "\n")
@@ -613,15 +615,10 @@ def test_a_resume_refused_for_changed_inputs_through_the_cli_changes_nothing(tmp
     (run_dir / "status.json").write_text('{"status": "interrupted"}\n')
     before = _files(run_dir)
     train.write_text(json.dumps({"query": "q2", "positive": "p2", "negatives": ["n2"]}) + "\n")
-    res = subprocess.run(
-        [sys.executable, "-m", "vtlab", *first, f"hydra.run.dir={run_dir}"],
-        cwd=ROOT,
-        env=OFFLINE_ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert res.returncode == 2, res.stderr[-3000:]
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"vtlab: error: {train} (data.train.path) changed"), lines
-    assert _files(run_dir) == before
+    cfg = compose_config([*first, f"paths.run_dir={run_dir}"])
+    started = []
+    with pytest.raises(RunDirError) as ei, admit(cfg, on_start=lambda: started.append(True)):
+        pass
+    line = one_line(ei.value, config_key(ei.value, cfg))  # what pipeline.run_or_exit prints
+    assert "\n" not in line and line.startswith(f"vtlab: error: {train} (data.train.path) changed"), line
+    assert started == [] and _files(run_dir) == before
