@@ -12,13 +12,13 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from vtlab.core.errors import DiskError, note_write_roots, one_line
 from vtlab.core.logs import guard_log_files, quiet_third_party
 from vtlab.core.paths import CONF_DIR, cache_root
 from vtlab.runs.directory import LAST_CKPT, release_run_dir_lock, trains
-from vtlab.runs.precheck import checked, first_line, quoted
+from vtlab.runs.precheck import MULTIRUN, checked, first_line, quoted, sweep_size
 from vtlab.runtime.allocator import keep_freed_memory
 
 log = logging.getLogger("vtlab")
@@ -112,8 +112,10 @@ if __name__ == "__main__":
     if problem is not None:
         print(f"vtlab: error: {problem}", file=sys.stderr)
         raise SystemExit(2)
-    if composed is not None:  # a single run: its first line, and Hydra writes where that line says
-        if not any(a.startswith(("hydra.run.dir=", "++hydra.run.dir=")) for a in sys.argv[1:]):
-            sys.argv.append(f"hydra.run.dir={quoted(str(composed.hydra.run.dir))}")
-        print(first_line(composed), flush=True)
+    if composed is not None:  # its first line, and Hydra writes where that line says
+        sweep = any(a in MULTIRUN for a in sys.argv[1:])
+        key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+        if not any(a.lstrip("+").startswith(f"{key}=") for a in sys.argv[1:]):
+            sys.argv.append(f"{key}={quoted(str(OmegaConf.select(composed, key)))}")
+        print(first_line(composed, sweep_size(sys.argv[1:]) if sweep else None), flush=True)
     main()

@@ -13,7 +13,7 @@ import pytest
 from helpers import ROOT, one_error_line
 
 from vtlab.core.paths import CONF_DIR
-from vtlab.runs.precheck import checked
+from vtlab.runs.precheck import checked, sweep_size
 
 SLURM_SWEEP = [
     "-m",
@@ -43,7 +43,9 @@ def test_each_mistake_is_one_line_in_process(name: str) -> None:
 def test_a_sweep_is_checked_value_by_value() -> None:
     problem, _ = checked(["-m", "seed=0,1", "trainer.max_steps=5,abc"], CONF_DIR)
     assert problem is not None and "trainer.max_steps='abc'" in problem
-    assert checked(["-m", "seed=0,1", "trainer.max_steps=5,6"], CONF_DIR) == (None, None)
+    problem, first = checked(["-m", "seed=0,1", "trainer.max_steps=5,6"], CONF_DIR)
+    assert problem is None and first is not None and first.seed == 0 and first.trainer.max_steps == 5
+    assert sweep_size(["-m", "seed=0,1,2", "trainer.max_steps=5,6", "vocab=native"]) == 6
 
 
 def test_an_accepted_run_is_composed_with_its_run_dir() -> None:

@@ -67,7 +67,8 @@ def run_dir_of(cfg: DictConfig) -> str:
 
 
 def checked(argv: Sequence[str], conf_dir: Path) -> tuple[str | None, DictConfig | None]:
-    """(one line for the first mistake in the command line `argv`, or None; the composed config of a single run)."""
+    """(one line for the first mistake in the command line `argv`, or None; the composed config of a run, or of a
+    sweep's first job; None for --cfg, help and information, which run nothing)."""
     args = list(argv)
     multirun = any(a in MULTIRUN for a in args)
     if multirun and any(a in CFG or a.split("=", 1)[0] in CFG for a in args):  # Hydra: a traceback
@@ -92,13 +93,24 @@ def checked(argv: Sequence[str], conf_dir: Path) -> tuple[str | None, DictConfig
     except (HydraException, OmegaConfBaseException) as err:
         return _composition_line(err), None
     shows_config = any(a in CFG or a.split("=", 1)[0] in CFG for a in args)  # --cfg: Hydra prints it, nothing runs
-    return None, None if multirun or shows_config else composed
+    return None, None if shows_config else composed
 
 
-def first_line(cfg: DictConfig) -> str:
-    """What an accepted run will do and where it writes: its name, its stage's steps, the run directory."""
+def sweep_size(argv: Sequence[str]) -> int:
+    """How many jobs a sweep's command line makes: the product of its swept values' counts."""
+    size = 1
+    for o in OverridesParser.create().parse_overrides(command_line_overrides(argv) or []):
+        size *= len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1
+    return size
+
+
+def first_line(cfg: DictConfig, jobs: int | None = None) -> str:
+    """What an accepted run will do and where it writes: its name, its stage's steps, the run directory; for a sweep
+    of `jobs` jobs (`cfg`: its first job's config), the sweep directory."""
     steps = [str(s.get("_target_", "")).rsplit(".", 2)[-2] for s in OmegaConf.select(cfg, "stage.steps") or []]
-    return f"vtlab: {cfg.name}: {' → '.join(steps) or 'no stage'}; writing to {cfg.paths.run_dir}"
+    if jobs is None:
+        return f"vtlab: {cfg.name}: {' → '.join(steps) or 'no stage'}; writing to {cfg.paths.run_dir}"
+    return f"vtlab: a sweep of {jobs} jobs ({' → '.join(steps) or 'no stage'}); writing to {cfg.hydra.sweep.dir}"
 
 
 def quoted(value: str) -> str:
