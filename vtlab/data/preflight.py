@@ -156,4 +156,3 @@ def warn_dev_overlap(dev: Collection, evaluated: list[Collection], dev_path: str
                 queries,
                 len(set(coll.queries.values())),
             )
-
