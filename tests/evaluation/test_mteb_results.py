@@ -143,3 +143,21 @@ def test_score_names():
         "ndcg_at_1000": 1.0,
         "recall_at_5": 0.5,
     }
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("shared_cache")
+def test_the_quickstarts_evaluation_writes_mteb_files(tmp_path):
+    """The quickstart's evaluation (make demo's eval: BoolQ-clean, 2,109 passages) through stage=evaluate: its MTEB
+    file passes the format's check and holds metrics.json's nDCG@10. BM25 stands in for the trained model: the files'
+    form is what is checked, not the model."""
+    run_dir = tmp_path / "run"
+    cfg = compose_config(["stage=evaluate", "model=bm25", "vocab=native", "logger=none", f"paths.run_dir={run_dir}"])
+    assert cfg.eval.name == compose_config([]).eval.name == "boolq-clean"
+    evaluate(cfg, {})
+    metrics = json.loads((run_dir / "eval" / "boolq-clean" / "metrics.json").read_text())["metrics"]
+    folder = run_dir / "eval" / "mteb" / f"vtlab__{cfg.name}" / run_dir.name
+    (task,) = [p for p in folder.iterdir() if p.name != "model_meta.json"]
+    data = json.loads(task.read_text())
+    entry = check_task_result(data, next(iter(data["scores"])))
+    assert entry["main_score"] == entry["ndcg_at_10"] == metrics["nDCG@10"] and 0 < entry["main_score"] <= 1
