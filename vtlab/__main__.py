@@ -19,6 +19,7 @@ from vtlab.core.logs import guard_log_files, quiet_third_party
 from vtlab.core.paths import CONF_DIR, cache_root
 from vtlab.runs.directory import LAST_CKPT, release_run_dir_lock, trains
 from vtlab.runs.precheck import MULTIRUN, checked, first_line, quoted, sweep_size
+from vtlab.runs.ranks import later_rank
 from vtlab.runtime.allocator import keep_freed_memory
 
 log = logging.getLogger("vtlab")
@@ -85,7 +86,8 @@ def main(cfg: DictConfig) -> None:
             return
         raise
     try:
-        status.done()
+        if started:  # a later rank of a run records nothing: rank 0 does (vtlab.runs.ranks)
+            status.done()
     except DiskError as err:  # the results are written, but status.json cannot say so: not an honest exit 0
         if hc.mode == RunMode.MULTIRUN:
             log.error("job %s: %s", hc.job.num, err)
@@ -112,7 +114,7 @@ if __name__ == "__main__":
     if problem is not None:
         print(f"vtlab: error: {problem}", file=sys.stderr)
         raise SystemExit(2)
-    if composed is not None:  # its first line, and Hydra writes where that line says
+    if composed is not None and not later_rank():  # its first line, and Hydra writes where that line says
         sweep = any(a in MULTIRUN for a in sys.argv[1:])
         key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
         if not any(a.lstrip("+").startswith(f"{key}=") for a in sys.argv[1:]):

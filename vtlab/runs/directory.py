@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf, read_write
 
 from vtlab.core.errors import ConfigError, RunDirError, VtlabError, one_line
 from vtlab.runs.paths import check_paths
+from vtlab.runs.ranks import later_rank
 
 log = logging.getLogger("vtlab")
 
@@ -214,8 +215,9 @@ class RunDirGuard(Callback):
         run_dir_node = paths._get_node("run_dir") if isinstance(paths, DictConfig) else None  # noqa: SLF001
         guarded = run_dir_node is not None and run_dir_node._value() == "${hydra:runtime.output_dir}"  # noqa: SLF001
         check_paths(config, hydra_dir if guarded else None)  # names, export outputs: before any directory is made
-        if not guarded:
-            return  # the run writes elsewhere than Hydra's directory: its admission locks and checks that one
+        if not guarded or later_rank():
+            return  # the run writes elsewhere than Hydra's directory (its admission locks and checks that one), or
+            # this is a later rank of a run whose rank 0 holds the directory (vtlab.runs.ranks)
         check_run_dir(hydra_dir, config.get("resume", "auto"), config.get("overwrite", False))  # before mkdir
         hold_run_dir_lock(hydra_dir)
         if self.start is not None:  # under the lock: another process may have written there in between

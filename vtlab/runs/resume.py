@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from vtlab.core.errors import RunDirError
-from vtlab.runs.directory import check_run_dir, trains
+from vtlab.runs.directory import LAST_CKPT, check_run_dir, trains
 from vtlab.runs.inputs import check_resume, fingerprints
 from vtlab.runs.reuse import comparable
 
@@ -103,3 +103,17 @@ def resume_point(
     if resume_from is not None:
         check_resume(run_dir, resume_from, inputs, bool(cfg.get("resume_with_changes", False)))
     return ResumePoint(resume_from, clear, configs, inputs)
+
+
+def follower_point(
+    cfg: DictConfig, run_dir: Path, read_record: Callable[[str], list[dict[str, Any]] | None]
+) -> ResumePoint:
+    """Where a later rank starts (vtlab.runs.ranks): where rank 0 does, which admitted the run and, before training
+    launched this rank, left `run_dir/checkpoints/last.ckpt` only when it resumes from it (overwrite=true removed the
+    old ones). Nothing is refused or written here: rank 0 has."""
+    last = run_dir / LAST_CKPT
+    resume_from = last if last.is_file() and cfg.get("resume", "auto") is not False else None
+    if not trains(cfg):
+        return ResumePoint(resume_from)
+    recorded = read_record(str(resume_from)) if resume_from is not None else None
+    return ResumePoint(resume_from, False, checked_configs(cfg, resume_from, recorded))

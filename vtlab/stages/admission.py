@@ -33,8 +33,9 @@ from vtlab.data.preflight import preflight
 from vtlab.runs.checks import check_config
 from vtlab.runs.directory import clear_earlier_run, found_before_hydra, run_dir_lock
 from vtlab.runs.inputs import record
+from vtlab.runs.ranks import later_rank
 from vtlab.runs.reads import warn_unread_overrides
-from vtlab.runs.resume import ResumePoint, resume_point
+from vtlab.runs.resume import ResumePoint, follower_point, resume_point
 from vtlab.runs.reuse import reuse, reuse_training
 
 
@@ -56,6 +57,9 @@ def admit(cfg: DictConfig, on_start: Callable[[], None] | None = None) -> Iterat
     check_config(cfg)
     warn_unread_overrides(cfg)
     run_dir = Path(str(cfg.paths.run_dir))
+    if later_rank():  # rank 0 admitted the run and holds its directory: start where it does, write nothing
+        yield Admission(run_dir, follower_point(cfg, run_dir, recorded_configs))
+        return
     with run_dir_lock(run_dir):
         start = found_before_hydra(run_dir) or resume_point(cfg, run_dir, recorded_configs)
         refuse_missing_hub_models(cfg)  # offline, a hub model not in the cache: one line before any data is built

@@ -17,6 +17,7 @@ from vtlab.evaluation import EvaluationSuite, average, results_table
 from vtlab.evaluation.baseline import baseline_metrics
 from vtlab.evaluation.mteb_results import write_mteb_results
 from vtlab.export.run_encoder import encoder_from_run
+from vtlab.runs.ranks import later_rank
 from vtlab.runs.reads import reads
 from vtlab.stages.build import ENCODER_READS, build_encoder
 from vtlab.tracking.loggers import log_results, run_loggers
@@ -38,7 +39,7 @@ def _baseline(cfg: DictConfig, evaluation, dataset: str) -> dict[str, float]:
 
 @reads("eval", "baseline", *ENCODER_READS)
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
-    if cfg.eval is None:
+    if cfg.eval is None or later_rank():  # after a DDP fit, rank 0 evaluates (vtlab.runs.ranks)
         return state
     run_dir = Path(cfg.paths.run_dir)
     if "reused_training_from" in state:  # an equal run's training, copied into this run's directory (vtlab.runs.reuse)
