@@ -38,6 +38,22 @@ TINY_RUN = [
     "+eval.collection.max_docs=150",
 ]
 
+# two steps of SPLADE-tiny fine-tuning: the smallest training run a command-line test starts
+TWO_STEP_FINETUNE = [
+    "backbone=splade-tiny",
+    "vocab=native",
+    "apc=off",
+    "baseline=false",
+    "logger=none",
+    "stage=finetune",
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=2",
+    "data.batch_size=2",
+    "data.doc_max_length=32",
+    "data.dev.dev_size=10",
+    "data.dev.max_docs=50",
+]
+
 
 def run_results(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A finished TINY_RUN's BoolQ-clean metrics without timings, and its trained weights."""

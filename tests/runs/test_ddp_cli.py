@@ -10,27 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import OFFLINE_ENV, ROOT
+from helpers import OFFLINE_ENV, ROOT, TWO_STEP_FINETUNE
 
 from vtlab.runs.ranks import later_rank
 
-_DDP = [
-    "stage=finetune",
-    "trainer=ddp",
-    "trainer.accelerator=cpu",
-    "trainer.devices=2",
-    "backbone=splade-tiny",
-    "vocab=native",
-    "apc=off",
-    "baseline=false",
-    "logger=none",
-    "trainer.max_steps=2",
-    "trainer.val_check_interval=2",
-    "data.batch_size=2",
-    "data.doc_max_length=32",
-    "data.dev.dev_size=10",
-    "data.dev.max_docs=50",
-]
+_DDP = [*TWO_STEP_FINETUNE, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
 
 
 @pytest.mark.parametrize(

@@ -13,27 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import OFFLINE_ENV, as_from_a_terminal
+from helpers import OFFLINE_ENV, TWO_STEP_FINETUNE, as_from_a_terminal
 
 from vtlab.runs.signals import rerun_command
 
 pytestmark = pytest.mark.cli
 
 # a short training run (tests/runs/test_exit_codes.py's, two steps): the rerun trains to the end
-_TRAIN = [
-    "backbone=splade-tiny",
-    "vocab=native",
-    "apc=off",
-    "baseline=false",
-    "logger=none",
-    "stage=finetune",
-    "trainer.max_steps=2",
-    "trainer.val_check_interval=2",
-    "data.batch_size=2",
-    "data.doc_max_length=32",
-    "data.dev.dev_size=10",
-    "data.dev.max_docs=50",
-]
+_TRAIN = TWO_STEP_FINETUNE
 HEAD = "; to run it again: "
 
 
