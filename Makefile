@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: FORCE install demo test test-fast bench clean-cache reproduce-table gpu-smoke
+.PHONY: FORCE install demo test test-fast bench clean-cache reproduce-table gpu-smoke gpu-check gpu-check-cpu
 
 install: $(VENV)/.installed
 
@@ -67,3 +67,12 @@ reproduce-table: install
 # step time, tokens/s, peak GPU memory, MLM-head share -> outputs/bench/gpu_smoke.json. GPU_SMOKE_ARGS: e.g. --steps 100
 gpu-smoke: install
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m vtlab.bench.gpu_smoke $(GPU_SMOKE_ARGS)
+
+# The paper's multi-process and accelerator paths, each step asserting (vtlab/bench/gpu_check.py): on a GPU machine
+# every step (<= 10 min on one H100) -> outputs/bench/gpu_check.json; gpu-check-cpu runs the steps that run on the CPU
+# (two gloo processes, tiny shapes) and says which it skipped and why. GPU_CHECK_ARGS: e.g. --only head,sigterm
+gpu-check: install
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m vtlab.bench.gpu_check $(GPU_CHECK_ARGS)
+
+gpu-check-cpu: install
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(PY) -m vtlab.bench.gpu_check --cpu $(GPU_CHECK_ARGS)

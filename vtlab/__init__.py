@@ -36,6 +36,26 @@ def _when(flag: object, value: object) -> object:
     return value if flag is True else None
 
 
+def _split(total: object, *parts: object) -> int:
+    """`total` over the product of `parts`, exactly (a global batch over GPUs, nodes and a per-device batch: the share
+    or the accumulation that keeps the total); ValueError when it leaves a remainder (vtlab.runs.checks refuses such a
+    GPU count in one line before anything resolves it)."""
+    share, product = int(str(total)), 1
+    for part in parts:
+        product *= int(str(part))
+    if product < 1 or share % product:
+        raise ValueError(f"{total} does not split into {' × '.join(map(str, parts))}")
+    return share // product
+
+
+def _mini_batch(batch: object, mini: object) -> int | None:
+    """The cached loss's mini-batch (model.cached_mini_batch) that keeps `mini` queries per forward pass: None (one
+    pass) when the device's `batch` is no larger."""
+    return None if int(str(batch)) <= int(str(mini)) else int(str(mini))
+
+
 OmegaConf.register_new_resolver("vtlab.data_label", _data_label, replace=True)
 OmegaConf.register_new_resolver("vtlab.data_name", _data_name, replace=True)
 OmegaConf.register_new_resolver("vtlab.when", _when, replace=True)
+OmegaConf.register_new_resolver("vtlab.split", _split, replace=True)
+OmegaConf.register_new_resolver("vtlab.mini_batch", _mini_batch, replace=True)

@@ -99,9 +99,12 @@ def main(cfg: DictConfig) -> None:
 def leave(code: int) -> None:
     """Exit now, the line printed: flush what is open and skip the interpreter's teardown (collecting a large
     model's objects took minutes on a loaded machine, holding the CPU past the line a scheduler reads)."""
+    from vtlab.runs import world
+
     wandb = sys.modules.get("wandb")
     if wandb is not None and getattr(wandb, "run", None) is not None:
         wandb.finish(exit_code=code, quiet=True)
+    world.current().farewell()  # every rank leaves once rank 0 recorded the run's end
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -125,7 +125,12 @@ def test_shift_recipes_make_dead_or_dense_starts(recipe, tmp_path):
     apc: APC = instantiate(cfg, num_docs=8, max_length=DOC_LEN)
     seen: list[dict] = []
     recorder = SimpleNamespace(log_metrics=lambda metrics, step: seen.append({"step": step, **metrics}))
-    trainer = SimpleNamespace(loggers=[recorder], is_global_zero=True, default_root_dir=str(tmp_path))
+    trainer = SimpleNamespace(
+        loggers=[recorder],
+        is_global_zero=True,
+        default_root_dir=str(tmp_path),
+        strategy=SimpleNamespace(root_device=torch.device("cpu")),
+    )
     callback = APCCallback(apc, texts=lambda: texts)
     callback.setup(trainer, SimpleNamespace(encoder=encoder), "fit")
     assert callback.report["cutoff"] == -apc.shift
@@ -182,6 +187,35 @@ def test_callback_calibrates_inside_a_fast_dev_run_fit(tmp_path):
     assert "samples" not in report and report["n_docs"] == 48 and report["percentile"] == 55.0
     assert report["after"]["positive_share"] == pytest.approx(0.45, abs=0.05)
     assert torch.allclose(snapshot.bias, bias_before - report["cutoff"], atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "accelerator",
+    ["cpu", pytest.param("gpu", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))],
+)
+def test_the_callback_probes_on_the_trainers_root_device(accelerator, empty_cache, tmp_path):
+    """The probe's forward passes run on trainer.strategy.root_device (the callback runs in `setup`, before the
+    strategy moves the module there); the encoder is back where it was afterwards, its bias shifted."""
+    encoder = splade_tiny()
+    bias_before = encoder.output_bias("doc").detach().clone()
+    trainer = pl.Trainer(
+        accelerator=accelerator, devices=1, logger=False, default_root_dir=tmp_path, enable_progress_bar=False
+    )
+    seen = []
+    hook = encoder.model.register_forward_hook(
+        lambda net, args, kwargs, out: seen.append((kwargs["input_ids"].device, out.logits.device)), with_kwargs=True
+    )
+    apc = APC(percentile=60, num_docs=16, batch_size=8, max_length=DOC_LEN)
+    callback = APCCallback(apc, texts=lambda: list(boolq_passages()[:16]))
+    try:
+        callback.setup(trainer, SimpleNamespace(encoder=encoder), "fit")
+    finally:
+        hook.remove()
+    root = trainer.strategy.root_device
+    assert len(seen) == 2 and all(ids == root and hidden == root for ids, hidden in seen)
+    assert {p.device.type for p in encoder.parameters()} == {"cpu"}
+    assert torch.allclose(encoder.output_bias("doc").detach(), bias_before - callback.report["cutoff"], atol=1e-6)
 
 
 def test_off_and_validation():

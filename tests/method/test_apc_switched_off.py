@@ -131,7 +131,12 @@ def test_fixed_shift_through_the_callback_leaves_masked_terms_off(texts: list[st
     bias_before = encoder.output_bias("doc").detach().clone()
     seen: list[dict] = []
     recorder = SimpleNamespace(log_metrics=lambda metrics, step: seen.append(metrics))
-    trainer = SimpleNamespace(loggers=[recorder], is_global_zero=True, default_root_dir=str(tmp_path))
+    trainer = SimpleNamespace(
+        loggers=[recorder],
+        is_global_zero=True,
+        default_root_dir=str(tmp_path),
+        strategy=SimpleNamespace(root_device=torch.device("cpu")),
+    )
     apc = APC(percentile=None, shift=30.0, num_docs=8, max_length=DOC_LEN)
     APCCallback(apc, texts=lambda: texts[:8]).setup(trainer, SimpleNamespace(encoder=encoder), "fit")
     bias = encoder.output_bias("doc").detach()

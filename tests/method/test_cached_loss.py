@@ -18,97 +18,25 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from transformers import BertConfig, BertForMaskedLM, get_linear_schedule_with_warmup
+from transformers import get_linear_schedule_with_warmup
 
+from vtlab.bench.cached_check import (
+    GROUP,
+    LOSSES,
+    VOCAB,
+    B,
+    bf16_step_grads,
+    check_on,
+    make_batch,
+    reference_grads,
+    step_grads,
+    tiny_module,
+    worst_error,
+)
 from vtlab.core.errors import ConfigError
-from vtlab.losses import InfoNCE, KLDivergence, MarginMSE
-from vtlab.models.encoder import SpladeEncoder
 from vtlab.models.splade import SpladeModule
-from vtlab.regularizers import Flops
 
 pytestmark = pytest.mark.train
-
-B, GROUP, LENGTH, VOCAB = 8, 2, 12, 64
-LOSSES = {
-    "infonce+flops": (InfoNCE, {}),
-    "margin-mse+flops": (MarginMSE, {}),
-    "kl-div+flops-l0-per-group": (KLDivergence, {"threshold": 40, "normalize": "per_group"}),
-}
-
-
-def tiny_module(loss: str = "infonce+flops", cached: int | None = None, dropout: float = 0.1, **kw) -> SpladeModule:
-    """The same weights for every call (seeded), a 2-layer BERT MLM over a 64-term vocabulary, in training mode."""
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-        hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout,
-    )
-    encoder = SpladeEncoder(BertForMaskedLM(config), None, query_max_length=16, doc_max_length=16, precision="fp32")
-    loss_class, doc_reg = LOSSES[loss]
-    module = SpladeModule(
-        encoder,
-        loss_class(),
-        functools.partial(torch.optim.AdamW, lr=1e-2),
-        query_regularizer=Flops(0.1),
-        doc_regularizer=Flops(0.05, **doc_reg),
-        cached_mini_batch=cached,
-        **kw,
-    )
-    module.train()
-    return module
-
-
-def make_batch(queries: int = B, seed: int = 1) -> dict:
-    g = torch.Generator().manual_seed(seed)
-
-    def side(n: int) -> dict:
-        lengths = torch.randint(3, LENGTH + 1, (n,), generator=g)
-        mask = (torch.arange(LENGTH)[None] < lengths[:, None]).long()
-        return {"input_ids": torch.randint(5, VOCAB, (n, LENGTH), generator=g) * mask, "attention_mask": mask}
-
-    return {
-        "query": side(queries),
-        "docs": side(queries * GROUP),
-        "teacher_scores": 3 * torch.randn(queries, GROUP, generator=g),
-    }
-
-
-def step_grads(module: SpladeModule, batch: dict, seed: int = 5) -> tuple[float, dict[str, torch.Tensor]]:
-    """One training step's loss and parameter gradients (backward as Lightning runs it: outside the step)."""
-    torch.manual_seed(seed)
-    module.zero_grad(set_to_none=True)
-    loss = module.training_step(batch, 0)
-    loss.backward()
-    return float(loss.detach()), {n: p.grad.clone() for n, p in module.named_parameters()}
-
-
-def reference_grads(module: SpladeModule, batch: dict, mini_batch: int, seed: int = 5):
-    """Plain autograd of the whole batch's loss, representations encoded `mini_batch` queries at a time."""
-    torch.manual_seed(seed)
-    module.zero_grad(set_to_none=True)
-    qs, ds = [], []
-    for start in range(0, batch["query"]["input_ids"].shape[0], mini_batch):
-        rows, doc_rows = slice(start, start + mini_batch), slice(start * GROUP, (start + mini_batch) * GROUP)
-        qs.append(module.encode_batch({k: v[rows] for k, v in batch["query"].items()}, "query"))
-        ds.append(module.encode_batch({k: v[doc_rows] for k, v in batch["docs"].items()}, "doc"))
-    loss = module.objective(torch.cat(qs), torch.cat(ds), batch)
-    loss.backward()
-    return float(loss.detach()), {n: p.grad.clone() for n, p in module.named_parameters()}
-
-
-def worst_error(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> float:
-    """The largest per-parameter relative error. A parameter whose true gradient is 0 (the attention key biases: the
-    softmax ignores a shift) holds rounding noise only: its error is measured against 1e-3 of the largest gradient."""
-    floor = 1e-3 * max(float(r.norm()) for r in ref.values())
-    assert set(got) == set(ref)
-    return max(float((got[n] - ref[n]).norm()) / max(float(ref[n].norm()), floor) for n in ref)
-
 
 # ---- one process --------------------------------------------------------------------------------------------------
 
@@ -145,16 +73,14 @@ def test_without_dropout_mini_batches_are_the_uncached_step():
 def test_bf16_autocast_is_replayed():
     """Under the trainer's bf16 autocast the replay computes in bf16 too: the uncached step's gradients, not those
     of an fp32 re-encoding (which differ by bf16's rounding, ~1e-2)."""
-    batch = make_batch()
-    results = []
-    for cached in (None, B):
-        module = tiny_module(cached=cached)
-        torch.manual_seed(5)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = module.training_step(batch, 0)
-        loss.backward()  # outside autocast, as Lightning's precision plugin runs it
-        results.append({n: p.grad.clone() for n, p in module.named_parameters()})
-    assert worst_error(results[1], results[0]) <= 1e-5
+    assert worst_error(bf16_step_grads(B, "cpu"), bf16_step_grads(None, "cpu")) <= 1e-5
+
+
+def test_the_gpu_checks_claims_hold_on_the_cpu():
+    """`make gpu-check`'s step on the CPU: every loss's fp32 error and the bf16 one within their tolerances."""
+    report = check_on("cpu")
+    assert report["passed"], report
+    assert set(report["worst_error"]) == {*(f"fp32/{loss}" for loss in LOSSES), "bf16/infonce+flops"}
 
 
 def test_the_step_keeps_the_module_contract():

@@ -247,3 +247,26 @@ def test_a_launcher_worker_process_masks_the_same_batches_as_a_job_run_alone(tok
     monkeypatch.setattr(multiprocessing.current_process(), "name", "LokyProcess-1")
     _, in_worker = _first_batch(tokenizer, batch_size=8, max_length=64)
     assert all(torch.equal(alone[k], in_worker[k]) for k in alone)
+
+
+def test_the_cache_key_holds_the_global_batch_not_the_gpu_count():
+    """The paper's MLM at batch 2048 is one adaptation on 1 GPU (64 × 32 accumulation) or 8 (64 × 4): the same
+    entry; the same accumulation on another GPU count is another global batch, another entry."""
+    from vtlab.models.mlm import cache_key, global_batch
+
+    start = TinyModernBert()
+    recipe = {"steps": 2, "batch_size": 64, "lr": 1e-4, "log_every_n_steps": 50}
+
+    def key(accumulate: int, processes: int) -> str:
+        return cache_key(start, {**recipe, "accumulate_grad_batches": accumulate}, None, 0, "32-true", processes)
+
+    assert (
+        global_batch({**recipe, "accumulate_grad_batches": 32}, 1)
+        == 2048
+        == global_batch({**recipe, "accumulate_grad_batches": 4}, 8)
+    )
+    assert key(32, 1) == key(4, 8) == key(16, 2)
+    assert key(4, 1) != key(4, 8)
+    assert key(4, 8) != cache_key(
+        start, {**recipe, "batch_size": 32, "accumulate_grad_batches": 8}, None, 0, "32-true", 8
+    )

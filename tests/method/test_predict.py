@@ -6,7 +6,7 @@ import scipy.sparse as sp
 
 from vtlab.backbones import Backbone
 from vtlab.models.encoder import SpladeEncoder
-from vtlab.models.predict import encode_corpus, merge_shards
+from vtlab.models.predict import encode_corpus
 
 
 @pytest.fixture(scope="module")
@@ -50,20 +50,3 @@ def test_two_processes_give_the_same_index_as_one(encoder, texts, tmp_path):
     ref = encoder.encode(texts, "doc", batch_size=8, show_progress=False)
     assert (abs(one - ref) > 1e-5).nnz == 0
     assert one.nnz == ref.nnz
-
-
-def test_merge_keeps_each_position_once_and_orders_by_position(tmp_path):
-    rows = sp.csr_matrix(np.arange(12, dtype=np.float32).reshape(4, 3))
-    for rank, pos in ((0, [2, 0]), (1, [3, 1, 2])):  # position 2 repeated by the sampler
-        m = rows[pos]
-        np.savez(
-            tmp_path / f"shard-r{rank:04d}-00000.npz",
-            positions=np.array(pos),
-            data=m.data,
-            indices=m.indices,
-            indptr=m.indptr,
-            shape=m.shape,
-        )
-    assert_same_csr(merge_shards(tmp_path, 4), rows)
-    with pytest.raises(RuntimeError, match="4 of 5"):  # a document no process encoded
-        merge_shards(tmp_path, 5)

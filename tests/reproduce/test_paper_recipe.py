@@ -261,10 +261,10 @@ def test_paper_global_batch_is_explicit_and_checked():
     assert (cfg.paper.gpus, cfg.paper.global_batch, cfg.data.batch_size, cfg.trainer.devices) == (8, 128, 16, 8)
     assert paper_plan.check_global_batch(cfg, "x") == 128
     assert paper("bert-inference-free").paper.global_batch == 160  # c_doc.yaml: 20 per device
-    four = paper("bert-native", "trainer.devices=4", "data.batch_size=32")  # same global batch on 4 GPUs
-    assert paper_plan.check_global_batch(four, "x") == 128
+    four = paper("bert-native", "paper.gpus=4")  # same global batch on 4 GPUs: the per-device batch is derived
+    assert four.data.batch_size == 32 and paper_plan.check_global_batch(four, "x") == 128
     with pytest.raises(ConfigError, match=r"data.batch_size=16 × trainer.devices=4 .* paper.global_batch=128"):
-        paper_plan.check_global_batch(paper("bert-native", "trainer.devices=4"), "x")
+        paper_plan.check_global_batch(paper("bert-native", "trainer.devices=4", "data.batch_size=16"), "x")
 
 
 # ---- 5. InfoNCE: other queries' positives excluded (loss.py) or included (sentence-transformers MNRL) -------------

@@ -50,10 +50,15 @@ SHAPES = {
 }
 
 
-def config_overrides(shape: str, batch_size: int, max_length: int, init: str, apc_docs: int) -> list[str]:
-    """The run as Hydra overrides of conf/config.yaml: the paper's fine-tune on an offline ModernBERT-shaped model."""
+def config_overrides(
+    shape: str, batch_size: int, max_length: int, init: str, apc_docs: int, cached_mini_batch: int | None = None
+) -> list[str]:
+    """The run as Hydra overrides of conf/config.yaml: the paper's fine-tune on an offline ModernBERT-shaped model
+    (with the cached loss at `cached_mini_batch` queries a pass, when given)."""
     dims = [f"backbone.{k}={v}" for k, v in SHAPES[shape].items()]
+    cached = [] if cached_mini_batch is None else [f"model.cached_mini_batch={cached_mini_batch}"]
     return [
+        *cached,
         "backbone=tiny-modernbert",
         *dims,
         "vocab=bert-uncased",
@@ -163,7 +168,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pl.seed_everything(0, verbose=False)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose(
-            "config", overrides=config_overrides(args.shape, args.batch_size, args.max_length, args.init, args.apc_docs)
+            "config",
+            overrides=config_overrides(
+                args.shape, args.batch_size, args.max_length, args.init, args.apc_docs, args.cached_mini_batch
+            ),
         )
     began = time.perf_counter()
     module = instantiate(cfg.model)
@@ -210,6 +218,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "shape": {**SHAPES[args.shape], "vocab_size": enc.vocab_size, "init": args.init},
         "precision": args.precision,
+        "cached_mini_batch": args.cached_mini_batch,
+        "final_loss": float(trainer.callback_metrics.get("loss", float("nan"))),
         "steps": len(meter.times),
         "warmup_steps_excluded": args.warmup,
         "batch": {"queries": args.batch_size, "docs_per_query": 2, "max_length": args.max_length},
@@ -242,6 +252,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="Lightning precision (default bf16-mixed; tiny: 32-true, as CPUs without bf16 units emulate it slowly)",
     )
+    p.add_argument("--cached-mini-batch", type=int, default=None, help="the cached loss: N queries a pass")
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("outputs/bench/gpu_smoke.json"))
     args = p.parse_args(argv)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +48,9 @@ class APCCallback(pl.Callback):
         if stage != "fit" or not self.apc.enabled or self.report is not None:
             return
         texts = self.texts() if self.texts is not None else self._train_texts(trainer)
-        # every rank calibrates (same texts, same seed → same cutoff); only rank 0 writes files
-        self.report = calibrate_cached(self.apc, pl_module.encoder, texts)
+        # every rank calibrates (same texts, same seed → same cutoff) on its own accelerator: `setup` runs before the
+        # strategy moves the module there, so the probe moves the encoder itself; only rank 0 writes files
+        self.report = calibrate_cached(self.apc, pl_module.encoder, texts, trainer.strategy.root_device)
         log.info(summary_line(self.report, "before"))
         log.info(summary_line(self.report, "after"))
         for logger in trainer.loggers:
@@ -90,10 +92,29 @@ def _key(apc: APC, encoder: Any, texts: list[str]) -> str:
     )
 
 
-def calibrate_cached(apc: APC, encoder: Any, texts: list[str]) -> dict[str, Any]:
-    """`apc.calibrate(encoder, texts)`, computed once per (settings, probe texts, weights) into $VTLAB_CACHE/apc and
-    reused after: a table's seeds that share their adapted model (mlm.seed) and their probe documents calibrate
-    alike, bit for bit (the calibrated output biases are stored, not recomputed)."""
+@contextlib.contextmanager
+def on_device(module: torch.nn.Module, device: str | torch.device | None) -> Iterator[None]:
+    """`module` on `device` inside, back on its parameters' device after (the same Parameter objects throughout);
+    None, a module without parameters or one already there: left as it is."""
+    first = next(module.parameters(), None)
+    if device is None or first is None or first.device == torch.device(device):
+        yield
+        return
+    home = first.device
+    module.to(device)
+    try:
+        yield
+    finally:
+        module.to(home)
+
+
+def calibrate_cached(
+    apc: APC, encoder: Any, texts: list[str], device: str | torch.device | None = None
+) -> dict[str, Any]:
+    """`apc.calibrate(encoder, texts)` with the encoder on `device` (None: where it is; back where it was after),
+    computed once per (settings, probe texts, weights) into $VTLAB_CACHE/apc and reused after: a table's seeds that
+    share their adapted model (mlm.seed) and their probe documents calibrate alike, bit for bit (the calibrated output
+    biases are stored, not recomputed; a cached calibration moves nothing)."""
     out = cache_dir("apc") / f"{apc.name}-{_key(apc, encoder, texts)}"
     with file_lock(out.with_name(out.name + ".lock")):
         if integrity.problem(out) is None:
@@ -105,7 +126,8 @@ def calibrate_cached(apc: APC, encoder: Any, texts: list[str]) -> dict[str, Any]
             report.update({k: stored[k] for k in ("samples", "samples_after")})
             log.info("apc: cached calibration %s", out)
             return report
-        report = apc.calibrate(encoder, texts)
+        with on_device(encoder, device):
+            report = apc.calibrate(encoder, texts)
 
         def write(tmp: Path) -> None:
             tensors = {f"bias{i}": b.detach().cpu().contiguous() for i, b in enumerate(_biases(encoder))}

@@ -8,7 +8,8 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from vtlab.core.errors import ConfigError
-from vtlab.runs.signals import defer_signals, pending, raise_pending
+from vtlab.runs import world
+from vtlab.runs.signals import agreed, defer_signals, raise_pending, take_over
 
 
 class LastCheckpoint(ModelCheckpoint):
@@ -22,7 +23,9 @@ class LastCheckpoint(ModelCheckpoint):
     A signal while training (TERM, INT, HUP, QUIT, USR1, USR2: vtlab.runs.signals) waits for the end of the step under
     way; last.ckpt is then written and the signal raised, so an interrupted run always has a step to resume from. When
     a validation would follow that step the checkpoint is written before it: a resumed run then skips that one
-    validation, which is better than nothing to resume from.
+    validation, which is better than nothing to resume from. On several processes the ranks agree at every step's
+    end whether any of them received a signal (vtlab.runs.world), so all of them save at the same step and stop
+    there, whichever rank it reached; vtlab's handler takes over from the one Lightning installs when a fit starts.
     """
 
     def __init__(self, dirpath: str, every_n_train_steps: int = 50) -> None:
@@ -34,15 +37,17 @@ class LastCheckpoint(ModelCheckpoint):
         self._save_after_validation = False
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        take_over()
         defer_signals(True)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if pending() is not None:
+        signum = agreed(world.current().most)
+        if signum is not None:
             if trainer.global_step != self._last_global_step_saved:
                 self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-            raise_pending()
+            raise_pending(signum)
         if _validation_follows(trainer):
             due = trainer.global_step % self._every_n_train_steps == 0
             self._save_after_validation = self._save_after_validation or due

@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from vtlab.callbacks.checkpoints import check_checkpoint_fits, load_checkpoint, rng_states, set_rng_states
 from vtlab.runs.resume import checked_configs
+from vtlab.runs.world import current
 
 log = logging.getLogger("vtlab")
 
@@ -17,10 +18,10 @@ log = logging.getLogger("vtlab")
 class ResumeState(pl.Callback):
     """What a Lightning checkpoint lacks for an exact restart.
 
-    Saves the global RNG states with every checkpoint and restores them when training starts again (after the
-    setup-time callbacks — transfer, IDF, APC — and the pre-flight probe, none of which draw from them on restore),
-    so dropout continues the uninterrupted run's stream. Before the restore it checks that the checkpoint fits the
-    model as set up (after vocabulary transfer).
+    Saves the global RNG states of every process with every checkpoint and restores each rank's own when training
+    starts again (after the setup-time callbacks — transfer, IDF, APC — and the pre-flight probe, none of which
+    draw from them on restore), so dropout continues the uninterrupted run's stream on every rank. Before the
+    restore it checks that the checkpoint fits the model as set up (after vocabulary transfer).
     """
 
     def __init__(self, resume_from: str | None = None, configs: list[dict[str, Any]] | None = None) -> None:
@@ -29,12 +30,26 @@ class ResumeState(pl.Callback):
         self._pending: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"rng": rng_states()}
+        # every rank's own streams (each draws its own dropout), gathered while every rank dumps the checkpoint
+        world = current()
+        ranks = world.gather(rng_states())
+        state: dict[str, Any] = {"rng": ranks[0], "rng_by_rank": ranks}
         if self.configs is not None:
             state["configs"] = self.configs
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        world, ranks = current(), state_dict.get("rng_by_rank")
+        if ranks is not None and len(ranks) == world.size:
+            self._pending = ranks[world.rank]
+            return
+        if ranks is not None:
+            log.warning(
+                "the checkpoint holds the random streams of %d processes, this run has %d: every rank continues "
+                "rank 0's (the resumed run is not the uninterrupted one's, step for step)",
+                len(ranks),
+                world.size,
+            )
         self._pending = state_dict.get("rng")
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -4,6 +4,7 @@ $VTLAB_CACHE/mlm and loads the cached model afterwards."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -22,6 +23,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel, get_scheduler
 
 from vtlab.backbones import Backbone, decoder_bypassed
+from vtlab.callbacks.agreed_stop import AgreedStop
 from vtlab.core import integrity
 from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import file_lock
@@ -31,6 +33,7 @@ from vtlab.core.json_files import read_json
 from vtlab.data.text import TextDataModule
 from vtlab.models.head_fit import fit_head, head_inputs, span_batches
 from vtlab.models.optim import configure_optimizers
+from vtlab.runs.world import World
 from vtlab.runtime.policy import trainer_precision
 from vtlab.tracking.progress import progress_bar
 
@@ -108,11 +111,28 @@ _DONE = "vtlab_mlm.json"
 KEY_NEUTRAL = ("log_every_n_steps", "num_workers")  # settings of the `mlm` recipe that do not change the weights
 
 
-def cache_key(start: Backbone, mlm: Mapping[str, Any], preprocess: Any, seed: int, precision: str) -> str:
-    """The adapted model's key: the start, the resolved recipe `mlm` (less KEY_NEUTRAL), the input preprocessing, the
-    seed and the trainer's precision (vtlab.core.cache_keys)."""
-    recipe = {k: v for k, v in mlm.items() if k not in KEY_NEUTRAL}
-    return settings_key("mlm", _RECIPE, start=start, mlm=recipe, preprocess=preprocess, seed=seed, precision=precision)
+def global_batch(mlm: Mapping[str, Any], processes: int) -> int:
+    """Sequences per optimizer step over all processes: the per-process batch × accumulation × processes."""
+    return int(mlm.get("batch_size") or 0) * int(mlm.get("accumulate_grad_batches") or 1) * int(processes)
+
+
+def cache_key(
+    start: Backbone, mlm: Mapping[str, Any], preprocess: Any, seed: int, precision: str, processes: int = 1
+) -> str:
+    """The adapted model's key: the start, the resolved recipe `mlm` (less KEY_NEUTRAL and the accumulation, which the
+    global batch holds), the global batch over `processes`, the input preprocessing, the seed and the trainer's
+    precision (vtlab.core.cache_keys). One recipe on 1 or 8 GPUs at the same global batch is one entry."""
+    recipe = {k: v for k, v in mlm.items() if k not in (*KEY_NEUTRAL, "accumulate_grad_batches")}
+    return settings_key(
+        "mlm",
+        _RECIPE,
+        start=start,
+        mlm=recipe,
+        global_batch=global_batch(mlm, processes),
+        preprocess=preprocess,
+        seed=seed,
+        precision=precision,
+    )
 
 
 def _train(
@@ -161,6 +181,7 @@ def _train(
         accelerator=t.get("accelerator", "auto"),
         devices=t.get("devices", "auto"),
         strategy=t.get("strategy", "auto"),
+        num_nodes=int(t.get("num_nodes") or 1),
         precision=t.get("precision", "32-true"),
         max_steps=steps,
         max_epochs=-1,
@@ -173,7 +194,7 @@ def _train(
         log_every_n_steps=int(m.get("log_every_n_steps", 50)),
         default_root_dir=str(log_dir),
         enable_model_summary=False,
-        callbacks=[progress_bar()],
+        callbacks=[progress_bar(), AgreedStop()],
     )
     began = time.perf_counter()
     if steps > 0:
@@ -255,10 +276,17 @@ def train_cached(
     trainer_cfg: Mapping[str, Any] | None = None,
     log_dir: Path | None = None,
     loggers: Callable[[Path], list[Logger]] | None = None,
+    world: World | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """MLM-train `start` with recipe `m` (a resolved `mlm` config), once per (start, recipe, preprocessing, seed,
-    precision): later calls — other jobs of a sweep, other rows of a table — load the cached model. Concurrent callers
-    wait on a lock instead of training twice. Returns (model directory, training report)."""
+    """MLM-train `start` with recipe `m` (a resolved `mlm` config), once per (start, recipe, global batch,
+    preprocessing, seed, precision): later calls — other jobs of a sweep, other rows of a table — load the cached
+    model. Returns (model directory, training report).
+
+    Built once for all the run's processes (`world`, vtlab.runs.world): rank 0 holds the entry's lock (so another job
+    waits instead of training it twice) and looks; its answer is every rank's. A missing entry is trained by all ranks
+    together, rank 0 writes it, and after a barrier every rank reads it. Only rank 0 takes the lock: a rank waiting
+    on it while rank 0 waits for that rank in the trainer's collectives would never return."""
+    world = world or World()
     m = OmegaConf.create(OmegaConf.to_container(m, resolve=True) if OmegaConf.is_config(m) else dict(m))
     check_recipe(m)
     trainer_cfg = dict(trainer_cfg or {})
@@ -266,14 +294,15 @@ def train_cached(
         trainer_cfg.get("precision", "32-true"), trainer_cfg.get("accelerator", "auto")
     )
     precision = str(trainer_cfg["precision"])
-    key = cache_key(start, OmegaConf.to_container(m, resolve=True), preprocess, seed, precision)
+    key = cache_key(start, OmegaConf.to_container(m, resolve=True), preprocess, seed, precision, world.size)
     out = cache_dir("mlm") / f"{start.name}-{int(m.steps)}-{key}"
-    with file_lock(out.with_name(out.name + ".lock")):
-        damage = integrity.problem(out) if out.exists() else "absent"
+    lock = file_lock(out.with_name(out.name + ".lock")) if world.leader else contextlib.nullcontext()
+    with lock:
+        damage = world.broadcast((integrity.problem(out) if out.exists() else "absent") if world.leader else None)
         if damage is None:
             log.info("mlm: cached %s", out)
         else:
-            if damage != "absent":
+            if damage != "absent" and world.leader:
                 log.warning("mlm cache %s is not usable (%s): retraining it", out, damage)
             materialize = getattr(start, "materialize", None)
             if materialize is not None:
@@ -285,6 +314,7 @@ def train_cached(
             log_dir = log_dir or out.with_name(out.name + ".logs")
             default = [CSVLogger(save_dir=str(log_dir), name="csv", version="")]
             _train(m, start, preprocess, out, log_dir, seed, trainer_cfg, loggers(log_dir) if loggers else default)
+        world.barrier()  # rank 0 wrote the entry (or found it) before any rank reads it
     return out, read_json(out / _DONE, dict, "an MLM adaptation's record: delete its directory to rebuild")
 
 

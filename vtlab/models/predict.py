@@ -3,15 +3,30 @@
 The corpus is cut into length-sorted batches once (by character length, so no process has to tokenize the whole
 corpus first; with `window`, sorted within consecutive windows of that many batches, so a document's batch depends on
 its window alone and a slice of whole windows is batched as in the whole corpus: vtlab.index.shards); each batch is
-one dataset item, tokenized in the DataLoader (in worker processes with `num_workers > 0`). Lightning's distributed
-sampler deals the batches to the processes, a `BasePredictionWriter` spills each process's vectors to
-`shard-r<rank>-<part>.npz` files, and rank 0 merges them by document position (a batch the sampler repeated to even
-out the shards is kept once). The merged matrix does not depend on the number of
+one dataset item, tokenized in the DataLoader (in worker processes with `num_workers > 0`). `DealtBatches` deals the
+batches to the processes in turn (rank r of W gets batches r, r+W, ...; with fewer batches than processes, some get
+none), in place of Lightning's distributed sampler (the Trainer runs with use_distributed_sampler=False): no batch is
+encoded twice, and a corpus of fewer batches than processes encodes too.
+
+A `ShardWriter` spills each process's vectors to `shard-r<rank>-<part>.npz` in the spill directory, each file written
+whole (temp file + rename), and keeps the processes in step in the hooks Lightning runs on every process, one with no
+batch included (setup, teardown):
+- setup: rank 0 removes an earlier encoding's spills and manifests, then a barrier (no process deletes another's
+  work); rank 0's random token for this encoding is broadcast to all.
+- teardown: each process flushes its last rows, writes `manifest-r<rank>.json` (the token, the number of processes,
+  its spill files and their rows; a process with no batch lists none), then a barrier.
+Only after that barrier does global rank 0 merge (`merge_spills`), checking what it reads: every process's manifest,
+all with this encoding's token; every listed spill present, readable and holding the rows listed; no other file in
+the directory (a second copy of a spill is refused, not skipped); every document position exactly once. Anything else
+is one DataError naming the file and what was expected. The merged matrix does not depend on the number of
 processes: every batch is the same batch, whichever process encodes it.
 """
 
 from __future__ import annotations
 
+import json
+import uuid
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,9 +36,21 @@ import pytorch_lightning as pl
 import scipy.sparse as sp
 import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
+from vtlab.core.atomic import atomic_write_bytes, write_json
+from vtlab.core.errors import DataError
 from vtlab.models.encoder import SpladeEncoder, dense_to_csr
+
+_SPILLS = ("shard-r*.npz", "manifest-r*.json", ".shard-r*", ".manifest-r*")  # with a killed writer's temp files
+
+
+def spill_name(rank: int, part: int) -> str:
+    return f"shard-r{rank:04d}-{part:05d}.npz"
+
+
+def manifest_name(rank: int) -> str:
+    return f"manifest-r{rank:04d}.json"
 
 
 class TextBatches(Dataset):
@@ -81,14 +108,51 @@ class EncodeModule(pl.LightningModule):
         return batch["positions"].cpu().numpy(), dense_to_csr(w)
 
 
+class DealtBatches(Sampler[int]):
+    """Batch indices 0..n-1 dealt to `world` processes in turn: rank r gets r, r+world, r+2*world, ... (maybe none)."""
+
+    def __init__(self, n: int, rank: int, world: int) -> None:
+        self.indices = range(rank, n, world)
+
+    def __iter__(self) -> Any:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class CorpusBatches(pl.LightningDataModule):
+    """The predict DataLoader of a `TextBatches`, made once the process knows its rank: its `DealtBatches` share."""
+
+    def __init__(self, data: TextBatches, num_workers: int = 0) -> None:
+        super().__init__()
+        self.data, self.num_workers = data, int(num_workers)
+        self.allow_zero_length_dataloader_with_multiple_devices = True  # a process may get no batch
+
+    def predict_dataloader(self) -> DataLoader:
+        sampler = DealtBatches(len(self.data), self.trainer.global_rank, self.trainer.world_size)
+        return DataLoader(self.data, batch_size=None, sampler=sampler, num_workers=self.num_workers)
+
+
 class ShardWriter(BasePredictionWriter):
-    """Spills each process's (positions, CSR) to `shard-r<rank>-<part>.npz` every `rows` rows."""
+    """Spills each process's (positions, CSR rows) to `shard-r<rank>-<part>.npz` every `rows` rows, and writes its
+    manifest at the end; clears the directory first and waits for all processes at both ends (module docstring)."""
 
     def __init__(self, out_dir: str | Path, rows: int = 65536) -> None:
         super().__init__(write_interval="batch")
         self.out_dir, self.rows = Path(out_dir), int(rows)
+        self.token = uuid.uuid4().hex  # every process's is rank 0's once setup has run
         self._pending: list[tuple[np.ndarray, sp.csr_matrix]] = []
-        self._part = 0
+        self._parts: list[tuple[str, int]] = []
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if trainer.is_global_zero:
+            for pattern in _SPILLS:
+                for old in self.out_dir.glob(pattern):
+                    old.unlink()
+        trainer.strategy.barrier("vtlab: spills cleared")
+        self.token = trainer.strategy.broadcast(self.token)
+        self._pending, self._parts = [], []
 
     def write_on_batch_end(
         self,
@@ -104,35 +168,112 @@ class ShardWriter(BasePredictionWriter):
         if sum(m.shape[0] for _, m in self._pending) >= self.rows:
             self._flush(trainer.global_rank)
 
-    def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._flush(trainer.global_rank)
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        rank = trainer.global_rank
+        self._flush(rank)
+        parts = [{"file": name, "rows": rows} for name, rows in self._parts]
+        manifest = {"token": self.token, "rank": rank, "world_size": trainer.world_size, "parts": parts}
+        write_json(self.out_dir / manifest_name(rank), manifest)
+        trainer.strategy.barrier("vtlab: spills written")
 
     def _flush(self, rank: int) -> None:
         if not self._pending:
             return
-        self.out_dir.mkdir(parents=True, exist_ok=True)
         positions = np.concatenate([p for p, _ in self._pending])
         m = sp.vstack([m for _, m in self._pending], format="csr")
-        path = self.out_dir / f"shard-r{rank:04d}-{self._part:05d}.npz"
-        np.savez(path, positions=positions, data=m.data, indices=m.indices, indptr=m.indptr, shape=m.shape)
-        self._pending, self._part = [], self._part + 1
+        name = spill_name(rank, len(self._parts))
+        arrays = {"positions": positions, "data": m.data, "indices": m.indices, "indptr": m.indptr, "shape": m.shape}
+        atomic_write_bytes(self.out_dir / name, lambda f: np.savez(f, **arrays))
+        self._pending = []
+        self._parts.append((name, len(positions)))
 
 
-def merge_shards(shard_dir: str | Path, n_docs: int) -> sp.csr_matrix:
-    """All shards → one CSR in corpus order; each position kept once; every position must be present."""
-    parts, positions = [], []
-    for path in sorted(Path(shard_dir).glob("shard-r*.npz")):
-        z = np.load(path)
-        parts.append(sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"])))
-        positions.append(z["positions"])
-    if not parts:
-        raise RuntimeError(f"{shard_dir}: no shards were written")
-    stacked = sp.vstack(parts, format="csr")
-    pos = np.concatenate(positions)
-    first = np.unique(pos, return_index=True)[1]  # rows sorted by position, first occurrence of each
-    if pos[first].size != n_docs or not np.array_equal(pos[first], np.arange(n_docs)):
-        raise RuntimeError(f"{shard_dir}: shards hold {pos[first].size} of {n_docs} documents")
-    out = stacked[first]
+def _read_manifest(shard_dir: Path, rank: int, token: str, world: int | None) -> dict[str, Any]:
+    """Rank `rank`'s manifest, checked: this encoding's token, this rank, `world` processes (None: any), its spills
+    named in order; with "parts" as (path, rows)."""
+    path = shard_dir / manifest_name(rank)
+    expected = f"expected rank {rank}'s manifest of the encoding with token {token}"
+    try:
+        m = json.loads(path.read_text())
+        m["parts"] = [(shard_dir / str(p["file"]), int(p["rows"])) for p in m["parts"]]
+        m["world_size"] = int(m["world_size"])
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing; {expected}") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{path}: unreadable ({type(e).__name__}: {e}); {expected}") from None
+    if m.get("token") != token:
+        raise DataError(f"{path}: written by another encoding (token {m.get('token')}); {expected}")
+    if m.get("rank") != rank or (world is not None and m["world_size"] != world):
+        raise DataError(f"{path}: says rank {m.get('rank')} of {m['world_size']}; {expected}, one of {world}")
+    names = [p.name for p, _ in m["parts"]]
+    if names != [spill_name(rank, i) for i in range(len(names))]:
+        raise DataError(f"{path}: lists the spills {names}; expected {spill_name(rank, 0)}, ... numbered in order")
+    return m
+
+
+def _read_manifests(shard_dir: Path, token: str) -> tuple[int, list[tuple[Path, int]]]:
+    """Every process's manifest (rank 0's says how many processes): that number, and all their spills as
+    (path, rows), rank by rank."""
+    first = _read_manifest(shard_dir, 0, token, None)
+    world = first["world_size"]
+    manifests = [first, *(_read_manifest(shard_dir, r, token, world) for r in range(1, world))]
+    return world, [part for m in manifests for part in m["parts"]]
+
+
+def _refuse_strays(shard_dir: Path, listed: set[str]) -> None:
+    """DataError naming the first file of `shard_dir` the manifests do not list (temp files, hidden, are skipped)."""
+    for path in sorted(shard_dir.iterdir()):
+        if not path.name.startswith(".") and path.name not in listed:
+            raise DataError(
+                f"{path}: not listed by this encoding's manifests (expected only manifest-r*.json and the "
+                f"{sum(n.startswith('shard-r') for n in listed)} spills they list): a second copy of a spill, "
+                "or another encoding's file; remove it"
+            )
+
+
+def _read_spill(path: Path, rows: int) -> tuple[np.ndarray, sp.csr_matrix]:
+    """A spill's (positions, CSR rows), checked to hold the `rows` documents its manifest lists."""
+    expected = f"expected the positions and CSR rows of {rows} documents, as its manifest lists"
+    try:
+        with np.load(path) as z:
+            positions = z["positions"]
+            m = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(int(s) for s in z["shape"]))
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing; {expected}") from None
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as e:
+        raise DataError(f"{path}: unreadable ({type(e).__name__}: {e}); {expected}") from None
+    if positions.shape != (rows,) or m.shape[0] != rows:
+        raise DataError(f"{path}: holds {positions.size} positions and {m.shape[0]} rows; {expected}")
+    return positions, m
+
+
+def _corpus_order(shard_dir: Path, positions: np.ndarray, n_docs: int) -> np.ndarray:
+    """The row order that puts `positions` in corpus order; DataError unless they are 0..n_docs-1, each once."""
+    order = np.argsort(positions, kind="stable")
+    if np.array_equal(positions[order], np.arange(n_docs)):
+        return order
+    found, counts = np.unique(positions, return_counts=True)
+    missing = np.setdiff1d(np.arange(n_docs), found)
+    raise DataError(
+        f"{shard_dir}: the spills hold {positions.size} rows for {n_docs} documents ({missing.size} positions "
+        f"missing, {int((counts > 1).sum())} repeated, {int((found >= n_docs).sum() + (found < 0).sum())} out of "
+        "range); expected every document position exactly once"
+    )
+
+
+def merge_spills(shard_dir: str | Path, n_docs: int, token: str) -> sp.csr_matrix:
+    """The spills of the encoding `token` in `shard_dir` → one CSR in corpus order, checked (module docstring)."""
+    shard_dir = Path(shard_dir)
+    world, parts = _read_manifests(shard_dir, token)
+    _refuse_strays(shard_dir, {manifest_name(r) for r in range(world)} | {path.name for path, _ in parts})
+    spills = [_read_spill(path, rows) for path, rows in parts]
+    if not spills:
+        raise DataError(f"{shard_dir}: no spill files were written; expected the rows of {n_docs} documents")
+    width = {m.shape[1] for _, m in spills}
+    if len(width) > 1:
+        raise DataError(f"{shard_dir}: spills of {sorted(width)} columns; expected one vocabulary size")
+    order = _corpus_order(shard_dir, np.concatenate([p for p, _ in spills]), n_docs)
+    out = sp.vstack([m for _, m in spills], format="csr")[order]
     out.sort_indices()
     return out
 
@@ -151,25 +292,26 @@ def encode_corpus(
 ) -> sp.csr_matrix | None:
     """Encode `texts` with `trainer.predict` (any Lightning strategy); the merged CSR on rank 0, None elsewhere.
 
-    trainer_kwargs: pl.Trainer arguments (accelerator, devices, strategy, ...); logging and checkpointing are off.
+    trainer_kwargs: pl.Trainer arguments (accelerator, devices, strategy, ...; its callbacks run before the spill
+    writer's); logging, checkpointing and Lightning's distributed sampler are off.
     window: length-sort within windows of this many batches (None: the whole corpus; see the module docstring).
+    Spills go to <work_dir>/shards/.
     """
-    work_dir = Path(work_dir)
-    shard_dir = work_dir / "shards"
-    for old in shard_dir.glob("shard-r*.npz"):  # a previous run's shards would be merged in
-        old.unlink()
+    shard_dir = Path(work_dir) / "shards"
     data = TextBatches(texts, encoder.tokenizer, encoder.max_length[side], batch_size, encoder.preprocess, window)
-    loader = DataLoader(data, batch_size=None, shuffle=False, num_workers=num_workers, persistent_workers=False)
+    writer = ShardWriter(shard_dir, shard_rows)
     kwargs = {"accelerator": "cpu", "devices": 1, **(trainer_kwargs or {})}
     kwargs.update(
         logger=False,
         enable_checkpointing=False,
         enable_model_summary=False,
-        callbacks=[ShardWriter(shard_dir, shard_rows)],
+        use_distributed_sampler=False,  # DealtBatches deals the batches
+        callbacks=[*(kwargs.get("callbacks") or []), writer],
     )
     kwargs.setdefault("enable_progress_bar", False)
     trainer = pl.Trainer(**kwargs)
-    trainer.predict(EncodeModule(encoder, side, threads), dataloaders=loader, return_predictions=False)
+    module = EncodeModule(encoder, side, threads)
+    trainer.predict(module, datamodule=CorpusBatches(data, num_workers), return_predictions=False)
     if not trainer.is_global_zero:
         return None
-    return merge_shards(shard_dir, len(texts))
+    return merge_spills(shard_dir, len(texts), writer.token)

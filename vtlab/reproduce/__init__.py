@@ -5,6 +5,7 @@
                                                        # the default tables at their seeds, with the gates
     python -m vtlab.reproduce --tables real-case       # an optional table (here with the references it needs)
     python -m vtlab.reproduce --scale paper            # the authors' recipe through hydra/launcher=slurm (GPUs, hub)
+    python -m vtlab.reproduce --tables real-case --preset gpu   # a table's recipe for one GPU, its time estimated
 
 Each scale's tables, in run order, with their rows and default seeds, are defined in conf/tables/<scale>.yaml: a
 table of rows runs those files of conf/experiment/<scale>/<table>/ in that order; each ablation is one experiment
@@ -30,7 +31,7 @@ from omegaconf import OmegaConf
 from vtlab.core.errors import VtlabError
 from vtlab.report import selection
 from vtlab.report.discovery import EXPLORATORY_FILE, write_exploratory
-from vtlab.reproduce import gates, paper_plan
+from vtlab.reproduce import gates, paper_plan, presets
 from vtlab.reproduce.learning import learning_gate, pilot, row_metric
 from vtlab.reproduce.selecting import select_settings, selection_dirs
 from vtlab.reproduce.tables import (
@@ -104,6 +105,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sensitivity",
         action="store_true",
         help="also run each table's teacher sensitivity (`sensitivity` in conf/tables/<scale>.yaml)",
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(presets.PRESETS),
+        default=None,
+        help="a table's recipe for another machine (vtlab/reproduce/presets.py), its time estimated before it starts",
     )
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     p.add_argument("extra", nargs="*", help="extra Hydra overrides for every job, e.g. trainer.max_steps=50")
@@ -202,6 +209,22 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    preset, extra = None, list(args.extra)
+    if args.preset is not None:
+        preset = presets.PRESETS[args.preset]
+        if args.scale != "testbed" or not set(tables) <= set(preset.tables):
+            print(
+                f"vtlab: error: --preset {args.preset}: written for --tables {','.join(preset.tables)} at the "
+                f"testbed scale ({preset.what}), not {args.scale} {','.join(tables)}",
+                file=sys.stderr,
+            )
+            return 2
+        extra = presets.with_extra(preset, extra)
+        for table in tables:
+            n = args.seeds if args.seeds is not None else table_seeds(args.scale, table)[0]
+            spec = selection_spec(args.scale, table) or {}
+            est = presets.estimate(preset, args.scale, table, spec, n, list(args.extra), args.pilot)
+            print(presets.render(preset, args.preset, table, est, args.pilot), flush=True)
     tables = _tables_with_needs(args.scale, tables)
     out = args.out or Path("outputs") / "reproduce" / args.scale
     launcher = args.launcher or ("slurm" if args.scale == "paper" else "parallel" if args.jobs > 1 else None)
@@ -220,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         slurm = [f"hydra.launcher.n_jobs={args.jobs}"]
 
     def run(overrides: list[str], sweep_dir: Path) -> None:
-        cmd = [sys.executable, "-m", "vtlab", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}", *args.extra]
+        mine = extra if preset is not None and presets.applies(preset, args.scale, overrides) else args.extra
+        cmd = [sys.executable, "-m", "vtlab", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}", *mine]
         if launcher:
             cmd += [f"hydra/launcher={launcher}", *slurm]
         print("+ " + " ".join(cmd), flush=True)

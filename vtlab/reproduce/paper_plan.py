@@ -25,12 +25,17 @@ ASSUMED_TFLOPS = 100.0
 # passages ~80, the longest passage of a batch of 128–256 usually 150–256. MLM spans are 128 (conf/mlm/paper.yaml).
 QUERY_TOKENS, DOC_TOKENS, MLM_TOKENS = 32, 192, 128
 # Encoder parameters without the (tied) vocabulary matrix, and the hidden size, per backbone config name.
-ENCODERS = {"bert-uncased": (86e6, 768), "modernbert": (111e6, 768), "roberta-large": (303e6, 1024)}
-NATIVE_VOCAB = {"bert-uncased": 30522, "modernbert": 50368, "roberta-large": 50265}
+ENCODERS = {
+    "bert-uncased": (86e6, 768),
+    "modernbert": (111e6, 768),
+    "roberta-large": (303e6, 1024),
+    "e5-small": (21.4e6, 384),  # 12 layers of hidden 384 and the head's transform (the real-case table's)
+}
+NATIVE_VOCAB = {"bert-uncased": 30522, "modernbert": 50368, "roberta-large": 50265, "e5-small": 47284}
 # Vocabularies that keep the backbone's own output rows (vocab=native, lowercase, blank-prefix-lower, lowercase-masked:
 # a masked row is still projected), and the size of each pretrained transfer target.
 OWN_ROWS = ("vtlab.vocab.targets.NativeVocab", "vtlab.vocab.masked_outputs.CasedOutputsMasked")
-TARGET_VOCAB = {"bert-uncased": 30522}
+TARGET_VOCAB = {"bert-uncased": 30522, "minilm-bert-uncased": 30522}
 
 
 @dataclass(frozen=True)
@@ -84,14 +89,19 @@ def output_rows(cfg: DictConfig) -> int:
     )
 
 
-def step_flops(cfg: DictConfig) -> tuple[float, float]:
-    """(FLOPs of one fine-tuning step of the global batch, FLOPs of one MLM step of 2048 spans)."""
+def token_flops(cfg: DictConfig) -> float:
+    """FLOPs per token of one training step: forward + backward of the encoder and the head, which projects every
+    position onto the run's output rows."""
     name = str(cfg.backbone.name)
     if name not in ENCODERS:
         raise ConfigError(f"backbone={name}: no size known to vtlab.reproduce.paper_plan (known: {sorted(ENCODERS)})")
     params, hidden = ENCODERS[name]
-    vocab = output_rows(cfg)
-    per_token = 6 * (params + hidden * vocab)  # forward + backward; the head projects every position
+    return 6 * (params + hidden * output_rows(cfg))
+
+
+def step_flops(cfg: DictConfig) -> tuple[float, float]:
+    """(FLOPs of one fine-tuning step of the global batch, FLOPs of one MLM step of 2048 spans)."""
+    per_token = token_flops(cfg)
     group = 1 + int(cfg.data.num_negatives)
     q_side = 0 if str(cfg.model._target_).endswith("InferenceFreeModule") else QUERY_TOKENS
     tokens = int(cfg.paper.global_batch) * (q_side + group * DOC_TOKENS)

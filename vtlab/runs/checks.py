@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationToMissingValueError
 
 from vtlab.core.choices import (
@@ -281,11 +281,66 @@ def values(cfg: DictConfig, key: str) -> Iterator[tuple[str, Any]]:
 
 
 def check_config(cfg: DictConfig, checks: dict[str, Rule] = CHECKS) -> None:
-    """ConfigError for the first value in `cfg` that its rule in `checks` refuses, then for a name or an output path
-    that would leave its root or replace an input (vtlab.runs.paths)."""
+    """ConfigError for a GPU count that does not divide the paper's global batches (before a value derived from them
+    is resolved), then for the first value in `cfg` that its rule in `checks` refuses, then for a name or an output
+    path that would leave its root or replace an input (vtlab.runs.paths)."""
+    check_paper_batches(cfg)
     for key, rule in checks.items():
         for full, value in values(cfg, key):
             if not rule.accepts(value):
                 shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
                 raise ConfigError(f"{full}={shown!r}: expected {rule.expected}", key=full)
     check_paths(cfg)
+
+
+# ---- the paper's global batches on any GPU count (conf/experiment/paper/base.yaml, adaptation.yaml)
+
+# (the global batch, the per-device batch it is made of) of the paper rows; a row without MLM has no paper.mlm_*
+PAPER_BATCHES = {"paper.global_batch": None, "paper.mlm_global_batch": "mlm.batch_size"}
+
+
+def device_count(devices: Any) -> int | None:
+    """The devices a Trainer's `devices` asks for when it names them: a count, or a list of ids; None for "auto", -1
+    or an id string (Lightning counts those itself)."""
+    if _is_int(devices):
+        return devices if devices >= 0 else None
+    if isinstance(devices, (list, ListConfig)):
+        return len(devices)
+    return None
+
+
+def check_paper_batches(cfg: DictConfig) -> None:
+    """A paper row's global batches (paper.global_batch queries, paper.mlm_global_batch spans) are split over
+    trainer.devices × trainer.num_nodes by interpolation (data.batch_size, mlm.accumulate_grad_batches): one line
+    naming the counts that work when the row's GPU count leaves a remainder."""
+    totals = {key: OmegaConf.select(cfg, key) for key in PAPER_BATCHES}
+    if totals["paper.global_batch"] is None:
+        return
+    devices, nodes = OmegaConf.select(cfg, "trainer.devices"), OmegaConf.select(cfg, "trainer.num_nodes", default=1)
+    if device_count(devices) is None or isinstance(devices, (list, ListConfig)) or not _is_int(nodes) or nodes < 1:
+        raise ConfigError(
+            f"trainer.devices={devices!r} × trainer.num_nodes={nodes!r}: the paper's global batch is split over a "
+            "number of GPUs; set it with ++paper.gpus=N (and hydra.launcher.gpus_per_node=N under SLURM)",
+            key="paper.gpus",
+        )
+    parts: dict[str, tuple[int, int]] = {}  # key → (global batch, per-device batch)
+    for key, per in PAPER_BATCHES.items():
+        if totals[key] is not None:
+            parts[key] = (int(totals[key]), int(OmegaConf.select(cfg, per)) if per else 1)
+
+    def splits(gpus: int) -> bool:
+        return gpus >= 1 and all(total % (per * gpus * nodes) == 0 for total, per in parts.values())
+
+    if splits(devices):
+        return
+    counts = ", ".join(str(n) for n in range(1, parts["paper.global_batch"][0] + 1) if splits(n))
+    batches = "; ".join(
+        f"{key}={total}" + (f" of {PAPER_BATCHES[key]}={per} per GPU" if PAPER_BATCHES[key] else "")
+        for key, (total, per) in parts.items()
+    )
+    raise ConfigError(
+        f"paper.gpus={OmegaConf.select(cfg, 'paper.gpus')} (trainer.devices={devices} × trainer.num_nodes={nodes}) "
+        f"does not divide the paper's global batches ({batches}); use ++paper.gpus=N "
+        f"hydra.launcher.gpus_per_node=N with N one of {counts or 'none: change the per-GPU batch'}",
+        key="paper.gpus",
+    )

@@ -3,10 +3,12 @@ or any model is imported, so a mistake is one `vtlab: error:` line (exit 2) and 
 it will do and where it writes.
 
 Found here: a misspelt key or choice (vtlab.runs.overrides), `+key=` on a key the config has, any other composition
-error, `--cfg` with a sweep (`-m`), and each value, name and output path vtlab.runs.checks refuses (a sweep: each
-swept value, the others at their first value), but trainer.precision, whose choices are Lightning's. That one, and
-what needs the data or the run directory (a resume, a finished run, a broken eval set), is the run's admission's
-(vtlab.stages.admission), seconds later.
+error, `--cfg` with a sweep (`-m`), each value, name and output path vtlab.runs.checks refuses (a sweep: each
+swept value, the others at their first value), but trainer.precision, whose choices are Lightning's, a GPU count that
+does not divide the paper's global batches, and a launch torch or Lightning would refuse inside the run (a SLURM
+launcher's tasks against trainer.devices, a GPU accelerator with the CPU build of torch, read from torch's version.py
+as text). trainer.precision, the process's GPUs and SLURM allocation, and what needs the data or the run directory (a
+resume, a finished run, a broken eval set), are the run's admission's (vtlab.stages.admission), seconds later.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vtlab.core.errors import VtlabError, one_line
 from vtlab.runs.checks import CHECKS, Deferred, check_config
+from vtlab.runs.launch import check_launch
 from vtlab.runs.overrides import bad_override, command_line_overrides
 
 MULTIRUN = {"-m", "--multirun"}
@@ -87,6 +90,7 @@ def checked(argv: Sequence[str], conf_dir: Path) -> tuple[str | None, DictConfig
                 with open_dict(cfg):
                     cfg.paths.run_dir = run_dir_of(cfg)
                 check_config(cfg, QUICK_CHECKS)
+                check_launch(cfg)
                 composed = composed or cfg
     except VtlabError as err:
         return one_line(err).removeprefix("vtlab: error: "), None

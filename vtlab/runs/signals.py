@@ -34,6 +34,7 @@ from vtlab.runs.directory import earlier_outputs
 # a batch system's warning (USR1/USR2; under SLURM with auto-requeue, Lightning takes USR1 over while fitting)
 CAUGHT = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _deferring = False
+_stopping = False
 log = logging.getLogger("vtlab")
 _pending: list[int] = []
 _received: list[int] = []
@@ -56,7 +57,12 @@ def _raise(signum: int) -> None:
 
 
 def raise_terminated(signum: int, frame: Any) -> None:
-    """The handler of every caught signal (and of SIGINT while training): raise it, or note it while training."""
+    """The handler of every caught signal (and of SIGINT while training): raise it, or note it while training. Once
+    the run stops for an agreed signal (`raise_pending`), a later one is only logged: the stop under way writes the
+    run's status (another rank ending first may send one)."""
+    if _stopping:
+        log.warning("%s received while the run stops: ignored", signal.Signals(signum).name)
+        return
     _received.append(int(signum))
     if _deferring and not _pending:
         _pending.append(int(signum))
@@ -69,11 +75,22 @@ def raise_terminated(signum: int, frame: Any) -> None:
     _raise(signum)
 
 
+def take_over() -> None:
+    """vtlab's handler in charge again of every caught signal it was in charge of: Lightning installs its own at the
+    start of a fit (a SIGTERM handler that broadcasts inside the handler); it restores the previous ones, vtlab's, at
+    the fit's end."""
+    for signum in CAUGHT:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, raise_terminated)
+
+
 def catch_signals() -> None:
     """Every signal in CAUGHT raises Terminated with its number (SIGINT is Python's KeyboardInterrupt already). One
     the process was started ignoring stays ignored: `nohup` ignores HUP so that a run outlives its terminal. An
     interruption raised inside a finaliser is delivered again (`redeliver_swallowed`)."""
+    global _stopping
     heeded()  # a new run: nothing received yet
+    _stopping = False
     for signum in CAUGHT:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, raise_terminated)
@@ -135,11 +152,21 @@ def pending() -> int | None:
     return _pending[0] if _pending else None
 
 
-def raise_pending() -> None:
-    """Raise the noted signal (after the caller wrote its checkpoint); nothing when none is noted."""
-    if _pending:
-        signum = _pending[0]
+def agreed(most: Callable[[int], int]) -> int | None:
+    """The signal noted on any of the run's processes, the same on every one: `most` is the world's maximum over the
+    ranks (vtlab.runs.world.World.most), called by every rank at the same step boundary."""
+    return most(pending() or 0) or None
+
+
+def raise_pending(signum: int | None = None) -> None:
+    """Raise `signum` (the agreed signal) or the noted one, after the caller wrote its checkpoint; nothing when there
+    is none. A rank that received no signal raises the agreed one: every rank stops at the same step."""
+    global _stopping
+    signum = signum or (_pending[0] if _pending else None)
+    if signum:
         defer_signals(False)
+        _stopping = True
+        heeded()
         _raise(signum)
 
 

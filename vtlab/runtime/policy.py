@@ -3,8 +3,9 @@
 An encoder (vtlab.models.encoder) tokenizes, runs its networks and pools; it asks its ComputePolicy which precision
 encode() runs (`model.encoder.precision`: fp32, bf16, int8, `native` by the CPU's flags, or `auto`, timed once per
 model on probe texts the encoder is given), the context its forward passes run under, and the masked max of the MLM
-logits — computed in cache-sized tiles or by a fused CPU kernel (vtlab.runtime.pooling), by the network's int8 copy
-inside int8 mode (vtlab.runtime.quantize), with the body in row chunks (vtlab.runtime.body).
+logits — on the CPU in cache-sized tiles or by a fused kernel, on an accelerator in large column blocks
+(vtlab.runtime.pooling), by the network's int8 copy inside int8 mode (vtlab.runtime.quantize), with the body in row
+chunks (vtlab.runtime.body).
 """
 
 from __future__ import annotations

@@ -20,6 +20,15 @@ The backward pass only needs the argmax position of each (b, v): d max / d logit
 gradient is non-zero only where the term is active (relu'(z) = 0 elsewhere), typically a few hundred terms per text,
 so backward recomputes the logits of just those terms over the positions to find the argmax, and the gradient w.r.t.
 the hidden states and the decoder weight is a sparse scatter instead of a dense B×L×V product.
+
+On an accelerator (any device but the CPU: `max_logits` picks the path by `device.type`) that design would be a
+Python loop of small kernels with a host sync per tile (the all-pad checks, nonzero). There `block_max_logits` runs
+the vocabulary in a few large column blocks, sized from the shapes alone by a memory budget (`block_columns`): per
+block one GEMM over every position of the batch, the pad positions set to -inf, a max over positions that also
+keeps the arg-max position. Backward scatters each block's incoming gradient to those positions (a [B, L, columns]
+block that is zero elsewhere) and multiplies it by the weight block (gradient w.r.t. the hidden states) and by the
+hidden states (w.r.t. the weight block): two GEMMs per block. Nothing reads a device value on the host, so a step
+queues its kernels without waiting for the device.
 """
 
 from __future__ import annotations
@@ -42,6 +51,11 @@ DEFAULT_CHUNK_BYTES = 4 * 2**20
 TILE_COLUMNS = 2048
 # Gradient entries processed at once in backward (bounds the K×H temporaries).
 _BACKWARD_CHUNK = 65536
+# The accelerator path (block_max_logits): bytes of one [B, L, columns] block of logits (forward) or of scattered
+# gradient (backward), the one temporary of B·L rows it allocates.
+BLOCK_BYTES = 256 * 2**20
+# Column blocks are a multiple of this many columns (GEMM-friendly widths) where the budget allows that many.
+BLOCK_ALIGN = 128
 # The max over positions of a bf16 tile in C (vtlab/runtime/maxpool.c); torch's amax without it and for fp32, where
 # torch's own (multi-threaded) amax is faster than one thread of the kernel.
 MAX_KERNEL = Kernel(
@@ -212,17 +226,108 @@ class MaskedMaxLogits(torch.autograd.Function):
         return grad_hidden, grad_weight, grad_bias, None, None
 
 
+def block_columns(batch: int, length: int, vocab: int, element_size: int, block_bytes: int = BLOCK_BYTES) -> int:
+    """Vocabulary columns per block of the accelerator path: as many as keep a [batch, length, columns] block of
+    `element_size`-byte values within `block_bytes`, rounded down to a multiple of BLOCK_ALIGN where that leaves at
+    least one multiple (at least 1, at most `vocab`)."""
+    cols = block_bytes // max(1, batch * length * element_size)
+    if cols >= BLOCK_ALIGN:
+        cols -= cols % BLOCK_ALIGN
+    return max(1, min(vocab, cols))
+
+
+class BlockMaxLogits(torch.autograd.Function):
+    """MaskedMaxLogits for an accelerator: the same z[b, v], in large column blocks with no host sync (module)."""
+
+    @staticmethod
+    def forward(
+        ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, mask: Tensor, block_bytes: int, track: bool
+    ) -> Tensor:
+        B, L, H = hidden.shape
+        V = weight.shape[0]
+        w = weight.to(hidden.dtype)  # the GEMM runs in hidden's dtype (bf16 under autocast), like the CPU path
+        x = hidden.reshape(B * L, H)
+        pad = ~mask.bool().reshape(B, L, 1)
+        cols = block_columns(B, L, V, hidden.element_size(), block_bytes)
+        buf = hidden.new_empty(B * L * cols)
+        # the max of bf16/fp16 logits is exact; it and the bias after it are fp32 (fp64 for fp64)
+        best = hidden.new_empty((B, V), dtype=torch.promote_types(hidden.dtype, torch.float32))
+        pos = hidden.new_empty((B, V), dtype=torch.long) if track else None  # arg-max position, for backward
+        for v0 in range(0, V, cols):
+            v1 = min(v0 + cols, V)
+            block = torch.mm(x, w[v0:v1].t(), out=buf[: B * L * (v1 - v0)].view(B * L, v1 - v0))
+            block = block.view(B, L, v1 - v0).masked_fill_(pad, float("-inf"))
+            if pos is None:
+                best[:, v0:v1] = block.amax(dim=1)
+            else:
+                values, where = block.max(dim=1)
+                best[:, v0:v1] = values
+                pos[:, v0:v1] = where
+        if bias is not None:
+            best += bias.to(best.dtype)
+        ctx.save_for_backward(hidden, w, pos)
+        ctx.has_bias, ctx.block_bytes, ctx.weight_dtype = bias is not None, block_bytes, weight.dtype
+        return best
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        hidden, w, pos = ctx.saved_tensors
+        assert pos is not None  # a graph exists only when forward tracked (block_max_logits)
+        B, L, H = hidden.shape
+        V = w.shape[0]
+        acc = torch.promote_types(hidden.dtype, torch.float32)
+        x = hidden.reshape(B * L, H)
+        g = grad_out.to(hidden.dtype)  # the scattered block is multiplied in the GEMM's dtype
+        cols = block_columns(B, L, V, hidden.element_size(), ctx.block_bytes)
+        buf = hidden.new_empty(B * L * cols)
+        grad_hidden = x.new_zeros((B * L, H), dtype=acc) if ctx.needs_input_grad[0] else None
+        grad_weight = x.new_empty((V, H), dtype=acc) if ctx.needs_input_grad[1] else None
+        for v0 in range(0, V, cols):
+            v1 = min(v0 + cols, V)
+            # d z[b, v] / d logit[b, i, v] is one-hot at the arg-max position i = pos[b, v]
+            onehot = buf[: B * L * (v1 - v0)].view(B, L, v1 - v0).zero_()
+            onehot.scatter_(1, pos[:, None, v0:v1], g[:, None, v0:v1])
+            flat = onehot.view(B * L, v1 - v0)
+            if grad_hidden is not None:
+                grad_hidden += flat @ w[v0:v1]
+            if grad_weight is not None:
+                grad_weight[v0:v1] = flat.t() @ x
+        if grad_hidden is not None:
+            grad_hidden = grad_hidden.view(B, L, H).to(hidden.dtype)
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(ctx.weight_dtype)
+        grad_bias = grad_out.sum(0) if (ctx.has_bias and ctx.needs_input_grad[2]) else None
+        return grad_hidden, grad_weight, grad_bias, None, None, None
+
+
+def _outside_autocast(apply: Callable[..., Tensor], hidden: Tensor, *args: Any) -> Tensor:
+    """apply(hidden, *args), with hidden cast to the autocast dtype where autocast is on for its device: autocast does
+    not reach inside a custom Function (and refuses out= matmuls)."""
+    device = hidden.device.type
+    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        with torch.autocast(device, enabled=False):
+            return apply(hidden.to(dtype), *args)
+    return apply(hidden, *args)
+
+
 def max_logits(
     hidden: Tensor, weight: Tensor, bias: Tensor | None, mask: Tensor, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> Tensor:
-    """Masked max over positions of the MLM logits, shape [B, V], without a B×L×V tensor."""
-    device = hidden.device.type
-    if torch.is_autocast_enabled(device):
-        # autocast does not reach inside a custom Function (and refuses out= matmuls): cast explicitly instead
-        dtype = torch.get_autocast_dtype(device)
-        with torch.autocast(device, enabled=False):
-            return MaskedMaxLogits.apply(hidden.to(dtype), weight, bias, mask, chunk_bytes)
-    return MaskedMaxLogits.apply(hidden, weight, bias, mask, chunk_bytes)
+    """Masked max over positions of the MLM logits, shape [B, V], without a B×L×V tensor: on the CPU in cache-sized
+    tiles of `chunk_bytes` (or a fused kernel), on any other device in large column blocks (block_max_logits)."""
+    if hidden.device.type != "cpu":
+        return block_max_logits(hidden, weight, bias, mask)
+    return _outside_autocast(MaskedMaxLogits.apply, hidden, weight, bias, mask, chunk_bytes)
+
+
+def block_max_logits(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, mask: Tensor, block_bytes: int = BLOCK_BYTES
+) -> Tensor:
+    """max_logits as an accelerator computes it (the path max_logits takes off the CPU; callable on any device): one
+    GEMM and one masked max per block of `block_columns` vocabulary columns, no host sync in forward or backward."""
+    track = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
+    return _outside_autocast(BlockMaxLogits.apply, hidden, weight, bias, mask, block_bytes, track)
 
 
 def tiled_max_logits(hidden: Tensor, head: TileLogits, mask: Tensor, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tensor:

@@ -96,7 +96,7 @@ def auto_candidates(device: str | torch.device = "cpu", flags: Iterable[str] | N
     if forced is not None:
         return (forced,)
     if torch.device(device).type != "cpu":
-        return ("fp32",)  # GPUs choose via trainer.precision
+        return (accelerator_precision(device),)
     flags = cpu_flags() if flags is None else frozenset(flags)
     return tuple(p for p in PREFERENCE if native(p, flags))
 
@@ -105,8 +105,15 @@ def native_precision(device: str | torch.device = "cpu", flags: Iterable[str] | 
     """`native`: bf16 where `device` is a CPU whose `flags` (default this one's) compute it in hardware, else fp32; not
     changed by $VTLAB_AUTO_PRECISION (which is about `auto`)."""
     if torch.device(device).type != "cpu":
-        return "fp32"  # GPUs choose via trainer.precision
+        return accelerator_precision(device)
     return "bf16" if native_bf16(cpu_flags() if flags is None else flags) else "fp32"
+
+
+def accelerator_precision(device: str | torch.device) -> str:
+    """What `auto` and `native` run on an accelerator: bf16 where it computes bf16 in hardware (a CUDA GPU of compute
+    capability 8.0 or later: A100, H100, ...), as training does under `trainer=gpu` (bf16-mixed), else fp32."""
+    cuda = torch.device(device).type == "cuda" and torch.cuda.is_available()
+    return "bf16" if cuda and torch.cuda.is_bf16_supported(including_emulation=False) else "fp32"
 
 
 def trainer_precision(precision: Any, accelerator: Any = "cpu", flags: Iterable[str] | None = None) -> Any:

@@ -2,7 +2,9 @@
 stage runs or anything of the run is written.
 
 1. keys and values: each value of the wrong kind or range, each name or output path that would leave its root
-   (vtlab.runs.checks, vtlab.runs.paths); an override no stage reads is one warning (vtlab.runs.reads);
+   (vtlab.runs.checks, vtlab.runs.paths), a GPU accelerator torch cannot use here and a SLURM job shape Lightning
+   would refuse (vtlab.runs.launch.check_launch_environment); an override no stage reads is one warning
+   (vtlab.runs.reads);
 2. the run directory: its lock (another process in it is refused), then an earlier run there (finished: refused;
    interrupted: resumed; overwrite=true: replaced) (vtlab.runs.directory);
 3. a resume: the interrupted run's recorded config and input files against this run's, each read once
@@ -33,6 +35,7 @@ from vtlab.data.preflight import preflight
 from vtlab.runs.checks import check_config
 from vtlab.runs.directory import clear_earlier_run, found_before_hydra, run_dir_lock
 from vtlab.runs.inputs import record
+from vtlab.runs.launch import check_launch_environment
 from vtlab.runs.ranks import later_rank
 from vtlab.runs.reads import warn_unread_overrides
 from vtlab.runs.resume import ResumePoint, follower_point, resume_point
@@ -55,6 +58,7 @@ def admit(cfg: DictConfig, on_start: Callable[[], None] | None = None) -> Iterat
     """The ordered pass of the module docstring; the run directory stays locked until the block ends. Raises the
     first refusal (a VtlabError: one line); `on_start` runs once the run is accepted, before reuse."""
     check_config(cfg)
+    check_launch_environment(cfg)  # a GPU accelerator without a GPU, a SLURM job Lightning would refuse
     warn_unread_overrides(cfg)
     run_dir = Path(str(cfg.paths.run_dir))
     if later_rank():  # rank 0 admitted the run and holds its directory: start where it does, write nothing

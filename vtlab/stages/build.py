@@ -17,6 +17,9 @@ from vtlab.vocab.transfer import TransferOptions, transferred_backbone
 # the config keys each builder reads, for the stages' declarations (vtlab.runs.reads)
 TRANSFER_READS = ("backbone", "vocab", "init", "transfer")  # transfer_parts, run_backbone
 ENCODER_READS = ("model.encoder", *TRANSFER_READS)  # build_encoder
+# where a trainer computes and on how many processes: join_trainer, predict_trainer_kwargs
+PROCESS_KEYS = ("accelerator", "devices", "strategy", "num_nodes")
+PROCESS_READS = tuple(f"trainer.{k}" for k in PROCESS_KEYS)
 
 
 def transfer_parts(cfg: DictConfig) -> tuple[Backbone, TargetVocab, Initializer, TransferOptions]:
@@ -41,3 +44,8 @@ def build_encoder(cfg: DictConfig, state: dict[str, Any] | None = None) -> Any:
     if "backbone" not in cfg.model.encoder:
         return instantiate(cfg.model.encoder)
     return instantiate(cfg.model.encoder, backbone=run_backbone(cfg, state or {}))
+
+
+def predict_trainer_kwargs(trainer: Any) -> dict[str, Any]:
+    """The `trainer` config's keys that say where and on how many processes a `predict` runs, as set."""
+    return {k: trainer[k] for k in PROCESS_KEYS if trainer.get(k) is not None}

@@ -9,6 +9,12 @@ over the processes of one trainer and, with stage.encode.num_shards=n, over n in
 Writes <index>/ (stage.encode.dir, default <run_dir>/index): docs.npz (CSR [n_docs, vocab], float32, corpus order),
 doc_ids.json, encode.json; a job of n writes <index>/shard-<i>-of-<n>/ (its slice, and shard.json) instead, and the
 merge checks the n shards and writes <index>/docs.npz and doc_ids.json, byte-equal to one job's.
+
+With several processes, the batches are dealt to them in turn (a corpus of fewer batches than processes encodes too,
+a process with none writing an empty shard); each spills its vectors to <index>/shards/ (a job of n: under
+<index>/parts/, removed once its shard is written), and rank 0 merges them, once every process has written its
+manifest, after checking they are one complete encoding (vtlab.models.predict): the index is the same, bit for bit,
+whatever the number of processes.
 """
 
 from __future__ import annotations

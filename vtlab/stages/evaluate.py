@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
@@ -17,9 +18,10 @@ from vtlab.evaluation import EvaluationSuite, average, results_table
 from vtlab.evaluation.baseline import baseline_metrics
 from vtlab.evaluation.mteb_results import write_mteb_results
 from vtlab.export.run_encoder import encoder_from_run
-from vtlab.runs.ranks import later_rank
+from vtlab.models.spread_encoder import SpreadEncoder, serve
 from vtlab.runs.reads import reads
-from vtlab.stages.build import ENCODER_READS, build_encoder
+from vtlab.runs.world import join_trainer
+from vtlab.stages.build import ENCODER_READS, PROCESS_READS, build_encoder, predict_trainer_kwargs
 from vtlab.tracking.loggers import log_results, run_loggers
 
 log = logging.getLogger("vtlab")
@@ -37,14 +39,42 @@ def _baseline(cfg: DictConfig, evaluation, dataset: str) -> dict[str, float]:
     )
 
 
-@reads("eval", "baseline", *ENCODER_READS)
+@reads("eval", "baseline", *PROCESS_READS, *ENCODER_READS)
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
-    if cfg.eval is None or later_rank():  # after a DDP fit, rank 0 evaluates (vtlab.runs.ranks)
+    """The evaluation on the device training used (the trainer's root device, in the precision `auto` picks there:
+    bf16 on a GPU). On several processes rank 0 evaluates and every rank encodes a share of each corpus
+    (vtlab.models.spread_encoder); the later ranks write nothing."""
+    if cfg.eval is None:
         return state
+    world = join_trainer(cfg.trainer)
     run_dir = Path(cfg.paths.run_dir)
     if "reused_training_from" in state:  # an equal run's training, copied into this run's directory (vtlab.runs.reuse)
         state = {**state, "encoder": encoder_from_run(run_dir, cfg)[0]}
-    encoder = state.get("encoder") or build_encoder(cfg, state)
+    encoder = on_device(state.get("encoder") or build_encoder(cfg, state), world.device)
+    if world.size > 1:
+        spread = (encoder, world, run_dir / "eval" / ".encoding", predict_trainer_kwargs(cfg.trainer))
+        if not world.leader:
+            serve(*spread)
+            return state
+        encoder = SpreadEncoder(*spread)
+        try:
+            return _evaluate(cfg, state, run_dir, encoder)
+        finally:
+            encoder.close()
+    return _evaluate(cfg, state, run_dir, encoder)
+
+
+def on_device(encoder: Any, device: torch.device) -> Any:
+    """`encoder` moved to `device` (a model=bm25 encoder has no network: as it is), and a line saying where it
+    encodes and in which precision."""
+    if isinstance(encoder, torch.nn.Module):
+        encoder = encoder.to(device)
+        resolved = getattr(encoder, "resolved_precision", None)
+        log.info("evaluating on %s%s", device, f" in {resolved(device)}" if resolved else "")
+    return encoder
+
+
+def _evaluate(cfg: DictConfig, state: dict[str, Any], run_dir: Path, encoder: Any) -> dict[str, Any]:
     evaluation = instantiate(cfg.eval)
     datasets = evaluation.items() if isinstance(evaluation, EvaluationSuite) else [(None, evaluation)]
     with_baseline = cfg.get("baseline", False) and ("encoder" in state or instantiate(cfg.vocab).transfers)

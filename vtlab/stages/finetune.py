@@ -1,10 +1,9 @@
 """Stage `finetune`: SPLADE training with Lightning; keeps the best checkpoint by dev retrieval and exports it.
 
 Resuming (`state["resume_from"]`, set by vtlab.stages.pipeline for an interrupted run dir) continues exactly: Lightning
-restores weights, optimizer, scheduler and loop counters; the training DataLoader restores its place in the epoch
-(vtlab.data.datamodule.ResumableDataLoader); ResumeState (vtlab.callbacks.resume_state) restores the global RNG
-streams (dropout). Checkpoint reading, writing and sizing: vtlab.callbacks.checkpoints.
-"""
+restores weights, optimizer, scheduler and loop counters; the training DataLoader its place in the epoch; ResumeState
+(vtlab.callbacks.resume_state) each rank's RNG streams (dropout). The run's processes join first (vtlab.runs.world).
+Checkpoint reading, writing and sizing: vtlab.callbacks.checkpoints."""
 
 from __future__ import annotations
 
@@ -23,6 +22,7 @@ from vtlab.callbacks.vocab_transfer import VocabTransferCallback
 from vtlab.core.atomic import atomic_dir
 from vtlab.core.errors import ConfigError
 from vtlab.runs.reads import reads
+from vtlab.runs.world import join_trainer
 from vtlab.runtime.precision import trainer_precision
 from vtlab.stages.build import TRANSFER_READS, transfer_parts
 from vtlab.tracking.loggers import configured_loggers, resolved_config
@@ -62,9 +62,9 @@ def tell_callbacks(callbacks: list[pl.Callback], cfg: DictConfig, state: dict[st
 
 @reads("model", "data", "callbacks", "trainer", "seed", *TRANSFER_READS)
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
+    join_trainer(cfg.trainer)
     resume_from = state.get("resume_from")
-    # what the checkpoints record, read before anything resolves cfg in place: by the run's admission (a caller
-    # outside the pipeline: here, first)
+    # what the checkpoints record, read before cfg resolves in place (by the admission, else here first)
     configs = state.get("configs") or resume_configs(cfg, resume_from)
     materialize_inputs(cfg, state)
     pl.seed_everything(cfg.seed, workers=True)

@@ -1,8 +1,9 @@
 """Stage `mlm`: masked-LM adaptation of the (vocabulary-transferred) backbone, before APC and sparse fine-tuning.
 
 The adapted model is cached under $VTLAB_CACHE/mlm per (starting backbone, resolved `mlm` config, preprocessing,
-seed), linked as <run_dir>/mlm/model, and handed on as `state["backbone"]`. `mlm.steps=0` is the paper's no-MLM
-variant: the stage does nothing."""
+seed), linked as <run_dir>/mlm/model, and handed on as `state["backbone"]`. On several processes (trainer=ddp) the
+ranks join first and build the adaptation together (vtlab.models.mlm.train_cached); rank 0 makes the link.
+`mlm.steps=0` is the paper's no-MLM variant: the stage does nothing."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pytorch_lightning.loggers import CSVLogger, Logger
 from vtlab.backbones import Backbone
 from vtlab.models.mlm import check_recipe, train_cached
 from vtlab.runs.reads import reads
+from vtlab.runs.world import join_trainer
 from vtlab.stages.build import TRANSFER_READS, run_backbone
 from vtlab.tracking.loggers import instantiate_logger
 
@@ -52,6 +54,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         return state  # the no-MLM variant
     run_dir = Path(cfg.paths.run_dir)
     start, preprocess = _starting_point(cfg, state)
+    world = join_trainer(cfg.trainer)
     out, report = train_cached(
         start,
         m,
@@ -60,14 +63,16 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
         cfg.trainer,
         log_dir=run_dir / "mlm",
         loggers=lambda d: _loggers(cfg, d),
+        world=world,
     )
     link = run_dir / "mlm" / "model"
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink() and Path(os.readlink(link)) != out:
-        link.unlink()  # a rerun into the same run_dir with another config
-    if not link.is_symlink() and not link.exists():
-        os.symlink(out, link, target_is_directory=True)
-    print(f"MLM-adapted model: {link} -> {out} ({report['steps']} steps)")
+    if world.leader:  # the run directory's files are rank 0's
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() and Path(os.readlink(link)) != out:
+            link.unlink()  # a rerun into the same run_dir with another config
+        if not link.is_symlink() and not link.exists():
+            os.symlink(out, link, target_is_directory=True)
+        print(f"MLM-adapted model: {link} -> {out} ({report['steps']} steps)")
     return {
         **state,
         "backbone": start.derived(str(out), name=f"{start.name}-mlm{steps}"),
