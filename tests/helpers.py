@@ -11,6 +11,8 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from vtlab.bench.gpu_check import TINY_FINETUNE
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 # the environment of a `python -m vtlab` a test starts: offline (hub, datasets, wandb), no tokenizer threads
@@ -38,21 +40,8 @@ TINY_RUN = [
     "+eval.collection.max_docs=150",
 ]
 
-# two steps of SPLADE-tiny fine-tuning: the smallest training run a command-line test starts
-TWO_STEP_FINETUNE = [
-    "backbone=splade-tiny",
-    "vocab=native",
-    "apc=off",
-    "baseline=false",
-    "logger=none",
-    "stage=finetune",
-    "trainer.max_steps=2",
-    "trainer.val_check_interval=2",
-    "data.batch_size=2",
-    "data.doc_max_length=32",
-    "data.dev.dev_size=10",
-    "data.dev.max_docs=50",
-]
+# two steps of SPLADE-tiny fine-tuning: the smallest training run a command-line test starts (the GPU check's too)
+TWO_STEP_FINETUNE = [*TINY_FINETUNE, "stage=finetune", "trainer.max_steps=2", "trainer.val_check_interval=2"]
 
 
 def run_results(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -17,7 +17,8 @@ measured) as passed, failed (with why) or skipped (with why); any failed step ma
 - sigterm: a fine-tune on every process, SIGTERM to every rank at step 3: every process exits within a minute, one
   last.ckpt, status interrupted; the printed command resumes it on the same processes to a finished run;
 - sigterm_one_rank (two processes): the same with SIGTERM to the last rank only;
-- mlm_all: `stage=all` through VT (tiny ModernBERT → bert-uncased), MLM, fine-tune and evaluation on every process;
+- mlm_all: `stage=mlm` on every process from a cold cache, then `stage=all` through VT (tiny ModernBERT →
+  bert-uncased) reading that adaptation, APC, fine-tune and evaluation on every process;
 - encode (two processes): a DDP `stage=encode` equal, bit for bit, to the one-process index.
 
 On the CPU (`--cpu`) the processes are two gloo processes and the shapes tiny; the steps that need a GPU say so.
@@ -29,6 +30,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,8 +56,8 @@ TWO_GPUS = "needs two CUDA GPUs"
 STEP_TIMEOUT_S = 600
 EXIT_WITHIN_S = 60
 _ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
-# the smallest SPLADE-tiny fine-tune a check starts (steps and trainer added per step)
-TINY = [
+# the smallest SPLADE-tiny fine-tune a check (or a test: tests/helpers.py) starts, its stage, steps and trainer added
+TINY_FINETUNE = [
     "backbone=splade-tiny",
     "vocab=native",
     "apc=off",
@@ -156,7 +158,7 @@ def interrupt(m: Machine, name: str, to_all: bool) -> dict[str, Any]:
     steps = 30 if not m.cuda else 3000  # a GPU step of SPLADE-tiny takes milliseconds
     run_dir, log = m.tmp / name, m.tmp / f"{name}.log"
     args = [
-        *TINY,
+        *TINY_FINETUNE,
         "stage=finetune",
         f"trainer.max_steps={steps}",
         f"trainer.val_check_interval={steps}",
@@ -269,18 +271,21 @@ def sigterm_one_rank(m: Machine) -> dict[str, Any]:
 
 
 def mlm_all(m: Machine) -> dict[str, Any]:
+    """`stage=mlm` builds the adaptation on every process (a cold cache), then `stage=all` reads it on every process
+    and runs APC, the fine-tune and the evaluation."""
+    vt = ["backbone=tiny-modernbert", "vocab=bert-uncased", "init=mean", "logger=none"]
+    mlm = ["mlm.steps=2", "mlm.batch_size=4", "mlm.max_length=32", f"mlm.seed={time.time_ns() % 2**31}"]
+    vtlab(["stage=mlm", *vt, *mlm, *m.trainer(), f"hydra.run.dir={m.tmp / 'mlm'}"], m.tmp / "mlm.log")
+    assert "mlm: 2 steps on" in tail(m.tmp / "mlm.log", 10**6), "stage=mlm did not train (a cache entry was found)"
     run_dir = m.tmp / "mlm-all"
     args = [
         "stage=all",
-        "backbone=tiny-modernbert",
-        "vocab=bert-uncased",
-        "init=mean",
-        "apc=off",
+        *vt,
+        *mlm,
+        "apc=p60",
+        "apc.num_docs=16",
+        "apc.max_length=32",
         "baseline=false",
-        "logger=none",
-        "mlm.steps=2",
-        "mlm.batch_size=4",
-        "mlm.max_length=32",
         "trainer.max_steps=2",
         "trainer.val_check_interval=2",
         "data.batch_size=2",
@@ -292,9 +297,13 @@ def mlm_all(m: Machine) -> dict[str, Any]:
         f"hydra.run.dir={run_dir}",
     ]
     vtlab(args, m.tmp / "mlm-all.log")
+    assert "mlm: cached" in tail(m.tmp / "mlm-all.log", 10**6), "stage=all did not read the adaptation stage=mlm built"
     assert status(run_dir) == "done", status(run_dir)
     assert (run_dir / "mlm" / "model").is_symlink(), "no mlm/model link"
     metrics = json.loads((run_dir / "eval" / "boolq-clean" / "metrics.json").read_text())["metrics"]
+    entry = (run_dir / "mlm" / "model").resolve()
+    shutil.rmtree(entry)  # the check's own adaptation (its seed is new each time): not left in $VTLAB_CACHE
+    entry.with_name(entry.name + ".lock").unlink(missing_ok=True)
     return {"processes": m.processes, "nDCG@10": metrics["nDCG@10"]}
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytorch_lightning as pl
 
 from vtlab.runs import world
-from vtlab.runs.signals import agreed, defer_signals, raise_pending, take_over
+from vtlab.runs.signals import agreed, raise_pending, stop_at_step_ends
 
 
 class AgreedStop(pl.Callback):
@@ -16,8 +16,7 @@ class AgreedStop(pl.Callback):
     collective the others never reach. vtlab's handler takes over from the one Lightning installs for the fit."""
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        take_over()
-        defer_signals(True)
+        stop_at_step_ends(True)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -25,7 +24,7 @@ class AgreedStop(pl.Callback):
         raise_pending(agreed(world.current().most))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        defer_signals(False)
+        stop_at_step_ends(False)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        defer_signals(False)
+        stop_at_step_ends(False)

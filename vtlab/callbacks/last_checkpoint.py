@@ -9,7 +9,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 
 from vtlab.core.errors import ConfigError
 from vtlab.runs import world
-from vtlab.runs.signals import agreed, defer_signals, raise_pending, take_over
+from vtlab.runs.signals import agreed, raise_pending, stop_at_step_ends
 
 
 class LastCheckpoint(ModelCheckpoint):
@@ -37,8 +37,7 @@ class LastCheckpoint(ModelCheckpoint):
         self._save_after_validation = False
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        take_over()
-        defer_signals(True)
+        stop_at_step_ends(True)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -61,12 +60,12 @@ class LastCheckpoint(ModelCheckpoint):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        defer_signals(False)
+        stop_at_step_ends(False)
         if trainer.global_step != self._last_global_step_saved:  # the final steps since the last multiple of N
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        defer_signals(False)
+        stop_at_step_ends(False)
 
 
 def _validation_follows(trainer: pl.Trainer) -> bool:

@@ -147,6 +147,14 @@ def defer_signals(on: bool) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def stop_at_step_ends(on: bool) -> None:
+    """While a fit trains (`on`): vtlab's handler in charge (`take_over`) and a signal deferred to the end of the step
+    under way (`defer_signals`), where the run's processes agree on it (`agreed`); off again when the fit ends."""
+    if on:
+        take_over()
+    defer_signals(on)
+
+
 def pending() -> int | None:
     """The signal noted while training, if any."""
     return _pending[0] if _pending else None
