@@ -11,7 +11,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from vtlab.bench.gpu_check import TINY_FINETUNE
+from vtlab.bench.tiny_runs import TINY_FINETUNE
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

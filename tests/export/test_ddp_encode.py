@@ -17,13 +17,11 @@ import pytorch_lightning as pl
 import scipy.sparse as sp
 import torch
 from ddp_encode_runs import RUNS, SETTINGS, TEXTS, tiny_encoder
-from helpers import OFFLINE_ENV, ROOT, compose_config
+from helpers import OFFLINE_ENV, ROOT
 from torch.utils.data import DataLoader
 
 from vtlab.core.errors import DataError
 from vtlab.models.predict import DealtBatches, ShardWriter, encode_corpus, merge_spills
-from vtlab.stages.build import build_encoder
-from vtlab.stages.encode import run as encode
 
 ROWS = sp.random(10, 16, density=0.3, format="csr", dtype=np.float32, random_state=0)
 ROWS.sort_indices()
@@ -143,43 +141,8 @@ def index_rows(path: Path) -> sp.csr_matrix:
     return sp.load_npz(path).tocsr()
 
 
-@pytest.mark.cli
-@pytest.mark.slow
-def test_ddp_from_the_command_line_encodes_a_corpus_smaller_than_a_batch_per_rank(tmp_path):
-    overrides = [
-        "stage=encode",
-        "backbone=splade-tiny",
-        "vocab=native",
-        "apc=off",
-        "logger=none",
-        "eval=boolq",
-        "model.encoder.precision=fp32",
-        "model.encoder.doc_max_length=32",
-        "+eval.collection.max_queries=20",
-        "+eval.collection.max_docs=60",  # one batch of 64: none for rank 1
-        "stage.encode.threads=1",
-        "trainer=ddp",
-        "trainer.accelerator=cpu",
-    ]
-    proc = subprocess.run(
-        [sys.executable, "-m", "vtlab", *overrides, "trainer.devices=2", f"hydra.run.dir={tmp_path / 'two'}"],
-        cwd=ROOT,
-        env=OFFLINE_ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    shards = tmp_path / "two" / "index" / "shards"
-    assert json.loads((shards / "manifest-r0001.json").read_text())["parts"] == []  # rank 1: an empty shard
-    cfg = compose_config(
-        [*overrides, "trainer.devices=1", "trainer.strategy=auto", f"paths.run_dir={tmp_path / 'one'}"]
-    )
-    encode(cfg, {"encoder": build_encoder(cfg)})
-    one, two = tmp_path / "one" / "index", tmp_path / "two" / "index"
-    assert_same_csr(index_rows(two / "docs.npz"), index_rows(one / "docs.npz"))
-    assert index_rows(one / "docs.npz").shape[0] == 60
-    assert (two / "doc_ids.json").read_bytes() == (one / "doc_ids.json").read_bytes()
+# the command line's two-process encode of a corpus smaller than a batch per rank, equal to one process's index:
+# `make gpu-check-cpu`'s encode step (tests/runs/test_gpu_check.py)
 
 
 @pytest.mark.cli

@@ -4,20 +4,16 @@ The reference is plain autograd over the whole batch's loss: the representations
 (one pass per mini-batch, in the order the cached step draws its dropout masks) with every graph kept, one backward.
 With dropout on, that reference only matches when the cached step replays each mini-batch's dropout masks and sends
 each mini-batch its own rows of the cached gradient. With one mini-batch, or without dropout, the reference is the
-uncached training step itself. With two processes (gloo), the cached step runs through DistributedDataParallel.
+uncached training step itself. Two processes (gloo, through DistributedDataParallel): the end of this file.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-import socket
 
 import pytest
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from transformers import get_linear_schedule_with_warmup
 
 from vtlab.bench.cached_check import (
@@ -34,7 +30,6 @@ from vtlab.bench.cached_check import (
     worst_error,
 )
 from vtlab.core.errors import ConfigError
-from vtlab.models.splade import SpladeModule
 
 pytestmark = pytest.mark.train
 
@@ -142,75 +137,5 @@ def test_two_optimizer_steps_give_the_same_weights(clip, accumulate):
     assert float(moved.abs().max()) > 1e-3  # the weights really moved
 
 
-# ---- two processes (gloo): the cached step through DistributedDataParallel ------------------------------------------
-
-
-class _Step(torch.nn.Module):
-    """What Lightning's DDP wraps: a forward that is the training step."""
-
-    def __init__(self, module: SpladeModule) -> None:
-        super().__init__()
-        self.module = module
-
-    def forward(self, batch: dict) -> torch.Tensor:
-        return self.module.training_step(batch, 0)
-
-
-def _shard(batch: dict, rank: int, world: int) -> dict:
-    n = batch["query"]["input_ids"].shape[0] // world
-    rows, doc_rows = slice(rank * n, (rank + 1) * n), slice(rank * n * GROUP, (rank + 1) * n * GROUP)
-    return {
-        "query": {k: v[rows] for k, v in batch["query"].items()},
-        "docs": {k: v[doc_rows] for k, v in batch["docs"].items()},
-        "teacher_scores": batch["teacher_scores"][rows],
-    }
-
-
-def _averaged(grads: dict[str, torch.Tensor], world: int) -> dict[str, torch.Tensor]:
-    for g in grads.values():  # what DDP does to parameter gradients
-        dist.all_reduce(g)
-        g /= world
-    return grads
-
-
-def _worker(rank: int, world: int, port: int, losses: list[str], out: dict) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.set_num_threads(1)
-    for loss in losses:
-        out[rank, loss] = _rank_grads(loss, rank, world)
-    dist.destroy_process_group()
-
-
-def _rank_grads(loss: str, rank: int, world: int) -> tuple[dict, dict, dict]:
-    shard = _shard(make_batch(), rank, world)
-    seed = 5 + rank  # each process draws its own dropout masks
-    ddp = torch.nn.parallel.DistributedDataParallel(_Step(tiny_module(loss, cached=3)))
-    torch.manual_seed(seed)
-    ddp(shard).backward()
-    got = {n.removeprefix("module."): p.grad.clone() for n, p in ddp.module.named_parameters()}
-    _, ref = reference_grads(tiny_module(loss), shard, mini_batch=3, seed=seed)  # 3 + 1 queries per process
-    ddp_off = torch.nn.parallel.DistributedDataParallel(_Step(tiny_module(loss, cached=3, dropout=0.0)))
-    ddp_off(shard).backward()
-    no_dropout = {n.removeprefix("module."): p.grad.clone() for n, p in ddp_off.module.named_parameters()}
-    return got, _averaged(ref, world), no_dropout
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_two_processes_give_the_whole_batch_gradient():
-    losses = ["infonce+flops", "margin-mse+flops"]
-    with mp.Manager() as manager:
-        out = manager.dict()
-        mp.spawn(_worker, args=(2, _free_port(), losses, out), nprocs=2, join=True)
-        results = dict(out)
-    for loss in losses:
-        _, one_process = step_grads(tiny_module(loss, dropout=0.0), make_batch())  # uncached, whole batch, 1 process
-        for rank in (0, 1):
-            got, ref, no_dropout = results[rank, loss]
-            assert worst_error(got, ref) <= 1e-5, (loss, rank)
-            assert worst_error(no_dropout, one_process) <= 1e-5, (loss, rank)
+# ---- two processes (gloo), through DistributedDataParallel: vtlab.bench.cached_check.two_process_check, run by
+# `make gpu-check-cpu`'s cached_loss_ddp step (tests/runs/test_gpu_check.py) -------------------------------------------

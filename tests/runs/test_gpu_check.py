@@ -16,7 +16,16 @@ from helpers import OFFLINE_ENV, ROOT
 
 from vtlab.bench import gpu_check
 
-CPU_STEPS = ["environment", "head", "cached_loss", "sigterm", "sigterm_one_rank", "mlm_all", "encode"]
+CPU_STEPS = [
+    "environment",
+    "head",
+    "cached_loss",
+    "cached_loss_ddp",
+    "sigterm",
+    "sigterm_one_rank",
+    "mlm_all",
+    "encode",
+]
 GPU_STEPS = ["paper_step", "quickstart"]
 
 
@@ -32,12 +41,12 @@ def report(tmp_path_factory) -> dict:
         timeout=1800,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "gpu-check (cpu): 7 passed, 0 failed; skipped: paper_step (needs a CUDA GPU)" in proc.stdout
+    assert "gpu-check (cpu): 8 passed, 0 failed; skipped: paper_step (needs a CUDA GPU)" in proc.stdout
     return json.loads(out.read_text())
 
 
 def test_the_check_knows_every_step() -> None:
-    assert list(gpu_check.STEPS) == ["environment", "head", "cached_loss", *GPU_STEPS, *CPU_STEPS[3:]]
+    assert list(gpu_check.STEPS) == [*CPU_STEPS[:4], *GPU_STEPS, *CPU_STEPS[4:]]
 
 
 @pytest.mark.cli

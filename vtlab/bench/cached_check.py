@@ -10,9 +10,13 @@ each mini-batch its own rows of the cached gradient. tests/method/test_cached_lo
 from __future__ import annotations
 
 import functools
+import os
+import socket
 from typing import Any
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from transformers import BertConfig, BertForMaskedLM
 
 from vtlab.losses import InfoNCE, KLDivergence, MarginMSE
@@ -142,3 +146,91 @@ def check_on(device: Any) -> dict[str, Any]:
         "tolerance": tolerance,
         "passed": all(errors[k] <= tolerance[k] for k in errors),
     }
+
+
+# ---- two processes: the cached step through DistributedDataParallel --------------------------------------------------
+DDP_LOSSES = ("infonce+flops", "margin-mse+flops")
+
+
+class _Step(torch.nn.Module):
+    """What Lightning's DDP wraps: a forward that is the training step."""
+
+    def __init__(self, module: SpladeModule) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        return self.module.training_step(batch, 0)
+
+
+def _shard(batch: dict, rank: int, world: int) -> dict:
+    n = batch["query"]["input_ids"].shape[0] // world
+    rows, doc_rows = slice(rank * n, (rank + 1) * n), slice(rank * n * GROUP, (rank + 1) * n * GROUP)
+    return {
+        "query": {k: v[rows] for k, v in batch["query"].items()},
+        "docs": {k: v[doc_rows] for k, v in batch["docs"].items()},
+        "teacher_scores": batch["teacher_scores"][rows],
+    }
+
+
+def _averaged(grads: dict[str, torch.Tensor], world: int) -> dict[str, torch.Tensor]:
+    for g in grads.values():  # what DDP does to parameter gradients
+        dist.all_reduce(g)
+        g /= world
+    return grads
+
+
+def _rank_grads(loss: str, rank: int, world: int, device: torch.device) -> tuple[dict, dict, dict]:
+    """(cached DDP gradients, the whole batch's averaged reference, cached DDP gradients without dropout)."""
+    shard = _shard(make_batch(device=device), rank, world)
+    seed = 5 + rank  # each process draws its own dropout masks
+    ids = None if device.type == "cpu" else [device.index]
+    ddp = torch.nn.parallel.DistributedDataParallel(_Step(tiny_module(loss, cached=3, device=device)), device_ids=ids)
+    torch.manual_seed(seed)
+    ddp(shard).backward()
+    got = {n.removeprefix("module."): p.grad.clone().cpu() for n, p in ddp.module.named_parameters()}
+    _, ref = reference_grads(tiny_module(loss, device=device), shard, mini_batch=3, seed=seed)  # 3 + 1 per process
+    off = _Step(tiny_module(loss, cached=3, dropout=0.0, device=device))
+    ddp_off = torch.nn.parallel.DistributedDataParallel(off, device_ids=ids)
+    ddp_off(shard).backward()
+    no_dropout = {n.removeprefix("module."): p.grad.clone().cpu() for n, p in ddp_off.module.named_parameters()}
+    return got, {n: g.cpu() for n, g in _averaged(ref, world).items()}, no_dropout
+
+
+def _worker(rank: int, port: int, device_type: str, out: dict) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=2)
+    torch.set_num_threads(1)
+    for loss in DDP_LOSSES:
+        out[rank, loss] = _rank_grads(loss, rank, 2, device)
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_process_check(device_type: str = "cpu") -> dict[str, Any]:
+    """The cached step on two processes (gloo on the CPU, NCCL on two GPUs), each with its half of the batch: every
+    rank's gradient equals the whole batch's (the reference encoded by each rank, averaged as DDP averages), with
+    dropout on; without dropout it equals the uncached one-process step's on the whole batch (on the CPU)."""
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(_worker, args=(_free_port(), device_type, out), nprocs=2, join=True)
+        results = dict(out)
+    errors = {}
+    for loss in DDP_LOSSES:
+        _, one_process = step_grads(tiny_module(loss, dropout=0.0), make_batch())  # uncached, whole batch, 1 process
+        for rank in (0, 1):
+            got, ref, no_dropout = results[rank, loss]
+            errors[f"dropout/{loss}/rank{rank}"] = worst_error(got, ref)
+            errors[f"no-dropout/{loss}/rank{rank}"] = worst_error(
+                no_dropout, {n: g.cpu() for n, g in one_process.items()}
+            )
+    return {"worst_error": errors, "tolerance": FP32_TOLERANCE, "passed": max(errors.values()) <= FP32_TOLERANCE}

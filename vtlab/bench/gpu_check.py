@@ -10,6 +10,8 @@ measured) as passed, failed (with why) or skipped (with why); any failed step ma
 - environment: the torch build (CUDA or CPU), the devices, bf16, NCCL (GPU mode: all required);
 - head: the pooling's block path against the dense float64 reference on the device (vtlab.runtime.pooling_check);
 - cached_loss: the cached loss against plain autograd with dropout on, fp32 and bf16 (vtlab.bench.cached_check);
+- cached_loss_ddp (two processes: gloo, or NCCL on two GPUs): every rank's cached gradient through
+  DistributedDataParallel equals the whole batch's;
 - paper_step (GPU): the paper's fine-tune step at ModernBERT-base shape with and without the cached loss: finite
   losses, step time, peak memory, the head's share of the step (vtlab.bench.gpu_smoke);
 - quickstart (GPU): `python -m vtlab trainer=gpu` trained and evaluated, the evaluation encoded on CUDA, nDCG@10
@@ -48,6 +50,7 @@ import torch.distributed as dist
 
 from vtlab.bench import cached_check, gpu_smoke
 from vtlab.bench.common import machine, write_result
+from vtlab.bench.tiny_runs import TINY_FINETUNE
 from vtlab.core.paths import CONF_DIR
 from vtlab.runtime import pooling_check
 
@@ -56,18 +59,6 @@ TWO_GPUS = "needs two CUDA GPUs"
 STEP_TIMEOUT_S = 600
 EXIT_WITHIN_S = 60
 _ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
-# the smallest SPLADE-tiny fine-tune a check (or a test: tests/helpers.py) starts, its stage, steps and trainer added
-TINY_FINETUNE = [
-    "backbone=splade-tiny",
-    "vocab=native",
-    "apc=off",
-    "baseline=false",
-    "logger=none",
-    "data.batch_size=2",
-    "data.doc_max_length=32",
-    "data.dev.dev_size=10",
-    "data.dev.max_docs=50",
-]
 TINY_EVAL = ["+eval.collection.max_queries=20", "+eval.collection.max_docs=60"]
 
 
@@ -228,12 +219,19 @@ def cached_loss(m: Machine) -> dict[str, Any]:
     return report
 
 
+def cached_loss_ddp(m: Machine) -> dict[str, Any]:
+    m.need_two()
+    report = cached_check.two_process_check(m.device)
+    assert report["passed"], f"the cached loss on two processes misses the whole batch's: {report['worst_error']}"
+    return report
+
+
 def paper_step(m: Machine) -> dict[str, Any]:
     m.need_gpu()
     out = {}
     for label, extra in (("plain", []), ("cached", ["--cached-mini-batch", "4"])):
         with tempfile.TemporaryDirectory(dir=m.tmp) as tmp:
-            args = gpu_smoke.parse_args(["--steps", "60", "--warmup", "10", *extra])
+            args = gpu_smoke.parse_args(["--steps", "60", "--warmup", "10", "--init", "mean", *extra])
             args.tmp = tmp
             result = gpu_smoke.run(args)
         assert np.isfinite(result["final_loss"]), f"{label}: non-finite loss {result['final_loss']}"
@@ -323,6 +321,7 @@ STEPS: dict[str, Callable[[Machine], dict[str, Any]]] = {
     "environment": environment,
     "head": head,
     "cached_loss": cached_loss,
+    "cached_loss_ddp": cached_loss_ddp,
     "paper_step": paper_step,
     "quickstart": quickstart,
     "sigterm": sigterm,
