@@ -146,7 +146,7 @@ def alive(pid: int) -> bool:
 
 def interrupt(m: Machine, name: str, to_all: bool) -> dict[str, Any]:
     """A fine-tune on every process, SIGTERM at step 3 to every rank (`to_all`) or the last one: how it ended."""
-    steps = 30 if not m.cuda else 3000  # a GPU step of SPLADE-tiny takes milliseconds
+    steps = 12 if not m.cuda else 3000  # a GPU step of SPLADE-tiny takes milliseconds
     run_dir, log = m.tmp / name, m.tmp / f"{name}.log"
     args = [
         *TINY_FINETUNE,
@@ -158,6 +158,7 @@ def interrupt(m: Machine, name: str, to_all: bool) -> dict[str, Any]:
         *m.trainer(),
         f"hydra.run.dir={run_dir}",
     ]
+    before = set(m.tmp.iterdir())
     proc = start(args, log)
     deadline = time.monotonic() + STEP_TIMEOUT_S
     while f"train: step 3/{steps}" not in log.read_text(errors="replace"):
@@ -182,7 +183,13 @@ def interrupt(m: Machine, name: str, to_all: bool) -> dict[str, Any]:
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert checkpoints == ["last.ckpt"], f"checkpoints: {checkpoints}"
     assert status(run_dir) == "interrupted", f"status.json: {status(run_dir)}"
-    line = next(ln for ln in log.read_text(errors="replace").splitlines() if "vtlab: interrupted" in ln)
+    text = log.read_text(errors="replace")
+    line = next(ln for ln in text.splitlines() if "vtlab: interrupted" in ln)
+    # one run: rank 0's first line alone, every rank's files in its directory, nothing beside it
+    assert text.count("vtlab: finetune-") == 1, "more than one first line: a later rank started a run of its own"
+    later = {f"train_ddp_process_{r}.log" for r in range(1, len(pids))}
+    assert later <= {p.name for p in run_dir.iterdir()}, f"no log of the later ranks in {run_dir}"
+    assert set(m.tmp.iterdir()) - before == {run_dir, log}, f"written beside {run_dir}"
     return {"processes": len(pids), "exited_after_s": round(exited, 1), "line": line, "run_dir": str(run_dir)}
 
 
