@@ -1,4 +1,5 @@
-"""Canonical forms and vocabulary overlap on the real offline tokenizers (bert-uncased, OLMo BPE, GPT-2 BPE)."""
+"""Canonical forms and vocabulary overlap on the real offline tokenizers (bert-uncased, OLMo BPE, GPT-2 BPE, e5's
+SentencePiece)."""
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from vtlab.vocab.canonical import (
     canonical_form,
     canonical_vocab,
     match_vocabularies,
+    punct_key,
     special_token_pairs,
     tokenizer_kind,
 )
@@ -44,34 +46,31 @@ def gpt2():
 
 
 @pytest.fixture(scope="module")
-def sentencepiece():
-    """A tiny Metaspace + Unigram tokenizer (SentencePiece layout), built locally."""
+def e5():
+    from vtlab.backbones import E5Small
+
+    return _load(lambda: E5Small().load_tokenizer())
+
+
+def _unigram(*pieces: str):
+    """A tiny Metaspace + Unigram tokenizer (SentencePiece layout), built locally: ids 0-3 are <unk> <s> </s> <pad>,
+    then `pieces` in order (id 4, 5, …)."""
     from tokenizers import Tokenizer, decoders, pre_tokenizers
     from tokenizers.models import Unigram
     from transformers import PreTrainedTokenizerFast
 
-    pieces = [
-        ("<unk>", 0.0),
-        ("<s>", 0.0),
-        ("</s>", 0.0),
-        ("<pad>", 0.0),
-        ("▁apple", -1.0),
-        ("apple", -2.0),
-        ("▁", -3.0),
-        ("s", -3.0),
-        ("▁Apple", -4.0),
-        ("<0x0A>", -5.0),
-        ("a", -5.0),
-        ("p", -5.0),
-        ("l", -5.0),
-        ("e", -5.0),
-    ]
-    tk = Tokenizer(Unigram(pieces, unk_id=0, byte_fallback=True))
+    scored = [(p, 0.0) for p in ("<unk>", "<s>", "</s>", "<pad>")] + [(p, -1.0 - k) for k, p in enumerate(pieces)]
+    tk = Tokenizer(Unigram(scored, unk_id=0, byte_fallback=True))
     tk.pre_tokenizer = pre_tokenizers.Metaspace()
     tk.decoder = decoders.Metaspace()
     return PreTrainedTokenizerFast(
         tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>"
     )
+
+
+@pytest.fixture(scope="module")
+def sentencepiece():
+    return _unigram("▁apple", "apple", "▁", "s", "▁Apple", "<0x0A>", "a", "p", "l", "e")
 
 
 # -- canonical forms ---------------------------------------------------------------------------------------------------
@@ -165,12 +164,13 @@ def test_olmo_to_bert_exact(olmo, bert):
     assert tid("[unused83]") in ov.new_target_ids  # ModernBERT has [unused0]..[unused82] only
     assert ov.target_ids.dtype == np.int64 and ov.source_ids.dtype == np.int64
     assert len(np.unique(ov.target_ids)) == ov.target_ids.size
-    assert ov.n_special == 5 and ov.n_fuzzy == 0 and ov.n_matched == ov.n_special + ov.n_exact
+    assert ov.n_special == 5 and ov.n_fuzzy == 0 and ov.n_matched == ov.n_special + ov.n_exact + ov.n_punct
+    assert pairs[tid("¢")] == olmo.convert_tokens_to_ids("Â¢")  # "▁¢" has no OLMo form; the attached "¢" is taken
     rep = ov.report()
     assert rep["source_size"] == len(olmo) == 50368 and rep["target_size"] == 30522
     assert rep["n_new"] == ov.new_target_ids.size == 30522 - ov.n_matched
-    # measured with transformers 5.24 / tokenizers 0.23.3: 17,265 exact + 5 special (56.6%)
-    assert 16_000 < ov.n_exact < 19_000 and 0.5 < rep["coverage"] < 0.65
+    # measured with transformers 5.24 / tokenizers 0.23.3: 17,265 exact + 36 punctuation + 5 special (56.7%)
+    assert 16_000 < ov.n_exact < 19_000 and 20 < ov.n_punct < 60 and 0.5 < rep["coverage"] < 0.65
 
 
 @pytest.mark.slow
@@ -195,12 +195,13 @@ def test_fuzzy_adds_case_variants_only_for_unmatched(olmo, gpt2, bert):
 def test_gpt2_to_bert_counts(gpt2, bert):
     ov = match_vocabularies(gpt2, bert)
     assert ov.n_special == 5 and 17_000 < ov.n_exact < 19_500  # measured: 18,161
+    assert 10 < ov.n_punct < 50  # measured: 25 ("▁¢" ← "Â¢", …)
     assert ov.source_size == len(gpt2) == 50261
 
 
 def test_identity(bert):
     ov = match_vocabularies(bert, bert, fuzzy=True)
-    assert ov.n_matched == 30522 and ov.new_target_ids.size == 0 and ov.n_fuzzy == 0
+    assert ov.n_matched == 30522 and ov.new_target_ids.size == 0 and ov.n_fuzzy == 0 and ov.n_punct == 0
     assert np.array_equal(ov.target_ids, ov.source_ids)
     assert ov.report()["coverage"] == 1.0
 
@@ -212,3 +213,98 @@ def test_sentencepiece_matches_bytelevel(olmo, sentencepiece):
     assert pairs[sid("▁")] == olmo.convert_tokens_to_ids("Ġ")
     assert pairs[sid("<0x0A>")] == olmo.convert_tokens_to_ids("Ċ")
     assert pairs[sid("<s>")] == olmo.cls_token_id and pairs[sid("</s>")] == olmo.sep_token_id
+
+
+# -- punctuation across word markers -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "form,key",
+    [
+        (",", ","),
+        ("▁,", ","),
+        ("▁ ,", ","),  # SentencePiece "▁▁,"
+        (", ", ","),  # SentencePiece ",▁"
+        ("▁...", "..."),
+        ("▁$", "$"),  # a symbol (Sc)
+        ("’", "’"),
+        ("▁¢", "¢"),
+        ("▁→", "→"),
+        ("apple", ""),
+        ("▁apple", ""),
+        ("▁a.", ""),  # a letter among the punctuation
+        ("▁1,000", ""),
+        ("▁", ""),
+        ("▁ ", ""),
+        ("\n", ""),
+        ("", ""),
+    ],
+)
+def test_punct_key(form, key):
+    assert punct_key(form) == key
+
+
+def test_punct_key_never_reads_byte_strings():
+    assert punct_key(canonical_form("âĢ", "bytelevel")) == "" and punct_key(BYTES_MARK + "2c") == ""
+
+
+# The reference pairs below are written down by hand (bert-base-uncased ids: [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102,
+# "$" 1002, "," 1010, "." 1012, "apple" 6207, "##apple" 23804, "##$" 29615, "##," 29623, "##." 29625).
+BERT_IDS = {"$": 1002, ",": 1010, ".": 1012, "apple": 6207, "##apple": 23804, "##$": 29615, "##,": 29623, "##.": 29625}
+SPECIALS = {0: 3, 100: 0, 101: 1, 102: 2}  # [PAD] ← <pad>, [UNK] ← <unk>, [CLS] ← <s>, [SEP] ← </s>; no <mask>
+
+
+def test_bert_ids_of_the_reference(bert):
+    assert {t: bert.convert_tokens_to_ids(t) for t in BERT_IDS} == BERT_IDS
+
+
+def test_standalone_punctuation_copies_the_attached_source_row(bert):
+    source = _unigram(",", ".", "$", "apple")  # ids 4, 5, 6, 7: attached forms only
+    ov = match_vocabularies(source, bert)
+    assert _pairs(ov) == {
+        **SPECIALS,
+        29623: 4,  # "##," = "," exact
+        29625: 5,  # "##." = "." exact
+        29615: 6,  # "##$" = "$" exact
+        23804: 7,  # "##apple" = "apple" exact
+        1010: 4,  # "," = "▁," ← "," (punctuation rule)
+        1012: 5,  # "." = "▁." ← "."
+        1002: 6,  # "$" = "▁$" ← "$"
+    }
+    assert (ov.n_special, ov.n_exact, ov.n_punct, ov.n_fuzzy, ov.n_matched) == (4, 4, 3, 0, 11)
+    rep = ov.report()
+    assert rep["n_punct"] == 3 and rep["n_matched"] == 11 and rep["n_new"] == 30522 - 11
+    assert 6207 in ov.new_target_ids  # a word with the other marker: "▁apple" ≠ "apple", only fuzzy pairs them
+
+
+def test_punctuation_rule_leaves_words_to_fuzzy(bert):
+    source = _unigram(",", ".", "$", "apple")
+    ov = match_vocabularies(source, bert, fuzzy=True)
+    pairs = _pairs(ov)
+    assert pairs[6207] == 7 and (ov.n_exact, ov.n_punct, ov.n_fuzzy) == (4, 3, 1)  # "apple" by fuzzy, not by the rule
+    assert {t: pairs[t] for t in (1010, 1012, 1002)} == {1010: 4, 1012: 5, 1002: 6}
+
+
+def test_punctuation_prefers_the_same_word_marker_then_the_lowest_id(bert):
+    # ids 4..8; canonical forms ", " (no marker), "▁ ,", "▁, " (marker), ". " (no marker), "▁ ." (marker)
+    source = _unigram(",▁", "▁▁,", "▁,▁", ".▁", "▁▁.")
+    ov = match_vocabularies(source, bert)
+    assert _pairs(ov) == {
+        **SPECIALS,
+        1010: 5,  # "▁,": the marked "▁ ," and "▁, " before the unmarked ", " (4); the lower id of the two
+        29623: 4,  # "##," = ",": the unmarked ", " first
+        1012: 8,  # "▁.": the marked "▁ ." although the unmarked ". " has the lower id (7)
+        29625: 7,  # "##." = ".": the unmarked ". "
+    }
+    assert (ov.n_exact, ov.n_punct) == (0, 4)
+
+
+@pytest.mark.slow
+def test_e5_to_bert_uncased_takes_e5_punctuation(e5, bert):
+    """The real-case VT (backbone=e5-small, vocab=minilm-bert-uncased): e5's pruned XLM-R vocabulary has only the
+    attached "," and "." (ids 4, 5), which 9% of BoolQ's clean training passage tokens are as WordPiece "," and "."."""
+    ov = match_vocabularies(e5, bert)
+    pairs = _pairs(ov)
+    assert e5.convert_ids_to_tokens([4, 5]) == [",", "."] and pairs[1010] == 4 and pairs[1012] == 5
+    assert pairs[bert.convert_tokens_to_ids("?")] == e5.convert_tokens_to_ids("?")
+    assert pairs[bert.convert_tokens_to_ids("##→")] == e5.convert_tokens_to_ids("▁→")  # the other way round
+    # measured: 9,045 exact + 35 punctuation + 5 special = 9,085 of 30,522 (21,437 new)
+    assert (ov.n_special, ov.n_exact, ov.n_punct, ov.n_matched) == (5, 9045, 35, 9085)

@@ -158,8 +158,8 @@ def test_an_edge_choice_is_found_and_the_extended_grid_is_chosen_over_both_sweep
     assert len(both["testbed-vt"].tried) == 3  # the two rates at 64 steps and the extension, never the 0-step jobs
 
 
-def test_the_pilot_reads_each_arm_at_the_shared_value_its_rule_picks(tmp_path):
-    # the pilot runs one rate: the shared choice with no per-arm keys is each arm's one score at the picked length
+def test_a_shared_choice_without_per_arm_keys_reads_each_arm_at_the_picked_value(tmp_path):
+    # one rate only: the shared choice with no per-arm keys is each arm's one score at the picked length
     from vtlab.report.selection import choose_shared
 
     sweep = _shared_sweep(tmp_path, lrs=("0.0005",))

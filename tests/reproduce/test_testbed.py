@@ -6,7 +6,6 @@ import pytest
 from helpers import CONF, compose_config
 from omegaconf import OmegaConf
 
-from vtlab.evaluation import stats
 from vtlab.reproduce import main_rows, scales, sweeps, tables_of
 from vtlab.stages.mlm import adaptation_seed
 
@@ -204,17 +203,23 @@ def test_the_real_case_table_runs_with_its_references_and_selects_on_dev_first(t
     commands = [line for line in out.splitlines() if line.startswith("+ ")]
     assert [c.split("hydra.sweep.dir=")[1].split()[0].rsplit("/", 1)[1] for c in commands] == [
         "references",
+        "mlm-rate-real-case",  # the MLM rate rule: e5-vt's adaptation at each rate, its held-out loss read
+        "pilot-real-case",  # the pilot: the gate arms' selection, their extra seeds, BM25 on dev
+        "pilot-real-case-seeds",
+        "pilot-real-case-bm25",
         "select-real-case",
         "real-case",
     ]
-    select, table = commands[1:]
-    # every arm at every rate and MLM length (equal selection budget), on dev only
-    assert "model.optimizer.lr=0.00015,0.0003 mlm.steps=0,64" in select and "eval=testbed-dev" in select
+    rate, pilot, seeds, _, select, table = commands[1:]
+    assert "mlm.lr=0.0003,0.001 stage=mlm experiment=testbed/real-case/e5-vt" in rate
+    # every arm at every rate (equal selection budget), on dev only, at the rate the rule chose
+    assert "model.optimizer.lr=0.00015,0.0003" in select and "eval=testbed-dev" in select
+    assert all("mlm.lr=<chosen>" in c for c in (pilot, seeds, select, table))
+    assert "experiment=testbed/selected-real-case/e5-vt,testbed/selected-real-case/e5-lowercase-masked " in seeds
+    assert "seed=1,2 eval=testbed-dev" in seeds
     assert "experiment=testbed/selected-real-case/e5-native," in table
-    seeds = stats.seeds_for_power(0.0325, 0.03)  # the table's declared power (conf/tables/testbed.yaml)
-    assert seeds == 12 and "seed=" + ",".join(map(str, range(seeds))) + " " in table
-    assert f"seeds: real-case: {seeds} seeds for 80% power" in out
-    assert f"reuse_runs=['{tmp_path.resolve()}/select-real-case']" in table
+    assert "seeds: real-case: seeds planned by its pilot" in out
+    assert f"reuse_runs=['{tmp_path.resolve()}/select-real-case','{tmp_path.resolve()}/pilot-real-case-seeds']" in table
 
 
 @pytest.mark.slow
@@ -234,9 +239,16 @@ def test_the_pilot_runs_the_gate_arms_on_dev_only(tmp_path, capsys):
     from vtlab.reproduce import main
 
     assert main(["--dry-run", "--pilot", "--tables", "real-case", "--out", str(tmp_path)]) == 0
-    (command,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
+    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
+    assert [c.split("hydra.sweep.dir=")[1].split()[0].rsplit("/", 1)[1] for c in commands] == [
+        "mlm-rate-real-case",
+        "pilot-real-case",
+        "pilot-real-case-seeds",
+        "pilot-real-case-bm25",
+    ]
     rows = "testbed/real-case/e5-vt,testbed/real-case/e5-lowercase-masked,testbed/real-case/e5-native"
-    assert f"experiment={rows} seed=0 eval=testbed-dev " in command and "pilot-real-case" in command
+    assert f"experiment={rows} seed=0 eval=testbed-dev " in commands[1]
+    assert not any("eval=testbed " in c or "eval=" not in c for c in commands[1:])  # dev only
     assert main(["--dry-run", "--pilot", "--tables", "main", "--out", str(tmp_path)]) == 2  # no learning gate
 
 
@@ -248,14 +260,16 @@ def test_real_case_arms_start_from_the_same_e5_and_get_the_same_compute():
         values = {str(OmegaConf.select(c, key)) for c in cfgs}
         assert len(values) == 1, (key, values)
     assert cfgs[0].backbone._target_ == "vtlab.backbones.E5Small" and cfgs[0].mlm.head_fit is not None
-    assert cfgs[0].mlm.trainable is None  # the MLM adapts every parameter, VT's new rows included, for every arm
+    # the body frozen: the vocabulary rows, the head's transform and the output bias adapt, for every arm
+    assert list(cfgs[0].mlm.trainable) == ["word_embeddings", r"cls\.predictions\.transform", r"cls\.predictions\.bias"]
+    assert cfgs[0].mlm.steps == 256 and cfgs[0].mlm.held_out.share > 0  # fixed a priori; the rate rule's held-out
     assert cfgs[0].data.teacher is None and cfgs[0].loss._target_ == "vtlab.losses.InfoNCE"  # favours no vocabulary
     primary = cfgs[0].report.primary
     names = {c.name for c in cfgs}
     assert list(primary) == ["testbed-e5-vt", "testbed-e5-lowercase-masked"]
-    assert list(cfgs[0].selection.shared.by) == list(primary)  # the MLM length is chosen by the primary's arms
-    assert 0 in cfgs[0].selection.shared.grid.mlm.steps  # and no adaptation is one of its options
-    assert {a for pair in cfgs[0].report.contrasts for a in pair} <= names
+    assert [list(p) for p in cfgs[0].report.contrasts] == [list(primary)]  # the family is the primary alone
+    assert {a for pair in cfgs[0].report.checks for a in pair} <= names  # the others are descriptions
+    assert "shared" not in cfgs[0].selection  # the MLM length is no grid point (0 steps: --tables real-case-mlm)
     assert (
         "testbed-e5-vt-lower" not in names
     )  # the masked arm by construction (tests/method/test_vt_lower_equals_masked.py)

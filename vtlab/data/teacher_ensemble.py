@@ -1,6 +1,7 @@
-"""A distillation teacher that favours no student's vocabulary: the scores of several teachers (SPLADE-tiny on
-bert-base-uncased WordPiece, e5-small as a dense retriever, ...) combined as the VT authors' score wrapper combines
-them.
+"""A distillation teacher that mixes vocabularies: the scores of several teachers (SPLADE-tiny on bert-base-uncased
+WordPiece, e5-small as a dense retriever, ...) combined as the VT authors' score wrapper combines them. With the
+default two it is half SPLADE-tiny, whose vocabulary is the WordPiece VT moves onto: less favour to that arm than
+SPLADE-tiny alone, not none.
 
 Per example, each teacher's raw scores of its listed passages ([positive] + the whole negative pool, before the
 DataModule draws from it) are min-max normalised, (s - min) / (max - min), so that no teacher's scale dominates; a

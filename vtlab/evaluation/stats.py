@@ -293,6 +293,53 @@ def seeds_for_power(
     return None
 
 
+def sd_upper_bound(per_seed: Sequence[float] | np.ndarray, confidence: float = 0.8) -> float:
+    """The one-sided upper `confidence` bound of the standard deviation of per-seed differences, from their sample SD
+    s over n seeds: s · √((n − 1) / χ²_{1 − confidence}(n − 1)) (the chi-square interval of a normal variance). A seed
+    plan built on it is less likely to be short than one built on s itself, which is as often below the true SD as
+    above it when few seeds measured it."""
+    d = np.asarray(per_seed, dtype=float)
+    if d.size < 2 or not np.isfinite(d).all():
+        raise StatsError(f"sd_upper_bound: needs at least two finite per-seed differences, got {d.tolist()}")
+    if not 0 < confidence < 1:
+        raise StatsError(f"sd_upper_bound: needs 0 < confidence < 1 (confidence={confidence})")
+    df = d.size - 1
+    return float(d.std(ddof=1)) * math.sqrt(df / float(scipy_stats.chi2.ppf(1 - confidence, df)))
+
+
+@dataclass(frozen=True)
+class SeedPlan:
+    """The seeds a table plans for from a pilot's per-seed differences: their SD, its upper bound, and the seeds for
+    `power` against `effect` at that bound (None: none up to MAX_SEEDS reaches it)."""
+
+    per_seed: tuple[float, ...]
+    sd: float
+    sd_bound: float
+    confidence: float
+    effect: float
+    alpha: float
+    power: float
+    seeds: int | None
+
+
+def seed_plan(
+    per_seed: Sequence[float],
+    effect: float,
+    alpha: float = ALPHA,
+    power: float = POWER,
+    confidence: float = 0.8,
+    max_seeds: int = MAX_SEEDS,
+) -> SeedPlan:
+    """seeds_for_power at the upper `confidence` bound of the per-seed SD (sd_upper_bound), at least the pilot's own
+    seeds."""
+    d = [float(x) for x in per_seed]
+    bound = sd_upper_bound(d, confidence)
+    n = seeds_for_power(max(bound, 1e-12), effect, alpha, power, max_seeds)
+    n = None if n is None else max(n, len(d))
+    sd = float(np.std(d, ddof=1))
+    return SeedPlan(tuple(d), sd, bound, confidence, float(effect), float(alpha), float(power), n)
+
+
 @dataclass(frozen=True)
 class SeedComparison:
     """Arm A against arm B over matched seeds; delta = mean over seeds of the per-seed avg-column difference. `p_t`

@@ -7,11 +7,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from vtlab.backbones import Backbone
 from vtlab.core.errors import VtlabError
+from vtlab.core.instantiate import instantiate_with
 from vtlab.export.run_config import RunConfig
 
 log = logging.getLogger("vtlab")
@@ -39,7 +39,7 @@ def encoder_from_run(run_dir: Path, cfg: DictConfig, run: RunConfig | None = Non
         log.warning("export: %s has no .hydra/config.yaml; using this run's model.encoder settings", run_dir)
     encoder_cfg, _ = run.node("model.encoder")  # checked (vtlab/export/safe_config.py); its recorded backbone dropped
     # the saved model is already on the run's vocabulary: no transfer, load it as it is
-    encoder = instantiate(encoder_cfg, backbone=Backbone(str(model_dir), name=run_dir.name))
+    encoder = instantiate_with(encoder_cfg, backbone=Backbone(str(model_dir), name=run_dir.name))
     query_dir = model_dir / "query"
     if encoder.query_model is not None and (query_dir / "config.json").is_file():
         encoder.query_model = Backbone(str(query_dir)).load_model()  # two-tower: the trained query network

@@ -32,6 +32,7 @@ from vtlab.core.errors import VtlabError
 from vtlab.core.json_files import read_json
 from vtlab.data.text import TextDataModule
 from vtlab.models.head_fit import fit_head, head_inputs, span_batches
+from vtlab.models.mlm_probe import probe, split_held_out
 from vtlab.models.optim import configure_optimizers
 from vtlab.runs.world import World
 from vtlab.runtime.policy import trainer_precision
@@ -148,8 +149,9 @@ def _train(
     steps = int(m.steps)
     model = start.load_model()
     tokenizer = start.load_tokenizer()
+    texts, held = _corpus(m)
     data = TextDataModule(
-        instantiate(m.corpus),
+        texts,
         tokenizer,
         max_length=int(m.max_length),
         batch_size=int(m.batch_size),
@@ -172,8 +174,10 @@ def _train(
             )  # fail on a bad name before loading data
         except (ValueError, KeyError) as e:
             raise VtlabError(f"mlm.scheduler={m.scheduler!r}: {e}") from None
-        scheduler = functools.partial(get_scheduler, str(m.scheduler), num_warmup_steps=int(m.warmup_steps))
+        scheduler = functools.partial(get_scheduler, str(m.scheduler), num_warmup_steps=warmup_steps(m))
     head_fit = _fit_head(model, tokenizer, data, m.get("head_fit"))
+    held_probe = _HeldOut(held, tokenizer, m, seed, preprocess) if held else None
+    before = held_probe(model) if held_probe is not None else None
     freeze_all_but(model, m.get("trainable"))
     module = MLMModule(model, optimizer, scheduler, weight_decay=float(m.weight_decay))
     t = trainer_cfg
@@ -216,6 +220,8 @@ def _train(
                 "mlm": OmegaConf.to_container(m, resolve=True) if OmegaConf.is_config(m) else dict(m),
                 "seed": seed,
                 "head_fit": head_fit,
+                "warmup_steps": warmup_steps(m),
+                "held_out": None if held_probe is None else {"before": before, "after": held_probe(module.model)},
             },
         )
     trainer.strategy.barrier()  # other ranks wait for rank 0's directory
@@ -223,6 +229,42 @@ def _train(
         if type(lg).__name__ == "WandbLogger" and getattr(lg, "_experiment", None) is not None:
             lg.experiment.finish()
     return trainer
+
+
+def warmup_steps(m: Any) -> int:
+    """The scheduler's warm-up: `mlm.warmup_ratio` × steps where set (a warm-up proportional to the run), else
+    `mlm.warmup_steps`."""
+    ratio = m.get("warmup_ratio")
+    return int(round(float(ratio) * int(m["steps"]))) if ratio is not None else int(m["warmup_steps"])
+
+
+def _corpus(m: Any) -> tuple[Any, list[str]]:
+    """(the texts MLM trains on, the held-out documents): `mlm.held_out` ({share, seed} or null) keeps a share of the
+    corpus's documents out of training for the probe (vtlab/models/mlm_probe.py)."""
+    corpus = instantiate(m.corpus)
+    spec = m.get("held_out")
+    if not spec or not float(spec.get("share", 0.0)):
+        return corpus, []
+    texts = corpus() if callable(corpus) else corpus
+    return split_held_out(texts, float(spec["share"]), int(spec.get("seed", 0)))
+
+
+class _HeldOut:
+    """The held-out documents tokenized and packed like the training corpus (at most `mlm.held_out.max_spans`
+    spans); calling it probes a model on them (loss, own-token top-1)."""
+
+    def __init__(self, texts: list[str], tokenizer: Any, m: Any, seed: int, preprocess: Any) -> None:
+        data = TextDataModule(texts, tokenizer, max_length=int(m.max_length), preprocess=preprocess)
+        data.setup("fit")
+        n = int(m.held_out.get("max_spans") or len(data.dataset))
+        self.spans, self.lengths = data.dataset.spans[:n], data.dataset.lengths[:n]
+        self.special, self.mask_id = tokenizer.all_special_ids, int(tokenizer.mask_token_id)
+        self.probability, self.seed = float(m.mlm_probability), int(seed)
+
+    def __call__(self, model: Any) -> dict[str, Any]:
+        report = probe(model, self.spans, self.lengths, self.special, self.mask_id, self.probability, self.seed)
+        log.info("mlm.held_out: loss %.4f, own-token top-1 %.4f", report["loss"], report["own_top1"])
+        return report
 
 
 def _fit_head(model: PreTrainedModel, tokenizer: Any, data: TextDataModule, spec: Any) -> dict[str, Any] | None:
@@ -266,6 +308,12 @@ def check_recipe(m: Any) -> None:
         raise VtlabError(f"mlm.steps={steps} must be >= 0")
     if not 0.0 < float(m.mlm_probability) < 1.0:
         raise VtlabError(f"mlm.mlm_probability={m.mlm_probability!r} must be in (0, 1)")
+    ratio = m.get("warmup_ratio")
+    if ratio is not None and not 0.0 <= float(ratio) <= 1.0:
+        raise VtlabError(f"mlm.warmup_ratio={ratio!r}: expected a share of the steps in [0, 1] (or null)")
+    held = m.get("held_out")
+    if held and not 0.0 <= float(held.get("share", 0.0)) < 1.0:
+        raise VtlabError(f"mlm.held_out.share={held.get('share')!r}: expected a share in [0, 1)")
 
 
 def train_cached(
@@ -293,9 +341,7 @@ def train_cached(
     trainer_cfg["precision"] = trainer_precision(
         trainer_cfg.get("precision", "32-true"), trainer_cfg.get("accelerator", "auto")
     )
-    precision = str(trainer_cfg["precision"])
-    key = cache_key(start, OmegaConf.to_container(m, resolve=True), preprocess, seed, precision, world.size)
-    out = cache_dir("mlm") / f"{start.name}-{int(m.steps)}-{key}"
+    out = entry_dir(start, m, seed, preprocess, str(trainer_cfg["precision"]), world.size)
     lock = file_lock(out.with_name(out.name + ".lock")) if world.leader else contextlib.nullcontext()
     with lock:
         damage = world.broadcast((integrity.problem(out) if out.exists() else "absent") if world.leader else None)
@@ -316,6 +362,13 @@ def train_cached(
             _train(m, start, preprocess, out, log_dir, seed, trainer_cfg, loggers(log_dir) if loggers else default)
         world.barrier()  # rank 0 wrote the entry (or found it) before any rank reads it
     return out, read_json(out / _DONE, dict, "an MLM adaptation's record: delete its directory to rebuild")
+
+
+def entry_dir(start: Backbone, m: Any, seed: int, preprocess: Any, precision: str, processes: int = 1) -> Path:
+    """Where the adaptation of `start` by recipe `m` lives in the cache (cache_key), built or not."""
+    recipe = OmegaConf.to_container(m, resolve=True) if OmegaConf.is_config(m) else dict(m)
+    key = cache_key(start, recipe, preprocess, seed, precision, processes)
+    return cache_dir("mlm") / f"{start.name}-{int(m['steps'])}-{key}"
 
 
 def _save(model: Any, tokenizer: Any, out: Path, report: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from vtlab.core.errors import ConfigError, NonFiniteLossError
 from vtlab.evaluation import compute_metrics, sparsity_stats
 from vtlab.index import InvertedIndex, to_run
 from vtlab.losses import RankingLoss
+from vtlab.losses.base import group_scores
 from vtlab.models.cached_step import cached_step
 from vtlab.models.encoder import SpladeEncoder, dense_to_csr
 from vtlab.models.optim import configure_optimizers
@@ -96,6 +97,8 @@ class SpladeModule(pl.LightningModule):
         logs["train/lr"] = self.optimizers().param_groups[0]["lr"] if self._trainer is not None else 0.0
         logs["train/query_active_dims"] = (q != 0).sum(1).float().mean()
         logs["train/doc_active_dims"] = (d != 0).sum(1).float().mean()
+        distilled = getattr(self.loss, "requires_teacher", False)  # else the triplets' scores are their mining's
+        logs.update(margin_logs(q, d, batch.get("teacher_scores") if distilled else None))
         if not torch.isfinite(total):
             raise NonFiniteLossError(_non_finite_message(self.global_step, logs, self._last_finite_loss))
         self._last_finite_loss = (self.global_step, float(total.detach()))
@@ -145,6 +148,25 @@ class SpladeModule(pl.LightningModule):
     # ---- optimization ----------------------------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
         return configure_optimizers(self, self.optimizer_factory, self.scheduler_factory, self.weight_decay)
+
+
+@torch.no_grad()
+def margin_logs(q: Tensor, d: Tensor, teacher_scores: Tensor | None) -> dict[str, Tensor]:
+    """The step's positive-over-negative score margins (their mean and spread: the range a distillation teacher's
+    margins are matched to, docs/real-case.md), and the teacher's where it gives scores; device tensors, no sync."""
+    if d.shape[0] <= q.shape[0]:
+        return {}
+    s = group_scores(q.detach().float(), d.detach().float())
+    logs = _spread("train/margin", s[:, :1] - s[:, 1:])
+    if teacher_scores is not None:
+        t = teacher_scores.detach().float()
+        logs.update(_spread("train/teacher_margin", t[:, :1] - t[:, 1:]))
+    return logs
+
+
+def _spread(name: str, values: Tensor) -> dict[str, Tensor]:
+    std = values.std() if values.numel() > 1 else torch.zeros((), device=values.device)
+    return {name: values.mean(), f"{name}_std": std}
 
 
 def _non_finite_message(step: int, logs: dict[str, Any], last_finite: tuple[int, float] | None) -> str:

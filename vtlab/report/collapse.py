@@ -1,7 +1,16 @@
-"""The collapse rule, the same for every arm of every table and fixed before any run: a seed whose training the collapse
-detector stopped (vtlab/callbacks/collapse_detector.py) counts — its evaluation is in the table, and its row's status
-says so — and each contrast that touches one is also given without the matched seeds where either arm collapsed, on a
-line of its own outside the family (no verdict): a reader sees how much one collapsed seed moves the reading."""
+"""The collapse rule, the same for every arm of every table and fixed before any run. A seed counts as collapsed when
+- the collapse detector recorded a collapse (vtlab/callbacks/collapse_detector.py: collapse.json beside the job,
+  whether it stopped the training or, with action=warn, let it go on); or
+- the experiment declares a floor (`report.collapse_floor: {doc_dims: <number or null>, score: <number or null>}`,
+  one per table; null or absent: the detector's rule alone) and the finished seed's final values are strictly under
+  it, whenever the collapse happened: `doc_dims` against its mean active dims per document (`doc_active_dims` of its
+  metrics.json, mean over its collections: the "avg d dims" column), `score` against its mean of the table's measure
+  over its collections (the avg column). The detector's record wins where there is one.
+Either way its job's `collapse` holds the reason in one line. A collapsed seed counts — its evaluation is in the table,
+and its row's status names it with the reason — and each contrast that touches one is also given without the matched
+seeds where either arm collapsed, on a line of its own outside the family (no verdict): a reader sees how much one
+collapsed seed moves the reading. The floor is applied where the table is built (vtlab.report.tables: it needs the
+table's measure and collections); discovery reads the key and words the reasons."""
 
 from __future__ import annotations
 
@@ -16,7 +25,7 @@ WITHOUT = "without collapsed seeds"
 
 
 def collapsed_seeds(table: Table, label: str) -> set[str]:
-    """The seeds of a row whose training the collapse detector stopped."""
+    """The seeds of a row that collapsed: a collapse detector's record, or final values under the declared floor."""
     return {str(j.seed) for j in table.row(label).jobs if j.collapse and j.seed is not None}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,9 @@ from vtlab.runs.status import job_dirs
 SEED_KEY = "seed"
 CONTRAST_KEY = "report.contrasts"  # the experiment config's list of [row A, row B] pairs
 PRIMARY_KEY = "report.primary"  # the experiment config's one [row A, row B] pair declared primary before the runs
+# the experiment config's {doc_dims: <number or null>, score: <number or null>}: a finished seed whose final mean active
+# document dims, or whose average of the table's measure over its collections, is strictly under it counts as collapsed
+COLLAPSE_FLOOR_KEY = "report.collapse_floor"
 EXPLORATORY_FILE = "exploratory.json"  # in a sweep directory, {"reason": "..."}: its table's contrasts get no verdict
 
 
@@ -39,6 +43,19 @@ class State(enum.Enum):
 _STATUS_STATES = {"done": State.DONE, "failed": State.FAILED, "running": State.INCOMPLETE}
 
 
+@dataclass(frozen=True)
+class CollapseFloor:
+    """An experiment's declared collapse floor (COLLAPSE_FLOOR_KEY); a side left null is not checked."""
+
+    doc_dims: float | None = None  # final mean active dims per document, mean over the collections (`doc_active_dims`)
+    score: float | None = None  # the table's measure, mean over the collections (the table's avg column)
+
+    def __str__(self) -> str:
+        parts = [f"doc_dims: {self.doc_dims:g}" if self.doc_dims is not None else "doc_dims: null"]
+        parts.append(f"score: {self.score:g}" if self.score is not None else "score: null")
+        return "{" + ", ".join(parts) + "}"
+
+
 # ---------------------------------------------------------------------------------------------------- reading jobs
 
 
@@ -55,7 +72,10 @@ class Job:
     contrasts: tuple[tuple[str, str], ...] = ()  # its config's report.contrasts
     primary: tuple[str, str] | None = None  # its config's report.primary
     problems: tuple[str, ...] = ()  # what is wrong with them (the table is still written; the report exits 2)
-    collapse: str | None = None  # the collapse detector stopped its training (collapse.json): what and when
+    # collapsed, in one line: the collapse detector's record (collapse.json: what and when), else, set by the table,
+    # the declared floor its final values fell under (report.collapse_floor); None: not collapsed
+    collapse: str | None = None
+    collapse_floor: CollapseFloor | None = None  # its config's report.collapse_floor (None: not declared)
     _per_query: dict[str, dict[str, dict[str, float]] | None] = field(default_factory=dict, repr=False)
 
     def per_query(self, dataset: str) -> dict[str, dict[str, float]] | None:
@@ -158,6 +178,27 @@ def _config_primary(cfg: Any, path: Path) -> tuple[str, str] | None:
     return pair[0], pair[1]
 
 
+def _config_collapse_floor(cfg: Any, path: Path) -> CollapseFloor | None:
+    """A job config's report.collapse_floor, None where absent, null or with both sides null."""
+    raw = _plain(cfg, COLLAPSE_FLOOR_KEY) if isinstance(cfg, DictConfig) else None
+    floor = OmegaConf.to_container(raw) if isinstance(raw, (DictConfig, ListConfig)) else raw
+    if floor is None:
+        return None
+    values = floor.values() if isinstance(floor, dict) else ()
+    if (
+        not isinstance(floor, dict)
+        or not set(floor) <= {"doc_dims", "score"}
+        or not all(v is None or (_number(v) is not None and math.isfinite(v) and v >= 0) for v in values)
+    ):
+        raise ReportError(
+            f"{path}: {COLLAPSE_FLOOR_KEY} must be {{doc_dims: <number >= 0 or null>, score: <number >= 0 or null>}}, "
+            f"got {floor!r}"
+        )
+    if floor.get("doc_dims") is None and floor.get("score") is None:
+        return None
+    return CollapseFloor(*(None if floor.get(k) is None else float(floor[k]) for k in ("doc_dims", "score")))
+
+
 def _load_config(path: Path) -> Any:
     try:
         return OmegaConf.load(path)
@@ -209,7 +250,19 @@ def _collapse(job_dir: Path) -> str | None:
     except ReportError as exc:
         return f"the collapse detector fired, its record unreadable ({exc})"
     side = f" on the {fired['side']} side" if fired.get("side") else ""
-    return f"{fired.get('kind', 'a')} collapse{side} at step {fired.get('step', '?')}, training stopped there"
+    then = "training stopped there" if fired.get("action", "stop") == "stop" else "training went on (action=warn)"
+    return f"{fired.get('kind', 'a')} collapse{side} at step {fired.get('step', '?')}, {then}"
+
+
+def floor_collapse(floor: CollapseFloor, doc_dims: float | None, score: float | None, measure: str) -> str | None:
+    """The collapse a seed's final values show against the declared floor, in one line (None: not under it). Strictly
+    under: a value at the floor is not collapsed; a value the run did not record is not checked."""
+    under = []
+    if floor.doc_dims is not None and doc_dims is not None and doc_dims < floor.doc_dims:
+        under.append(f"final doc dims {doc_dims:.4g} under the floor {floor.doc_dims:g}")
+    if floor.score is not None and score is not None and score < floor.score:
+        under.append(f"final avg {measure} {score:.4g} under the floor {floor.score:g}")
+    return f"{'; '.join(under)} ({COLLAPSE_FLOOR_KEY})" if under else None
 
 
 def read_job(job_dir: Path, num: int) -> Job:
@@ -225,13 +278,17 @@ def read_job(job_dir: Path, num: int) -> Job:
     seed = _override_value(overrides, SEED_KEY)
     if seed is None and isinstance(cfg, DictConfig) and _plain(cfg, SEED_KEY) is not None:
         seed = str(_plain(cfg, SEED_KEY))
-    contrasts, primary, problems = (), None, []
+    contrasts, primary, floor, problems = (), None, None, []
     try:  # a recorded config cannot be fixed after the run: report its mistakes, keep the table
         contrasts = _config_contrasts(cfg, config_yaml)
     except ReportError as exc:
         problems.append(str(exc))
     try:
         primary = _config_primary(cfg, config_yaml)
+    except ReportError as exc:
+        problems.append(str(exc))
+    try:
+        floor = _config_collapse_floor(cfg, config_yaml)
     except ReportError as exc:
         problems.append(str(exc))
     return Job(
@@ -246,6 +303,7 @@ def read_job(job_dir: Path, num: int) -> Job:
         path=job_dir,
         contrasts=contrasts,
         primary=primary,
+        collapse_floor=floor,
         problems=tuple(problems),
     )
 

@@ -40,7 +40,7 @@ def override_text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def _setting(overrides: tuple[str, ...], keys: list[str]) -> dict[str, Any]:
+def setting_of(overrides: tuple[str, ...], keys: list[str]) -> dict[str, Any]:
     pairs = {override_key(o): o.split("=", 1)[1] for o in overrides if "=" in o}
     return {k: yaml.safe_load(pairs[k]) for k in keys if k in pairs}
 
@@ -81,7 +81,7 @@ def _choose(
 ) -> dict[str, Choice]:
     """`choose` over jobs already read from `sweep` (named in errors)."""
     if where:
-        jobs = [j for j in jobs if _setting(j.overrides, list(where)) == where]
+        jobs = [j for j in jobs if setting_of(j.overrides, list(where)) == where]
     # dataset None: every collection any job of the sweep scored, so that no arm is averaged over fewer of them
     sets = list(dict.fromkeys(d for j in jobs for d in j.metrics)) if dataset is None else [dataset]
     tried: dict[str, list[tuple[dict[str, Any], float | None]]] = {}
@@ -89,7 +89,7 @@ def _choose(
         if job.name is None:
             continue
         value = dev_score(job.metrics, sets, measure) if job.state is State.DONE else None
-        tried.setdefault(job.name, []).append((_setting(job.overrides, keys), value))
+        tried.setdefault(job.name, []).append((setting_of(job.overrides, keys), value))
     if not tried:
         raise ReportError(f"selection: no job under {sweep}")
     unscored = sorted(arm for arm, runs in tried.items() if any(score is None for _, score in runs))
@@ -120,7 +120,7 @@ def choose_shared(
     score (over its own `keys`) is highest (ties: the first tried); then each arm's own best of `keys` at that value.
     Every arm was run at every shared value (equal selection budget), but only `by` choose it."""
     jobs = _jobs(sweep)
-    settings = list(dict.fromkeys(tuple(_setting(j.overrides, shared).items()) for j in jobs if j.name is not None))
+    settings = list(dict.fromkeys(tuple(setting_of(j.overrides, shared).items()) for j in jobs if j.name is not None))
     if not settings:
         raise ReportError(f"selection: no job under {sweep} to choose {', '.join(shared)} from")
     means = []

@@ -1,5 +1,6 @@
 """The table of a sweep: rows (jobs that differ only in seed or collection), columns (a measure per collection, its
-average, FLOPS and active dims), cells (mean ± sample std over seeds), and the contrasts asked of it
+average, FLOPS and active dims), cells (mean ± sample std over seeds), the seeds that collapsed (the collapse
+detector's record, or the declared floor: the rule is vtlab.report.collapse's) and the contrasts asked of it
 (see vtlab.report)."""
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vtlab.report.discovery import (
+    COLLAPSE_FLOOR_KEY,
     CONTRAST_KEY,
     EXPLORATORY_FILE,
     PRIMARY_KEY,
     SEED_KEY,
+    CollapseFloor,
     Job,
     ReportError,
     State,
@@ -26,6 +29,7 @@ from vtlab.report.discovery import (
     _override_value,
     _plain,
     collect_jobs,
+    floor_collapse,
     override_key,
     read_exploratory,
 )
@@ -92,6 +96,7 @@ class Table:
     checks: list[tuple[str, str, str]] = field(default_factory=list)
     min_effect: float = DEFAULT_MIN_EFFECT  # report.min_effect: the effect the seed plan is powered for
     exploratory: str | None = None  # why its contrasts carry no verdict (EXPLORATORY_FILE in the sweep), or None
+    collapse_floor: CollapseFloor | None = None  # report.collapse_floor: a finished seed under it counts as collapsed
 
     def row(self, label: str) -> Row:
         return next(r for r in self.rows if r.label == label)
@@ -156,9 +161,41 @@ def _mean_metrics(ms: list[dict[str, Any]]) -> dict[str, float]:
     return {k: float(np.mean([_number(m[k]) for m in ms if _number(m.get(k)) is not None])) for k in keys}
 
 
+def _declared_floor(jobs: Sequence[Job], sweep: Path) -> tuple[CollapseFloor | None, str | None]:
+    """The table's collapse floor: the one its jobs' configs declare (report.collapse_floor; None where none does), and
+    where they declare different ones, none (the collapse detector's rule alone) and the problem in words."""
+    declared = list(dict.fromkeys(j.collapse_floor for j in jobs if j.collapse_floor is not None))
+    if len(declared) > 1:
+        floors = ", ".join(str(f) for f in declared)
+        return None, (
+            f"{COLLAPSE_FLOOR_KEY} of the jobs of {sweep}: the jobs declare different floors {floors}; only the "
+            f"collapse detector's rule applies"
+        )
+    return (declared[0] if declared else None), None
+
+
+def _mean_over_collections(seed: dict[str, dict[str, Any]], datasets: Sequence[str], key: str) -> float | None:
+    """A seed's mean of `key` over the collections it was evaluated on, in the table's order (the avg columns' value
+    wherever the seed has every collection)."""
+    xs = [x for d in datasets if (x := _number(seed.get(d, {}).get(key))) is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+def _apply_floor(group: Sequence[Job], floor: CollapseFloor, datasets: Sequence[str], measure: str) -> None:
+    """Mark collapsed the finished jobs of each seed of a row whose final mean doc active dims or average measure is
+    under the floor (vtlab.report.collapse states the rule); a seed the collapse detector flagged keeps its record."""
+    for seed_jobs, seed in zip(_seeds(group), _seed_metrics(group)):
+        if any(j.collapse for j in seed_jobs):
+            continue
+        doc_dims = _mean_over_collections(seed, datasets, "doc_active_dims")
+        reason = floor_collapse(floor, doc_dims, _mean_over_collections(seed, datasets, measure), measure)
+        for job in seed_jobs if reason else ():
+            job.collapse = reason
+
+
 def _job_note(job: Job) -> str:
     which = " ".join(o for o in job.overrides if not _is_row_key(o)) or f"job {job.num}"
-    if job.state is State.DONE:  # finished, its metrics counted, but its training stopped on a collapse
+    if job.state is State.DONE:  # finished, its metrics counted, but collapsed (detector's record or declared floor)
         return f"collapsed ({which}): {job.collapse}"
     note = f"{job.state.value} ({which})"
     return f"{note}: {job.error}" if job.error else note
@@ -198,8 +235,11 @@ def build_table(sweep: str | Path, measure: str = DEFAULT_MEASURE) -> Table:
         available = sorted({k for m in done_metrics for k in m})
         raise ReportError(f"{sweep}: no metrics.json has the measure {measure!r} (available: {', '.join(available)})")
     columns = make_columns(datasets, measure)
+    floor, floor_problem = _declared_floor(jobs, sweep)
     rows = []
     for label, group in zip(_labels(list(groups.values())), groups.values()):
+        if floor is not None:  # before the notes: a seed under the floor is named like a detector's collapse
+            _apply_floor(group, floor, datasets, measure)
         seeds = _seed_metrics(group)
         cells = [Cell([v for s in seeds if (v := c.value(s)) is not None]) for c in columns]
         notes = [_job_note(j) for j in group if j.state is not State.DONE or j.collapse]
@@ -213,7 +253,22 @@ def build_table(sweep: str | Path, measure: str = DEFAULT_MEASURE) -> Table:
     exploratory = read_exploratory(sweep)
     if exploratory is not None:
         footer.insert(0, f"EXPLORATORY TABLE ({EXPLORATORY_FILE}): {exploratory}; its contrasts carry no verdict")
-    table = Table(title, sweep, columns, rows, footer, measure=measure, datasets=datasets, exploratory=exploratory)
+    if floor is not None:
+        footer.append(
+            f"collapse floor ({COLLAPSE_FLOOR_KEY}): {_floor_words(floor, measure)} (strictly under) counts as "
+            f"collapsed, like a seed the collapse detector flagged"
+        )
+    table = Table(
+        title,
+        sweep,
+        columns,
+        rows,
+        footer,
+        measure=measure,
+        datasets=datasets,
+        exploratory=exploratory,
+        collapse_floor=floor,
+    )
     for job in jobs:  # the experiment configs' contrasts, in sweep order, each once
         table.problems += [p for p in job.problems if p not in table.problems]
         for a, b in job.contrasts:
@@ -221,9 +276,17 @@ def build_table(sweep: str | Path, measure: str = DEFAULT_MEASURE) -> Table:
                 add_contrast(table, a, b, f"{job.path / '.hydra' / 'config.yaml'}: {CONTRAST_KEY}")
             except ReportError as exc:  # e.g. a label for another table's rows: say so, but write this table
                 table.problems += [str(exc)] if str(exc) not in table.problems else []
+    if floor_problem is not None:
+        _problem(table, floor_problem)
     _set_primary(table, jobs)
     _set_checks_and_min_effect(table, jobs)
     return table
+
+
+def _floor_words(floor: CollapseFloor, measure: str) -> str:
+    sides = [f"final mean doc active dims under {floor.doc_dims:g}"] if floor.doc_dims is not None else []
+    sides += [f"final avg {measure} under {floor.score:g}"] if floor.score is not None else []
+    return "a finished seed with " + " or ".join(sides)
 
 
 def _set_primary(table: Table, jobs: Sequence[Job]) -> None:

@@ -31,8 +31,8 @@ from omegaconf import OmegaConf
 from vtlab.core.errors import VtlabError
 from vtlab.report import selection
 from vtlab.report.discovery import EXPLORATORY_FILE, write_exploratory
-from vtlab.reproduce import gates, paper_plan, presets
-from vtlab.reproduce.learning import learning_gate, pilot, row_metric
+from vtlab.reproduce import gates, mlm_rate, paper_plan, presets
+from vtlab.reproduce.learning import learning_gate, pilot, pilot_dirs, row_metric
 from vtlab.reproduce.selecting import select_settings, selection_dirs
 from vtlab.reproduce.tables import (
     CONF,
@@ -126,6 +126,42 @@ def _chosen_for(table: str, scale: str, chosen: dict[str, selection.Choice]) -> 
         return []
     varied = {str(key).split(".")[0] for key in OmegaConf.select(cfg, "hydra.sweeper.params", default={}) or {}}
     return [f"{k}={selection.override_text(v)}" for k, v in chosen[arm].values.items() if k.split(".")[0] not in varied]
+
+
+def with_mlm_rate(run: Any, scale: str, table: str, fixed: list[str]) -> Any:
+    """`run` with the MLM rate the rule chose (mlm_rate.choose) added to every job of this table's rows."""
+    if not fixed:
+        return run
+
+    def table_run(overrides: list[str], sweep_dir: Path) -> None:
+        experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "")
+        mine = any(f"{scale}/{t}/" in experiment for t in (table, f"selected-{table}"))
+        run([*overrides, *(fixed if mine else [])], sweep_dir)
+
+    return table_run
+
+
+def has_pilot(scale: str, table: str) -> bool:
+    """A table whose pilot plans its seeds (`power.pilot_seeds` and a learning gate in conf/tables/<scale>.yaml)."""
+    spec = tables_of(scale)[table]
+    return bool((spec.get("learning_gate") or {}).get("rows")) and bool((spec.get("power") or {}).get("pilot_seeds"))
+
+
+def _seed_overrides(
+    args: argparse.Namespace, table: str, overrides: list[str], learning: dict[str, Any] | None, out: Path | None
+) -> list[str]:
+    """The table's `seed=` from its pilot's plan (out: where the pilot ran; None: the table's own seeds), unless
+    --seeds says otherwise or the plan reached no seed count (then the table's `seeds`, said in a line)."""
+    if out is None or args.seeds is not None or args.dry_run:
+        return overrides
+    plan = (learning or {}).get("plan") or {}
+    n = plan.get("seeds")
+    if n is None:
+        n = int(tables_of(args.scale)[table]["seeds"])
+        print(f"seeds: {table}: the pilot's plan reached no seed count; {n} seeds (conf/tables), underpowered")
+    else:
+        print(f"seeds: {table}: {n} seeds, planned by its pilot (upper bound of the per-seed SD)", flush=True)
+    return [o for o in overrides if not o.startswith("seed=")] + ["seed=" + ",".join(str(s) for s in range(n))]
 
 
 def _check_gates(out: Path, tables: list[str], scale: str = "testbed") -> dict[str, Any]:
@@ -267,33 +303,45 @@ def main(argv: list[str] | None = None) -> int:
             gates.write(out / "gates.json", report)
             gates.check_case(report["case"])
         chosen: dict[str, dict[str, selection.Choice]] = {}
+        rates: dict[str, list[str]] = {}  # table → its MLM rate rule's override (mlm_rate.choose)
         for table, overrides in planned.items():
             row_table = is_row_table(args.scale, table)
             spec = selection_spec(args.scale, table) if row_table else None
-            exploratory = None
+            exploratory, trun = None, run
             if spec is not None:
-                rows, chosen[table] = select_settings(spec, args.scale, table, out, run, args.dry_run)
-                if gated and (learning := learning_gate(args.scale, table, spec, chosen[table], out, run)):
+                rates[table] = mlm_rate.choose(args.scale, table, 0, out, run, args.dry_run)
+                trun = with_mlm_rate(run, args.scale, table, rates[table])
+                piloted = has_pilot(args.scale, table) and args.scale == "testbed" and not args.no_gates
+                earlier = [pilot_dirs(out, table)[k] for k in ("select", "extend")] if piloted else []
+                learning = pilot(args.scale, table, spec, out, trun, args.dry_run) if piloted else None
+                rows, chosen[table] = select_settings(spec, args.scale, table, out, trun, args.dry_run, reuse=earlier)
+                if gated and not piloted:
+                    learning = learning_gate(args.scale, table, spec, chosen[table], out, trun)
+                if learning:
                     report[f"learning:{table}"] = learning
                     gates.write(out / "gates.json", report)
                     exploratory = learning.get("exploratory")
+                overrides = _seed_overrides(args, table, overrides, learning, out if piloted else None)
                 reuse = [o for o in rows if o.startswith("reuse_runs=")]
+                if piloted:
+                    reuse = [reuse[0][:-1] + f",'{pilot_dirs(out, table)['seeds'].resolve()}']"]
                 overrides = (
                     [o for o in rows if not o.startswith("reuse_runs=")]
                     + [o for o in overrides if not o.startswith("experiment=")]
                     + reuse
                 )
-            elif not row_table:
+            elif not row_table:  # an ablation on a row table's arm: its choices and its MLM rate
                 overrides = overrides + _chosen_for(
                     table, args.scale, {a: c for t in chosen.values() for a, c in t.items()}
                 )
+                overrides += [o for t in tables_of(args.scale)[table].get("needs", []) for o in rates.get(t, [])]
             dirs.append(out / table)
-            run(overrides, out / table)
+            trun(overrides, out / table)
             if not args.dry_run:
                 mark_exploratory(out / table, exploratory)
             for teacher, sweep_dir in (sensitivity_dirs(args.scale, table, out) if args.sensitivity else {}).items():
                 dirs.append(sweep_dir)
-                run(_sensitivity_overrides(args.scale, table, teacher, overrides), sweep_dir)
+                trun(_sensitivity_overrides(args.scale, table, teacher, overrides), sweep_dir)
                 if not args.dry_run:
                     mark_exploratory(sweep_dir, exploratory)
     except VtlabError as e:
@@ -317,8 +365,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _pilot(args: argparse.Namespace, tables: list[str], out: Path, run: Any) -> int:
-    """`--pilot`: each asked table with a learning gate, its gate arms on dev only; exit 0 when every one is a go,
-    3 when one is not (the line says which arm and by how much)."""
+    """`--pilot`: each asked table with a learning gate, its MLM rate rule and its gate arms on dev only; exit 0 when
+    every one is a go, 3 when one is not (the line says which arm and by how much)."""
     asked = [t for t in tables if (tables_of(args.scale)[t].get("learning_gate") or {}).get("rows")]
     if not asked:
         print(
@@ -330,7 +378,10 @@ def _pilot(args: argparse.Namespace, tables: list[str], out: Path, run: Any) -> 
     try:
         for table in asked:
             spec = selection_spec(args.scale, table)
-            verdicts[table] = pilot(args.scale, table, spec, out, run, args.dry_run)
+            fixed = mlm_rate.choose(args.scale, table, 0, out, run, args.dry_run)
+            verdicts[table] = pilot(
+                args.scale, table, spec, out, with_mlm_rate(run, args.scale, table, fixed), args.dry_run
+            )
     except VtlabError as e:
         print(f"vtlab: error: {e}", file=sys.stderr)
         return 3 if isinstance(e, gates.GateError) else 2

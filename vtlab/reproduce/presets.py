@@ -14,7 +14,6 @@ traffic). The jobs' fixed costs (start-up, head fit, APC probe, evaluation) are 
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,7 @@ from hydra import compose, initialize_config_dir
 from vtlab.core.paths import CONF_DIR
 from vtlab.reproduce import paper_plan
 from vtlab.reproduce.learning import gate_rows
-from vtlab.reproduce.tables import grid_keys, main_rows
+from vtlab.reproduce.tables import grid_keys, main_rows, tables_of
 
 
 @dataclass(frozen=True)
@@ -114,25 +113,36 @@ def job_flops(cfg: Any) -> tuple[float, float]:
 def estimate(
     preset: Preset, scale: str, table: str, spec: dict[str, Any], seeds: int, extra: list[str], pilot: bool = False
 ) -> Estimate:
-    """The FLOPs of a row table's plan under `preset`: every arm at each rate of the selection grid and each value of
-    the shared grid (its MLM once per arm and value), up to two more rates per arm where the grid is extended (counted:
-    the worst case), then seeds 1.. of each arm (seed 0 is the selection's job); `pilot`: the gate arms at their
-    configured rate and each shared value."""
+    """The FLOPs of a row table's plan under `preset`: each arm's MLM adaptation once (the rate rule's arm once per
+    rate of its grid, `mlm_rate` in conf/tables), every arm at each rate of the selection grid, up to two more rates
+    per arm where the grid is extended (counted: the worst case), then seeds 1.. of each arm (seed 0 is the
+    selection's job). `pilot`: the gate arms' part of that, and the primary's arms at the pilot's seeds."""
     overrides = with_extra(preset, extra)
-    shared = [[f"{k}={v}" for v in values] for k, values in grid_keys((spec.get("shared") or {}).get("grid"))]
-    points = [list(p) for p in itertools.product(*shared)]
     rates = math.prod(len(values) for _, values in grid_keys(spec.get("grid")))
     extension = 2 if spec.get("extend") else 0
+    conf = tables_of(scale)[table]
+    rule = conf.get("mlm_rate") or {}
+    pilot_seeds = int((conf.get("power") or {}).get("pilot_seeds", 1))
+    rows = gate_rows(scale, table) if pilot else main_rows(scale, table)
+    primary = {f"{scale}/{table}/{r}" for r in _primary_rows(scale, table)} if pilot else set()
     jobs = mlm = 0
     flops = 0.0
-    for row in gate_rows(scale, table) if pilot else main_rows(scale, table):
-        adapts = [job_flops(_cfg(row, overrides + point)) for point in points]
-        n = len(points) if pilot else rates * len(points) + extension + seeds - 1
+    for row in rows:
+        tune, adapt = job_flops(_cfg(row, overrides))
+        n = rates + extension + ((pilot_seeds - 1 if row in primary else 0) if pilot else seeds - 1)
+        adaptations = len(rule.get("grid", [])) if row == f"{scale}/{table}/{rule.get('row')}" else 1
         jobs += n
-        flops += n * adapts[0][0] + sum(a for _, a in adapts)
-        mlm += sum(a > 0 for _, a in adapts)
+        mlm += adaptations if adapt > 0 else 0
+        flops += n * tune + adaptations * adapt
     seconds = flops / (preset.utilisation * preset.peak_tflops * 1e12)
     return Estimate(jobs, mlm, flops, seconds, seconds * preset.pessimistic)
+
+
+def _primary_rows(scale: str, table: str) -> list[str]:
+    """The row files of the table's declared primary contrast (report.primary of its first row)."""
+    rows = tables_of(scale)[table]["rows"]
+    primary = list(_cfg(main_rows(scale, table)[0], []).report.get("primary") or [])
+    return [r for r in rows if _cfg(f"{scale}/{table}/{r}", []).name in primary]
 
 
 def render(preset: Preset, name: str, table: str, est: Estimate, pilot: bool = False) -> str:

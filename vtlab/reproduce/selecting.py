@@ -12,14 +12,20 @@ import vtlab.report.selection as selection
 from vtlab.reproduce.tables import grid_keys, main_rows, row_name, sweep_values
 
 
-def selection_dirs(out: Path, table: str) -> tuple[Path, Path, Path]:
-    """(the selection sweep, the chosen configs' search path, the second stage's sweep) of a row table."""
-    return out / f"select-{table}", out / f"selected-{table}", out / f"select-{table}-then"
+def selection_dirs(out: Path, table: str, stage: str = "select") -> tuple[Path, Path, Path]:
+    """(the selection sweep, the chosen configs' search path, the second stage's sweep) of a row table; `stage`
+    "pilot": the pilot's part of the selection (its gate arms)."""
+    return out / f"{stage}-{table}", out / f"selected-{table}", out / f"{stage}-{table}-then"
 
 
-def extend_dir(out: Path, table: str) -> Path:
+def extend_dir(out: Path, table: str, stage: str = "select") -> Path:
     """The sweep that extends a grid whose choice sat at its edge."""
-    return out / f"select-{table}-extend"
+    return out / f"{stage}-{table}-extend"
+
+
+def reuse_override(dirs: list[Path]) -> str:
+    """`reuse_runs=[...]`: the finished jobs of these sweeps are copied, not retrained (vtlab/runs/reuse.py)."""
+    return "reuse_runs=[" + ",".join(f"'{d.resolve()}'" for d in dirs) + "]"
 
 
 def extended(values: list[Any], edges: list[Any], factor: float) -> list[Any]:
@@ -57,18 +63,25 @@ def select_settings(
     out: Path,
     run: Callable[[list[str], Path], None],
     dry_run: bool = False,
+    rows: list[str] | None = None,
+    stage: str = "select",
+    reuse: list[Path] | None = None,
 ) -> tuple[list[str], dict[str, selection.Choice]]:
     """Run every arm of a row table on the selection grid (and the shared grid, `selection.shared`) at one seed,
     scored on dev (equal selection budget); choose the shared setting by the primary contrast's arms and each arm's
     own best at it; extend the grid once for every arm where a choice sits at its edge (`selection.extend`); run the
     second stage's settings (`selection.then`) at each arm's best; write each arm's config with its choice. Returns
-    the table's `experiment=`/search-path/reuse overrides that run them, and the choices by arm name."""
+    the table's `experiment=`/search-path/reuse overrides that run them, and the choices by arm name. `rows`: only
+    these arms (the pilot's gate arms; default every row), into the sweeps named by `stage`; `reuse`: sweeps whose
+    finished jobs with the same config are copied instead of retrained (the pilot's, for the table's selection)."""
     grid = dict(grid_keys(spec["grid"]))
     shared = dict(grid_keys((spec.get("shared") or {}).get("grid")))
     then = dict(grid_keys(spec.get("then")))
-    rows = main_rows(scale, table)
-    sweep_dir, root, then_dir = selection_dirs(out, table)
+    rows = rows or main_rows(scale, table)
+    sweep_dir, root, then_dir = selection_dirs(out, table, stage)
     common = [f"seed={spec['seed']}", f"eval={spec['eval']}"]
+    earlier = [d for d in reuse or [] if d.is_dir()]
+    common += [reuse_override(earlier)] if earlier else []
     # the grid first, so Hydra varies the arm fastest: jobs side by side are other arms, not waiting on one MLM cache
     run([*sweep_values(grid), *sweep_values(shared), f"experiment={','.join(rows)}", *common], sweep_dir)
     sweeps = [sweep_dir]
@@ -89,9 +102,9 @@ def select_settings(
             at = sweep_values({k: [v] for k, v in where.items()})
             run(
                 [*sweep_values({extend["key"]: beyond}), *at, f"experiment={','.join(rows)}", *common],
-                extend_dir(out, table),
+                extend_dir(out, table, stage),
             )
-            sweeps.append(extend_dir(out, table))
+            sweeps.append(extend_dir(out, table, stage))
             chosen = selection.choose(sweeps, list(grid), spec["dataset"], spec["measure"], where)
         selection.write_selected(chosen, names, root, selected)
     arms = f"experiment={','.join(selected + '/' + r.rsplit('/', 1)[1] for r in rows)}"
@@ -103,5 +116,4 @@ def select_settings(
             selection.write_selected(chosen, names, root, selected)
     _print_choices(spec, chosen)
     # seed 0 at the chosen setting was trained by the selection: evaluated on the test sets, not retrained
-    reuse = ",".join(f"'{d.resolve()}'" for d in sweeps)
-    return [arms, search, f"reuse_runs=[{reuse}]"], chosen
+    return [arms, search, reuse_override(sweeps)], chosen

@@ -81,11 +81,17 @@ def grid_keys(node: dict[str, Any] | None, prefix: str = "") -> list[tuple[str, 
 
 
 def table_seeds(scale: str, table: str) -> tuple[int, str]:
-    """(the seeds a table runs, why): `power` in conf/tables/<scale>.yaml gives the seeds for that power of the
-    primary's seed-level t against its `effect` at the per-seed SD measured before the table (non-central t,
-    stats.seeds_for_power); otherwise the table's `seeds`."""
+    """(the seeds a table runs, why): `power` in conf/tables/<scale>.yaml with an `sd` gives the seeds for that power
+    of the primary's seed-level t against its `effect` at that per-seed SD (non-central t, stats.seeds_for_power);
+    without one its pilot plans them (vtlab.reproduce.learning.pilot) and this is the fallback; otherwise the table's
+    `seeds`."""
     spec = tables_of(scale)[table]
     power = spec.get("power")
+    if power and "sd" not in power:
+        return int(spec["seeds"]), (
+            f"{table}: seeds planned by its pilot from the primary's measured spread ({spec['seeds']} where no plan "
+            f"exists, conf/tables/{scale}.yaml)"
+        )
     if not power:
         return int(spec["seeds"]), f"{table}: {spec['seeds']} seeds (conf/tables/{scale}.yaml)"
     n = stats.seeds_for_power(

@@ -10,6 +10,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from vtlab.backbones import Backbone
+from vtlab.core.instantiate import instantiate_with
 from vtlab.vocab.init import Initializer
 from vtlab.vocab.targets import TargetVocab
 from vtlab.vocab.transfer import TransferOptions, transferred_backbone
@@ -43,7 +44,7 @@ def build_encoder(cfg: DictConfig, state: dict[str, Any] | None = None) -> Any:
     `backbone` key has no network (model=bm25) and is built as it is."""
     if "backbone" not in cfg.model.encoder:
         return instantiate(cfg.model.encoder)
-    return instantiate(cfg.model.encoder, backbone=run_backbone(cfg, state or {}))
+    return instantiate_with(cfg.model.encoder, backbone=run_backbone(cfg, state or {}))
 
 
 def predict_trainer_kwargs(trainer: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from vtlab.callbacks.run_config import RunConfigLogger
 from vtlab.callbacks.vocab_transfer import VocabTransferCallback
 from vtlab.core.atomic import atomic_dir
 from vtlab.core.errors import ConfigError
+from vtlab.core.instantiate import instantiate_with
 from vtlab.runs.reads import reads
 from vtlab.runs.world import join_trainer
 from vtlab.runtime.precision import trainer_precision
@@ -34,7 +35,7 @@ log = logging.getLogger("vtlab")
 def build_module(cfg: DictConfig, state: dict[str, Any] | None = None) -> pl.LightningModule:
     """The SPLADE module; on the backbone an earlier stage produced (e.g. the MLM-adapted one) when there is one."""
     if state and "backbone" in state:
-        return instantiate(cfg.model, encoder=instantiate(cfg.model.encoder, backbone=state["backbone"]))
+        return instantiate_with(cfg.model, encoder=instantiate_with(cfg.model.encoder, backbone=state["backbone"]))
     return instantiate(cfg.model)
 
 
@@ -72,7 +73,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     module = state.get("module") or build_module(cfg, state)
     check_free_space(run_dir, module)  # a full disk is found now, not at the first checkpoint or after training
     encoder = module.encoder
-    datamodule = instantiate(cfg.data, tokenizer=encoder.tokenizer, preprocess=encoder.preprocess)
+    datamodule = instantiate_with(cfg.data, tokenizer=encoder.tokenizer, preprocess=encoder.preprocess)
     datamodule.setup("fit")  # read and check the data before any model work (Lightning's own setup is then a no-op)
     _check_teacher_scores(module, datamodule, cfg)
     callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None]

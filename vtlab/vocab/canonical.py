@@ -4,12 +4,15 @@ Tokens of different tokenizer families are compared through a *canonical form* (
 token stands for, with "▁" in front when the token starts a word. So WordPiece "apple", byte-level "Ġapple" and
 SentencePiece "▁apple" are all "▁apple"; WordPiece "##ing", byte-level "ing" and SentencePiece "ing" are all "ing".
 A target row whose canonical form equals a source row's copies that row's embedding; the rest are new tokens.
+A punctuation-only token (every character Unicode punctuation or symbol) with no equal form copies the source row of
+the same text with either word marker: WordPiece's standalone "," ("▁,") takes SentencePiece's attached ",".
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -100,6 +103,16 @@ def added_token_form(content: str) -> str:
     Whitespace-only added tokens (OLMo's runs of spaces) keep their text."""
     stripped = content.strip()
     return WORD_START + stripped if stripped else content
+
+
+def punct_key(form: str) -> str:
+    """What the punctuation rule compares: the canonical form without word-initial marker or surrounding whitespace,
+    when that is non-empty and every character is Unicode punctuation or symbol (categories P*, S*); else empty (words,
+    whitespace, byte strings)."""
+    if form.startswith(BYTES_MARK):
+        return ""
+    bare = form.removeprefix(WORD_START).strip()
+    return bare if bare and all(unicodedata.category(c)[0] in "PS" for c in bare) else ""
 
 
 def fuzzy_key(form: str) -> str:
@@ -214,6 +227,7 @@ class Overlap:
     n_special: int
     source_size: int
     target_size: int
+    n_punct: int = 0  # punctuation-only tokens matched across word markers ("▁," ← ",")
 
     @property
     def n_matched(self) -> int:
@@ -232,6 +246,7 @@ class Overlap:
             "target_size": self.target_size,
             "n_special": self.n_special,
             "n_exact": self.n_exact,
+            "n_punct": self.n_punct,
             "n_fuzzy": self.n_fuzzy,
             "n_matched": self.n_matched,
             "n_new": self.target_size - self.n_matched,
@@ -245,6 +260,13 @@ def _first_by_form(forms: dict[int, str]) -> dict[str, int]:
     for i in sorted(forms):
         index.setdefault(forms[i], i)
     return index
+
+
+def _punct_pick(target_form: str, candidates: list[tuple[int, str]]) -> int:
+    """Deterministic choice among source (id, form) sharing the target's punctuation key: the same word marker as the
+    target first, then the other marker, then the lowest id."""
+    initial = target_form.startswith(WORD_START)
+    return min(candidates, key=lambda item: (item[1].startswith(WORD_START) != initial, item[0]))[0]
 
 
 def _fuzzy_pick(target_form: str, candidates: list[tuple[int, str]]) -> int:
@@ -263,8 +285,9 @@ def _fuzzy_pick(target_form: str, candidates: list[tuple[int, str]]) -> int:
 def match_vocabularies(
     source_tok: PreTrainedTokenizerBase, target_tok: PreTrainedTokenizerBase, fuzzy: bool = False
 ) -> Overlap:
-    """Which target rows copy which source row: specials by role, then equal canonical forms, then (fuzzy) the same
-    form up to case and word-initial marker. Each target id appears at most once; source rows may be reused."""
+    """Which target rows copy which source row: specials by role, then equal canonical forms, then punctuation-only
+    forms with the same text whatever their word marker (always), then (fuzzy) the same form up to case and
+    word-initial marker. Each target id appears at most once; source rows may be reused."""
     pairs = special_token_pairs(source_tok, target_tok)
     n_special = len(pairs)
     source_forms, target_forms = canonical_vocab(source_tok), canonical_vocab(target_tok)
@@ -276,6 +299,17 @@ def match_vocabularies(
         if t not in pairs and s is not None:
             pairs[t] = s
             n_exact += 1
+
+    by_punct: dict[str, list[tuple[int, str]]] = {}
+    for s, form in source_forms.items():
+        if key := punct_key(form):
+            by_punct.setdefault(key, []).append((s, form))
+    n_punct = 0
+    for t in sorted(target_forms):
+        candidates = by_punct.get(punct_key(target_forms[t])) if t not in pairs else None
+        if candidates:
+            pairs[t] = _punct_pick(target_forms[t], candidates)
+            n_punct += 1
 
     n_fuzzy = 0
     if fuzzy:
@@ -299,4 +333,5 @@ def match_vocabularies(
         n_special=n_special,
         source_size=len(source_tok),
         target_size=len(target_tok),
+        n_punct=n_punct,
     )
