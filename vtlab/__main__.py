@@ -16,9 +16,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from vtlab.core.errors import DiskError, note_write_roots, one_line
 from vtlab.core.logs import guard_log_files, quiet_third_party
+from vtlab.core.overrides import quoted
 from vtlab.core.paths import CONF_DIR, cache_root
 from vtlab.runs.directory import LAST_CKPT, release_run_dir_lock, trains
-from vtlab.runs.precheck import MULTIRUN, checked, first_line, quoted, sweep_size
+from vtlab.runs.precheck import MULTIRUN, checked, first_line, sweep_size
 from vtlab.runs.ranks import later_rank
 from vtlab.runtime.allocator import keep_freed_memory
 

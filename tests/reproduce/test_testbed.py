@@ -170,7 +170,7 @@ def test_the_default_run_selects_on_dev_before_the_main_table_and_runs_jobs_side
     assert "experiment=testbed/selected-main/wp-native," in main_table and "seed=0,1,2,3,4" in main_table
     # seed 0 reuses the selection's training at the chosen setting (vtlab.runs.reuse.reuse_training)
     assert f"reuse_runs=['{tmp_path.resolve()}/select-main']" in main_table
-    assert f"hydra.searchpath=[file://{tmp_path.resolve()}/selected-main]" in main_table
+    assert f"hydra.searchpath=['file://{tmp_path.resolve()}/selected-main']" in main_table
     assert all("hydra/launcher=parallel" in c for c in commands)
 
 

@@ -108,6 +108,6 @@ def test_the_first_line_names_the_directory_hydra_writes(tmp_path: Path) -> None
 def test_a_pinned_run_dir_reads_back_as_itself(value: str) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from vtlab.runs.precheck import quoted
+    from vtlab.core.overrides import quoted
 
     assert OverridesParser.create().parse_overrides([f"hydra.run.dir={quoted(value)}"])[0].value() == value

@@ -29,6 +29,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from vtlab.core.errors import VtlabError
+from vtlab.core.overrides import override, quoted_list, shell_line
 from vtlab.report import selection
 from vtlab.report.discovery import EXPLORATORY_FILE, write_exploratory
 from vtlab.reproduce import gates, mlm_rate, paper_plan, presets
@@ -67,7 +68,7 @@ def sweeps(scale: str, seeds: int | None, tables: list[str], out: Path | None = 
             t for t in ["main", *tables_of(scale)[table].get("needs", [])] if t in tables and is_row_table(scale, t)
         ]
         if out is not None and not rows and reused:
-            sweeps_[table].append("reuse_runs=[" + ",".join(f"'{(out / t).resolve()}'" for t in reused) + "]")
+            sweeps_[table].append("reuse_runs=" + quoted_list([(out / t).resolve() for t in reused]))
     return sweeps_
 
 
@@ -280,10 +281,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(overrides: list[str], sweep_dir: Path) -> None:
         mine = extra if preset is not None and presets.applies(preset, args.scale, overrides) else args.extra
-        cmd = [sys.executable, "-m", "vtlab", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}", *mine]
+        cmd = [sys.executable, "-m", "vtlab", "-m", *overrides, override("hydra.sweep.dir", sweep_dir), *mine]
         if launcher:
             cmd += [f"hydra/launcher={launcher}", *slurm]
-        print("+ " + " ".join(cmd), flush=True)
+        print("+ " + shell_line(cmd), flush=True)
         if not args.dry_run:
             # a failed job does not stop the sweep (vtlab/__main__.py records it); the report shows it
             subprocess.run(cmd, check=False, env=env)
@@ -314,7 +315,10 @@ def main(argv: list[str] | None = None) -> int:
                 piloted = has_pilot(args.scale, table) and args.scale == "testbed" and not args.no_gates
                 earlier = [pilot_dirs(out, table)[k] for k in ("select", "extend")] if piloted else []
                 learning = pilot(args.scale, table, spec, out, trun, args.dry_run) if piloted else None
-                rows, chosen[table] = select_settings(spec, args.scale, table, out, trun, args.dry_run, reuse=earlier)
+                seeds_dir = (pilot_dirs(out, table)["seeds"],) if piloted else ()
+                rows, chosen[table] = select_settings(
+                    spec, args.scale, table, out, trun, args.dry_run, reuse=earlier, reuse_also=seeds_dir
+                )
                 if gated and not piloted:
                     learning = learning_gate(args.scale, table, spec, chosen[table], out, trun)
                 if learning:
@@ -323,8 +327,6 @@ def main(argv: list[str] | None = None) -> int:
                     exploratory = learning.get("exploratory")
                 overrides = _seed_overrides(args, table, overrides, learning, out if piloted else None)
                 reuse = [o for o in rows if o.startswith("reuse_runs=")]
-                if piloted:
-                    reuse = [reuse[0][:-1] + f",'{pilot_dirs(out, table)['seeds'].resolve()}']"]
                 overrides = (
                     [o for o in rows if not o.startswith("reuse_runs=")]
                     + [o for o in overrides if not o.startswith("experiment=")]
@@ -350,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     cmd = [sys.executable, "-m", "vtlab.report", *map(str, dirs)]
-    print("+ " + " ".join(cmd), flush=True)
+    print("+ " + shell_line(cmd), flush=True)
     code = subprocess.run(cmd, check=False).returncode
     if gated:
         try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import vtlab.report.selection as selection
+from vtlab.core.overrides import quoted_list
 from vtlab.evaluation import stats
 from vtlab.report.discovery import State, collect_jobs
 from vtlab.reproduce import gates
@@ -155,7 +156,7 @@ def pilot(scale: str, table: str, spec: dict[str, Any], out: Path, run: Run, dry
     if n > 1:
         arms = ",".join(f"{scale}/selected-{table}/{r.rsplit('/', 1)[1]}" for r in primary)
         others = ",".join(str(s) for s in range(n) if s != spec["seed"])
-        search = f"hydra.searchpath=[file://{root}]"
+        search = "hydra.searchpath=" + quoted_list([f"file://{root}"])
         run([f"experiment={arms}", search, f"seed={others}", f"eval={spec['eval']}"], dirs["seeds"])
     name, ref = _reference(scale, table, spec, dirs["reference"], run, dry_run)
     if dry_run:

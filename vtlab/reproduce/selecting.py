@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import vtlab.report.selection as selection
+from vtlab.core.overrides import quoted_list
 from vtlab.reproduce.tables import grid_keys, main_rows, row_name, sweep_values
 
 
@@ -25,7 +26,7 @@ def extend_dir(out: Path, table: str, stage: str = "select") -> Path:
 
 def reuse_override(dirs: list[Path]) -> str:
     """`reuse_runs=[...]`: the finished jobs of these sweeps are copied, not retrained (vtlab/runs/reuse.py)."""
-    return "reuse_runs=[" + ",".join(f"'{d.resolve()}'" for d in dirs) + "]"
+    return "reuse_runs=" + quoted_list([d.resolve() for d in dirs])
 
 
 def extended(values: list[Any], edges: list[Any], factor: float) -> list[Any]:
@@ -66,6 +67,7 @@ def select_settings(
     rows: list[str] | None = None,
     stage: str = "select",
     reuse: list[Path] | None = None,
+    reuse_also: tuple[Path, ...] = (),
 ) -> tuple[list[str], dict[str, selection.Choice]]:
     """Run every arm of a row table on the selection grid (and the shared grid, `selection.shared`) at one seed,
     scored on dev (equal selection budget); choose the shared setting by the primary contrast's arms and each arm's
@@ -73,7 +75,8 @@ def select_settings(
     second stage's settings (`selection.then`) at each arm's best; write each arm's config with its choice. Returns
     the table's `experiment=`/search-path/reuse overrides that run them, and the choices by arm name. `rows`: only
     these arms (the pilot's gate arms; default every row), into the sweeps named by `stage`; `reuse`: sweeps whose
-    finished jobs with the same config are copied instead of retrained (the pilot's, for the table's selection)."""
+    finished jobs with the same config are copied instead of retrained (the pilot's, for the table's selection);
+    `reuse_also`: sweeps the table's own run reuses beside the selection's (the pilot's seeds)."""
     grid = dict(grid_keys(spec["grid"]))
     shared = dict(grid_keys((spec.get("shared") or {}).get("grid")))
     then = dict(grid_keys(spec.get("then")))
@@ -86,7 +89,7 @@ def select_settings(
     run([*sweep_values(grid), *sweep_values(shared), f"experiment={','.join(rows)}", *common], sweep_dir)
     sweeps = [sweep_dir]
     root = root.resolve()
-    search = f"hydra.searchpath=[file://{root}]"
+    search = "hydra.searchpath=" + quoted_list([f"file://{root}"])
     selected = f"{scale}/selected-{table}"
     names = {row_name(r): r for r in rows} if not dry_run else {}
     chosen: dict[str, selection.Choice] = {}
@@ -116,4 +119,4 @@ def select_settings(
             selection.write_selected(chosen, names, root, selected)
     _print_choices(spec, chosen)
     # seed 0 at the chosen setting was trained by the selection: evaluated on the test sets, not retrained
-    return [arms, search, reuse_override(sweeps)], chosen
+    return [arms, search, reuse_override([*sweeps, *reuse_also])], chosen

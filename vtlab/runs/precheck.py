@@ -115,9 +115,3 @@ def first_line(cfg: DictConfig, jobs: int | None = None) -> str:
     if jobs is None:
         return f"vtlab: {cfg.name}: {' → '.join(steps) or 'no stage'}; writing to {cfg.paths.run_dir}"
     return f"vtlab: a sweep of {jobs} jobs ({' → '.join(steps) or 'no stage'}); writing to {cfg.hydra.sweep.dir}"
-
-
-def quoted(value: str) -> str:
-    """`value` as one quoted string of Hydra's override grammar (a run directory named after a path with `,` or `=`):
-    a quote is escaped, and so are the backslashes before a quote or the closing one."""
-    return "'" + re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value) + "'"

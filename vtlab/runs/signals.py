@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -28,6 +27,7 @@ from typing import Any
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from vtlab.core.errors import exception_chain
+from vtlab.core.overrides import override, shell_line
 from vtlab.runs.directory import earlier_outputs
 
 # the signals a run records as an interruption: a scheduler's kill (TERM), a dropped ssh session (HUP), Ctrl-\ (QUIT),
@@ -203,7 +203,7 @@ def resume_command(overrides: Sequence[str], run_dir: str | Path) -> str:
     """The command that continues a run in `run_dir` from its checkpoint: its own overrides with `hydra.run.dir`
     pinned to the directory (a dated default directory would be a new one), less `resume=`/`overwrite=` (the default
     resume=auto continues; overwrite=true would delete the checkpoint)."""
-    return shlex.join(["python", "-m", "vtlab", *_kept(overrides), f"hydra.run.dir={run_dir}"])
+    return shell_line(["python", "-m", "vtlab", *_kept(overrides), override("hydra.run.dir", run_dir)])
 
 
 def rerun_command(overrides: Sequence[str], run_dir: str | Path) -> str:
@@ -213,10 +213,10 @@ def rerun_command(overrides: Sequence[str], run_dir: str | Path) -> str:
     the interrupted run left outputs the run directory check refuses without it (vtlab.runs.directory.earlier_outputs:
     an evaluation suite's first metrics, a finished stage's model, a best checkpoint); its logs, .hydra/ and
     status.json never need it."""
-    rerun = ["python", "-m", "vtlab", *_kept(overrides), f"hydra.run.dir={run_dir}"]
+    rerun = ["python", "-m", "vtlab", *_kept(overrides), override("hydra.run.dir", run_dir)]
     if Path(run_dir).is_dir() and earlier_outputs(Path(run_dir)):
         rerun.append("overwrite=true")
-    return shlex.join(rerun)
+    return shell_line(rerun)
 
 
 def interrupted_line(signum: int, run_dir: str | Path, checkpoint: Path | None, command: str, trains: bool) -> str:
