@@ -4,9 +4,12 @@ nothing)."""
 
 import contextlib
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import helpers
 import pytest
 from helpers import compose_config
 from omegaconf import DictConfig
@@ -27,9 +30,31 @@ MARKERS = {
 }
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        helpers.ALLOW_MISSING_FLAG,
+        action="store_true",
+        help="skip, not fail, a test whose offline asset or declared dependency is not installed",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, what in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
+    helpers.ALLOW_MISSING["on"] = bool(config.getoption(helpers.ALLOW_MISSING_FLAG))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Every skip's reason, counted, in one line: what this CPU, build or install did not run."""
+    reasons = Counter(
+        str(rep.longrepr[2]).removeprefix("Skipped: ")
+        for rep in terminalreporter.stats.get("skipped", [])
+        if isinstance(rep.longrepr, tuple)
+    )
+    if reasons:
+        terminalreporter.write_line(
+            f"skips: {sum(reasons.values())} — " + "; ".join(f"{r} ×{n}" for r, n in reasons.most_common())
+        )
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from helpers import need
 
 from vtlab.core import assets
 from vtlab.core.assets import ASSETS, HUB, Asset, asset_path, cache_dir, resolve
@@ -17,10 +18,7 @@ BERT_VOCAB_MD5 = "64800d5d8528ce344256daf115d4965e"  # HF bert-base-uncased voca
 
 
 def _require(name: str) -> Path:
-    try:
-        return asset_path(name)
-    except AssetError as exc:
-        pytest.skip(str(exc))
+    return need(asset_path, name)
 
 
 def test_registry_has_the_contract_entries() -> None:

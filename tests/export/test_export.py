@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from helpers import compose_config
+from helpers import compose_config, need_module
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -45,7 +45,7 @@ def boolq():
 @pytest.fixture(scope="module")
 def st():
     """sentence-transformers (a dev dependency): only the round-trip tests need it."""
-    return pytest.importorskip("sentence_transformers")
+    return need_module("sentence_transformers")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import compose_config
+from helpers import compose_config, need_module
 
 from vtlab.backbones import Backbone, TinyModernBert, TinyRoberta
 from vtlab.core.errors import VtlabError
@@ -18,7 +18,7 @@ from vtlab.stages.pipeline import run, run_or_exit
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
 
-ort = pytest.importorskip("onnxruntime")
+ort = need_module("onnxruntime")
 
 TOL = 1e-4
 DOCS = [

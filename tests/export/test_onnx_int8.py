@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import compose_config
+from helpers import compose_config, need_module
 
 from vtlab.export.onnx_int8 import INT16_MAX, UINT8_MAX, pair_bound, quantize_graphs
 from vtlab.export.onnx_runtime import OnnxSparseEncoder
@@ -22,7 +22,7 @@ from vtlab.runtime.cpu import own_cpu_flags
 from vtlab.stages.pipeline import run
 
 pytestmark = pytest.mark.usefixtures("shared_cache")
-ort = pytest.importorskip("onnxruntime")
+ort = need_module("onnxruntime")
 VNNI = {"avx512_vnni", "avx_vnni", "amx_int8"}
 
 

@@ -12,12 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from exported_vectors import export_vectors
+from helpers import need_module
 
 from vtlab.core.errors import VtlabError
 from vtlab.export.vectors import QdrantPoints, qdrant_point_id
 from vtlab.index import InvertedIndex
 
-qdrant_client = pytest.importorskip("qdrant_client", reason="qdrant-client is a dev dependency (pip install -e .[dev])")
+qdrant_client = need_module("qdrant_client")  # a dev dependency (pip install -e .[dev])
 models = qdrant_client.models
 
 N_QUERIES, N_DOCS, K, TIE = 100, 300, 10, 1e-5

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import need
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import (
@@ -34,10 +35,7 @@ V, H = 97, 32
 
 
 def _require(name: str) -> Path:
-    try:
-        return asset_path(name)
-    except AssetError as exc:
-        pytest.skip(str(exc))
+    return need(asset_path, name)
 
 
 # -- offline hub -----------------------------------------------------------------------------------------------------

@@ -9,10 +9,10 @@ from pathlib import Path
 import bm25s
 import numpy as np
 import pytest
-from helpers import compose_config
+from helpers import compose_config, need
 from omegaconf import OmegaConf
 
-from vtlab.core.errors import AssetError, VtlabError
+from vtlab.core.errors import VtlabError
 from vtlab.data.boolq import boolq_collection
 from vtlab.evaluation import evaluate
 from vtlab.models.bm25 import BM25Encoder
@@ -89,10 +89,7 @@ def test_refit_replaces_the_vocabulary_and_unfitted_use_fails() -> None:
 
 
 def test_boolq_validation_matches_the_readme_bm25_row() -> None:
-    try:
-        coll = boolq_collection("validation")
-    except AssetError as exc:
-        pytest.skip(str(exc))
+    coll = need(boolq_collection, "validation")
     metrics = evaluate(BM25Encoder(k1=0.9, b=0.4), coll, show_progress=False)
     assert round(metrics["nDCG@10"], 4) == 0.7656
     assert round(metrics["RR@10"], 4) == 0.7306

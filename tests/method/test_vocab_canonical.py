@@ -3,8 +3,8 @@ SentencePiece)."""
 
 import numpy as np
 import pytest
+from helpers import need
 
-from vtlab.core.errors import AssetError
 from vtlab.vocab.canonical import (
     BYTES_MARK,
     bytelevel_bytes,
@@ -18,10 +18,7 @@ from vtlab.vocab.canonical import (
 
 
 def _load(make):
-    try:
-        return make()
-    except AssetError as e:
-        pytest.skip(f"offline asset missing: {e}")
+    return need(make)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import need
 
 from vtlab.core.errors import VtlabError
 from vtlab.vocab.canonical import Overlap
@@ -301,13 +302,9 @@ def bert_and_olmo():
 
     from vtlab.backbones import TinyModernBert
     from vtlab.core.assets import asset_path
-    from vtlab.core.errors import AssetError
 
-    try:
-        bert = AutoTokenizer.from_pretrained(str(asset_path("minilm")))
-        olmo = TinyModernBert().load_tokenizer()
-    except AssetError as exc:
-        pytest.skip(f"offline tokenizer assets missing: {exc}")
+    bert = AutoTokenizer.from_pretrained(str(need(asset_path, "minilm")))
+    olmo = need(TinyModernBert().load_tokenizer)
     return bert, olmo
 
 

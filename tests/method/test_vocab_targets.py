@@ -5,7 +5,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from helpers import compose_config
+from helpers import compose_config, need
 from hydra.utils import instantiate
 
 from vtlab.core.errors import AssetError, VtlabError
@@ -80,10 +80,7 @@ def test_bert_uncased_target():
     assert isinstance(vocab, PretrainedVocab) and vocab.transfers and vocab.preprocess is None
     assert vocab.embedding_source() == "asset:splade-tiny"
     assert "asset:minilm" in vocab.cache_key()
-    try:
-        tok = vocab.load_tokenizer(None)
-    except AssetError as e:
-        pytest.skip(f"offline asset missing: {e}")
+    tok = need(vocab.load_tokenizer, None)
     assert len(tok) == 30522 and tok.convert_ids_to_tokens(101) == "[CLS]"
 
 
@@ -95,19 +92,13 @@ def test_pretrained_missing_dir_names_key(tmp_path):
 # -- corpus WordPiece --------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def wordpiece(fresh_cache):  # fresh: the WordPiece is trained here, not read from another module's cache
-    try:
-        boolq_passages()
-    except AssetError as e:
-        pytest.skip(f"offline asset missing: {e}")
+    need(boolq_passages)
     vocab = CorpusWordPiece("corpus-wordpiece", vocab_size=2000, corpus=TextCorpus())
     return vocab, vocab.load_tokenizer(None)
 
 
 def test_boolq_passages_distinct():
-    try:
-        passages = boolq_passages()
-    except AssetError as e:
-        pytest.skip(f"offline asset missing: {e}")
+    passages = need(boolq_passages)
     assert len(passages) == len(set(passages)) > 10_000
 
 

@@ -9,6 +9,7 @@ from argparse import Namespace
 
 import numpy as np
 import pytest
+from helpers import need_module
 
 from vtlab.bench.summary import TARGETS, base_key, judge, summarize
 from vtlab.bench.synthetic import synthetic_collection
@@ -374,7 +375,7 @@ def test_onnx_workers_run_without_torch_fp32_equal_int8_close(texts, tmp_path, t
     them, within the agreement vtlab's own int8 must show before precision=auto may pick it (MIN_DOC_COSINE,
     MIN_TOP10_OVERLAP, derived in vtlab/runtime/precision.py), where their target holds it (the vnni graph: on a CPU
     with VNNI, tests/export/test_onnx_int8.py says why); neither process loads torch."""
-    pytest.importorskip("onnxruntime")
+    need_module("onnxruntime")
     import onnx
     import scipy.sparse as sp
 
