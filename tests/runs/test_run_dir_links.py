@@ -76,15 +76,36 @@ CASES = {
 }
 
 
+def hard_link(at: Path, to: Path) -> Path:
+    """`at` made a second name of the file `to` (its parent made first)."""
+    at.parent.mkdir(parents=True, exist_ok=True)
+    os.link(to, at)
+    return at
+
+
+# a hard link is not seen on the way down: the file itself has another name, and a write in place (Lightning's
+# checkpoint and CSV log, Hydra's job log) would change it there
+HARD_CASES = {
+    "hard_checkpoint": lambda run, out: (
+        [*CHEAP, f"hydra.run.dir={run}"],
+        hard_link(run / "checkpoints" / "last.ckpt", out / "victim.log"),
+    ),
+    "hard_sweep_job_log": lambda run, out: (
+        ["-m", *CHEAP, "seed=0", f"hydra.sweep.dir={run}"],
+        hard_link(run / "0" / "__main__.log", out / "victim.log"),
+    ),
+}
+
+
 @pytest.fixture(scope="module")
 def cli_cases(tmp_path_factory) -> dict[str, tuple]:
     """name → (the finished command, its link, the outside dir, the run dir, their snapshots before); run at once."""
     planted = {}
-    for name in CASES:
+    for name, plant in {**CASES, **HARD_CASES}.items():
         tmp = tmp_path_factory.mktemp(name)
         out, run = outside(tmp), tmp / "run"
         run.mkdir()
-        overrides, planted_link = CASES[name](run, out)
+        overrides, planted_link = plant(run, out)
         planted[name] = (overrides, planted_link, out, run, snapshot(run), snapshot(out))
     procs = {name: cli(*case[0]) for name, case in planted.items()}
     done = {}
@@ -103,6 +124,15 @@ def test_a_link_out_of_the_run_dir_is_refused_before_hydra_writes(cli_cases, nam
     assert "out of the " in line
     assert snapshot(out) == out_before  # config.yaml, victim.log as they were; no hydra.yaml, no overrides.yaml
     assert snapshot(run) == run_before  # nothing new in the run (or sweep) directory
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("name", HARD_CASES)
+def test_a_hard_linked_file_in_the_run_dir_is_refused_before_anything_writes(cli_cases, name: str) -> None:
+    res, planted, out, run, run_before, out_before = cli_cases[name]
+    assert res.returncode == 2, res.stderr[-3000:]
+    one_error_line(res.stderr, [f"{planted}: a hard link (the same file has 1 other name)", "replace it by a copy"])
+    assert snapshot(out) == out_before and snapshot(run) == run_before
 
 
 @pytest.mark.cli
@@ -153,3 +183,24 @@ def test_hydra_s_writes_and_guard_write_meet_the_same_rule(tmp_path: Path) -> No
             guard_write(path)
     finally:
         note_write_roots()
+
+
+def test_guard_write_refuses_a_hard_linked_file_and_an_atomic_write_leaves_its_other_name_alone(tmp_path: Path) -> None:
+    from vtlab.core.atomic import atomic_write_text, other_names
+
+    run, out = tmp_path / "run", outside(tmp_path)
+    shared = hard_link(run / "metrics.json", out / "victim.log")
+    assert (other_names(shared), other_names(out / "config.yaml"), other_names(run / "none")) == (1, 0, 0)
+    hard_link(run / "third.json", out / "victim.log")
+    assert other_names(shared) == 2
+    note_write_roots(run)
+    try:
+        with pytest.raises(LinkError, match=r"metrics.json: a hard link \(the same file has 2 other names\)"):
+            atomic_write_text(shared, ["overwritten\n"])
+        guard_write(out / "victim.log")  # outside every write root: not this rule's
+        (run / "third.json").unlink()
+        shared.unlink()
+        atomic_write_text(shared, ["mine\n"])  # a fresh file: fine
+    finally:
+        note_write_roots()
+    assert (out / "victim.log").read_text() == "someone else's log\n"

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -93,17 +94,48 @@ def link_leaving(path: str | os.PathLike[str], roots: Iterable[str | os.PathLike
     return None
 
 
+def other_names(path: str | os.PathLike[str]) -> int:
+    """How many other directory entries name the same file as `path`: a hard link's count less one (0 for a file that
+    does not exist, a directory or a symbolic link, which `link_leaving` judges)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    return st.st_nlink - 1 if stat.S_ISREG(st.st_mode) else 0
+
+
+def hard_link_error(path: str | os.PathLike[str], names: int) -> LinkError:
+    return LinkError(
+        f"{path}: a hard link (the same file has {names} other name{'s' * (names > 1)}): a write there would change it "
+        "under every name, so nothing is written into a hard-linked file in a run or cache directory; remove it, or "
+        "replace it by a copy (cp --remove-destination)"
+    )
+
+
+def hard_link_in(directory: str | os.PathLike[str]) -> tuple[Path, int] | None:
+    """(the first hard-linked regular file under `directory`, its other names), links not followed; else None."""
+    for top, _, files in os.walk(directory):
+        for name in files:
+            if names := other_names(Path(top) / name):
+                return Path(top) / name, names
+    return None
+
+
 def guard_write(path: str | os.PathLike[str]) -> None:
     """LinkError when `path` lies under a root this process writes in (the run directory, the cache:
     vtlab.core.errors.note_write_roots) but a link on the way leads out of it (and into no other root): a link planted
-    in a run or cache directory must not carry a write elsewhere (`link_leaving`). Every writer here calls it."""
-    found = link_leaving(path, write_roots())
+    in a run or cache directory must not carry a write elsewhere (`link_leaving`); nor may a hard link there (the same
+    file under another name, anywhere on the disk). Every writer here calls it."""
+    roots = write_roots()
+    found = link_leaving(path, roots)
     if found is not None:
         link, root = found
         raise LinkError(
             f"{path}: goes through the link {link} (to {real_path(link)}), out of {root}: nothing is written "
             "out of a run or cache directory through a link; remove the link"
         )
+    if (names := other_names(path)) and any(within(real_path(path), real_path(r)) for r in roots):
+        raise hard_link_error(path, names)
 
 
 @contextlib.contextmanager

@@ -4,6 +4,8 @@ must be checked here for Hydra's. Refused with one line and exit 2, nothing writ
 
 - a directory that cannot be written (a read-only or full file system, no permission), where Hydra would fail with a
   traceback ("Unable to configure handler 'file'");
+- a hard-linked file already in the directory (Hydra, Lightning and the job log write some files in place: the
+  file's other name, anywhere on the disk, would receive the run's output);
 - a link on the way to a file Hydra writes (`R/.hydra` -> elsewhere, `R/__main__.log` -> another file, an export's
   `R/exports` -> elsewhere) that leads out of the directory and out of the cache: the rule vtlab's own writers are
   held to (vtlab.core.atomic.link_leaving, guard_write's), applied to Hydra's writes. A sweep: its multirun.yaml and
@@ -22,7 +24,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from vtlab.core.atomic import link_leaving, real_path
+from vtlab.core.atomic import hard_link_error, hard_link_in, link_leaving, real_path
 from vtlab.core.errors import DiskError, LinkError, disk_error, one_line
 from vtlab.core.paths import cache_root
 
@@ -80,6 +82,14 @@ def check_links(paths: list[Path], directory: Path, what: str, key: str) -> None
             )
 
 
+def check_hard_links(directory: Path) -> None:
+    """LinkError naming the first hard-linked file already in `directory` (an earlier run's): Hydra, Lightning (its
+    checkpoints and CSV logs) and the job log write some files in place, so the file's other name would receive
+    them."""
+    if directory.is_dir() and (found := hard_link_in(directory)) is not None:
+        raise hard_link_error(*found)
+
+
 def _sweep_writes(config: DictConfig, sweep: Path) -> list[Path]:
     """What Hydra writes into the sweep directory `sweep`: its multirun.yaml, and each job's files in every job
     directory an earlier sweep left there (`hydra_writes`)."""
@@ -111,9 +121,10 @@ def _run_root(config: DictConfig) -> tuple[Path, str]:
     return Path(str(inside.source)), "run_dir"
 
 
-def _refuse_links(paths: list[Path], directory: Path, what: str, key: str) -> None:
+def _refuse_links(paths: list[Path], directory: Path, what: str, key: str, writes_in: Path) -> None:
     try:
         check_links(paths, directory, what, key)
+        check_hard_links(writes_in)
     except LinkError as err:
         print(one_line(err), file=sys.stderr)
         sys.exit(2)
@@ -136,10 +147,10 @@ class RunDirWritable(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         root, key = _run_root(config)
-        _refuse_links(hydra_writes(config, _hydra_dir(config)), root, "run directory", key)
+        _refuse_links(hydra_writes(config, _hydra_dir(config)), root, "run directory", key, _hydra_dir(config))
         _refuse_unwritable(_hydra_dir(config))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(str(config.hydra.sweep.dir))
-        _refuse_links(_sweep_writes(config, sweep), sweep, "sweep directory", "hydra.sweep.dir")
+        _refuse_links(_sweep_writes(config, sweep), sweep, "sweep directory", "hydra.sweep.dir", sweep)
         _refuse_unwritable(sweep)
