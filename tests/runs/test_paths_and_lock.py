@@ -71,12 +71,15 @@ def _run_dir(path: Path, seed: int = 0) -> Path:
         ("eval.name=../elsewhere", "eval.name"),
         ("vocab.name=../../x", "vocab.name"),
         ("backbone.name=../b", "backbone.name"),
+        ("apc.name=../../apc", "apc.name"),  # a cache entry's name
+        # eval/mteb/<model>/<revision>/<task>.json
+        ("eval=beir +eval.mteb_task=../../../../other/eval/x/metrics", "eval.mteb_task"),
     ],
 )
 def test_a_name_that_would_leave_its_directory_is_refused_naming_the_key(override: str, key: str) -> None:
     with pytest.raises(ConfigError) as ei:
-        check_config(compose_config([override]))
-    value = override.split("=", 1)[1]
+        check_config(compose_config(override.split(" ")))
+    value = override.split(" ")[-1].split("=", 1)[1]
     assert str(ei.value).startswith(f"{key}={value!r}: expected a plain name (no '/', not empty, '.' or '..')")
     assert ei.value.key == key
 
@@ -85,6 +88,30 @@ def test_suite_members_become_directory_names_and_are_checked_too() -> None:
     check_config(OmegaConf.create({"name": "run", "eval": {"evaluations": {"scifact": {}, "nq": {}}}}))
     with pytest.raises(ConfigError, match=r"^eval\.evaluations\.\.\.='\.\.': expected a plain name"):
         check_config(OmegaConf.create({"name": "run", "eval": {"evaluations": {"ok": {}, "..": {}}}}))
+
+
+def test_a_suite_member_s_mteb_task_is_checked_too() -> None:
+    with pytest.raises(ConfigError, match=r"^eval\.evaluations\.ok\.mteb_task='\.\./x': expected a plain name"):
+        check_config(OmegaConf.create({"name": "run", "eval": {"evaluations": {"ok": {"mteb_task": "../x"}}}}))
+
+
+@pytest.mark.parametrize("part", ["..", ".", "", "../x", "a/b", "/abs", "a\0b"])
+def test_where_a_value_is_joined_into_a_path_it_stays_one_entry(tmp_path: Path, part: str) -> None:
+    """The rule at the join itself (vtlab.core.paths.child), for values the config checks cannot see (a name read
+    from a dataset, a task an evaluation reports): the MTEB copy of a result never lands in another run."""
+    from vtlab.core.paths import child
+    from vtlab.evaluation.mteb_results import write_mteb_results
+
+    assert child(tmp_path, "a..b", "k") == tmp_path / "a..b"
+    with pytest.raises(ConfigError, match=r"^k: .* would become a path under"):
+        child(tmp_path, part, "k")
+
+    class Task:
+        mteb_task = part + "/../../victim" if part else "../victim"
+
+    with pytest.raises(ConfigError) as ei:
+        write_mteb_results(tmp_path / "mteb", Task(), "set", {"nDCG@10": 0.5}, "vtlab/run", "rev")
+    assert ei.value.key == "eval.mteb_task" and not list(tmp_path.rglob("*.json"))
 
 
 def test_plain_names_and_the_defaults_pass() -> None:

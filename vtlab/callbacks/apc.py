@@ -21,6 +21,7 @@ from vtlab.core.atomic import file_lock, json_hash, stable_hash
 from vtlab.core.cache_keys import settings_key, tokenizer_key
 from vtlab.core.errors import VtlabError
 from vtlab.core.json_files import read_json
+from vtlab.core.paths import child
 
 log = logging.getLogger("vtlab")
 
@@ -115,7 +116,7 @@ def calibrate_cached(
     computed once per (settings, probe texts, weights) into $VTLAB_CACHE/apc and reused after: a table's seeds that
     share their adapted model (mlm.seed) and their probe documents calibrate alike, bit for bit (the calibrated output
     biases are stored, not recomputed; a cached calibration moves nothing)."""
-    out = cache_dir("apc") / f"{apc.name}-{_key(apc, encoder, texts)}"
+    out = child(cache_dir("apc"), f"{apc.name}-{_key(apc, encoder, texts)}", "apc.name")
     with file_lock(out.with_name(out.name + ".lock")):
         if integrity.problem(out) is None:
             stored = load_file(str(out / "biases.safetensors"))

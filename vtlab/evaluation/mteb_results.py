@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from vtlab.core.atomic import write_json
+from vtlab.core.paths import child
 
 MAIN_SCORE = "ndcg_at_10"
 NOT_PINNED = "not pinned (vtlab)"
@@ -130,7 +131,7 @@ def write_mteb_results(
     languages = list(getattr(evaluation, "languages", None) or ["eng-Latn"])
     split = str(getattr(evaluation, "split", None) or "test")
     out = Path(root) / model_path_name(model) / revision
-    path = out / f"{task or name}.json"
+    path = child(out, f"{task or name}.json", "eval.mteb_task" if task else "eval.name")
     write_json(path, task_result(task or name, split, metrics, languages, name, task is not None))
     write_json(out / "model_meta.json", model_meta(model, revision, encoder, adapted_from))
     return path

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from vtlab.core.errors import VtlabError
+from vtlab.core.paths import child
 from vtlab.evaluation.budgets import parse_budgets
 
 log = logging.getLogger("vtlab")
@@ -50,7 +51,7 @@ class EvaluationSuite:
         """{dataset: metrics}, in the configured order; each dataset writes <out_dir>/<dataset>/."""
         results: dict[str, dict[str, Any]] = {}
         for name, evaluation in self.items():
-            sub = Path(out_dir) / name if out_dir is not None else None
+            sub = child(Path(out_dir), name, f"eval.evaluations.{name}") if out_dir is not None else None
             log.info("evaluating %s", name)
             results[name] = evaluation(encoder, out_dir=sub, **kwargs)
         return results

@@ -30,6 +30,7 @@ from vtlab.core.atomic import file_lock
 from vtlab.core.cache_keys import settings_key
 from vtlab.core.errors import VtlabError
 from vtlab.core.json_files import read_json
+from vtlab.core.paths import child
 from vtlab.data.text import TextDataModule
 from vtlab.models.head_fit import fit_head, head_inputs, span_batches
 from vtlab.models.mlm_probe import probe, split_held_out
@@ -368,7 +369,7 @@ def entry_dir(start: Backbone, m: Any, seed: int, preprocess: Any, precision: st
     """Where the adaptation of `start` by recipe `m` lives in the cache (cache_key), built or not."""
     recipe = OmegaConf.to_container(m, resolve=True) if OmegaConf.is_config(m) else dict(m)
     key = cache_key(start, recipe, preprocess, seed, precision, processes)
-    return cache_dir("mlm") / f"{start.name}-{int(m['steps'])}-{key}"
+    return child(cache_dir("mlm"), f"{start.name}-{int(m['steps'])}-{key}", "start.name")
 
 
 def _save(model: Any, tokenizer: Any, out: Path, report: dict[str, Any]) -> None:

@@ -23,14 +23,24 @@ from omegaconf.errors import OmegaConfBaseException
 from vtlab.core.atomic import link_out_of, real_path, within
 from vtlab.core.errors import ConfigError, VtlabError
 from vtlab.core.json_files import read_json
-from vtlab.core.paths import cache_root
+from vtlab.core.paths import cache_root, is_component
 
 EXPORT_MANIFEST = "vtlab_export.json"  # what vtlab.export.sentence_transformers writes into every export
 # Keys whose value becomes one path component: the run directory under outputs/ (name, and the parts of the default
 # name), eval/<eval.name>/ in the run directory, cache entries (<vocab.name>-<init.name>-..., <start.name>-...).
 # The parts of the default name first: the key the user set is the one named.
-NAME_KEYS = ("stage.name", "backbone.name", "vocab.name", "init.name", "start.name", "eval.name", "name")
-NAME_MAP_KEYS = ("eval.evaluations",)  # mappings whose keys become directory names (eval/<key>/)
+NAME_KEYS = (
+    "stage.name",
+    "backbone.name",
+    "vocab.name",
+    "init.name",
+    "start.name",
+    "apc.name",
+    "eval.name",
+    "eval.mteb_task",
+    "name",
+)
+NAME_MAP_KEYS = ("eval.evaluations",)  # mappings whose keys become directory names (eval/<key>/), as their mteb_task
 EXPORT_SUBDIRS = {"export.out": "sparse-encoder", "export.vectors.dir": "vectors"}  # the defaults, in the run
 
 
@@ -53,7 +63,7 @@ def check_name(key: str, value: Any) -> None:
     if value is None:
         return
     text = str(value)
-    if text in ("", ".", "..") or "/" in text or "\0" in text:
+    if not is_component(text):
         raise ConfigError(
             f"{key}={text!r}: expected a plain name (no '/', not empty, '.' or '..'): it becomes a "
             "directory or file name (the run directory under outputs/, eval/<name>/, cache entries)",
@@ -69,6 +79,7 @@ def check_names(cfg: DictConfig) -> None:
         if isinstance(node, DictConfig):
             for child in node.keys():
                 check_name(f"{key}.{child}", child)
+                check_name(f"{key}.{child}.mteb_task", _select(node, f"{child}.mteb_task"))
 
 
 # ---- export outputs ---------------------------------------------------------------------------------------------

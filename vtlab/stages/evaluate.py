@@ -13,6 +13,7 @@ from rich.console import Console
 
 from vtlab.core.atomic import write_json
 from vtlab.core.logs import print_line
+from vtlab.core.paths import child
 from vtlab.data.collections import judged_queries
 from vtlab.evaluation import EvaluationSuite, average, results_table
 from vtlab.evaluation.baseline import baseline_metrics
@@ -82,7 +83,7 @@ def _evaluate(cfg: DictConfig, state: dict[str, Any], run_dir: Path, encoder: An
     results: dict[str, dict[str, float]] = {}
     for name, ev in datasets:
         name = name or ev.name  # a BEIR directory's own name (loading it) unless eval.name is set
-        out_dir = run_dir / "eval" / name
+        out_dir = child(run_dir / "eval", name, "eval.name")
         coll = getattr(ev, "collection", None)
         if coll is not None:  # what was read, before minutes of encoding
             log.info(

@@ -29,6 +29,7 @@ from vtlab.core.assets import cache_dir
 from vtlab.core.cache_keys import settings_key
 from vtlab.core.choices import TransferBias
 from vtlab.core.errors import VtlabError
+from vtlab.core.paths import child
 from vtlab.vocab.canonical import Overlap, match_vocabularies
 from vtlab.vocab.init import Initializer
 from vtlab.vocab.targets import TargetVocab
@@ -243,7 +244,7 @@ def cached_transfer(
     vtlab/vocab/masked_outputs.py), cached per (backbone, vocab) alone: `init` and `options` are not used."""
     check_compatible(vocab, init)
     if vocab.DERIVES_MODEL:
-        out = cache_dir("transfers") / f"{vocab.name}-{_derived_key(backbone, vocab)}"
+        out = child(cache_dir("transfers"), f"{vocab.name}-{_derived_key(backbone, vocab)}", "vocab.name")
         return _cached_model(
             out, backbone, vocab, lambda model, source_tok, target_tok: vocab.derive_model(model, source_tok)
         )
@@ -252,7 +253,8 @@ def cached_transfer(
         target_emb, target_bias = _target_model_tensors(vocab, options)
         return apply_transfer(model, source_tok, target_tok, init, target_emb, target_bias, options)
 
-    out = cache_dir("transfers") / f"{vocab.name}-{init.name}-{_cache_key(backbone, vocab, init, options)}"
+    name = f"{vocab.name}-{init.name}-{_cache_key(backbone, vocab, init, options)}"
+    out = child(cache_dir("transfers"), name, "vocab.name / init.name")
     return _cached_model(out, backbone, vocab, transfer)
 
 
