@@ -14,7 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from vtlab.core.errors import DiskError, note_write_roots, one_line
+from vtlab.core.errors import DiskError, note_write_roots, one_line, user_error
 from vtlab.core.logs import guard_log_files, quiet_third_party
 from vtlab.core.overrides import quoted
 from vtlab.core.paths import CONF_DIR, cache_root
@@ -79,7 +79,7 @@ def main(cfg: DictConfig) -> None:
             print(interrupted_line(signum, run_dir, checkpoint, command, training), file=sys.stderr)
             leave(128 + signum)  # a sweep stops too: the user asked to stop
         if started:
-            status.fail(exc)
+            _record_failure(status, exc)
         if hc.mode == RunMode.MULTIRUN:
             # one failed job must not end the sweep: the table shows it as failed (vtlab.report), and the sweep exits
             # 1 at its end (vtlab.runs.status.SweepExitCode)
@@ -95,6 +95,19 @@ def main(cfg: DictConfig) -> None:
             return
         print(one_line(err), file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _record_failure(status: object, exc: BaseException) -> None:
+    """status.json says "failed"; where it cannot be written (a link there, a full disk) that is one more line, and
+    none after a refusal that already named the file (the run exits 2 on its own line, no traceback)."""
+    try:
+        status.fail(exc)  # type: ignore[attr-defined]
+    except Exception as err:  # noqa: BLE001 - a user's error is one line; anything else is a bug
+        said = user_error(err)
+        if said is None:
+            raise
+        if not isinstance(exc, SystemExit):
+            print(one_line(said), file=sys.stderr)
 
 
 def leave(code: int) -> None:

@@ -83,6 +83,12 @@ def hard_link(at: Path, to: Path) -> Path:
     return at
 
 
+# a file vtlab itself writes in the run directory: refused by its own writer, one line, no traceback after it
+OWNED_CASES = {
+    "status_json": lambda run, out: ([*CHEAP, f"hydra.run.dir={run}"], link(run / "status.json", out / "victim.log"))
+}
+
+
 # a hard link is not seen on the way down: the file itself has another name, and a write in place (Lightning's
 # checkpoint and CSV log, Hydra's job log) would change it there
 HARD_CASES = {
@@ -101,7 +107,7 @@ HARD_CASES = {
 def cli_cases(tmp_path_factory) -> dict[str, tuple]:
     """name → (the finished command, its link, the outside dir, the run dir, their snapshots before); run at once."""
     planted = {}
-    for name, plant in {**CASES, **HARD_CASES}.items():
+    for name, plant in {**CASES, **HARD_CASES, **OWNED_CASES}.items():
         tmp = tmp_path_factory.mktemp(name)
         out, run = outside(tmp), tmp / "run"
         run.mkdir()
@@ -124,6 +130,15 @@ def test_a_link_out_of_the_run_dir_is_refused_before_hydra_writes(cli_cases, nam
     assert "out of the " in line
     assert snapshot(out) == out_before  # config.yaml, victim.log as they were; no hydra.yaml, no overrides.yaml
     assert snapshot(run) == run_before  # nothing new in the run (or sweep) directory
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("name", OWNED_CASES)
+def test_a_link_at_a_file_vtlab_writes_is_one_line_and_exit_2(cli_cases, name: str) -> None:
+    res, planted, out, _, _, out_before = cli_cases[name]
+    assert res.returncode == 2, res.stderr[-3000:]
+    one_error_line(res.stderr, [f"{planted}: goes through the link {planted}", "remove the link"])
+    assert snapshot(out) == out_before
 
 
 @pytest.mark.cli
