@@ -77,3 +77,26 @@ def test_config_directories_added_with_searchpath_extend_choices_and_keys(tmp_pa
 def test_flags_and_their_values_are_not_overrides():
     assert command_line_overrides(["-m", "--cfg", "job", "a=1", "-p", "model", "b=2"]) == ["a=1", "b=2"]
     assert command_line_overrides(["--info", "a=1"]) is None
+
+
+@pytest.mark.parametrize(
+    "override,shown",
+    [
+        ("name=a\x1b[31mb", "name=a\\x1b[31mb: holds a control or format character (\\x1b at position 7)"),
+        ("name=a\u202eb", "name=a\\u202eb: holds a control or format character (\\u202e at position 7)"),
+        ("eval.path=/tmp/x\x07y", "eval.path=/tmp/x\\x07y: holds a control or format character (\\x07 at position 17)"),
+        ("seed=1\u200b", "seed=1\\u200b: holds a control or format character (\\u200b at position 7)"),
+    ],
+)
+def test_a_control_or_bidirectional_character_is_named_escaped_never_echoed(override: str, shown: str) -> None:
+    line = bad_override([override], CONF)
+    assert line is not None and line.startswith(shown)
+    assert line.isascii() and line.isprintable()
+
+
+def test_every_error_line_shows_such_characters_escaped() -> None:
+    from vtlab.core.errors import VtlabError, one_line
+
+    line = one_line(VtlabError("/data/\x1b]0;pwned\x07/queries.jsonl: line 3: \u2066odd\u2069"))
+    assert line == "vtlab: error: /data/\\x1b]0;pwned\\x07/queries.jsonl: line 3: \\u2066odd\\u2069"
+    assert one_line(VtlabError("naïve café: ok")) == "vtlab: error: naïve café: ok"  # letters stay letters

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -208,8 +209,22 @@ def user_error(exc: BaseException) -> BaseException | None:
     return None
 
 
+def visible(text: str) -> str:
+    """`text` with every control or format character (an escape sequence's ESC, a bell, a right-to-left override, a
+    zero-width joiner) written as its escape (`\\x1b`, `\\u202e`): what reaches a terminal is what it shows."""
+    return "".join(c if unicodedata.category(c) not in ("Cc", "Cf") else ascii(c)[1:-1] for c in text)
+
+
+def hidden_character(text: str) -> str | None:
+    """The first control or format character in `text` as `<escape> at position <n>`, or None."""
+    for i, c in enumerate(text):
+        if unicodedata.category(c) in ("Cc", "Cf"):
+            return f"{ascii(c)[1:-1]} at position {i + 1}"
+    return None
+
+
 def one_line(exc: BaseException, key: str | None = None) -> str:
-    msg = " ".join(str(exc).split())
+    msg = visible(" ".join(str(exc).split()))
     if isinstance(exc, OmegaConfBaseException) and getattr(exc, "full_key", None) and exc.full_key not in msg:
         key = exc.full_key
     if isinstance(exc, DiskError):

@@ -13,6 +13,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
+from vtlab.core.errors import hidden_character, visible
+
 # flags that hand the command to Hydra for something else than a run, and flags that take the next argument
 _LEAVE = {"--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--version"}
 _TAKES_VALUE = {
@@ -79,6 +81,9 @@ def bad_override(argv: Sequence[str], conf_dir: Path, config_name: str = "config
     overrides = command_line_overrides(argv)
     if not overrides:
         return None
+    for o in overrides:
+        if (where := hidden_character(o)) is not None:
+            return f"{visible(o)}: holds a control or format character ({where}), which no value takes; retype it"
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException:
