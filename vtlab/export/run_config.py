@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from vtlab.core.errors import VtlabError
+from vtlab.core.records import RecordError, load_record
 from vtlab.data.collections import Collection
 from vtlab.export.safe_config import check_targets, rename_targets
 
@@ -125,9 +126,9 @@ def _load(path: Path) -> DictConfig:
     """A recorded config as data (YAML tags that would build objects are refused by the safe loader); VtlabError
     naming the file when it is no mapping of config keys."""
     try:
-        loaded = OmegaConf.load(path)
+        loaded = load_record(path)
     # OSError: unreadable, or a YAML scalar (omegaconf's "Invalid loaded object type"); Recursion: `&a [*a]`
-    except (yaml.YAMLError, UnicodeDecodeError, OmegaConfBaseException, RecursionError, OSError) as e:
+    except (yaml.YAMLError, UnicodeDecodeError, OmegaConfBaseException, RecursionError, OSError, RecordError) as e:
         raise VtlabError(
             f"{path}: not a readable run config ({type(e).__name__}: {_first_line(e)}): expected the "
             ".hydra/config.yaml a vtlab run writes"

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vtlab.core.atomic import atomic_write
 from vtlab.core.errors import VtlabError
+from vtlab.core.records import load_record
 from vtlab.runs.status import job_dirs
 
 SEED_KEY = "seed"
@@ -201,7 +202,7 @@ def _config_collapse_floor(cfg: Any, path: Path) -> CollapseFloor | None:
 
 def _load_config(path: Path) -> Any:
     try:
-        return OmegaConf.load(path)
+        return load_record(path)
     except Exception as exc:  # noqa: BLE001 - yaml and omegaconf errors alike: name the file
         raise ReportError(f"{path}: cannot read ({' '.join(str(exc).split())})") from exc
 

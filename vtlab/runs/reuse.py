@@ -24,6 +24,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from vtlab.core.records import load_record
 from vtlab.runs.directory import trains
 from vtlab.runs.status import job_dirs, read_status
 
@@ -84,7 +85,7 @@ def _recorded_config(job: Path) -> DictConfig | None:
     config cannot be compared is not reused."""
     path = job / ".hydra" / "config.yaml"
     try:
-        cfg = OmegaConf.load(path)
+        cfg = load_record(path)
     except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException, RecursionError) as exc:
         log.warning("reuse: %s is unreadable (%s): that job is not reused", path, " ".join(str(exc).split())[:200])
         return None
