@@ -418,3 +418,15 @@ def test_hydra_yaml_instantiates(tmp_path: Path) -> None:
     for name in ("boolq", "msmarco-st", "msmarco-opensearch"):
         node = OmegaConf.load(root / f"{name}.yaml")
         assert node._target_ == "vtlab.data.datamodule.TripletDataModule"
+
+
+def test_a_run_without_a_dev_set_says_once_what_is_kept_instead(tokenizer, caplog) -> None:
+    import logging
+
+    dm = TripletDataModule(_examples(), tokenizer=tokenizer, num_negatives=1, seed=0)
+    with caplog.at_level(logging.WARNING, logger="vtlab"):
+        dm.setup("fit")
+        dm.setup("validate")
+    said = [r.getMessage() for r in caplog.records if "no dev set" in r.getMessage()]
+    assert len(said) == 1 and "data.dev_path" in said[0] and "the weights after the last training step" in said[0]
+    assert dm.val_dataloader() == []

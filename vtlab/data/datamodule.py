@@ -187,6 +187,7 @@ class TripletDataModule(pl.LightningDataModule):
         ):
             _check_int(f"data.{key}", value, low)
         self._train_src, self._dev_src = train, dev
+        self._said_no_dev = False
         self._teacher = teacher  # scores the training examples for distillation (vtlab.data.teacher.teacher_scored)
         self._dev_path = str(dev_path) if dev_path else None
         if dev_path:  # the scalar way to give your own dev set; it replaces any `dev` node of the data config
@@ -238,6 +239,12 @@ class TripletDataModule(pl.LightningDataModule):
                 dev.name,
                 len(dev.queries),
                 len(dev.corpus),
+            )
+        elif self._dev_src is None and not self._said_no_dev:
+            self._said_no_dev = True
+            log.warning(
+                "no dev set (data.dev_path is not set and the data config has no dev): no checkpoint is chosen on "
+                "dev; the weights after the last training step are the ones kept and evaluated"
             )
 
     def _load_train(self) -> list[TripletExample]:
