@@ -236,7 +236,7 @@ def test_an_encoder_longer_than_the_model_is_refused_when_built():
         (["apc=p60", "apc.num_docs=0"], "apc.num_docs=0: expected an integer >= 1"),
         (["mlm.steps=-1"], "mlm.steps=-1: expected an integer >= 0"),
         (["regularizer.doc.weight=-0.1"], "regularizer.doc.weight=-0.1: expected a finite number >= 0"),
-        (["eval=beir", "eval.path=/no/such/beir"], "eval.path='/no/such/beir': expected an existing directory"),
+        (["eval=beir", "eval.path=/no/such/beir"], "eval.path='/no/such/beir': expected a BEIR directory (corpus"),
         (
             ["data=jsonl", "data.train.path=/no/such.jsonl"],
             "data.train.path='/no/such.jsonl': expected an existing file",

@@ -483,3 +483,26 @@ def test_two_runs_started_together_into_one_directory_leave_one_record(tmp_path:
             proc.kill()
             proc.wait()
     _check_one_winner(run_dir, seeds, procs, logs, f"trial {trial}")
+
+
+@pytest.mark.parametrize("missing", ["qrels", "queries.jsonl", "corpus.jsonl"])
+@pytest.mark.parametrize("key", ["eval.path", "data.dev_path"])
+def test_a_beir_folder_missing_a_part_is_answered_before_torch_naming_the_layout(
+    tmp_path: Path, missing: str, key: str
+) -> None:
+    beir = tmp_path / "mybeir"
+    (beir / "qrels").mkdir(parents=True)
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        (beir / name).write_text("{}\n")
+    target = beir / missing
+    if target.is_dir():
+        for f in target.iterdir():
+            f.unlink()
+        target.rmdir()
+    else:
+        target.unlink()
+    overrides = ["eval=beir", f"eval.path={beir}"] if key == "eval.path" else ["data=jsonl", f"data.dev_path={beir}"]
+    with pytest.raises(ConfigError) as ei:
+        check_config(compose_config(overrides))
+    layout = "expected a BEIR directory (corpus.jsonl, queries.jsonl and qrels/"
+    assert str(ei.value).startswith(f"{key}='{beir}': {layout}")

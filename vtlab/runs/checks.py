@@ -112,6 +112,14 @@ def existing(words: str, exists: Callable[[Path], bool]) -> Rule:
 FILE = existing("an existing file", Path.is_file)
 DIRECTORY = existing("an existing directory", Path.is_dir)
 FILE_OR_DIRECTORY = existing("an existing file or directory", Path.exists)
+
+
+def _beir_layout(path: Path) -> bool:
+    return all((path / f).is_file() for f in ("corpus.jsonl", "queries.jsonl")) and any((path / "qrels").glob("*.tsv"))
+
+
+# answered before torch loads, leaving no run directory: the loader would meet it minutes later, after the model loads
+BEIR_DIRECTORY = existing("a BEIR directory (corpus.jsonl, queries.jsonl and qrels/<split>.tsv in it)", _beir_layout)
 POSITIVE = integer(1)
 COUNT = integer(0)
 RATE = number(0, low_open=True)
@@ -211,7 +219,7 @@ CHECKS: dict[str, Rule] = {
     "data.num_workers": COUNT,
     "data.train.path": FILE,
     "data.train.scores_path": nullable(FILE),
-    "data.dev_path": nullable(DIRECTORY),
+    "data.dev_path": nullable(BEIR_DIRECTORY),
     # model: the encoder and its training
     "model.encoder.query_max_length": MAX_LENGTH,
     "model.encoder.doc_max_length": MAX_LENGTH,
@@ -245,7 +253,7 @@ CHECKS: dict[str, Rule] = {
     "init.similarity": one_of(*SIMILARITIES),
     "transfer.bias": one_of(*TRANSFER_BIASES),
     # eval: one evaluation, or each of a suite's
-    "eval.path": DIRECTORY,
+    "eval.path": BEIR_DIRECTORY,
     "eval.top_k": POSITIVE,
     "eval.batch_size": POSITIVE,
     "eval.index": one_of(*INDEXES),
