@@ -1,9 +1,8 @@
 """Stage `finetune`: SPLADE training with Lightning; keeps the best checkpoint by dev retrieval and exports it.
 
-Resuming (`state["resume_from"]`, set by vtlab.stages.pipeline for an interrupted run dir) continues exactly: Lightning
-restores weights, optimizer, scheduler and loop counters; the training DataLoader its place in the epoch; ResumeState
-(vtlab.callbacks.resume_state) each rank's RNG streams (dropout). The run's processes join first (vtlab.runs.world).
-Checkpoint reading, writing and sizing: vtlab.callbacks.checkpoints."""
+A resume (`state["resume_from"]`, vtlab.stages.pipeline) continues exactly: Lightning restores weights, optimizer,
+scheduler and loops; the training DataLoader its place; ResumeState each rank's RNG streams (dropout). The processes
+join first (vtlab.runs.world). Checkpoint reading, writing and sizing: vtlab.callbacks.checkpoints."""
 
 from __future__ import annotations
 
