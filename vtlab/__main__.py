@@ -41,7 +41,9 @@ def main(cfg: DictConfig) -> None:
     from vtlab.runs.status import RunStatus, error_line
     from vtlab.stages.pipeline import run_or_exit
 
-    quiet_third_party()  # here, not at import: a launcher (submitit) runs the job in another process
+    # here, not at import: a launcher (submitit) runs the job in another process; the run directory: Lightning's
+    # warning that its checkpoints/ is not empty, on every resume
+    quiet_third_party(cfg.paths.run_dir)
     guard_log_files()  # a full disk under the job log: one warning, not a traceback per log record
     # past `ulimit -f` a write must fail (EFBIG: one line naming the file, status.json "failed"), not kill the process
     # with SIGXFSZ; Python ignores it already, this keeps it so for a job started otherwise (a launcher, a test)
@@ -137,4 +139,9 @@ if __name__ == "__main__":
         if not any(a.lstrip("+").startswith(f"{key}=") for a in sys.argv[1:]):
             sys.argv.append(f"{key}={quoted(str(OmegaConf.select(composed, key)))}")
         print(first_line(composed, sweep_size(sys.argv[1:]) if sweep else None), flush=True)
+        from vtlab.runs.signals import ignored_sigint_line  # after the first line: Hydra's import, not torch's
+
+        launcher = str(OmegaConf.select(composed, "hydra.launcher._target_", default="")) if sweep else ""
+        if (note := ignored_sigint_line(os.getpid(), launcher)) is not None:  # Ctrl-C will not stop it: say so
+            print(note, file=sys.stderr, flush=True)
     main()

@@ -1,7 +1,9 @@
 """A run stopped by a signal while training can always be resumed: the step under way finishes, checkpoints/last.ckpt
 is written (long before the first periodic save), the process prints one line holding the exact command that resumes
 it and exits within seconds with its run directory's lock free, and that command, run as printed, ends with the same
-metrics and weights as a run that was never stopped."""
+metrics and weights as a run that was never stopped. Stopped and resumed twice (SIGTERM), it is still one wandb run (its
+offline folders all carry the id recorded in the run directory), and no resume warns that its checkpoint directory is
+not empty (vtlab owns it)."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from helpers import OFFLINE_ENV, ROOT, TINY_RUN, as_from_a_terminal, run_results
 pytestmark = pytest.mark.cli
 
 STEPS = 12  # the signal comes at step 3: 9 steps of room before the run would end by itself
+STOPS = {signal.SIGTERM: (3, 7)}  # stopped again after its resume, at step 7 (the other signals: once, at step 3)
 _RUN = [
-    *TINY_RUN,
+    *(o if o != "logger=none" else "logger=wandb" for o in TINY_RUN),  # offline (OFFLINE_ENV): one run, however resumed
     f"trainer.max_steps={STEPS}",
     f"trainer.val_check_interval={STEPS}",
     "callbacks.last_checkpoint.every_n_train_steps=1000",  # no periodic save: only the signal's
@@ -59,20 +62,20 @@ def reference(tmp_path_factory) -> tuple[dict, dict[str, torch.Tensor]]:
     return run_results(tmp / "run")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
-def test_a_signal_at_step_3_leaves_a_checkpoint_and_the_printed_command_resumes_it(tmp_path, reference, sig):
-    run_dir, log = tmp_path / "run", tmp_path / "log"
-    proc = _start([sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={run_dir}"], log)
+def _stop_at(proc: subprocess.Popen, log: Path, run_dir: Path, step: int, sig: signal.Signals) -> str:
+    """Send `sig` once the run reports `step`; check its exit (128 + sig, the lock free when the line appears, the
+    exit within 5 s of it) and return the line."""
     deadline = time.monotonic() + 300
-    while f"train: step 3/{STEPS}" not in log.read_text(errors="replace"):
-        assert proc.poll() is None, f"the run ended before step 3: {log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, "no step 3 after 300 s"
+    while f"train: step {step}/{STEPS}" not in log.read_text(errors="replace"):
+        assert proc.poll() is None, f"the run ended before step {step}: {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no step {step} after 300 s"
         time.sleep(0.02)
+    before = log.read_text(errors="replace").count("vtlab: interrupted")
     proc.send_signal(sig)
     line = None
     while proc.poll() is None and line is None:  # the moment the line appears
-        line = next((ln for ln in log.read_text(errors="replace").splitlines() if "vtlab: interrupted" in ln), None)
+        found = [ln for ln in log.read_text(errors="replace").splitlines() if "vtlab: interrupted" in ln]
+        line = found[-1] if len(found) > before else None
         time.sleep(0.01)
     seen = time.monotonic()
     if line is not None:
@@ -82,14 +85,26 @@ def test_a_signal_at_step_3_leaves_a_checkpoint_and_the_printed_command_resumes_
     text = log.read_text(errors="replace")
     assert rc == 128 + sig, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
-    line = [ln for ln in text.splitlines() if ln.startswith("vtlab: interrupted")][-1]
+    return [ln for ln in text.splitlines() if ln.startswith("vtlab: interrupted")][-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
+def test_a_signal_at_step_3_leaves_a_checkpoint_and_the_printed_command_resumes_it(tmp_path, reference, sig):
+    run_dir, log = tmp_path / "run", tmp_path / "log"
+    proc = _start([sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={run_dir}"], log)
     ckpt = run_dir / "checkpoints" / "last.ckpt"
-    step = int(torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"])
-    assert 3 <= step < STEPS, step
-    assert line.startswith(f"vtlab: interrupted by {sig.name} (exit {128 + sig}); resume from {ckpt} with: "), line
-    command = shlex.split(line.split(" with: ", 1)[1])
-    assert command[:3] == ["python", "-m", "vtlab"] and f"hydra.run.dir={run_dir}" in command
-    resumed = _start([sys.executable, *command[1:]], log)  # as printed (this interpreter for `python`)
+    stops = STOPS.get(sig, (3,))
+    for n, stop in enumerate(stops):
+        line = _stop_at(proc, log, run_dir, stop, sig)
+        step = int(torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"])
+        assert stop <= step < STEPS, step
+        assert line.startswith(f"vtlab: interrupted by {sig.name} (exit {128 + sig}); resume from {ckpt} with: "), line
+        command = shlex.split(line.split(" with: ", 1)[1])
+        assert command[:3] == ["python", "-m", "vtlab"] and f"hydra.run.dir={run_dir}" in command
+        resumed = _start([sys.executable, *command[1:]], log)  # as printed (this interpreter for `python`)
+        if n + 1 < len(stops):
+            proc = resumed  # stopped again
     assert resumed.wait(timeout=600) == 0, log.read_text()[-3000:]
     got_metrics, got_weights = run_results(run_dir)
     ref_metrics, ref_weights = reference
@@ -97,3 +112,10 @@ def test_a_signal_at_step_3_leaves_a_checkpoint_and_the_printed_command_resumes_
     assert got_weights.keys() == ref_weights.keys()
     for name, tensor in ref_weights.items():
         assert torch.equal(tensor, got_weights[name]), name
+    # one wandb run: each process's offline folder (offline-run-<time>-<id>) carries the id the run directory records
+    recorded = (run_dir / "wandb_id").read_text().strip()
+    folders = sorted(p.name for p in (run_dir / "wandb").glob("offline-run-*"))
+    assert len(folders) == 1 + len(stops), folders
+    assert {name.rsplit("-", 1)[1] for name in folders} == {recorded}, (recorded, folders)
+    # the resumes' checkpoint directory holds the run's own last.ckpt: no "exists and is not empty"
+    assert "exists and is not empty" not in log.read_text(errors="replace")

@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from vtlab.core.errors import disk_problem
@@ -51,15 +53,30 @@ class _Drop(logging.Filter):
         return not any(f in message for f in self.fragments)
 
 
-def quiet_third_party() -> None:
-    """Silence the chatter of the libraries under vtlab, and their progress bars when the output is not a terminal.
-    Called at the start of every `python -m vtlab` job; calling it again changes nothing."""
+def own_checkpoint_warnings(run_dir: str | os.PathLike[str]) -> list[str]:
+    """The message patterns of Lightning's "Checkpoint directory <dir> exists and is not empty." for the run's own
+    checkpoint directory (`<run_dir>/checkpoints`, as Lightning names it: its real path), and nothing else: vtlab owns
+    that directory, whose earlier checkpoints are there only for a resume of this run (an earlier run's are refused,
+    or deleted by overwrite=true: vtlab.runs.directory), so the warning came on every resume and said nothing. A
+    checkpoint directory configured elsewhere keeps it."""
+    own = Path(run_dir) / "checkpoints"
+    dirs = dict.fromkeys((os.path.realpath(own), os.path.join(os.path.realpath(run_dir), "checkpoints")))
+    return [rf"Checkpoint directory {re.escape(d)} exists and is not empty\.$" for d in dirs]
+
+
+def quiet_third_party(run_dir: str | os.PathLike[str] | None = None) -> None:
+    """Silence the chatter of the libraries under vtlab, and their progress bars when the output is not a terminal;
+    with the job's `run_dir`, also Lightning's warning that its checkpoint directory is not empty
+    (`own_checkpoint_warnings`). Called at the start of every `python -m vtlab` job; calling it again changes
+    nothing (a sweep's jobs in one process each add their own directory's)."""
     for name, (level, fragments) in _CHATTER.items():
         logger = logging.getLogger(name)
         if not any(isinstance(f, _Drop) for f in logger.filters):
             logger.addFilter(_Drop(level, fragments))
     for message, category in _WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
+    for message in own_checkpoint_warnings(run_dir) if run_dir is not None else ():
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
     if interactive():
         return
     chosen = {var for var, _, _ in _PROGRESS_SWITCHES if var in os.environ}  # the user's own setting wins

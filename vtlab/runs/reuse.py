@@ -27,14 +27,16 @@ from omegaconf.errors import OmegaConfBaseException
 from vtlab.core.records import load_record
 from vtlab.runs.directory import trains
 from vtlab.runs.status import job_dirs, read_status
+from vtlab.runs.tracking_id import ID_FILE
 
 log = logging.getLogger("vtlab")
 
 IGNORED = ("name", "group", "paths", "reuse_runs", "report", "selection")  # wandb labels, where the run writes,
 # this option itself, which contrasts a table reports, how vtlab.reproduce picks settings on dev before any job (an
 # ablation's `selection.arm` names the main row whose choice it takes; no stage reads it)
-# What a reused run gets: its results and reports; not the logs, trackers or checkpoints of the original invocation.
-NOT_COPIED = (".hydra", "status.json", "*.log", "wandb", "checkpoints", "csv", "mlm", "reused_from.txt")
+# What a reused run gets: its results and reports; not the logs, trackers (nor the wandb id: each directory is its own
+# wandb run) or checkpoints of the original invocation.
+NOT_COPIED = (".hydra", "status.json", "*.log", "wandb", ID_FILE, "checkpoints", "csv", "mlm", "reused_from.txt")
 MARKER = "reused_from.txt"
 EVALUATION = "eval"  # the config key a run may differ in and still take another's training; also its results folder
 SAVED_MODEL = Path("model") / "config.json"  # what fine-tuning leaves in a run directory (vtlab.stages.finetune)

@@ -24,8 +24,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytorch_lightning.utilities.exceptions import SIGTERMException
-
 from vtlab.core.errors import exception_chain
 from vtlab.core.overrides import override, shell_line
 from vtlab.runs.directory import earlier_outputs
@@ -86,8 +84,9 @@ def take_over() -> None:
 
 def catch_signals() -> None:
     """Every signal in CAUGHT raises Terminated with its number (SIGINT is Python's KeyboardInterrupt already). One
-    the process was started ignoring stays ignored: `nohup` ignores HUP so that a run outlives its terminal. An
-    interruption raised inside a finaliser is delivered again (`redeliver_swallowed`)."""
+    the process was started ignoring stays ignored: `nohup` ignores HUP so that a run outlives its terminal; a run
+    started with SIGINT ignored said so in its start line (`ignored_sigint_line`). An interruption raised inside a
+    finaliser is delivered again (`redeliver_swallowed`)."""
     global _stopping
     heeded()  # a new run: nothing received yet
     _stopping = False
@@ -96,6 +95,27 @@ def catch_signals() -> None:
             signal.signal(signum, raise_terminated)
     if not getattr(sys.unraisablehook, "redelivers_signals", False):
         sys.unraisablehook = _redelivering(sys.unraisablehook)
+
+
+def ignored_sigint_line(pid: int, launcher: str = "") -> str | None:
+    """The line a run started with SIGINT ignored prints at its start (`python -m vtlab`, after its first line): Ctrl-C
+    will not stop it, and how to stop it instead. None when SIGINT is not ignored.
+
+    A shell starts a command run in the background of a script (`cmd &`, no job control) with SIGINT ignored, so
+    that Ctrl-C on the script leaves it running; Python keeps it ignored. vtlab leaves it so rather than taking SIGINT
+    back: the shell asked for it, and a sweep's parallel jobs (hydra/launcher=parallel: joblib's loky workers, which
+    inherit the ignored SIGINT and set nothing of their own) would otherwise stop on Ctrl-C while the sweep's process
+    went on without them. A signal in CAUGHT (TERM) stops the run as Ctrl-C would: `kill -TERM <pid>`, for a parallel
+    sweep to each job's process (`pkill -TERM -P <pid>`: the workers are its children). A submitit launcher's jobs run
+    where SLURM (or submitit) starts them, with signals of their own: nothing to say. `launcher`: a sweep's
+    `hydra.launcher._target_`, empty for a single run."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN or "submitit" in launcher:
+        return None
+    how = f"pkill -TERM -P {pid} (each job's process)" if "joblib" in launcher else f"kill -TERM {pid}"
+    return (
+        "vtlab: note: Ctrl-C does not stop this run: it was started with SIGINT ignored (as `cmd &` in a script "
+        f"starts it); stop it with: {how}"
+    )
 
 
 def _redelivering(previous: Callable[[Any], object]) -> Callable[[Any], None]:
@@ -182,6 +202,9 @@ def interrupting_signal(exc: BaseException) -> int | None:
     """The signal behind `exc`, if it is (or was raised while handling) an interruption: SIGINT for Ctrl-C (also after
     Lightning turned it into `sys.exit(1)`), the caught signal's own for Terminated, SIGTERM for Lightning's
     SIGTERMException (a SystemExit without a code, which would otherwise exit 0)."""
+    # imported here: `python -m vtlab` imports this module for its start line (`ignored_sigint_line`) before torch
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
     for seen in exception_chain(exc):
         if isinstance(seen, KeyboardInterrupt):
             return int(signal.SIGINT)

@@ -11,7 +11,8 @@ stage runs or anything of the run is written.
    (vtlab.runs.resume, vtlab.runs.inputs), the answer handed on to fine-tuning;
 4. the data: models from the hub (offline: in the cache), evaluation sets, dev set (vtlab.core.hub,
    vtlab.data.preflight);
-5. then, and only then, the run writes: old checkpoints cleared (overwrite), inputs recorded, `on_start` (status.json);
+5. then, and only then, the run writes: old checkpoints cleared (overwrite), inputs recorded, the wandb run's id
+   (kept by a resume, new for a run that starts over: vtlab.runs.tracking_id), `on_start` (status.json);
 6. reuse: an equal finished run's results, or its training (vtlab.runs.reuse).
 
 For a single run (`python -m vtlab ...`) the Hydra callback vtlab.runs.directory.RunDirGuard takes the lock and calls
@@ -33,13 +34,15 @@ from vtlab.callbacks.resume_state import recorded_configs
 from vtlab.core.hub import refuse_missing_hub_models
 from vtlab.data.preflight import preflight
 from vtlab.runs.checks import check_config
-from vtlab.runs.directory import clear_earlier_run, found_before_hydra, run_dir_lock
+from vtlab.runs.directory import clear_earlier_run, found_before_hydra, run_dir_lock, trains
 from vtlab.runs.inputs import record
 from vtlab.runs.launch import check_launch_environment
 from vtlab.runs.ranks import later_rank
 from vtlab.runs.reads import warn_unread_overrides
 from vtlab.runs.resume import ResumePoint, follower_point, resume_point
 from vtlab.runs.reuse import reuse, reuse_training
+from vtlab.runs.tracking_id import run_id
+from vtlab.tracking.loggers import logs_to_wandb
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ def admit(cfg: DictConfig, on_start: Callable[[], None] | None = None) -> Iterat
         clear_earlier_run(run_dir, start.clear, start.resume_from)
         if start.inputs and start.resume_from is None:
             record(run_dir, start.inputs)
+        if logs_to_wandb(cfg):  # one wandb run per run directory, however often it resumes
+            run_id(run_dir, resumes=start.resume_from is not None and trains(cfg))
         if on_start is not None:
             on_start()
         if (src := reuse(cfg)) is not None:

@@ -35,8 +35,10 @@ def _loggers(cfg: DictConfig, out: Path) -> list[Logger]:
     loggers: list[Logger] = [CSVLogger(save_dir=str(out), name="csv", version="")]
     wandb_cfg = (cfg.get("logger") or {}).get("wandb")
     if wandb_cfg is not None:
-        # its own wandb run (job_type=mlm), finished after training so the fine-tune stage starts a fresh one
-        loggers.append(instantiate_logger(cfg, wandb_cfg, name=f"{cfg.name}-mlm", job_type="mlm"))
+        # its own wandb run (job_type=mlm), finished after training so the fine-tune stage starts a fresh one; not the
+        # run directory's id (vtlab.runs.tracking_id), which is the fine-tune's: an adaptation never resumes (a stopped
+        # one starts over), so each attempt is a wandb run of its own
+        loggers.append(instantiate_logger(cfg, wandb_cfg, name=f"{cfg.name}-mlm", job_type="mlm", id=None))
     return loggers
 
 

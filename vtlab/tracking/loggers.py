@@ -1,7 +1,10 @@
 """The run's loggers (conf/logger: built here, wandb offline unless `logger.online=true`, grouped by sweep) and what
 they track beyond Lightning's per-step curves: the run's resolved config, final metrics as the wandb summary,
 per-dataset results as a wandb Table and the run's PNGs (APC histograms) as images — so a wandb project shows a sweep
-(its `group`) as one comparison. Loggers other than wandb get the same metrics through `log_metrics`."""
+(its `group`) as one comparison. Loggers other than wandb get the same metrics through `log_metrics`.
+
+A run directory is one wandb run however often it is resumed: its id is recorded there (vtlab.runs.tracking_id) and
+the wandb logger continues it (`resume="allow"`)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,9 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.loggers import Logger, WandbLogger
+
+from vtlab.runs.ranks import later_rank
+from vtlab.runs.tracking_id import recorded_id
 
 
 def resolved_config(cfg: DictConfig) -> dict[str, Any] | None:
@@ -43,13 +49,27 @@ def run_group(cfg: DictConfig) -> str:
     return str(cfg.name)
 
 
+def _is_wandb(logger_cfg: Any) -> bool:
+    return isinstance(logger_cfg, Mapping) and str(logger_cfg.get("_target_", "")).endswith("WandbLogger")
+
+
+def logs_to_wandb(cfg: DictConfig) -> bool:
+    """Whether the run has a wandb logger (the admission then records the run directory's wandb id)."""
+    return any(_is_wandb(c) for c in (cfg.get("logger") or {}).values())
+
+
 def instantiate_logger(cfg: DictConfig, logger_cfg: Any, **overrides: Any) -> Logger:
     """One configured logger; wandb runs offline unless `logger.online=true`, in the group `run_group` names unless
-    the logger's config sets one."""
-    if str(logger_cfg.get("_target_", "")).endswith("WandbLogger"):
+    the logger's config sets one, as the run directory's wandb run (`id` recorded there by the admission, continued
+    with `resume="allow"`; no id of the logger's config or `overrides` is replaced). A later rank gets no id: its
+    logger starts no wandb run (Lightning's rank-zero experiment), and it reads nothing rank 0 writes."""
+    if _is_wandb(logger_cfg):
         overrides.setdefault("offline", not bool((cfg.get("logger") or {}).get("online", False)))
         if logger_cfg.get("group") is None:
             overrides.setdefault("group", run_group(cfg))
+        if logger_cfg.get("id") is None and logger_cfg.get("version") is None:
+            overrides.setdefault("id", None if later_rank() else recorded_id(str(cfg.paths.run_dir)))
+        overrides.setdefault("resume", "allow")
     return instantiate(logger_cfg, **overrides)
 
 
