@@ -267,7 +267,8 @@ def test_cli_not_a_sweep_dir_exits_2_with_one_line(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
-        f"vtlab: error: {tmp_path}: not a Hydra sweep directory (expected multirun.yaml or <n>/.hydra/)"
+        f"vtlab: error: {tmp_path}: not a Hydra sweep directory (expected multirun.yaml or <n>/.hydra/) nor a run "
+        "directory (.hydra/ or status.json)"
     ]
     assert proc.stdout == ""
 

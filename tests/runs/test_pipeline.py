@@ -77,6 +77,7 @@ def test_short_training_keeps_best_checkpoint_and_evaluates_it(tmp_path):
         "val/query_active_dims",
     ):
         assert key in header, key
+    assert (tmp_path / "csv" / "curves.png").read_bytes()[:4] == b"\x89PNG"  # drawn when fitting ended
     # run file and metrics of the final evaluation
     out = tmp_path / "eval" / "boolq-clean"
     metrics = json.loads((out / "metrics.json").read_text())

@@ -1,4 +1,5 @@
-"""`python -m vtlab.report SWEEP_DIR [SWEEP_DIR ...]`: the paper's tables from finished Hydra sweeps.
+"""`python -m vtlab.report SWEEP_DIR [SWEEP_DIR ...]`: the paper's tables from finished Hydra sweeps;
+`python -m vtlab.report RUN_DIR RUN_DIR [...]`: finished single runs side by side (see the end).
 
 Per sweep: rows = table rows (jobs whose overrides differ only in `seed=` — or in the collection, `eval=`,
 `eval.path=`, `eval.name=` — are one row), columns = one measure per evaluated collection (nDCG@10 by default,
@@ -35,8 +36,17 @@ group is listed from the sweep's own `hydra.runtime.config_sources`). When that 
 another sweeper (optuna…), a config dir that no longer exists, or an expansion that disagrees with the job directories
 — the table is built from the job directories present, and its footer says so.
 
+Run directories (each holding `.hydra/` or status.json and eval/<collection>/metrics.json, as `python -m vtlab` writes
+them; two or more, never mixed with sweeps): one row per run, labelled by its `name`, with the measure and the query
+and doc active dims per collection (and their averages over the collections); then each later run against the FIRST
+per collection, paired by query (per_query.json: Δ, 95% CI, both paired tests, better/same/worse queries). Written
+into `--out DIR` (default outputs/compare/<date>/<time>; never inside a compared run): compare.md (also printed),
+compare.csv, per_query.csv and compare.png (the measure per collection, the active dims, the sorted per-query
+differences).
+
 The package, by job: vtlab.report.discovery (the sweep's jobs and their results, the expected ones from multirun.yaml),
 .tables (rows, columns, cells), .lines (the contrast lines), .contrasts (paired contrasts, both levels of test),
 .readings (the fixed sequence, Holm, seeds to decide, readings, exploratory lines), .collapse (the collapse rule),
-.render (markdown, CSV, LaTeX), .plot (tradeoff.png) and .cli (the command line; `python -m vtlab.report` runs it).
+.comparison (single runs side by side), .render (markdown, CSV, LaTeX), .plot (tradeoff.png, compare.png) and .cli
+(the command line; `python -m vtlab.report` runs it).
 """

@@ -370,7 +370,10 @@ def collect_jobs(sweep: Path) -> tuple[list[Job], str]:
         raise ReportError(f"{sweep}: no such directory")
     dirs = job_dirs(sweep)
     if not dirs and not (sweep / "multirun.yaml").is_file():
-        raise ReportError(f"{sweep}: not a Hydra sweep directory (expected multirun.yaml or <n>/.hydra/)")
+        raise ReportError(
+            f"{sweep}: not a Hydra sweep directory (expected multirun.yaml or <n>/.hydra/) nor a run directory "
+            "(.hydra/ or status.json)"
+        )
     nums = [_job_num(d) for d in dirs]
     next_free = max((n for n in nums if n is not None), default=-1) + 1
     present = []

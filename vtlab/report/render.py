@@ -1,5 +1,6 @@
 """The table and its contrasts as text: markdown (also printed), CSV (numbers unrounded, full error text) and a
-booktabs LaTeX table, each written atomically (see vtlab.report)."""
+booktabs LaTeX table, each written atomically (see vtlab.report); likewise a comparison of single runs
+(vtlab.report.comparison: compare.md, compare.csv, per_query.csv)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vtlab.core.atomic import atomic_write
+from vtlab.report.comparison import DIMS, Comparison
 from vtlab.report.lines import ContrastLine, Contrasts
 from vtlab.report.readings import MARK, format_p, format_signed, plan_cell
 from vtlab.report.tables import Cell, Row, Table
 
 OUTPUT_NAMES = ("table.md", "table.csv", "table.tex")
 CONTRAST_NAMES = ("contrasts.md", "contrasts.csv")
+COMPARISON_NAMES = ("compare.md", "compare.csv", "per_query.csv")
 MAX_NOTE_CHARS = 200  # errors are cut in markdown/LaTeX cells (the CSV keeps them whole)
 
 
@@ -242,3 +245,69 @@ def write_table(table: Table, out_dir: str | Path) -> list[Path]:
 def write_contrasts(contrasts: Contrasts, out_dir: str | Path) -> list[Path]:
     renders = (contrasts_markdown, contrasts_csv)
     return [write_text(Path(out_dir) / name, render(contrasts)) for name, render in zip(CONTRAST_NAMES, renders)]
+
+
+# ---------------------------------------------------------------------------------------------------- single runs
+
+
+def _comparison_columns(c: Comparison) -> list[tuple[str, str | None, str, int]]:
+    """(header, collection or None for the average over them, metrics.json key, decimals) of the comparison's table:
+    per collection the measure and the active dims, then, with several collections, their averages."""
+    keys = [(c.measure, c.measure, 4), *((h, k, 1) for h, k in DIMS)]
+    groups = [*c.datasets, *([None] if len(c.datasets) > 1 else [])]
+    return [(f"{d or 'avg'} {h}", d, k, dec) for d in groups for h, k, dec in keys]
+
+
+def _comparison_value(c: Comparison, run: int, dataset: str | None, key: str) -> float | None:
+    return c.average(run, key) if dataset is None else c.value(run, dataset, key)
+
+
+def comparison_markdown(c: Comparison) -> str:
+    """The runs' table (one row per run), then each later run's per-query differences against the first."""
+    cols = _comparison_columns(c)
+    lines = [f"### {c.measure} and active dims of {len(c.labels)} runs", "", _md_line(["run", *(h for h, *_ in cols)])]
+    lines.append("|---|" + "---:|" * len(cols))
+    for i, label in enumerate(c.labels):
+        lines.append(_md_line([label, *(_fmt(_comparison_value(c, i, d, k), dec) for _, d, k, dec in cols)]))
+    headers = ["run", "set", "queries", f"{c.labels[0]} {c.measure}", f"run {c.measure}", "Δ", "95% CI"]
+    headers += ["p (sign-flip)", "p (t)", "better/same/worse", "note"]
+    lines += ["", f"#### per-query {c.measure} against {c.labels[0]} (Δ = run − {c.labels[0]})", "", _md_line(headers)]
+    lines.append("|---|---|" + "---:|" * 8 + "---|")
+    for x in c.diffs:
+        r = x.result
+        if r is None:
+            lines.append(_md_line([x.label, x.dataset, *[""] * 8, x.note]))
+            continue
+        ci = f"[{format_signed(r.ci_low)}, {format_signed(r.ci_high)}]" if r.ci_low == r.ci_low else ""
+        numbers = [str(r.n), f"{r.mean_b:.4f}", f"{r.mean_a:.4f}", format_signed(r.delta), ci]
+        p = [format_p(r.p_randomization), format_p(r.p_t), "/".join(map(str, x.counts()))]
+        lines.append(_md_line([x.label, x.dataset, *numbers, *p, x.note]))
+    return "\n".join([*lines, "", *c.footer]) + "\n"
+
+
+def comparison_csv(c: Comparison) -> str:
+    """One line per run: its label, directory, status and the table's numbers unrounded."""
+    cols = _comparison_columns(c)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["run", "path", "status", *(h for h, *_ in cols)])
+    for i, (label, job) in enumerate(zip(c.labels, c.jobs)):
+        values = [_comparison_value(c, i, d, k) for _, d, k, _ in cols]
+        writer.writerow([label, job.path, job.state.value, *("" if v is None else repr(v) for v in values)])
+    return out.getvalue()
+
+
+def per_query_csv(c: Comparison) -> str:
+    """One line per later run, collection and query: the first run's value, the run's, their difference."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["run", "set", "query", "measure", "first", "run_value", "delta"])
+    for x in c.diffs:
+        for query, (a, b) in x.pairs.items():
+            writer.writerow([x.label, x.dataset, query, c.measure, repr(a), repr(b), repr(b - a)])
+    return out.getvalue()
+
+
+def write_comparison(c: Comparison, out_dir: str | Path) -> list[Path]:
+    renders = (comparison_markdown, comparison_csv, per_query_csv)
+    return [write_text(Path(out_dir) / name, render(c)) for name, render in zip(COMPARISON_NAMES, renders)]

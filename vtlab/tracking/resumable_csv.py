@@ -1,5 +1,6 @@
 """A CSV training log that survives a resume: Lightning's CSVLogger, except that a run restarted in the same directory
-keeps the rows logged before the interrupt (conf/logger/csv.yaml; the CSV beside wandb in conf/logger/wandb.yaml)."""
+keeps the rows logged before the interrupt (conf/logger/csv.yaml; the CSV beside wandb in conf/logger/wandb.yaml), and
+whose curves are drawn beside it when fitting ends (csv/curves.png, vtlab.tracking.curves)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from vtlab.core.atomic import atomic_write
 from vtlab.core.errors import disk_error
+from vtlab.tracking.curves import write_curves
 
 log = logging.getLogger("vtlab")
 
 
 class ResumableCSVLogger(CSVLogger):
     """Lightning's CSVLogger, except that a run restarted in the same directory keeps the rows logged before the
-    interrupt (Lightning's writer deletes metrics.csv when it starts). See `KeepingWriter` for which rows stay."""
+    interrupt (Lightning's writer deletes metrics.csv when it starts). See `KeepingWriter` for which rows stay. A fit
+    that ends well leaves curves.png beside metrics.csv (rank 0 only, as every write of this logger)."""
 
     @property
     @rank_zero_experiment
@@ -43,6 +46,14 @@ class ResumableCSVLogger(CSVLogger):
     @rank_zero_only
     def training_ends(self) -> None:
         self.experiment.cut = None
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        """Lightning's last save of the log (at the end of every fit: "success", or "failed" on an exception or a
+        signal), then, after a fit that succeeded, its curves (never raises: vtlab.tracking.curves.write_curves)."""
+        super().finalize(status)
+        if status == "success" and self._experiment is not None:
+            write_curves(self.log_dir, title=f"{Path(self.root_dir).parent.name}: training curves")
 
 
 class KeepingWriter(ExperimentWriter):
