@@ -387,3 +387,20 @@ def test_similarity_override_from_the_command_line():
     cfg = compose_config(["init=semantic", "init.similarity=pmi"])
     init = instantiate(cfg.init)
     assert isinstance(init, Semantic) and init.similarity == "pmi" and init.name == "semantic-pmi"
+
+
+@pytest.mark.parametrize("init", [Mean(), NewRandom(), AllRandom(), Semantic(), Semantic(similarity="pmi")])
+def test_an_init_draws_from_the_seed_exactly_when_it_says_so_and_only_then_is_the_seed_in_its_cache_key(init):
+    """`Initializer.draws` is what the transferred model's cache key trusts: a deterministic init must give the same
+    rows at every transfer seed (so every run seed shares one transfer and one MLM adaptation), a drawing one not."""
+    from vtlab.backbones import TinyBert
+    from vtlab.vocab import PretrainedVocab
+    from vtlab.vocab.transfer import TransferOptions, _cache_key
+
+    E, ov = big_case()
+    kw = {"target_embeddings": torch.randn(800, 16, generator=torch.Generator().manual_seed(5))}
+    kw = kw if isinstance(init, Semantic) else {}
+    rows = [call(init, E, ov, seed=s, **kw)[0] for s in (0, 1)]
+    assert torch.equal(rows[0], rows[1]) is (not init.draws)
+    keys = {_cache_key(TinyBert(), PretrainedVocab("v", tokenizer="t"), init, TransferOptions(seed=s)) for s in (0, 1)}
+    assert len(keys) == (2 if init.draws else 1)

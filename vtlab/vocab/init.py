@@ -57,6 +57,9 @@ class Initializer:
     (vtlab.core.cache_keys); a field that does not change the rows is named in `KEY_NEUTRAL`."""
 
     needs_target_embeddings: ClassVar[bool] = False
+    # whether the rows depend on the transfer's random generator (transfer.seed): only then is the seed part of the
+    # transferred model's cache key, so a deterministic init is built once for every run seed
+    draws: ClassVar[bool] = False
     name: str = field(default="init", kw_only=True)
 
     def __call__(
@@ -140,6 +143,8 @@ class Mean(Initializer):
 class NewRandom(Initializer):
     """New rows ~ N(0, initializer_range) (`--new_random`)."""
 
+    draws: ClassVar[bool] = True
+
     name: str = field(default="new-random", kw_only=True)
 
     def _fill(self, src, tgt_ids, src_ids, new_ids, *, initializer_range, generator, **ctx):
@@ -149,6 +154,8 @@ class NewRandom(Initializer):
 @dataclass
 class AllRandom(Initializer):
     """Every row ~ N(0, initializer_range), the overlap included (`--all_random`): the ablation floor."""
+
+    draws: ClassVar[bool] = True
 
     name: str = field(default="all-random", kw_only=True)
 

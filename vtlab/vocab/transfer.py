@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, get_args
 
@@ -218,6 +218,9 @@ DERIVED_VERSION = 1  # the same for a derived model (it uses no overlap: VERSION
 
 
 def _cache_key(backbone: Backbone, vocab: TargetVocab, init: Initializer, options: TransferOptions) -> str:
+    """The transfer's settings; the seed only where the init draws from it (`Initializer.draws`): a deterministic init
+    (semantic, subword, mean) gives every run seed the same rows, and so the same cached model and MLM adaptation."""
+    options = options if init.draws else replace(options, seed=0)
     return settings_key("transfer", VERSION, backbone=backbone, vocab=vocab, init=init, options=options)
 
 
