@@ -739,7 +739,7 @@ def test_only_the_export_reads_a_config_from_disk_and_instantiates_it() -> None:
     readers = {
         p.relative_to(ROOT).as_posix()
         for p in (ROOT / "vtlab").rglob("*.py")
-        if re.search(r"OmegaConf\.load\(|yaml\.(safe_)?load\(", p.read_text())
+        if re.search(r"OmegaConf\.load\(|yaml\.(safe_)?load\(|load_record\(", p.read_text())
     }
     instantiating = {p for p in readers if re.search(r"\binstantiate\(", (ROOT / p).read_text())}
     # vtlab/index/__init__.py loads only its own vtlab/index/indexes.yaml (a path fixed in the package; a config names

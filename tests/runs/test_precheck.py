@@ -27,7 +27,7 @@ MISTAKES = {
     "misspelt choice": (["vocab=bert-uncasd"], ["vocab=bert-uncasd", "vocab=bert-uncased"]),
     "+ on an existing key": (["+trainer.max_steps=10"], ["trainer.max_steps", "without the leading +"]),
     "no such eval key": (["eval.path=/nope"], ["eval.path"]),
-    "no such eval directory": (["eval=beir", "eval.path=/nope"], ["eval.path='/nope'", "existing directory"]),
+    "no such eval directory": (["eval=beir", "eval.path=/nope"], ["eval.path='/nope'", "expected a BEIR directory"]),
     "--cfg with a sweep": ([*SLURM_SWEEP, "--cfg", "job"], ["--cfg", "-m"]),
 }
 

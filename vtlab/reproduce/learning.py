@@ -167,7 +167,7 @@ def pilot(scale: str, table: str, spec: dict[str, Any], out: Path, run: Run, dry
         ):
             print(f"pilot {table}: {', '.join(edge)} chose an edge of {key}={values} (the grid is not extended)")
     arms_scores = {row_name(r): chosen[row_name(r)].score for r in rows}
-    result = gates.check_learning(arms_scores, name, ref, spec, what=f"the {table} table would have")
+    result = gates.check_learning(arms_scores, name, ref, spec, what=f"the {table} table at this budget")
     plan = None
     if n > 1:
         pair = (row_name(primary[0]), row_name(primary[1]))
