@@ -54,6 +54,8 @@ def probe_arm(overrides: Sequence[str]) -> dict[str, Any]:
     """One arm's line: its config composed from `overrides`, its start and its cached adaptation compared."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=list(overrides))
+        if cfg.selection.get("eval"):  # the selection's own evaluation suite (its dev sets), as the selection scores
+            cfg = compose("config", overrides=[*overrides, f"eval={cfg.selection.eval}"])
     start = run_backbone(cfg, {})
     precision = trainer_precision(cfg.trainer.get("precision", "32-true"), cfg.trainer.get("accelerator", "auto"))
     out = entry_dir(start, cfg.mlm, adaptation_seed(cfg), instantiate(cfg.vocab).preprocess, str(precision))
