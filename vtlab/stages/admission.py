@@ -74,7 +74,7 @@ def admit(cfg: DictConfig, on_start: Callable[[], None] | None = None) -> Iterat
         clear_earlier_run(run_dir, start.clear, start.resume_from)
         if start.inputs and start.resume_from is None:
             record(run_dir, start.inputs)
-        if logs_to_wandb(cfg):  # one wandb run per run directory, however often it resumes
+        if logs_to_wandb(cfg) and trains(cfg):  # one wandb run per training run directory, however often it resumes
             run_id(run_dir, resumes=start.resume_from is not None and trains(cfg))
         if on_start is not None:
             on_start()
