@@ -23,6 +23,7 @@ epoch,eval/boolq/nDCG@10,step,train/doc_active_dims,train/loss,train/lr,train/ra
 0,,2,160.0,nan,0.0001,1.5,,
 0,,3,150.0,1.0,0.0001,0.75,,
 0,,3,,,,,140.0,0.375
+0,,4,145.0,0.9,0.0001,0.7,,
 ,0.5,0,,,,,,
 """
 
@@ -36,7 +37,7 @@ def _png(path: Path) -> tuple[int, int]:
 def test_the_log_is_read_column_by_column(tmp_path: Path) -> None:
     (tmp_path / "metrics.csv").write_text(LOG)
     series = read_series(tmp_path / "metrics.csv")
-    assert series["train/loss"] == [(0, 2.5), (1, 2.0), (3, 1.0)]  # empty cells and the non-finite value skipped
+    assert series["train/loss"] == [(0, 2.5), (1, 2.0), (3, 1.0), (4, 0.9)]  # empty cells, the non-finite value skipped
     assert series["val/nDCG@10"] == [(1, 0.25), (3, 0.375)]
     assert series["eval/boolq/nDCG@10"] == [(0, 0.5)]
     assert "step" not in series and "epoch" not in series
@@ -70,9 +71,9 @@ def test_a_log_that_cannot_be_drawn_is_a_warning_not_a_failure(tmp_path: Path, c
 
 def _logged(run_dir: Path) -> ResumableCSVLogger:
     logger = ResumableCSVLogger(save_dir=str(run_dir), name="csv", version="")
-    for step, loss in enumerate((2.0, 1.5, 1.25)):
+    for step, loss in enumerate((2.0, 1.5, 1.25, 1.125, 1.0)):
         logger.log_metrics({"train/loss": loss, "train/rank_loss": loss / 2}, step=step)
-    logger.log_metrics({"val/nDCG@10": 0.3}, step=2)
+    logger.log_metrics({"val/nDCG@10": 0.3}, step=4)
     return logger
 
 
@@ -95,3 +96,14 @@ def test_only_rank_0_draws(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(rank_zero_only, "rank", 1)  # a later rank of a DDP run: its logger writes nothing
     logger.finalize("success")
     assert not (tmp_path / "csv" / CURVES_FILE).exists()
+
+
+def test_a_handful_of_steps_draws_no_curve(tmp_path: Path) -> None:
+    from vtlab.tracking.curves import MIN_STEPS
+
+    rows = LOG.splitlines()
+    short = [rows[0], *[r for r in rows[1:] if r.split(",")[2] in {str(s) for s in range(MIN_STEPS - 1)}]]
+    (tmp_path / "metrics.csv").write_text("\n".join(short) + "\n")
+    assert write_curves(tmp_path) is None and not (tmp_path / CURVES_FILE).exists()
+    (tmp_path / "metrics.csv").write_text(LOG)
+    _png(write_curves(tmp_path))

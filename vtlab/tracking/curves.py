@@ -20,6 +20,7 @@ from vtlab.evaluation.metrics import SPARSITY_KEYS
 log = logging.getLogger("vtlab")
 
 CURVES_FILE = "curves.png"  # beside metrics.csv
+MIN_STEPS = 5  # a training loss logged at fewer steps than this draws no curves (write_curves)
 Series = dict[str, list[tuple[int, float]]]  # column -> (step, value) for the rows that hold a finite value
 
 
@@ -115,12 +116,17 @@ def plot_curves(csv_path: str | Path, png_path: str | Path, title: str = "") -> 
 
 
 def write_curves(log_dir: str | Path, title: str = "") -> Path | None:
-    """`log_dir`/curves.png from `log_dir`/metrics.csv; None where there is nothing to draw. Never raises: a failure
-    (an unreadable log, a full disk, a link) is one warning line, and the run goes on."""
+    """`log_dir`/curves.png from `log_dir`/metrics.csv; None where there is nothing to draw, or too little: a loss
+    logged at fewer than MIN_STEPS steps (a smoke run's handful of points is no curve, and drawing it costs a run a
+    plotting library's start-up). Never raises: a failure (an unreadable log, a full disk, a link) is one warning line,
+    and the run goes on."""
     png = Path(log_dir) / CURVES_FILE
     try:
         csv_path = Path(log_dir) / ExperimentWriter.NAME_METRICS_FILE
-        return plot_curves(csv_path, png, title) if csv_path.is_file() else None
+        if not csv_path.is_file():
+            return None
+        steps = {step for key, points in read_series(csv_path).items() if _is_loss(key) for step, _ in points}
+        return plot_curves(csv_path, png, title) if len(steps) >= MIN_STEPS else None
     except Exception as exc:  # noqa: BLE001 - a picture is never worth a run
         log.warning("%s: training curves not drawn (%s: %s)", png, type(exc).__name__, " ".join(str(exc).split()))
         return None
