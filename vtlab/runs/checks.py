@@ -115,7 +115,8 @@ FILE_OR_DIRECTORY = existing("an existing file or directory", Path.exists)
 
 
 def _beir_layout(path: Path) -> bool:
-    return all((path / f).is_file() for f in ("corpus.jsonl", "queries.jsonl")) and any((path / "qrels").glob("*.tsv"))
+    """The BEIR files are there (what kind of file each is, and what it holds, is the loader's to say)."""
+    return all((path / f).exists() for f in ("corpus.jsonl", "queries.jsonl")) and any((path / "qrels").glob("*.tsv"))
 
 
 # answered before torch loads, leaving no run directory: the loader would meet it minutes later, after the model loads
