@@ -4,6 +4,7 @@ compare.png: single runs side by side (vtlab.report.comparison)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -53,12 +54,22 @@ def write_tradeoff(table: Table, path: str | Path) -> Path | None:
     flops = [x for pairs in points.values() for x, _ in pairs]
     if min(flops) > 0 and max(flops) / min(flops) > 10:  # rows an order of magnitude apart in cost
         ax.set_xscale("log")
-    ax.set_xlabel("avg FLOPS (expected multiplications per query-doc pair)")
-    ax.set_ylabel(f"avg {table.measure}")
-    ax.set_title(f"{table.title}: {table.measure} vs FLOPS (points: seeds, diamonds: means)", fontsize=9)
+    _label(
+        ax,
+        "avg FLOPS (expected multiplications per query-doc pair)",
+        f"avg {table.measure}",
+        f"{table.title}: {table.measure} vs FLOPS (points: seeds, diamonds: means)",
+    )
+    return _save(fig, path)
+
+
+def _label(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
+    """A panel's axes, title, grid and legend, as every plot here draws them."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    return _save(fig, path)
 
 
 def _save(fig: Figure, path: str | Path) -> Path:
@@ -125,9 +136,10 @@ def write_comparison_plot(c: Comparison, path: str | Path) -> Path:
                     label=f"{label}: mean Δ {deltas.mean():+.4f}, better {better} / worse {worse} of {deltas.size}",
                 )
         ax.axhline(0, color="black", lw=0.8)
-        ax.set_xlabel("queries, sorted by Δ (fraction)")
-        ax.set_ylabel(f"Δ {c.measure} (run − {c.labels[0]})")
-        ax.set_title(f"per-query differences against {c.labels[0]}", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        _label(
+            ax,
+            "queries, sorted by Δ (fraction)",
+            f"Δ {c.measure} (run − {c.labels[0]})",
+            f"per-query differences against {c.labels[0]}",
+        )
     return _save(fig, path)
