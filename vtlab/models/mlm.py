@@ -146,6 +146,7 @@ def _train(
     seed: int,
     trainer_cfg: Mapping[str, Any],
     loggers: list[Logger],
+    leader: bool = True,
 ) -> pl.Trainer:
     steps = int(m.steps)
     model = start.load_model()
@@ -177,7 +178,8 @@ def _train(
             raise VtlabError(f"mlm.scheduler={m.scheduler!r}: {e}") from None
         scheduler = functools.partial(get_scheduler, str(m.scheduler), num_warmup_steps=warmup_steps(m))
     head_fit = _fit_head(model, tokenizer, data, m.get("head_fit"))
-    held_probe = _HeldOut(held, tokenizer, m, seed, preprocess) if held else None
+    # rank 0 records the adaptation, so it alone probes it (the probe draws its masks from its own generator)
+    held_probe = _HeldOut(held, tokenizer, m, seed, preprocess) if held and leader else None
     before = held_probe(model) if held_probe is not None else None
     freeze_all_but(model, m.get("trainable"))
     module = MLMModule(model, optimizer, scheduler, weight_decay=float(m.weight_decay))
@@ -360,7 +362,8 @@ def train_cached(
             log.info("mlm: %d steps on %s -> %s", int(m.steps), start.name_or_path, out)
             log_dir = log_dir or out.with_name(out.name + ".logs")
             default = [CSVLogger(save_dir=str(log_dir), name="csv", version="")]
-            _train(m, start, preprocess, out, log_dir, seed, trainer_cfg, loggers(log_dir) if loggers else default)
+            chosen = loggers(log_dir) if loggers else default
+            _train(m, start, preprocess, out, log_dir, seed, trainer_cfg, chosen, leader=world.leader)
         world.barrier()  # rank 0 wrote the entry (or found it) before any rank reads it
     return out, read_json(out / _DONE, dict, "an MLM adaptation's record: delete its directory to rebuild")
 
