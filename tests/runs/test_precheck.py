@@ -111,3 +111,51 @@ def test_a_pinned_run_dir_reads_back_as_itself(value: str) -> None:
     from vtlab.core.overrides import quoted
 
     assert OverridesParser.create().parse_overrides([f"hydra.run.dir={quoted(value)}"])[0].value() == value
+
+
+def _finished_run(root: Path) -> Path:
+    """A run directory whose evaluation finished (its metrics.json)."""
+    run_dir = root / "finished-run"
+    (run_dir / "eval" / "set").mkdir(parents=True)
+    (run_dir / "eval" / "set" / "metrics.json").write_text("{}")
+    return run_dir
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_a_finished_run_dir_and_a_beir_folder_without_qrels_are_refused_by_the_precheck(tmp_path: Path) -> None:
+    run_dir = _finished_run(tmp_path)
+    beir = tmp_path / "beir"
+    beir.mkdir()
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        (beir / name).write_text('{"_id": "a", "text": "x"}\n')
+    before = _tree(tmp_path)
+    for argv, needles in (
+        (["stage=evaluate", f"hydra.run.dir={run_dir}"], [str(run_dir), "is finished", "overwrite=true"]),
+        (["stage=evaluate", "eval=beir", f"eval.path={beir}"], ["eval.path=", "qrels/<split>.tsv"]),
+    ):
+        problem, composed = checked(argv, CONF_DIR)
+        assert problem is not None and composed is None, argv
+        assert "\n" not in problem and all(n in problem for n in needles), problem
+    assert checked(["stage=evaluate", f"hydra.run.dir={run_dir}", "overwrite=true"], CONF_DIR)[0] is None
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.cli
+def test_a_finished_run_dir_rerun_exits_2_before_torch_is_imported(tmp_path: Path) -> None:
+    run_dir = _finished_run(tmp_path)
+    env, marker = _without_torch(tmp_path)
+    before = _tree(run_dir)
+    proc = subprocess.run(
+        [sys.executable, "-m", "vtlab", "stage=evaluate", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    one_error_line(proc.stderr, [str(run_dir), "is finished"])
+    assert proc.stdout == "" and not marker.exists()
+    assert _tree(run_dir) == before and not (tmp_path / "outputs").exists()

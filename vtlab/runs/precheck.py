@@ -7,8 +7,9 @@ error, `--cfg` with a sweep (`-m`), each value, name and output path vtlab.runs.
 swept value, the others at their first value), but trainer.precision, whose choices are Lightning's, a GPU count that
 does not divide the paper's global batches, and a launch torch or Lightning would refuse inside the run (a SLURM
 launcher's tasks against trainer.devices, a GPU accelerator with the CPU build of torch, read from torch's version.py
-as text). trainer.precision, the process's GPUs and SLURM allocation, and what needs the data or the run directory (a
-resume, a finished run, a broken eval set), are the run's admission's (vtlab.stages.admission), seconds later.
+as text), and a single run's directory that refuses it (a finished run there: vtlab.runs.directory.check_run_dir,
+which reads and writes nothing). trainer.precision, the process's GPUs and SLURM allocation, the directory's lock and
+what needs the data or a resume's record, are the run's admission's (vtlab.stages.admission), seconds later.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vtlab.core.errors import VtlabError, one_line
 from vtlab.runs.checks import CHECKS, Deferred, check_config
+from vtlab.runs.directory import check_run_dir
 from vtlab.runs.launch import check_launch
 from vtlab.runs.overrides import bad_override, command_line_overrides
+from vtlab.runs.ranks import later_rank
 
 MULTIRUN = {"-m", "--multirun"}
 CFG = {"--cfg", "-c"}
@@ -91,6 +94,8 @@ def checked(argv: Sequence[str], conf_dir: Path) -> tuple[str | None, DictConfig
                     cfg.paths.run_dir = run_dir_of(cfg)
                 check_config(cfg, QUICK_CHECKS)
                 check_launch(cfg)
+                if not multirun and not later_rank():  # a finished run there: refused now, not after torch loads
+                    check_run_dir(Path(cfg.paths.run_dir), cfg.get("resume", "auto"), cfg.get("overwrite", False))
                 composed = composed or cfg
     except VtlabError as err:
         return one_line(err).removeprefix("vtlab: error: "), None
