@@ -5,11 +5,12 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import CONF, compose_config
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from vtlab.evaluation.mteb_results import mteb_scores, write_mteb_results
+from vtlab.evaluation.mteb_results import model_revision, mteb_scores, write_mteb_results
 from vtlab.stages.evaluate import run as evaluate
 
 # the MTEB task of each BEIR-13 set (mteb/tasks/retrieval/eng/*.py: TaskMetadata.name)
@@ -80,7 +81,7 @@ def evaluated(tmp_path_factory):
 def test_evaluation_writes_mteb_files_with_metrics_json_scores(evaluated):
     run_dir, cfg = evaluated
     metrics = json.loads((run_dir / "eval" / "toy" / "metrics.json").read_text())["metrics"]
-    folder = run_dir / "eval" / "mteb" / f"vtlab__{cfg.name}" / run_dir.name
+    folder = revision_folder(run_dir, cfg)
     assert sorted(p.name for p in folder.iterdir()) == ["model_meta.json", "toy.json"]
     data = json.loads((folder / "toy.json").read_text())
     entry = check_task_result(data, "test")
@@ -96,7 +97,7 @@ def test_evaluation_writes_mteb_files_with_metrics_json_scores(evaluated):
     assert entry["main_score"] == metrics["nDCG@10"] and 0 < entry["main_score"] <= 1
     assert data["evaluation_time"] == metrics["total_s"]
     meta = json.loads((folder / "model_meta.json").read_text())
-    assert meta["name"] == f"vtlab/{cfg.name}" and meta["revision"] == run_dir.name
+    assert meta["name"] == f"vtlab/{cfg.name}" and meta["revision"] == folder.name
     assert meta["model_type"] == ["sparse"] and meta["similarity_fn_name"] == "dot"
 
 
@@ -106,7 +107,7 @@ def test_mtebs_own_loaders_read_them(evaluated):
     from mteb.results.task_result import TaskResult
 
     run_dir, cfg = evaluated
-    folder = run_dir / "eval" / "mteb" / f"vtlab__{cfg.name}" / run_dir.name
+    folder = revision_folder(run_dir, cfg)
     result = TaskResult.from_disk(folder / "toy.json")
     metrics = json.loads((run_dir / "eval" / "toy" / "metrics.json").read_text())["metrics"]
     assert result.get_score() == pytest.approx(metrics["nDCG@10"])
@@ -147,6 +148,34 @@ def test_score_names():
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("shared_cache")
+def revision_folder(run_dir: Path, cfg) -> Path:
+    """The one revision folder of the run's model under eval/mteb/: named after the model (BM25 here: its settings),
+    never after the run directory."""
+    (folder,) = (run_dir / "eval" / "mteb" / f"vtlab__{cfg.name}").iterdir()
+    assert folder.name == model_revision(instantiate(cfg.model.encoder)) != run_dir.name
+    return folder
+
+
+class _Networks:
+    """An encoder as model_revision sees it: its networks."""
+
+    def __init__(self, seed: int) -> None:
+        torch.manual_seed(seed)
+        self.net = torch.nn.Linear(4, 3)
+
+    def networks(self) -> list:
+        return [self.net]
+
+
+def test_the_revision_is_the_models_weights_not_where_they_were_evaluated():
+    same, other = _Networks(0), _Networks(1)
+    assert model_revision(same) == model_revision(_Networks(0)) != model_revision(other)
+    with torch.no_grad():
+        same.net.bias[0] += 1e-3
+    assert model_revision(same) != model_revision(_Networks(0))
+    assert len(model_revision(other)) == 12
+
+
 def test_the_quickstarts_evaluation_writes_mteb_files(tmp_path):
     """The quickstart's evaluation (make demo's eval: BoolQ-clean, 2,109 passages) through stage=evaluate: its MTEB
     file passes the format's check and holds metrics.json's nDCG@10. BM25 stands in for the trained model: the files'
@@ -156,7 +185,7 @@ def test_the_quickstarts_evaluation_writes_mteb_files(tmp_path):
     assert cfg.eval.name == compose_config([]).eval.name == "boolq-clean"
     evaluate(cfg, {})
     metrics = json.loads((run_dir / "eval" / "boolq-clean" / "metrics.json").read_text())["metrics"]
-    folder = run_dir / "eval" / "mteb" / f"vtlab__{cfg.name}" / run_dir.name
+    folder = revision_folder(run_dir, cfg)
     (task,) = [p for p in folder.iterdir() if p.name != "model_meta.json"]
     data = json.loads(task.read_text())
     entry = check_task_result(data, next(iter(data["scores"])))

@@ -13,7 +13,7 @@ import pytest
 from helpers import ROOT, one_error_line
 
 from vtlab.core.paths import CONF_DIR
-from vtlab.runs.precheck import checked, sweep_size
+from vtlab.runs.precheck import checked, first_line, sweep_size
 
 SLURM_SWEEP = [
     "-m",
@@ -159,3 +159,13 @@ def test_a_finished_run_dir_rerun_exits_2_before_torch_is_imported(tmp_path: Pat
     one_error_line(proc.stderr, [str(run_dir), "is finished"])
     assert proc.stdout == "" and not marker.exists()
     assert _tree(run_dir) == before and not (tmp_path / "outputs").exists()
+
+
+def test_the_first_line_names_only_the_steps_that_run() -> None:
+    """stage=all with mlm.steps=0 (the no-MLM variant: the MLM stage does nothing) does not announce `mlm`."""
+    lines = {}
+    for steps in (0, 5):
+        _, cfg = checked(["stage=all", f"mlm.steps={steps}", "hydra.run.dir=/tmp/somewhere"], CONF_DIR)
+        lines[steps] = first_line(cfg)
+    assert ": finetune → evaluate; writing to /tmp/somewhere" in lines[0], lines[0]
+    assert ": mlm → finetune → evaluate; writing to" in lines[5], lines[5]

@@ -15,9 +15,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vtlab.apc.calibration import APC, flat_metrics, json_report, summary_line, write_outputs
+from vtlab.backbones.weights import weights_key
 from vtlab.core import integrity
 from vtlab.core.assets import cache_dir
-from vtlab.core.atomic import file_lock, json_hash, stable_hash
+from vtlab.core.atomic import file_lock, json_hash
 from vtlab.core.cache_keys import settings_key, tokenizer_key
 from vtlab.core.errors import VtlabError
 from vtlab.core.json_files import read_json
@@ -73,13 +74,6 @@ def _biases(encoder: Any) -> list[torch.Tensor]:
 def _key(apc: APC, encoder: Any, texts: list[str]) -> str:
     """The calibration's identity: APC's settings, how the encoder reads the probe texts (its class, lengths,
     tokenizer and input preprocessing), the probe texts and every weight of the encoder's networks."""
-
-    def weights() -> Any:
-        for i, net in enumerate(encoder.networks()):
-            for name, t in net.state_dict().items():
-                yield f"{i}.{name}".encode()
-                yield t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-
     return settings_key(
         "apc",
         _CACHE_VERSION,
@@ -89,7 +83,7 @@ def _key(apc: APC, encoder: Any, texts: list[str]) -> str:
         tokenizer=tokenizer_key(encoder.tokenizer),
         preprocess=encoder.preprocess,
         texts=json_hash(texts[: apc.num_docs], 40),
-        weights=stable_hash(weights(), 40),
+        weights=weights_key(encoder.networks()),
     )
 
 

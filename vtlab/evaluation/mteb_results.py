@@ -4,6 +4,9 @@ built on them read vtlab's runs:
 
     <root>/<model name as a path: "/" → "__">/<revision>/<TaskName>.json   + model_meta.json beside it
 
+The revision is the model's: a digest of its weights (model_revision), so two runs that evaluated the same weights
+file their results under one revision, and a retrained model under another.
+
 <TaskName>.json: {dataset_revision, task_name, mteb_version, scores: {<split>: [{main_score, ndcg_at_10, mrr_at_10,
 recall_at_100, ..., hf_subset: "default", languages: [...]}]}, evaluation_time, kg_co2_emissions, date}. The scores are
 metrics.json's measures renamed to MTEB's keys (nDCG@k → ndcg_at_k, RR@k → mrr_at_k, R@k → recall_at_k, P@k →
@@ -16,17 +19,20 @@ says so): mteb reads them, its submission tools do not take them for its own run
 
 from __future__ import annotations
 
+import inspect
 import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vtlab.core.atomic import write_json
+from vtlab.backbones.weights import weights_key
+from vtlab.core.atomic import json_hash, write_json
 from vtlab.core.paths import child
 
 MAIN_SCORE = "ndcg_at_10"
 NOT_PINNED = "not pinned (vtlab)"
+REVISION_LENGTH = 12  # hex digits of a model's revision (model_revision)
 # ir_measures' names → MTEB's: <name>@<k> → <mteb>_at_<k>
 _MEASURE = re.compile(r"(nDCG|RR|R|P|AP)@(\d+)")
 _MTEB_NAMES = {"nDCG": "ndcg", "RR": "mrr", "R": "recall", "P": "precision", "AP": "map"}
@@ -114,19 +120,32 @@ def model_meta(name: str, revision: str, encoder: Any, adapted_from: str | None)
     }
 
 
+def model_revision(encoder: Any) -> str:
+    """The model's revision: a digest of its networks' weights (the same weights, the same revision, whichever run
+    directory evaluated them); a model without networks (BM25) by its class and settings."""
+    networks = getattr(encoder, "networks", None)
+    if callable(networks):
+        return weights_key(networks(), REVISION_LENGTH)
+    names = inspect.signature(type(encoder)).parameters  # its settings, not what a corpus fitted (BM25's avgdl)
+    settings = {k: getattr(encoder, k) for k in names if isinstance(getattr(encoder, k, None), (bool, int, float, str))}
+    return json_hash({"class": type(encoder).__name__, **settings}, REVISION_LENGTH)
+
+
 def write_mteb_results(
     root: str | Path,
     evaluation: Any,
     name: str,
     metrics: Mapping[str, Any],
     model: str,
-    revision: str,
+    revision: str | None = None,
     encoder: Any = None,
     adapted_from: str | None = None,
 ) -> Path:
     """<root>/<model>/<revision>/<TaskName>.json (and model_meta.json) for evaluation `name`'s `metrics`; `model` is
-    the model's name (mteb wants 'organization/name'). The task, split and languages come from the evaluation
-    (RetrievalEvaluation.mteb_task, .split, .languages; absent: the collection's name, test, eng-Latn)."""
+    the model's name (mteb wants 'organization/name'), `revision` its revision (None: model_revision(encoder)). The
+    task, split and languages come from the evaluation (RetrievalEvaluation.mteb_task, .split, .languages; absent: the
+    collection's name, test, eng-Latn)."""
+    revision = model_revision(encoder) if revision is None else revision
     task = getattr(evaluation, "mteb_task", None)
     languages = list(getattr(evaluation, "languages", None) or ["eng-Latn"])
     split = str(getattr(evaluation, "split", None) or "test")

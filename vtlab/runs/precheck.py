@@ -21,7 +21,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from vtlab.core.errors import VtlabError, one_line
@@ -30,6 +30,7 @@ from vtlab.runs.directory import check_run_dir
 from vtlab.runs.launch import check_launch
 from vtlab.runs.overrides import bad_override, command_line_overrides
 from vtlab.runs.ranks import later_rank
+from vtlab.runs.steps import step_names
 
 MULTIRUN = {"-m", "--multirun"}
 CFG = {"--cfg", "-c"}
@@ -116,7 +117,7 @@ def sweep_size(argv: Sequence[str]) -> int:
 def first_line(cfg: DictConfig, jobs: int | None = None) -> str:
     """What an accepted run will do and where it writes: its name, its stage's steps, the run directory; for a sweep
     of `jobs` jobs (`cfg`: its first job's config), the sweep directory."""
-    steps = [str(s.get("_target_", "")).rsplit(".", 2)[-2] for s in OmegaConf.select(cfg, "stage.steps") or []]
+    steps = step_names(cfg)
     if jobs is None:
         return f"vtlab: {cfg.name}: {' → '.join(steps) or 'no stage'}; writing to {cfg.paths.run_dir}"
     return f"vtlab: a sweep of {jobs} jobs ({' → '.join(steps) or 'no stage'}); writing to {cfg.hydra.sweep.dir}"

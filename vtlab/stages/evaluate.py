@@ -97,7 +97,7 @@ def _evaluate(cfg: DictConfig, state: dict[str, Any], run_dir: Path, encoder: An
         metrics = ev(encoder, out_dir=out_dir)
         results[name] = metrics
         mteb_dir = run_dir / "eval" / "mteb"  # the scores again in MTEB's results format
-        write_mteb_results(mteb_dir, ev, name, metrics, f"vtlab/{cfg.name}", run_dir.name, encoder)
+        write_mteb_results(mteb_dir, ev, name, metrics, f"vtlab/{cfg.name}", encoder=encoder)
         baseline = _baseline(cfg, ev, name) if with_baseline else None
         console.print(
             results_table(

@@ -19,6 +19,7 @@ from pytorch_lightning.loggers import CSVLogger, Logger
 from vtlab.backbones import Backbone
 from vtlab.models.mlm import check_recipe, train_cached
 from vtlab.runs.reads import reads
+from vtlab.runs.steps import mlm_idle
 from vtlab.runs.world import join_trainer
 from vtlab.stages.build import TRANSFER_READS, run_backbone
 from vtlab.tracking.loggers import instantiate_logger
@@ -52,7 +53,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     m = cfg.mlm
     check_recipe(m)
     steps = int(m.steps)
-    if steps == 0 and not m.get("head_fit"):
+    if mlm_idle(m):
         return state  # the no-MLM variant
     run_dir = Path(cfg.paths.run_dir)
     start, preprocess = _starting_point(cfg, state)
