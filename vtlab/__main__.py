@@ -24,6 +24,7 @@ from vtlab.runs.ranks import later_rank
 from vtlab.runtime.allocator import keep_freed_memory
 
 log = logging.getLogger("vtlab")
+LOADING = "vtlab: loading torch, Lightning and the model code ..."  # said before they are imported
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -144,4 +145,5 @@ if __name__ == "__main__":
         launcher = str(OmegaConf.select(composed, "hydra.launcher._target_", default="")) if sweep else ""
         if (note := ignored_sigint_line(os.getpid(), launcher)) is not None:  # Ctrl-C will not stop it: say so
             print(note, file=sys.stderr, flush=True)
+        print(LOADING, file=sys.stderr, flush=True)  # the seconds torch takes to import are not silent
     main()

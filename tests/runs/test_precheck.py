@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, one_error_line
 
+from vtlab.__main__ import LOADING
 from vtlab.core.paths import CONF_DIR
 from vtlab.runs.precheck import checked, first_line, sweep_size
 
@@ -169,3 +170,24 @@ def test_the_first_line_names_only_the_steps_that_run() -> None:
         lines[steps] = first_line(cfg)
     assert ": finetune → evaluate; writing to /tmp/somewhere" in lines[0], lines[0]
     assert ": mlm → finetune → evaluate; writing to" in lines[5], lines[5]
+
+
+@pytest.mark.cli
+def test_an_accepted_run_says_it_is_loading_before_torch_is_imported(tmp_path: Path) -> None:
+    """After the first line, one line on stderr says what loads, before torch is imported: the fake torch below
+    writes its own line to stderr when imported (and fails), so the order of the two lines in one stream tells."""
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("import sys\nprint('FAKE TORCH IMPORTED', file=sys.stderr)\nraise ImportError\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(ROOT)])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "vtlab", "stage=evaluate", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.stdout.startswith("vtlab: evaluate-"), proc.stdout
+    lines = proc.stderr.splitlines()
+    assert "FAKE TORCH IMPORTED" in lines, proc.stderr[-2000:]
+    assert lines[0] == LOADING and lines.index(LOADING) < lines.index("FAKE TORCH IMPORTED")
