@@ -4,7 +4,11 @@ while a small collection is evaluated."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
+import threading
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -14,11 +18,12 @@ from tqdm.auto import tqdm
 from vtlab.backbones import Backbone
 from vtlab.core import progress as progress_module
 from vtlab.core.errors import VtlabError
-from vtlab.core.progress import INTERVAL_ENV, LogLines, duration, interval_s, progress
+from vtlab.core.progress import INTERVAL_ENV, LogLines, Waiting, counted, duration, interval_s, progress
 from vtlab.data.collections import Collection
 from vtlab.evaluation import evaluate
 from vtlab.index import InvertedIndex
 from vtlab.models.encoder import SpladeEncoder
+from vtlab.runtime import precision as prec
 
 
 class Clock:
@@ -116,7 +121,6 @@ def test_a_bar_on_a_terminal_lines_off_it(monkeypatch, terminal):
     shown = progress(10, "passages", "encoding corpus")
     assert isinstance(shown, tqdm if terminal else LogLines)
     assert not isinstance(progress(10, "passages", "encoding corpus", show=False), LogLines)
-    assert isinstance(progress(10, "passages", "indexing", terminal_bar=False), tqdm if terminal else LogLines)
     shown.close()
 
 
@@ -164,7 +168,9 @@ def test_evaluation_logs_encoding_indexing_and_search_progress(monkeypatch, capl
     assert [line.split(", ")[0] for line in _messages(caplog, "encoding queries")] == [
         "encoding queries: 3/3 queries (100%)"
     ]
-    assert [line.split(", ")[0] for line in _messages(caplog, "indexing")] == ["indexing: 10/10 passages (100%)"]
+    indexing = _messages(caplog, "indexing")  # it counts nothing while it runs: its start, then its time
+    assert indexing[0] == "indexing 10 passages ..." and len(indexing) >= 2, indexing
+    assert all(line.startswith("indexing 10 passages: ") and line.endswith(" elapsed") for line in indexing[1:])
     # the scipy search in slices of 2 queries: 2 of 3, then all
     assert [line.split(", ")[0] for line in _messages(caplog, "searching")] == [
         "searching: 2/3 queries (66%)",
@@ -190,3 +196,65 @@ def test_search_progress_counts_every_query_on_both_backends():
             assert sum(counts) == 45 and len(counts) > 1
             ref_scores, ref_indices = idx.search(queries, k=5, batch_size=4, n_threads=threads)
             assert np.array_equal(indices, ref_indices) and np.array_equal(scores, ref_scores)
+
+
+def test_counted_counts_each_item_once_the_caller_is_done_with_it(monkeypatch, caplog):
+    monkeypatch.setattr(progress_module, "interactive", lambda: False)
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    with caplog.at_level(logging.INFO, logger="vtlab"):
+        seen = list(counted([[1, 2], [3, 4], [5]], 5, "rows", "reading", size=len))
+    assert seen == [[1, 2], [3, 4], [5]]
+    assert [m.split(", ")[0] for m in _messages(caplog, "reading")] == [
+        "reading: 2/5 rows (40%)",
+        "reading: 4/5 rows (80%)",
+        "reading: 5/5 rows (100%)",
+    ]
+
+
+@contextlib.contextmanager
+def _ticked(label: str) -> Iterator[threading.Event]:
+    """An event set once a line `<label>: ... elapsed` is logged (from the Waiting's own thread)."""
+    ticked = threading.Event()
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith(f"{label}: ") and record.getMessage().endswith(" elapsed"):
+                ticked.set()
+
+    handler = Watch()
+    logging.getLogger("vtlab").addHandler(handler)
+    try:
+        yield ticked
+    finally:
+        logging.getLogger("vtlab").removeHandler(handler)
+
+
+def test_a_phase_that_counts_nothing_logs_its_time_while_it_runs(monkeypatch, caplog):
+    """The phase (here: waiting for its own line) blocks; the lines come from Waiting's thread meanwhile."""
+    monkeypatch.setattr(progress_module, "interactive", lambda: False)
+    with caplog.at_level(logging.INFO, logger="vtlab"), _ticked("building") as ticked:
+        with Waiting("building", every=0):
+            assert ticked.wait(120)  # a line came while the phase had not ended
+    lines = _messages(caplog, "building")
+    assert lines[0] == "building ..." and all(re.fullmatch(r"building: \d+s elapsed", m) for m in lines[1:])
+
+
+def test_a_phase_that_counts_nothing_shows_its_clock_on_a_terminal(monkeypatch, capsys):
+    monkeypatch.setattr(progress_module, "interactive", lambda: True)
+    with Waiting("building"):
+        pass
+    assert "building: 00:00" in capsys.readouterr().err
+
+
+def test_the_precision_check_logs_its_time_while_it_times(monkeypatch, caplog):
+    """precision=auto's timing (minutes for a large model on a slow CPU) is a Waiting: a line while `measure` runs."""
+    monkeypatch.setattr(progress_module, "interactive", lambda: False)
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    with caplog.at_level(logging.INFO, logger="vtlab"), _ticked("choosing precision") as ticked:
+
+        def measure(p: str) -> prec.Trial:
+            assert ticked.wait(120)
+            return prec.Trial(p, 100.0, None if p == "fp32" else prec.Agreement(0.999, 0.99))
+
+        prec.choose_auto(("int8", "fp32"), measure, None, flags=frozenset())
+    assert "choosing precision ..." in _messages(caplog, "choosing precision")

@@ -2,6 +2,7 @@
 the Lightning callback inside a real fit, config validation."""
 
 import json
+import logging
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,7 +16,9 @@ from omegaconf import OmegaConf
 from vtlab.apc.calibration import APC
 from vtlab.backbones import Backbone
 from vtlab.callbacks.apc import APCCallback
+from vtlab.core import progress as progress_module
 from vtlab.core.errors import VtlabError
+from vtlab.core.progress import INTERVAL_ENV
 from vtlab.data.corpora import boolq_passages
 from vtlab.models.encoder import SpladeEncoder
 
@@ -252,3 +255,14 @@ def test_a_calibration_is_computed_once_and_reused_bit_for_bit(empty_cache, capl
         calibrate_cached(apc, other, boolq_passages()[40:80])
     assert "cached calibration" not in caplog.text
     assert len([p for p in empty_cache.glob("apc/p99-term-*") if p.is_dir()]) == 2
+
+
+def test_the_probe_says_how_far_it_got(monkeypatch, caplog):
+    """Off a terminal (VTLAB_PROGRESS_INTERVAL=0: a line per batch), the probe counts the documents it has read."""
+    monkeypatch.setattr(progress_module, "interactive", lambda: False)
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    texts = [f"passage {i} on rivers, lakes and the sea, number {i}." for i in range(10)]
+    with caplog.at_level(logging.INFO, logger="vtlab"):
+        APC(percentile=60, include_zeros=True, num_docs=10, batch_size=4, max_length=16).probe(splade_tiny(16), texts)
+    lines = [r.getMessage().split(", ")[0] for r in caplog.records if r.getMessage().startswith("apc: probing")]
+    assert lines == [f"apc: probing: {n}/10 documents ({n * 10}%)" for n in (4, 8, 10)]

@@ -2,15 +2,19 @@
 transform and the output bias train —, a warm-up proportional to the run, a held-out share of the corpus that no arm
 trains on, and the probe's numbers on it checked against the model's own loss (an independent reference)."""
 
+import logging
+
 import pytest
 import torch
 from helpers import compose_config
 from omegaconf import OmegaConf
 
 from vtlab.backbones import TinyBert
+from vtlab.core import progress as progress_module
 from vtlab.core.errors import VtlabError
+from vtlab.core.progress import INTERVAL_ENV
 from vtlab.data.text import TextDataModule
-from vtlab.models.mlm import check_recipe, freeze_all_but, warmup_steps
+from vtlab.models.mlm import _fit_head, check_recipe, freeze_all_but, warmup_steps
 from vtlab.models.mlm_probe import _mask, is_held_out, probe, split_held_out
 
 
@@ -80,3 +84,24 @@ def test_the_probe_loss_is_the_models_own_cross_entropy_at_the_masked_positions(
     assert report["masked"] == int(chosen.sum()) > 0
     assert report["loss"] == pytest.approx(float(out.loss), rel=1e-4)
     assert report["own_top1"] == pytest.approx(float((own[real] == ids[real]).float().mean()), abs=1e-6)
+
+
+def test_the_head_fit_and_the_held_out_probe_say_how_far_they_got(monkeypatch, caplog):
+    """Off a terminal (VTLAB_PROGRESS_INTERVAL=0: a line per update), the head fit reads its spans and the held-out
+    probe probes them with a line per batch of spans, and the fit's solve says when it starts."""
+    monkeypatch.setattr(progress_module, "interactive", lambda: False)
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    backbone = TinyBert()
+    model, tokenizer = backbone.load_model(), backbone.load_tokenizer()
+    texts = [f"passage {i}: the river {i} is longer than the lake {i}, and wider too." for i in range(80)]
+    data = TextDataModule(texts, tokenizer, max_length=16)
+    with caplog.at_level(logging.INFO, logger="vtlab"):
+        report = _fit_head(model, tokenizer, data, {"spans": 40})
+        n = len(data.dataset.lengths)
+        probe(model, data.dataset.spans, data.dataset.lengths, tokenizer.all_special_ids, tokenizer.mask_token_id)
+    messages = [r.getMessage() for r in caplog.records]
+    reading = [m.split(", ")[0] for m in messages if m.startswith("mlm.head_fit: reading")]
+    assert reading == ["mlm.head_fit: reading: 32/40 spans (80%)", "mlm.head_fit: reading: 40/40 spans (100%)"]
+    assert f"mlm.head_fit: solving for {report['positions']:,} positions ..." in messages
+    probing = [m.split(", ")[0] for m in messages if m.startswith("mlm.held_out: probing")]
+    assert probing[-1] == f"mlm.held_out: probing: {n}/{n} spans (100%)" and len(probing) == -(-n // 32)

@@ -10,6 +10,7 @@ import pytest
 from pytorch_lightning.callbacks import RichProgressBar
 
 from vtlab.core import logs
+from vtlab.core.progress import INTERVAL_ENV
 from vtlab.tracking import progress
 from vtlab.tracking.progress import LogProgress, StepBoundedRichBar
 
@@ -89,3 +90,12 @@ def test_quiet_third_party_filters_chatter_on_the_libraries_loggers(monkeypatch,
             for f in [f for f in lg.filters if isinstance(f, logs._Drop)]:
                 lg.removeFilter(f)
     assert [r.getMessage() for r in caplog.records] == ["a real problem", "GPU available: False, used: False"]
+
+
+def test_log_progress_also_writes_a_line_once_an_interval_has_passed(monkeypatch, caplog):
+    """A tenth of a long run can be an hour: a step that ends an interval after the last line gets one too
+    (VTLAB_PROGRESS_INTERVAL=0: every step)."""
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    lines = _lines(LogProgress(), _Trainer(max_steps=95, every_n=5), 95, caplog)
+    steps = [line.split(" · ")[0] for line in lines]
+    assert steps == [f"train: step {s}/95 ({100 * s / 95:.0f}%)" for s in range(1, 96)]

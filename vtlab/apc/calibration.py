@@ -39,6 +39,7 @@ from torch import Tensor
 
 from vtlab.core.atomic import atomic_write_bytes, write_json
 from vtlab.core.errors import VtlabError
+from vtlab.core.progress import counted
 from vtlab.vocab.masked_outputs import MASKED_BIAS
 
 log = logging.getLogger("vtlab")
@@ -136,8 +137,7 @@ class APC:
         texts = list(texts)[: self.num_docs]
         if not texts:
             raise VtlabError("apc: no probe documents")
-        device = next(encoder.parameters()).device
-        n_docs = len(texts)
+        device, n_docs = next(encoder.parameters()).device, len(texts)
         # longest first: similar lengths per batch waste less padding (characters are a good enough proxy)
         order = sorted(range(n_docs), key=lambda i: -len(texts[i]))
         gen = torch.Generator().manual_seed(self.seed)
@@ -155,8 +155,9 @@ class APC:
         encoder.max_length["doc"] = self.max_length
         try:
             with torch.inference_mode():
-                for start in range(0, n_docs, self.batch_size):
-                    batch = [texts[i] for i in order[start : start + self.batch_size]]
+                batches = (order[start : start + self.batch_size] for start in range(0, n_docs, self.batch_size))
+                for rows in counted(batches, n_docs, "documents", "apc: probing", size=len):
+                    batch = [texts[i] for i in rows]
                     enc = encoder.tokenize(batch, side="doc")
                     z = encoder.max_logits(enc["input_ids"].to(device), enc["attention_mask"].to(device), side="doc")
                     z = z.float()
@@ -197,9 +198,8 @@ class APC:
             encoder.train(was_training)
         assert term_max is not None
         term_max = term_max.cpu()
-        vocab = int(term_max.numel())
         off = term_max <= OFF_LOGIT  # switched off: every probe max-logit at or below OFF_LOGIT
-        n_off = int(off.sum())
+        vocab, n_off = int(term_max.numel()), int(off.sum())
         live = vocab - n_off
         if live == 0:
             raise VtlabError(

@@ -3,18 +3,21 @@ where the output goes: a tqdm bar on a terminal; off a terminal (SLURM, a pipe),
 log with carriage-return frames, one log line per interval and one at the end, e.g.
 `encoding corpus: 1,200/3,825 passages (31%), 2m10s elapsed, ~4m50s left` (vtlab.core.logs decides which).
 
-The interval is `VTLAB_PROGRESS_INTERVAL` seconds (default 30; 0 logs every update). Training's progress is its own
-(vtlab.tracking.progress: one line per tenth of the steps)."""
+`counted` wraps a loop over batches in one; `Waiting` is the progress of a phase that counts nothing while it runs (a
+line per interval with the time it has taken). The interval is `VTLAB_PROGRESS_INTERVAL` seconds (default 30; 0 logs
+every update). Training's progress is its own (vtlab.tracking.progress: a line per tenth of the steps, and at least
+one per interval)."""
 
 from __future__ import annotations
 
 import logging
 import math
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tqdm.auto import tqdm
 
@@ -27,6 +30,7 @@ DEFAULT_INTERVAL_S = 30.0
 SIDES: dict[str, tuple[str, str]] = {"query": ("encoding queries", "queries"), "doc": ("encoding corpus", "passages")}
 
 log = logging.getLogger("vtlab")
+T = TypeVar("T")
 
 
 class Progress(Protocol):
@@ -103,8 +107,8 @@ class LogLines:
         total = self.total
         if total:
             parts = [f"{self.done:,}/{total:,} {self.unit} ({int(100 * self.done / total)}%)"]
-        else:
-            parts = [f"{self.done:,} {self.unit}"]
+        else:  # no unit: a phase that counts nothing (Waiting), its time alone
+            parts = [f"{self.done:,} {self.unit}"] if self.unit else []
         parts.append(f"{duration(elapsed)} elapsed")
         if total and 0 < self.done < total:
             parts.append(f"~{duration(elapsed / self.done * (total - self.done))} left")
@@ -119,12 +123,69 @@ class LogLines:
         self._closed = True
 
 
-def progress(total: int | None, unit: str, label: str, show: bool = True, terminal_bar: bool = True) -> Progress:
-    """The progress of a phase of `total` `unit`: a tqdm bar on a terminal (none with terminal_bar=False), LogLines
-    off a terminal, nothing with show=False. Use it as a context manager, or call close()."""
+def progress(total: int | None, unit: str, label: str, show: bool = True) -> Progress:
+    """The progress of a phase of `total` `unit`: a tqdm bar on a terminal, LogLines off a terminal, nothing with
+    show=False. Use it as a context manager, or call close()."""
     if show and not interactive():
         return LogLines(total, unit, label)
-    return tqdm(total=total, desc=label, unit=unit, disable=not (show and terminal_bar), leave=False)
+    return tqdm(total=total, desc=label, unit=unit, disable=not show, leave=False)
+
+
+def counted(
+    items: Iterable[T],
+    total: int | None,
+    unit: str,
+    label: str,
+    show: bool = True,
+    size: Callable[[T], int] = lambda _item: 1,
+) -> Iterator[T]:
+    """`items`, each counted as `size(item)` `unit` once the caller is done with it, on a progress (`progress`) that
+    closes when they run out."""
+    with progress(total, unit, label, show) as bar:
+        for item in items:
+            yield item
+            bar.update(size(item))
+
+
+class Waiting:
+    """A phase that counts nothing while it runs (one call that takes minutes: building an index, timing the
+    precisions, saving a model): a tqdm line with its elapsed time, redrawn every second, on a terminal; off a terminal
+    a log line when it starts, then `<label>: 1m00s elapsed` once per interval_s() until it ends.
+    `with Waiting("indexing 3,825 passages"): ...`"""
+
+    def __init__(self, label: str, show: bool = True, every: float | None = None) -> None:
+        self.label, self.show, self.every = label, show, every
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._shown: Any = None
+
+    def __enter__(self) -> Waiting:
+        if not self.show:
+            return self
+        if interactive():
+            bar = tqdm(total=None, desc=self.label, bar_format="{desc}: {elapsed}", leave=False)
+            self._shown, tick, step = bar, bar.refresh, 1.0
+        else:
+            lines = LogLines(None, "", self.label, self.every)
+            lines.logger.info("%s ...", self.label)
+            self._shown, tick, step = lines, lambda: lines.update(0), min(1.0, lines.every) or 0.05
+
+        def ticking() -> None:
+            while not self._stop.wait(step):
+                tick()
+
+        self._thread = threading.Thread(target=ticking, name="vtlab-waiting", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if isinstance(self._shown, LogLines):
+            self._shown.__exit__(kind, None, None)
+        elif self._shown is not None:
+            self._shown.close()
 
 
 def encoding(side: str, total: int, show: bool = True) -> Progress:

@@ -65,6 +65,7 @@ def baseline_metrics(
     cached = _cached_metrics(path) if path.exists() else None
     if cached is not None:
         return cached
+    log.info("baseline: evaluating the backbone as is on %s (once per configuration, then read from %s)", dataset, path)
     metrics = evaluation(plain_encoder())
     write_json(path, metrics)
     return metrics

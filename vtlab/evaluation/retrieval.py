@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from vtlab.core.errors import VtlabError
-from vtlab.core.progress import progress
+from vtlab.core.progress import Waiting, progress
 from vtlab.data.collections import Collection, check_collection
 from vtlab.evaluation.budgets import Budget, parse_budgets, search_budgets
 from vtlab.evaluation.metrics import DEFAULT_MEASURES, _means, _parse_measures, per_query_metrics, sparsity_stats
@@ -95,15 +95,14 @@ def _retrieve(
     top_k: int,
     show_progress: bool = True,
 ) -> tuple[Any, dict[str, dict[str, float]], float, float]:
-    """(index, run {query id: {doc id: score}}, index build seconds, search seconds). Off a terminal, each phase
-    says how far it got (vtlab.core.progress); on one, as before, nothing."""
+    """(index, run {query id: {doc id: score}}, index build seconds, search seconds). Each phase shows its progress
+    (vtlab.core.progress): the index's build its time (it counts nothing while it runs), the search its queries."""
     t = time.perf_counter()
-    with progress(len(doc_ids), "passages", "indexing", show_progress, terminal_bar=False) as bar:
+    with Waiting(f"indexing {len(doc_ids):,} passages", show_progress):
         idx = build_index(d, doc_ids)
-        bar.update(len(doc_ids))
     index_build_s = time.perf_counter() - t
     t = time.perf_counter()
-    with progress(len(query_ids), "queries", "searching", show_progress, terminal_bar=False) as bar:
+    with progress(len(query_ids), "queries", "searching", show_progress) as bar:
         tap = {"progress": bar.update} if _accepts(idx.search, "progress") else {}
         scores, indices = idx.search(q, k=top_k, **tap)
         if not tap:

@@ -88,3 +88,8 @@ def span_batches(ids: Tensor, lengths: Tensor, batch_size: int = 32) -> Iterable
     mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
     for i in range(0, len(ids), batch_size):
         yield {"input_ids": ids[i : i + batch_size], "attention_mask": mask[i : i + batch_size]}
+
+
+def batch_rows(batch: dict[str, Tensor]) -> int:
+    """How many spans a batch of span_batches holds (what a progress counts)."""
+    return len(batch["input_ids"])

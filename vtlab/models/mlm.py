@@ -31,8 +31,9 @@ from vtlab.core.cache_keys import settings_key
 from vtlab.core.errors import VtlabError
 from vtlab.core.json_files import read_json
 from vtlab.core.paths import child
+from vtlab.core.progress import Waiting, counted
 from vtlab.data.text import TextDataModule
-from vtlab.models.head_fit import fit_head, head_inputs, span_batches
+from vtlab.models.head_fit import batch_rows, fit_head, head_inputs, span_batches
 from vtlab.models.mlm_probe import probe, split_held_out
 from vtlab.models.optim import configure_optimizers
 from vtlab.runs.world import World
@@ -279,8 +280,12 @@ def _fit_head(model: PreTrainedModel, tokenizer: Any, data: TextDataModule, spec
     n = min(int(spec.get("spans", 256)), len(data.dataset))
     ids = torch.from_numpy(data.dataset.spans[:n].astype("int64"))
     lengths = torch.from_numpy(data.dataset.lengths[:n])
-    hidden, tokens = head_inputs(model, span_batches(ids, lengths), torch.tensor(tokenizer.all_special_ids))
-    report = fit_head(model, hidden, tokens, ridge=float(spec.get("ridge", 1e-2)), scale=float(spec.get("scale", 5.0)))
+    batches = counted(span_batches(ids, lengths), n, "spans", "mlm.head_fit: reading", size=batch_rows)
+    hidden, tokens = head_inputs(model, batches, torch.tensor(tokenizer.all_special_ids))
+    with Waiting(f"mlm.head_fit: solving for {len(tokens):,} positions"):
+        report = fit_head(
+            model, hidden, tokens, ridge=float(spec.get("ridge", 1e-2)), scale=float(spec.get("scale", 5.0))
+        )
     log.info("mlm.head_fit: the head's transform fitted on %d positions of %d spans", report["positions"], n)
     return report
 

@@ -22,7 +22,8 @@ from torch import Tensor, nn
 
 from vtlab.backbones import decoder_bypassed
 from vtlab.core.errors import VtlabError
-from vtlab.models.head_fit import span_batches
+from vtlab.core.progress import counted
+from vtlab.models.head_fit import batch_rows, span_batches
 
 HASH_BUCKETS = 2**32
 
@@ -74,7 +75,10 @@ def probe(
     model.eval()
     loss_sum, masked, own, real_n = 0.0, 0, 0, 0
     try:
-        for i, batch in enumerate(span_batches(ids_all, lens, batch_size)):
+        batches = counted(
+            span_batches(ids_all, lens, batch_size), len(lens), "spans", "mlm.held_out: probing", size=batch_rows
+        )
+        for i, batch in enumerate(batches):
             ids, attn = batch["input_ids"].to(device), batch["attention_mask"].to(device)
             special = special.to(device)
             real = attn.bool() & ~torch.isin(ids, special)

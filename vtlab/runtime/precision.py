@@ -40,6 +40,7 @@ from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import write_json
 from vtlab.core.choices import EncoderPrecision
 from vtlab.core.errors import VtlabError
+from vtlab.core.progress import Waiting
 from vtlab.runtime.cpu import cpu_flags, parse_cpu_flags  # noqa: F401 (parse_cpu_flags: part of this module's interface)
 
 log = logging.getLogger("vtlab")
@@ -293,7 +294,8 @@ def choose_auto(
             trials = cached
         else:
             log.info("choosing precision: timing %s on this model and CPU (once; the result is cached)", candidates)
-            trials = {p: measure(p) for p in ("fp32", *[c for c in candidates if c != "fp32"])}
+            with Waiting("choosing precision"):
+                trials = {p: measure(p) for p in ("fp32", *[c for c in candidates if c != "fp32"])}
             if path:
                 save_trials(path, trials)
     choice = Choice(forced, f"{AUTO_ENV}={forced}") if forced else choose(candidates, trials)

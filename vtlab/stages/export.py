@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from vtlab.core.logs import print_line
+from vtlab.core.progress import Waiting
 from vtlab.export.corpus import IDF_FIX, QUERIES_FIX, corpus_docs, corpus_path, encoding_line
 from vtlab.export.hub import push_to_hub
 from vtlab.export.model_card import portable_values
@@ -76,9 +77,10 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
             {type(f).__name__: f.path for f in formats + query_formats},
             vectors_of,
         )
-        result["export_dir"] = export_sentence_transformers(
-            encoder, out, overwrite=bool(ex.overwrite), source=portable_values(src, out, base), extras=extras
-        )
+        with Waiting(f"export: writing {out} (SparseEncoder{', ONNX' if ex.onnx or ex.get('onnx_int8') else ''})"):
+            result["export_dir"] = export_sentence_transformers(
+                encoder, out, overwrite=bool(ex.overwrite), source=portable_values(src, out, base), extras=extras
+            )
         print_line(console, f"sentence-transformers: {out.resolve()}  (SparseEncoder({str(out)!r}))")
     if formats:
         print_line(console, line)

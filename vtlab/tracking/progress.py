@@ -13,7 +13,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ProgressBar, RichProgressBar
 
 from vtlab.core.logs import interactive
-from vtlab.core.progress import duration
+from vtlab.core.progress import duration, interval_s
 
 log = logging.getLogger("vtlab")
 
@@ -35,7 +35,8 @@ class StepBoundedRichBar(RichProgressBar):
 
 
 class LogProgress(ProgressBar):
-    """One log line every `every` optimizer steps and at the last one: the step, the share of the run, the metrics
+    """One log line every `every` optimizer steps, at the last one, and after any step that ends an interval_s() after
+    the last line (vtlab.core.progress): the step, the share of the run, the metrics
     the model shows on a progress bar (loss, the dev metric), the speed and the time left. `every=None`: a tenth of
     the run, at least `trainer.log_every_n_steps`."""
 
@@ -46,6 +47,7 @@ class LogProgress(ProgressBar):
         self._reported = -1
         self._start: tuple[float, int] = (0.0, 0)  # (time, step) training started (or resumed) at
         self._total: int | None = None  # optimizer steps of the whole run; None: unbounded
+        self._last_line = 0.0  # when the last line was logged
 
     def disable(self) -> None:
         self._enabled = False
@@ -55,6 +57,7 @@ class LogProgress(ProgressBar):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = (time.perf_counter(), trainer.global_step)
+        self._last_line = self._start[0]
         self._reported = trainer.global_step  # nothing to report before the first optimizer step
         total = trainer.max_steps if trainer.max_steps > 0 else trainer.estimated_stepping_batches
         self._total = int(total) if math.isfinite(total) else None
@@ -66,9 +69,10 @@ class LogProgress(ProgressBar):
         if not self._enabled or step == self._reported:
             return  # no optimizer step since the last line (gradient accumulation: several batches per step)
         every = self.every or max(int(trainer.log_every_n_steps), math.ceil(total / 10) if total else 1)
-        if step % every and step != total:
+        due = time.perf_counter() - self._last_line >= interval_s()  # a long run's tenth is not an hour of silence
+        if step % every and step != total and not due:
             return
-        self._reported = step
+        self._reported, self._last_line = step, time.perf_counter()
         log.info("train: %s", self._line(trainer, pl_module, step, total))
 
     def _line(self, trainer: pl.Trainer, pl_module: pl.LightningModule, step: int, total: int | None) -> str:
