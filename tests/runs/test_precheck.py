@@ -168,8 +168,8 @@ def test_the_first_line_names_only_the_steps_that_run() -> None:
     for steps in (0, 5):
         _, cfg = checked(["stage=all", f"mlm.steps={steps}", "hydra.run.dir=/tmp/somewhere"], CONF_DIR)
         lines[steps] = first_line(cfg)
-    assert ": finetune → evaluate; writing to /tmp/somewhere" in lines[0], lines[0]
-    assert ": mlm → finetune → evaluate; writing to" in lines[5], lines[5]
+    assert ": finetune → evaluate (" in lines[0] and "mlm" not in lines[0], lines[0]
+    assert ": mlm → finetune → evaluate (" in lines[5], lines[5]
 
 
 @pytest.mark.cli
@@ -191,3 +191,17 @@ def test_an_accepted_run_says_it_is_loading_before_torch_is_imported(tmp_path: P
     lines = proc.stderr.splitlines()
     assert "FAKE TORCH IMPORTED" in lines, proc.stderr[-2000:]
     assert lines[0] == LOADING and lines.index(LOADING) < lines.index("FAKE TORCH IMPORTED")
+
+
+def test_the_first_line_of_a_training_run_says_its_size() -> None:
+    _, cfg = checked(
+        ["stage=finetune", "trainer.max_steps=50", "data.batch_size=8", "trainer.val_check_interval=10"], CONF_DIR
+    )
+    assert ": finetune (50 steps of 8 triplets, dev every 10 batches); writing to " in first_line(cfg)
+    _, cfg = checked(["stage=finetune", "trainer.limit_val_batches=0", "trainer.accumulate_grad_batches=4"], CONF_DIR)
+    assert (
+        f"({cfg.trainer.max_steps} steps of {cfg.data.batch_size} triplets x 4 batches, no dev evaluation)"
+        in first_line(cfg)
+    )
+    _, cfg = checked(["stage=evaluate"], CONF_DIR)
+    assert ": evaluate; writing to " in first_line(cfg)  # no training: no size

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 from pytorch_lightning.callbacks import RichProgressBar
 
+from vtlab.callbacks import run_estimate
 from vtlab.core import logs
 from vtlab.core.progress import INTERVAL_ENV
 from vtlab.tracking import progress
@@ -99,3 +100,37 @@ def test_log_progress_also_writes_a_line_once_an_interval_has_passed(monkeypatch
     lines = _lines(LogProgress(), _Trainer(max_steps=95, every_n=5), 95, caplog)
     steps = [line.split(" · ")[0] for line in lines]
     assert steps == [f"train: step {s}/95 ({100 * s / 95:.0f}%)" for s in range(1, 96)]
+
+
+class _FitTrainer(_Trainer):
+    """What RunEstimate reads of a trainer: a 100-step run of batches of 8, dev every 25 batches."""
+
+    def __init__(self) -> None:
+        super().__init__(max_steps=100)
+        self.max_epochs, self.accumulate_grad_batches, self.val_check_interval = -1, 1, 25
+        self.enable_validation, self.limit_val_batches, self.sanity_checking = True, 1.0, False
+        self.datamodule = SimpleNamespace(batch_size=8)
+
+
+def test_the_run_says_its_size_then_its_length_once_a_step_and_a_dev_evaluation_are_timed(monkeypatch, caplog):
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(run_estimate.time, "perf_counter", lambda: clock.now)
+    trainer, cb = _FitTrainer(), run_estimate.RunEstimate()
+    with caplog.at_level(logging.INFO, logger="vtlab"):
+        cb.on_train_start(trainer, None)
+        for step, seconds in ((1, 9.0), (2, 2.0), (3, 2.0)):  # the first step pays one-off costs
+            clock.now += seconds
+            trainer.global_step = step
+            cb.on_train_batch_end(trainer, None, None, None, step - 1)
+        cb.on_validation_start(trainer, None)
+        clock.now += 30.0
+        cb.on_validation_end(trainer, None)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("train: ")]
+    assert lines == [
+        "train: 100 steps of 8 triplets, dev every 25 batches",
+        # step 1 → 2 took 2 s: 98 steps left
+        "train: a step takes 2 s on this machine: ~3m16s for the 98 steps left, dev evaluations not counted (the first "
+        "one is timed)",
+        # 97 steps left: 194 s of steps and 3 dev evaluations of 30 s
+        "train: a dev evaluation takes 30s: ~4m44s for the 97 steps left and 3 dev evaluations",
+    ]

@@ -30,7 +30,7 @@ from vtlab.runs.directory import check_run_dir
 from vtlab.runs.launch import check_launch
 from vtlab.runs.overrides import bad_override, command_line_overrides
 from vtlab.runs.ranks import later_rank
-from vtlab.runs.steps import step_names
+from vtlab.runs.steps import configured_size, step_names
 
 MULTIRUN = {"-m", "--multirun"}
 CFG = {"--cfg", "-c"}
@@ -119,5 +119,7 @@ def first_line(cfg: DictConfig, jobs: int | None = None) -> str:
     of `jobs` jobs (`cfg`: its first job's config), the sweep directory."""
     steps = step_names(cfg)
     if jobs is None:
-        return f"vtlab: {cfg.name}: {' → '.join(steps) or 'no stage'}; writing to {cfg.paths.run_dir}"
+        size = configured_size(cfg)
+        done = f"{' → '.join(steps) or 'no stage'}{f' ({size})' if size else ''}"
+        return f"vtlab: {cfg.name}: {done}; writing to {cfg.paths.run_dir}"
     return f"vtlab: a sweep of {jobs} jobs ({' → '.join(steps) or 'no stage'}); writing to {cfg.hydra.sweep.dir}"

@@ -8,6 +8,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from vtlab.runs.directory import trains
+
 MLM_STEP = "vtlab.stages.mlm.run"
 
 
@@ -24,3 +26,33 @@ def step_names(cfg: DictConfig) -> list[str]:
     """The names (`mlm`, `finetune`, ...) of the stage's steps that will do something, in order."""
     targets = [str(s.get("_target_", "")) for s in OmegaConf.select(cfg, "stage.steps") or []]
     return [t.rsplit(".", 2)[-2] for t in targets if not IDLE_WHEN.get(t, lambda _cfg: False)(cfg)]
+
+
+def training_size(steps: int, epochs: int, batch_size: Any, accumulate: int, dev_every: Any) -> str:
+    """`300 steps of 16 triplets, dev every 100 batches`: what a fine-tuning run will do (`dev_every` None: no dev
+    evaluation; a fraction: of an epoch)."""
+    size = f"{steps:,} steps" if steps > 0 else f"{epochs} epochs"
+    if batch_size is not None:
+        size += f" of {batch_size} triplets" + (f" x {accumulate} batches" if accumulate > 1 else "")
+    if dev_every is None:
+        return f"{size}, no dev evaluation"
+    return (
+        f"{size}, dev every {dev_every:,} batches"
+        if isinstance(dev_every, int)
+        else f"{size}, dev every {dev_every:g} epoch"
+    )
+
+
+def configured_size(cfg: DictConfig) -> str | None:
+    """training_size of the config's trainer and data for a run that fine-tunes, else None."""
+    if not trains(cfg):
+        return None
+    t = cfg.trainer
+    dev = t.get("val_check_interval") if t.get("limit_val_batches", 1.0) else None
+    return training_size(
+        int(t.max_steps),
+        int(t.get("max_epochs", -1)),
+        cfg.data.get("batch_size"),
+        int(t.get("accumulate_grad_batches") or 1),
+        dev,
+    )
