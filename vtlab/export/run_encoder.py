@@ -13,19 +13,9 @@ from vtlab.backbones import Backbone
 from vtlab.core.errors import VtlabError
 from vtlab.core.instantiate import instantiate_with
 from vtlab.export.run_config import RunConfig
+from vtlab.runs.export_source import model_dir_of, no_model
 
 log = logging.getLogger("vtlab")
-
-
-def model_dir_of(run_dir: Path) -> Path:
-    """The Hugging Face directory of a run: <run_dir>/model (what fine-tuning writes), or run_dir itself."""
-    for candidate in (run_dir / "model", run_dir):
-        if (candidate / "config.json").is_file():
-            return candidate
-    raise VtlabError(
-        f"run_dir={run_dir}: no model/config.json (the model a training run writes) and no "
-        "config.json in the directory itself"
-    )
 
 
 def encoder_from_run(run_dir: Path, cfg: DictConfig, run: RunConfig | None = None) -> tuple[Any, dict[str, Any]]:
@@ -34,6 +24,8 @@ def encoder_from_run(run_dir: Path, cfg: DictConfig, run: RunConfig | None = Non
     if not run_dir.is_dir():
         raise VtlabError(f"run_dir={run_dir}: no such directory")
     model_dir = model_dir_of(run_dir)
+    if model_dir is None:
+        raise no_model(run_dir)
     run = run or RunConfig(cfg, run_dir)
     if run.recorded is None:
         log.warning("export: %s has no .hydra/config.yaml; using this run's model.encoder settings", run_dir)

@@ -262,6 +262,7 @@ CHECKS: dict[str, Rule] = {
     "eval.evaluations.*.batch_size": POSITIVE,
     "eval.evaluations.*.index": one_of(*INDEXES),
     # export
+    "run_dir": nullable(DIRECTORY, note="the model this config builds"),
     "export.onnx_int8": nullable(one_of(*ONNX_INT8_TARGETS), note="no int8 graphs"),
 }
 

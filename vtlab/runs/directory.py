@@ -35,6 +35,7 @@ LAST_CKPT = Path("checkpoints") / "last.ckpt"
 FINISHED = ("eval/*/metrics.json",)
 OUTPUTS = (*FINISHED, "checkpoints/*.ckpt", "model/config.json", "apc/config.json", "transfer")
 RESUME_VALUES = ("auto", True, False)
+RUN_DIR_INSIDE = "vtlab.runs.directory.RunDirInside"  # the callback that records a run inside another (moved_run_dir)
 TRAINING_STEP = "vtlab.stages.finetune.run"  # the stage that resumes from last.ckpt (named, not imported: layering)
 # (st_dev, st_ino) of each run directory whose lock hold_run_dir_lock took → its descriptor, open until the process ends
 _HELD: dict[tuple[int, int], int] = {}
@@ -226,22 +227,47 @@ class RunDirGuard(Callback):
                 _FOUND[key] = found
 
 
+def moved_run_dir(config: DictConfig) -> tuple[Path, Path, str] | None:
+    """Where a RunDirInside callback (conf/stage/export.yaml) records this run instead of in a new run directory:
+    (that directory, the directory whose tree it is in, the key naming that one). <R>/<subdir> for stage=export
+    run_dir=R; beside the export, <DIR's parent>/<subdir>, for export.out=DIR without run_dir; None: hydra.run.dir as
+    configured. A hydra.run.dir already there (the first line named it, vtlab.runs.precheck) is kept."""
+    for cb in (config.hydra.get("callbacks") or {}).values():
+        if not (isinstance(cb, DictConfig) and cb.get("_target_") == RUN_DIR_INSIDE):
+            continue
+        source, out = cb.get("source"), cb.get("out")
+        if not (source or out):
+            return None
+        root, key = (Path(str(source)), "run_dir") if source else (Path(str(out)).parent, "export.out")
+        target, current = root / str(cb.subdir), Path(str(config.hydra.run.dir))
+        return (current if current.parent == target.parent else target), root, key
+    return None
+
+
 class RunDirInside(RunDirGuard):
     """Hydra callback (conf/stage/export.yaml, in place of RunDirGuard): a command that works on an earlier run
     (`source`: stage=export run_dir=R) records itself — `.hydra/`, its job log, status.json — in <source>/<subdir>,
-    beside what it writes into that run, instead of in a new run directory that would hold nothing else. Without a
-    source Hydra's run dir stays as configured. Then RunDirGuard's checks and lock, on the directory used."""
+    beside what it writes into that run, instead of in a new run directory that would hold nothing else; one that
+    writes one directory (`out`: export.out=DIR) records itself beside it, in <DIR's parent>/<subdir>
+    (moved_run_dir). Without either Hydra's run dir stays as configured. Then RunDirGuard's checks and lock, on the
+    directory used."""
 
-    def __init__(self, source: str | None = None, subdir: str = "exports", start: StartCheck | None = None) -> None:
+    def __init__(
+        self,
+        source: str | None = None,
+        subdir: str = "exports",
+        start: StartCheck | None = None,
+        out: str | None = None,
+    ) -> None:
         super().__init__(start)
-        self.source, self.subdir = source, subdir
+        self.source, self.subdir, self.out = source, subdir, out
 
     def check(self, config: DictConfig) -> None:
-        if self.source:
-            if not Path(self.source).is_dir():  # before <source>/<subdir> is made: a mistyped run_dir stays absent
-                raise VtlabError(f"run_dir={self.source}: no such directory")
+        if self.source and not Path(self.source).is_dir():  # before <source>/<subdir> is made: a mistyped run_dir
+            raise VtlabError(f"run_dir={self.source}: no such directory")  # stays absent
+        if (moved := moved_run_dir(config)) is not None:
             with read_write(config.hydra.run):
-                config.hydra.run.dir = str(Path(self.source) / self.subdir)
+                config.hydra.run.dir = str(moved[0])
         super().check(config)
 
 

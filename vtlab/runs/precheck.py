@@ -7,9 +7,11 @@ error, `--cfg` with a sweep (`-m`), each value, name and output path vtlab.runs.
 swept value, the others at their first value), but trainer.precision, whose choices are Lightning's, a GPU count that
 does not divide the paper's global batches, and a launch torch or Lightning would refuse inside the run (a SLURM
 launcher's tasks against trainer.devices, a GPU accelerator with the CPU build of torch, read from torch's version.py
-as text), and a single run's directory that refuses it (a finished run there: vtlab.runs.directory.check_run_dir,
-which reads and writes nothing). trainer.precision, the process's GPUs and SLURM allocation, the directory's lock and
-what needs the data or a resume's record, are the run's admission's (vtlab.stages.admission), seconds later.
+as text), `stage=export run_dir=R` where R saved no model (vtlab.runs.export_source: the command that exports the
+model R evaluated), and a single run's directory that refuses it (a finished run there:
+vtlab.runs.directory.check_run_dir, which reads and writes nothing). trainer.precision, the process's GPUs and SLURM
+allocation, the directory's lock and what needs the data or a resume's record, are the run's admission's
+(vtlab.stages.admission), seconds later.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vtlab.core.errors import VtlabError, one_line
 from vtlab.runs.checks import CHECKS, Deferred, check_config
-from vtlab.runs.directory import check_run_dir
+from vtlab.runs.directory import check_run_dir, moved_run_dir
+from vtlab.runs.export_source import check_export_source, export_banner
 from vtlab.runs.launch import check_launch
 from vtlab.runs.overrides import bad_override, command_line_overrides
 from vtlab.runs.ranks import later_rank
@@ -92,8 +95,11 @@ def checked(argv: Sequence[str], conf_dir: Path) -> tuple[str | None, DictConfig
             for job in _jobs(overrides, multirun):
                 cfg = compose("config", overrides=job, return_hydra_config=True)
                 with open_dict(cfg):
+                    if (moved := moved_run_dir(cfg)) is not None:  # stage=export: the first line names where
+                        cfg.hydra.run.dir = str(moved[0])
                     cfg.paths.run_dir = run_dir_of(cfg)
                 check_config(cfg, QUICK_CHECKS)
+                check_export_source(cfg)
                 check_launch(cfg)
                 if not multirun and not later_rank():  # a finished run there: refused now, not after torch loads
                     check_run_dir(Path(cfg.paths.run_dir), cfg.get("resume", "auto"), cfg.get("overwrite", False))
@@ -121,5 +127,5 @@ def first_line(cfg: DictConfig, jobs: int | None = None) -> str:
     if jobs is None:
         size = configured_size(cfg)
         done = f"{' → '.join(steps) or 'no stage'}{f' ({size})' if size else ''}"
-        return f"vtlab: {cfg.name}: {done}; writing to {cfg.paths.run_dir}"
+        return f"vtlab: {export_banner(cfg)}: {done}; writing to {cfg.paths.run_dir}"
     return f"vtlab: a sweep of {jobs} jobs ({' → '.join(steps) or 'no stage'}); writing to {cfg.hydra.sweep.dir}"

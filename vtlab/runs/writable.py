@@ -27,11 +27,11 @@ from omegaconf import DictConfig, OmegaConf
 from vtlab.core.atomic import hard_link_error, hard_link_in, link_leaving, real_path
 from vtlab.core.errors import DiskError, LinkError, disk_error, one_line
 from vtlab.core.paths import cache_root
+from vtlab.runs.directory import moved_run_dir
 
 # what the probe writes: about what Hydra writes before the job starts (.hydra/*.yaml, the log's first lines), so a
 # disk too full for that is refused here too
 PROBE_BYTES = 64 * 1024
-RUN_DIR_INSIDE = "vtlab.runs.directory.RunDirInside"
 HYDRA_RECORD = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes into <job dir>/<output_subdir>
 SWEEP_RECORD = "multirun.yaml"  # what Hydra writes into a sweep directory before its first job
 
@@ -97,28 +97,18 @@ def _sweep_writes(config: DictConfig, sweep: Path) -> list[Path]:
     return [sweep / SWEEP_RECORD, *(path for job in jobs for path in hydra_writes(config, job))]
 
 
-def _inside(config: DictConfig) -> DictConfig | None:
-    """The RunDirInside callback's settings when it moves this run into an earlier one (stage=export run_dir=R)."""
-    for cb in (config.hydra.get("callbacks") or {}).values():
-        if isinstance(cb, DictConfig) and cb.get("_target_") == RUN_DIR_INSIDE and cb.get("source"):
-            return cb
-    return None
-
-
 def _hydra_dir(config: DictConfig) -> Path:
     """The directory Hydra will write this run into: hydra.run.dir, or where a later RunDirInside callback (stage=export
-    run_dir=R) moves it (R/<subdir>)."""
-    inside = _inside(config)
-    return Path(str(config.hydra.run.dir)) if inside is None else Path(str(inside.source)) / str(inside.subdir)
+    run_dir=R, export.out=DIR) moves it (vtlab.runs.directory.moved_run_dir)."""
+    moved = moved_run_dir(config)
+    return Path(str(config.hydra.run.dir)) if moved is None else moved[0]
 
 
 def _run_root(config: DictConfig) -> tuple[Path, str]:
     """(the run directory whose tree Hydra writes in, the key that names it): R for stage=export run_dir=R, whose
-    record goes to R/<subdir>; else hydra.run.dir."""
-    inside = _inside(config)
-    if inside is None:
-        return Path(str(config.hydra.run.dir)), "hydra.run.dir"
-    return Path(str(inside.source)), "run_dir"
+    record goes to R/<subdir>, DIR's parent for export.out=DIR; else hydra.run.dir."""
+    moved = moved_run_dir(config)
+    return (Path(str(config.hydra.run.dir)), "hydra.run.dir") if moved is None else moved[1:]
 
 
 def _refuse_links(paths: list[Path], directory: Path, what: str, key: str, writes_in: Path) -> None:
