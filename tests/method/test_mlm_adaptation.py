@@ -87,8 +87,9 @@ def test_the_probe_loss_is_the_models_own_cross_entropy_at_the_masked_positions(
 
 
 def test_the_head_fit_and_the_held_out_probe_say_how_far_they_got(monkeypatch, caplog):
-    """Off a terminal (VTLAB_PROGRESS_INTERVAL=0: a line per update), the head fit reads its spans and the held-out
-    probe probes them with a line per batch of spans, and the fit's solve says when it starts."""
+    """Off a terminal (VTLAB_PROGRESS_INTERVAL=0: a line per update), the MLM corpus is tokenized with a line per
+    document, the head fit reads its spans and the held-out probe probes them with a line per batch of spans, and the
+    fit's solve says when it starts."""
     monkeypatch.setattr(progress_module, "interactive", lambda: False)
     monkeypatch.setenv(INTERVAL_ENV, "0")
     backbone = TinyBert()
@@ -100,6 +101,8 @@ def test_the_head_fit_and_the_held_out_probe_say_how_far_they_got(monkeypatch, c
         n = len(data.dataset.lengths)
         probe(model, data.dataset.spans, data.dataset.lengths, tokenizer.all_special_ids, tokenizer.mask_token_id)
     messages = [r.getMessage() for r in caplog.records]
+    tokenizing = [m.split(", ")[0] for m in messages if m.startswith("MLM corpus: tokenizing")]
+    assert tokenizing[-1] == "MLM corpus: tokenizing: 80 documents" and len(tokenizing) > 1
     reading = [m.split(", ")[0] for m in messages if m.startswith("mlm.head_fit: reading")]
     assert reading == ["mlm.head_fit: reading: 32/40 spans (80%)", "mlm.head_fit: reading: 40/40 spans (100%)"]
     assert f"mlm.head_fit: solving for {report['positions']:,} positions ..." in messages

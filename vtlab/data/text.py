@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
 from vtlab.core.errors import VtlabError
+from vtlab.core.progress import counted
 
 log = logging.getLogger("vtlab")
 
@@ -146,13 +147,14 @@ class TextDataModule(pl.LightningDataModule):
         start, end = _boundary_ids(self.tokenizer)
         counts = [0, 0]
 
-        def counted(docs: Iterable[list[int]]) -> Iterable[list[int]]:
+        def tally(docs: Iterable[list[int]]) -> Iterable[list[int]]:
             for ids in docs:
                 counts[0] += 1
                 counts[1] += len(ids)
                 yield ids
 
-        spans, lengths = pack_spans(counted(self._token_docs()), start, end, self.max_length)
+        docs = counted(self._token_docs(), None, "documents", "MLM corpus: tokenizing")
+        spans, lengths = pack_spans(tally(docs), start, end, self.max_length)
         self.num_docs, self.num_tokens = counts
         if len(lengths) == 0:
             raise VtlabError(f"MLM corpus {self.corpus!r} gave no text")
