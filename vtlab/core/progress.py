@@ -150,11 +150,12 @@ def counted(
 class Waiting:
     """A phase that counts nothing while it runs (one call that takes minutes: building an index, timing the
     precisions, saving a model): a tqdm line with its elapsed time, redrawn every second, on a terminal; off a terminal
-    a log line when it starts, then `<label>: 1m00s elapsed` once per interval_s() until it ends.
+    a log line when it starts (announce=False: none), then `<label>: 1m00s elapsed` once per interval_s() until it
+    ends.
     `with Waiting("indexing 3,825 passages"): ...`"""
 
-    def __init__(self, label: str, show: bool = True, every: float | None = None) -> None:
-        self.label, self.show, self.every = label, show, every
+    def __init__(self, label: str, show: bool = True, every: float | None = None, announce: bool = True) -> None:
+        self.label, self.show, self.every, self.announce = label, show, every, announce
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._shown: Any = None
@@ -167,7 +168,8 @@ class Waiting:
             self._shown, tick, step = bar, bar.refresh, 1.0
         else:
             lines = LogLines(None, "", self.label, self.every)
-            lines.logger.info("%s ...", self.label)
+            if self.announce:  # False: the caller's own line said it starts
+                lines.logger.info("%s ...", self.label)
             self._shown, tick, step = lines, lambda: lines.update(0), min(1.0, lines.every) or 0.05
 
         def ticking() -> None:

@@ -294,7 +294,7 @@ def choose_auto(
             trials = cached
         else:
             log.info("choosing precision: timing %s on this model and CPU (once; the result is cached)", candidates)
-            with Waiting("choosing precision"):
+            with Waiting("choosing precision", announce=False):
                 trials = {p: measure(p) for p in ("fp32", *[c for c in candidates if c != "fp32"])}
             if path:
                 save_trials(path, trials)
