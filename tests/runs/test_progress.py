@@ -118,8 +118,14 @@ def test_the_run_says_its_size_then_its_length_once_a_step_and_a_dev_evaluation_
     trainer, cb = _FitTrainer(), run_estimate.RunEstimate()
     with caplog.at_level(logging.INFO, logger="vtlab"):
         cb.on_train_start(trainer, None)
-        for step, seconds in ((1, 9.0), (2, 2.0), (3, 2.0)):  # the first step pays one-off costs
-            clock.now += seconds
+        clock.now += 9.0  # the first step pays one-off costs
+        trainer.global_step = 1
+        cb.on_train_batch_end(trainer, None, None, None, 0)
+        cb.on_validation_start(trainer, None)  # a dev evaluation between the two timed steps: not a step's time
+        clock.now += 30.0
+        cb.on_validation_end(trainer, None)
+        for step in (2, 3):
+            clock.now += 2.0
             trainer.global_step = step
             cb.on_train_batch_end(trainer, None, None, None, step - 1)
         cb.on_validation_start(trainer, None)

@@ -36,6 +36,8 @@ class RunEstimate(pl.Callback):
         self._dev_told = False
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return  # one process says it
         batch = getattr(getattr(trainer, "datamodule", None), "batch_size", None)
         dev = trainer.val_check_interval if getattr(trainer, "enable_validation", trainer.limit_val_batches) else None
         size = training_size(trainer.max_steps, trainer.max_epochs, batch, trainer.accumulate_grad_batches, dev)
@@ -44,8 +46,10 @@ class RunEstimate(pl.Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self._per_step is not None or (self._stepped and self._stepped[-1][0] == trainer.global_step):
-            return  # told already, or no optimizer step since the last batch (gradient accumulation)
+        if not trainer.is_global_zero or self._per_step is not None:
+            return
+        if self._stepped and self._stepped[-1][0] == trainer.global_step:
+            return  # no optimizer step since the last batch (gradient accumulation)
         self._stepped.append((trainer.global_step, time.perf_counter()))
         if len(self._stepped) < 2 or trainer.max_steps <= 0:
             return
@@ -65,10 +69,14 @@ class RunEstimate(pl.Callback):
             self._dev_start = time.perf_counter()
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._dev_start is None or self._dev_told or self._per_step is None:
+        if self._dev_start is None:
+            return
+        dev_s, self._dev_start = time.perf_counter() - self._dev_start, None
+        if len(self._stepped) == 1:  # between the two timed steps: not a step's time
+            self._stepped[0] = (self._stepped[0][0], self._stepped[0][1] + dev_s)
+        if self._dev_told or self._per_step is None or not trainer.is_global_zero:
             return
         self._dev_told = True
-        dev_s = time.perf_counter() - self._dev_start
         left = trainer.max_steps - trainer.global_step
         devs = dev_evaluations(trainer, left)
         log.info(
