@@ -18,7 +18,8 @@ from tqdm.auto import tqdm
 from vtlab.backbones import Backbone
 from vtlab.core import progress as progress_module
 from vtlab.core.errors import VtlabError
-from vtlab.core.progress import INTERVAL_ENV, LogLines, Waiting, counted, duration, interval_s, progress
+from vtlab.core.progress import INTERVAL_ENV, LogLines, counted, duration, interval_s, progress
+from vtlab.core.waiting import Waiting
 from vtlab.data.collections import Collection
 from vtlab.evaluation import evaluate
 from vtlab.index import InvertedIndex

@@ -3,17 +3,16 @@ where the output goes: a tqdm bar on a terminal; off a terminal (SLURM, a pipe),
 log with carriage-return frames, one log line per interval and one at the end, e.g.
 `encoding corpus: 1,200/3,825 passages (31%), 2m10s elapsed, ~4m50s left` (vtlab.core.logs decides which).
 
-`counted` wraps a loop over batches in one; `Waiting` is the progress of a phase that counts nothing while it runs (a
-line per interval with the time it has taken). The interval is `VTLAB_PROGRESS_INTERVAL` seconds (default 30; 0 logs
-every update). Training's progress is its own (vtlab.tracking.progress: a line per tenth of the steps, and at least
-one per interval)."""
+`counted` wraps a loop over batches in one; vtlab.core.waiting.Waiting is the progress of a phase that counts nothing
+while it runs (a line per interval with the time it has taken). The interval is `VTLAB_PROGRESS_INTERVAL` seconds
+(default 30; 0 logs every update). Training's progress is its own (vtlab.tracking.progress: a line per tenth of the
+steps, and at least one per interval)."""
 
 from __future__ import annotations
 
 import logging
 import math
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
@@ -145,49 +144,6 @@ def counted(
         for item in items:
             yield item
             bar.update(size(item))
-
-
-class Waiting:
-    """A phase that counts nothing while it runs (one call that takes minutes: building an index, timing the
-    precisions, saving a model): a tqdm line with its elapsed time, redrawn every second, on a terminal; off a terminal
-    a log line when it starts (announce=False: none), then `<label>: 1m00s elapsed` once per interval_s() until it
-    ends.
-    `with Waiting("indexing 3,825 passages"): ...`"""
-
-    def __init__(self, label: str, show: bool = True, every: float | None = None, announce: bool = True) -> None:
-        self.label, self.show, self.every, self.announce = label, show, every, announce
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._shown: Any = None
-
-    def __enter__(self) -> Waiting:
-        if not self.show:
-            return self
-        if interactive():
-            bar = tqdm(total=None, desc=self.label, bar_format="{desc}: {elapsed}", leave=False)
-            self._shown, tick, step = bar, bar.refresh, 1.0
-        else:
-            lines = LogLines(None, "", self.label, self.every)
-            if self.announce:  # False: the caller's own line said it starts
-                lines.logger.info("%s ...", self.label)
-            self._shown, tick, step = lines, lambda: lines.update(0), min(1.0, lines.every) or 0.05
-
-        def ticking() -> None:
-            while not self._stop.wait(step):
-                tick()
-
-        self._thread = threading.Thread(target=ticking, name="vtlab-waiting", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, *exc: Any) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        if isinstance(self._shown, LogLines):
-            self._shown.__exit__(kind, None, None)
-        elif self._shown is not None:
-            self._shown.close()
 
 
 def encoding(side: str, total: int, show: bool = True) -> Progress:

@@ -25,7 +25,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from vtlab.core.errors import VtlabError
-from vtlab.core.progress import Waiting, progress
+from vtlab.core.progress import progress
+from vtlab.core.waiting import Waiting
 from vtlab.data.collections import Collection, check_collection
 from vtlab.evaluation.budgets import Budget, parse_budgets, search_budgets
 from vtlab.evaluation.metrics import DEFAULT_MEASURES, _means, _parse_measures, per_query_metrics, sparsity_stats

@@ -31,7 +31,8 @@ from vtlab.core.cache_keys import settings_key
 from vtlab.core.errors import VtlabError
 from vtlab.core.json_files import read_json
 from vtlab.core.paths import child
-from vtlab.core.progress import Waiting, counted
+from vtlab.core.progress import counted
+from vtlab.core.waiting import Waiting
 from vtlab.data.text import TextDataModule
 from vtlab.models.head_fit import batch_rows, fit_head, head_inputs, span_batches
 from vtlab.models.mlm_probe import probe, split_held_out

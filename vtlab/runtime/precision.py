@@ -40,7 +40,7 @@ from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import write_json
 from vtlab.core.choices import EncoderPrecision
 from vtlab.core.errors import VtlabError
-from vtlab.core.progress import Waiting
+from vtlab.core.waiting import Waiting
 from vtlab.runtime.cpu import cpu_flags, parse_cpu_flags  # noqa: F401 (parse_cpu_flags: part of this module's interface)
 
 log = logging.getLogger("vtlab")

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from vtlab.core.logs import print_line
-from vtlab.core.progress import Waiting
+from vtlab.core.waiting import Waiting
 from vtlab.export.corpus import IDF_FIX, QUERIES_FIX, corpus_docs, corpus_path, encoding_line
 from vtlab.export.hub import push_to_hub
 from vtlab.export.model_card import portable_values
