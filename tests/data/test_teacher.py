@@ -12,7 +12,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from vtlab.backbones import Backbone
 from vtlab.core.assets import asset_path
-from vtlab.core.errors import DataError
+from vtlab.core.errors import ConfigError, DataError
 from vtlab.data import teacher
 from vtlab.data.datamodule import TripletDataModule
 from vtlab.data.examples import TripletExample
@@ -67,6 +67,21 @@ def test_scores_are_the_teachers_dot_products_and_the_teacher_runs_once(monkeypa
     assert scored[0].scores[0] > max(scored[0].scores[1:])  # the teacher ranks the answer first
     again = teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
     assert calls == [1] and [e.scores for e in again] == [e.scores for e in scored]
+
+
+@pytest.mark.usefixtures("empty_cache")
+def test_a_scale_multiplies_the_scores_and_the_cache_keeps_them_raw(monkeypatch):
+    calls = []
+    score = teacher._score
+    monkeypatch.setattr(teacher, "_score", lambda *args: calls.append(1) or score(*args))
+    raw = teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
+    scaled = teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64", scale=30.0)
+    assert calls == [1]  # one cache entry for every scale
+    for r, s in zip(raw, scaled):
+        np.testing.assert_allclose(s.scores, [30.0 * v for v in r.scores], rtol=1e-12)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match=r"data\.teacher\.scale="):
+            teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64", scale=bad)
 
 
 def test_a_damaged_score_file_is_named(empty_cache):

@@ -17,9 +17,9 @@ from vtlab.reproduce.tables import selection_spec
 
 # the hand case: dev nDCG@10 by arm, fine-tuning rate and seed
 DEV = {
-    "testbed-e5-vt": {(0.00015, 0): 0.850, (0.0003, 0): 0.860, (0.0003, 1): 0.845, (0.0003, 2): 0.872},
-    "testbed-e5-lowercase-masked": {(0.00015, 0): 0.852, (0.0003, 0): 0.840, (0.00015, 1): 0.838, (0.00015, 2): 0.851},
-    "testbed-e5-native": {(0.00015, 0): 0.845, (0.0003, 0): 0.841},
+    "testbed-e5-vt": {(3e-05, 0): 0.850, (6e-05, 0): 0.860, (6e-05, 1): 0.845, (6e-05, 2): 0.872},
+    "testbed-e5-lowercase-masked": {(3e-05, 0): 0.852, (6e-05, 0): 0.840, (3e-05, 1): 0.838, (3e-05, 2): 0.851},
+    "testbed-e5-native": {(3e-05, 0): 0.845, (6e-05, 0): 0.841},
 }
 BM25 = 0.8351
 SQUAD_GAP = 0.004  # e5-vt's dev SQuAD score below its BoolQ one; the other arms' are equal
@@ -64,7 +64,7 @@ class FakeSweeps:
                     if name == "testbed-bm25":
                         score = BM25
                     elif rate is None:  # a selected config: the arm's chosen rate
-                        score = DEV[name][(0.0003 if name == "testbed-e5-vt" else 0.00015, seed)]
+                        score = DEV[name][(6e-05 if name == "testbed-e5-vt" else 3e-05, seed)]
                     else:  # the extension's rates (a 2-rate grid's choice is always at an edge) score lower
                         score = DEV[name].get((float(rate), seed), 0.80)
                     job_overrides = [f"experiment={experiment}", f"seed={seed}"]
@@ -96,8 +96,8 @@ def test_the_pilot_selects_the_gate_arms_and_plans_the_seeds_from_the_upper_boun
     runs = FakeSweeps()
     result = learning.pilot("testbed", "real-case", spec, tmp_path, runs)
     # each arm's own best rate at seed 0, as the table's selection reads it
-    assert result["chosen"]["testbed-e5-vt"] == {"model.optimizer.lr": 0.0003}
-    assert result["chosen"]["testbed-e5-lowercase-masked"] == {"model.optimizer.lr": 0.00015}
+    assert result["chosen"]["testbed-e5-vt"] == {"model.optimizer.lr": 6e-05}
+    assert result["chosen"]["testbed-e5-lowercase-masked"] == {"model.optimizer.lr": 3e-05}
     assert result["rows"] == {"testbed-e5-vt": 0.860, "testbed-e5-lowercase-masked": 0.852, "testbed-e5-native": 0.845}
     # the primary's arms at seeds 1 and 2 ran from their selected configs, on dev
     seeds_call = next(o for o, d in runs.calls if d.name == "pilot-real-case-seeds")

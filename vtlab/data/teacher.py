@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import atomic_write_text, file_lock, json_hash
 from vtlab.core.cache_keys import settings_key
-from vtlab.core.errors import DataError
+from vtlab.core.errors import ConfigError, DataError
 from vtlab.core.json_files import read_json
 from vtlab.data.examples import TripletExample, Triplets
 
@@ -124,13 +124,20 @@ def with_scores(
 
 
 def teacher_scored(
-    examples: Sequence[TripletExample], teacher: Callable[[], TeacherEncoder], name: str, batch_size: int = 64
+    examples: Sequence[TripletExample],
+    teacher: Callable[[], TeacherEncoder],
+    name: str,
+    batch_size: int = 64,
+    scale: float = 1.0,
 ) -> Triplets:
-    """`examples` with their `scores` replaced by `teacher()`'s (a factory, called only when the cache lacks them, whose
-    settings key the cache: a partial as `_partial_: true` builds it, of arguments vtlab.core.cache_keys can read);
-    `name` names the cache file."""
+    """`examples` with their `scores` replaced by `scale` × `teacher()`'s (a factory, called only when the cache lacks
+    them, whose settings key the cache: a partial as `_partial_: true` builds it, of arguments vtlab.core.cache_keys can
+    read); `name` names the cache file, which holds the raw scores (`scale` puts a teacher's scores, e.g. a dense
+    model's cosines, on the range of the student's dot products, as the VT authors' score_scale)."""
+    if not (math.isfinite(scale) and scale > 0):
+        raise ConfigError(f"data.teacher.scale={scale!r}: expected a finite number > 0")
     source = getattr(examples, "source", None)
     examples = list(examples)
     path = score_file(name, examples, teacher)
     scores = cached_scores(path, examples, lambda: _score(teacher(), examples, batch_size))
-    return with_scores(examples, scores, source)
+    return with_scores(examples, [[scale * v for v in s] for s in scores], source)
