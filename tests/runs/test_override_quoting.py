@@ -11,7 +11,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vtlab.core.overrides import override, quoted_list, shell_line
+from vtlab.core.overrides import override, quoted_list, shell_line, value
 from vtlab.runs.signals import rerun_command, resume_command
 
 NAMES = ["plain", "a,b", "k=v", "two words", "it's", 'say "hi"', "back\\slash", "end\\", "[1, 2]", "${oc.env:HOME}"]
@@ -66,3 +66,16 @@ def test_reproduce_prints_commands_that_parse_back_with_an_awkward_out_dir(tmp_p
         for key in ("reuse_runs", "hydra.searchpath"):
             for path in parsed.get(key) or []:
                 assert str(path).removeprefix("file://").startswith(str(out.resolve())), (key, path)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("model.optimizer.lr=6e-05", 6e-05), ("lr=0.0003", 0.0003), ("a=null", None), ("a=[1,2]", [1, 2])],
+)
+def test_an_override_value_reads_as_hydra_reads_it(text, expected):
+    import yaml
+
+    got = value(text)
+    assert got == expected and type(got) is type(expected)
+    # the trap the rule avoids: YAML 1.1 (PyYAML) reads an exponent without a dot as a string
+    assert yaml.safe_load("6e-05") == "6e-05"

@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 from collections.abc import Iterable
+from typing import Any
 
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./-]*/[A-Za-z0-9_./-]*")  # a path the grammar reads as itself, unquoted
 _DOUBLE_QUOTABLE = re.compile(r'[^"$`\\!]*')  # what a shell keeps as it is between double quotes
@@ -41,3 +42,11 @@ def shell_line(argv: Iterable[str]) -> str:
         plain = shlex.quote(arg)
         words.append(plain if plain == arg or "'" not in arg or not _DOUBLE_QUOTABLE.fullmatch(arg) else f'"{arg}"')
     return " ".join(words)
+
+
+def value(override_text: str) -> Any:
+    """The value of one `key=value` override as Hydra reads it: `6e-05` is a float (YAML 1.1, which PyYAML follows,
+    reads it as a string), `null` None, `[a,b]` a list, a quoted value the string inside."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_override(override_text).value()

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from vtlab.core.overrides import value as overrides_value
 from vtlab.report.discovery import ReportError, State, collect_jobs, override_key
 
 
@@ -41,8 +42,8 @@ def override_text(value: Any) -> str:
 
 
 def setting_of(overrides: tuple[str, ...], keys: list[str]) -> dict[str, Any]:
-    pairs = {override_key(o): o.split("=", 1)[1] for o in overrides if "=" in o}
-    return {k: yaml.safe_load(pairs[k]) for k in keys if k in pairs}
+    pairs = {override_key(o): o for o in overrides if "=" in o}
+    return {k: overrides_value(pairs[k]) for k in keys if k in pairs}
 
 
 def dev_score(metrics: dict[str, dict[str, Any]], sets: list[str], measure: str) -> float | None:

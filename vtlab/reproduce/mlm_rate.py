@@ -12,8 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from vtlab.core import overrides
 from vtlab.core.errors import VtlabError
 from vtlab.core.json_files import read_json
 from vtlab.report.discovery import State, collect_jobs, override_key
@@ -48,10 +47,10 @@ def losses(sweep: Path) -> dict[float, float | None]:
     jobs, _ = collect_jobs(sweep)
     out: dict[float, float | None] = {}
     for job in jobs:
-        pairs = {override_key(o): o.split("=", 1)[1] for o in job.overrides if "=" in o}
+        pairs = {override_key(o): o for o in job.overrides if "=" in o}
         if KEY not in pairs:
             continue
-        rate = float(yaml.safe_load(pairs[KEY]))
+        rate = float(overrides.value(pairs[KEY]))
         ok = job.state in (State.DONE, State.NO_METRICS) and job.path is not None  # stage=mlm evaluates nothing
         out[rate] = held_out_loss(job.path) if ok else None
     return out
