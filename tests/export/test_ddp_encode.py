@@ -17,7 +17,7 @@ import pytorch_lightning as pl
 import scipy.sparse as sp
 import torch
 from ddp_encode_runs import RUNS, SETTINGS, TEXTS, tiny_encoder
-from helpers import OFFLINE_ENV, ROOT
+from helpers import ROOT, TESTS, child_env
 from torch.utils.data import DataLoader
 
 from vtlab.core.errors import DataError
@@ -155,7 +155,7 @@ def test_five_ddp_encodes_in_a_row_with_a_slow_rank_equal_one_process(tmp_path):
             str(tmp_path / "ddp"),
         ],
         cwd=ROOT,
-        env={**OFFLINE_ENV, "PYTHONPATH": str(ROOT / "tests")},
+        env=child_env(TESTS),
         capture_output=True,
         text=True,
         timeout=600,

@@ -11,14 +11,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from helpers import ROOT, one_error_line, prepare_run_dir
+from helpers import ROOT, one_error_line, prepare_run_dir, run_vtlab_together
 from torch import nn
 
 from vtlab.core.errors import (
@@ -789,33 +788,12 @@ def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
 def cli_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path, dict, list[str]]]:
     """All CLI cases at once (in parallel: each is mostly interpreter start-up), each in its own run directory."""
     tmp = tmp_path_factory.mktemp("cli")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
-    procs, before = {}, {}
     cases = _cli_cases(tmp)
-    for name, (overrides, _) in cases.items():
-        run_dir = tmp / name
-        before[name] = _snapshot(run_dir) if run_dir.exists() else {}
-        procs[name] = (
-            subprocess.Popen(
-                [sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={run_dir}"],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            ),
-            run_dir,
-        )
-    out = {}
-    for name, (proc, run_dir) in procs.items():
-        _, stderr = proc.communicate(timeout=600)
-        out[name] = (
-            subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr),
-            run_dir,
-            before[name],
-            cases[name][1],
-        )
-    return out
+    before = {name: _snapshot(tmp / name) if (tmp / name).exists() else {} for name in cases}
+    done = run_vtlab_together(
+        {name: [*overrides, f"hydra.run.dir={tmp / name}"] for name, (overrides, _) in cases.items()}, timeout=600
+    )
+    return {name: (done[name], tmp / name, before[name], cases[name][1]) for name in cases}
 
 
 CLI_NAMES = [

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import OFFLINE_ENV, ROOT, as_from_a_terminal
+from helpers import as_from_a_terminal, run_vtlab, start_vtlab
 from omegaconf import OmegaConf
 
 from vtlab.runs.signals import CAUGHT, catch_signals, interrupting_signal, raise_terminated
@@ -38,13 +38,8 @@ _EVAL = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "l
 
 def _start(overrides: list[str], run_dir: Path, log: Path) -> subprocess.Popen:
     with open(log, "w") as f:  # a file, not a pipe nobody drains while we wait
-        return subprocess.Popen(
-            [sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={run_dir}"],
-            cwd=ROOT,
-            env=OFFLINE_ENV,
-            stdout=subprocess.DEVNULL,
-            stderr=f,
-            preexec_fn=as_from_a_terminal,
+        return start_vtlab(
+            *overrides, f"hydra.run.dir={run_dir}", stdout=subprocess.DEVNULL, stderr=f, preexec_fn=as_from_a_terminal
         )
 
 
@@ -182,20 +177,11 @@ def test_sweep_exit_code_counts_every_job_not_done(tmp_path: Path, capsys) -> No
 @pytest.mark.slow
 def test_multirun_with_failed_jobs_runs_them_all_and_exits_1(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vtlab",
-            "--multirun",
-            *_EVAL,
-            "backbone.name_or_path=./no/such/model,./no/such/other",
-            f"hydra.sweep.dir={sweep}",
-        ],
-        cwd=ROOT,
-        env=OFFLINE_ENV,
-        capture_output=True,
-        text=True,
+    res = run_vtlab(
+        "--multirun",
+        *_EVAL,
+        "backbone.name_or_path=./no/such/model,./no/such/other",
+        f"hydra.sweep.dir={sweep}",
         timeout=600,
     )
     assert res.returncode == 1, res.stderr[-3000:]

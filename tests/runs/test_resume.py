@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import OFFLINE_ENV, ROOT, TINY_RUN, compose_config, prepare_run_dir, run_results
+from helpers import ROOT, TINY_RUN, compose_config, prepare_run_dir, run_results, run_vtlab, start_vtlab
 from torch import nn
 
 from vtlab.callbacks.checkpoints import SameDirCheckpointIO, load_checkpoint
@@ -331,13 +331,7 @@ _LOGGED = ["logger=csv", "trainer.log_every_n_steps=2"]
 def _vtlab(run_dir: Path, log: Path) -> subprocess.Popen:
     # output to a file: a pipe nobody drains while the other run goes on could fill up and stall the process
     with open(log, "a") as f:
-        return subprocess.Popen(
-            [sys.executable, "-m", "vtlab", *_RUN, *_LOGGED, f"hydra.run.dir={run_dir}"],
-            cwd=ROOT,
-            env=OFFLINE_ENV,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-        )
+        return start_vtlab(*_RUN, *_LOGGED, f"hydra.run.dir={run_dir}", stdout=f, stderr=subprocess.STDOUT)
 
 
 def _tail(log: Path) -> str:
@@ -459,14 +453,7 @@ def test_a_second_writer_through_the_cli_gets_one_line_and_writes_nothing(tmp_pa
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        res = subprocess.run(
-            [sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={tmp_path}"],
-            cwd=ROOT,
-            env=OFFLINE_ENV,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        res = run_vtlab(*_RUN, f"hydra.run.dir={tmp_path}", timeout=300)
     finally:
         holder.kill()
         holder.wait()
@@ -577,14 +564,7 @@ def test_a_refused_resume_through_the_cli_leaves_the_record_and_status_byte_iden
     status.json: a refused `python -m vtlab` changes no byte (and no mtime) of the interrupted run."""
     before = _interrupted_run(tmp_path)
     first_lr = compose_config(_FIRST).model.optimizer.lr
-    res = subprocess.run(
-        [sys.executable, "-m", "vtlab", *_FIRST, "model.optimizer.lr=0.001", f"hydra.run.dir={tmp_path}"],
-        cwd=ROOT,
-        env=OFFLINE_ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    res = run_vtlab(*_FIRST, "model.optimizer.lr=0.001", f"hydra.run.dir={tmp_path}", timeout=600)
     assert res.returncode == 2, res.stderr[-3000:]
     assert res.stderr.strip().splitlines() == [
         f"vtlab: error: {tmp_path / LAST_CKPT}: cannot resume: the config differs from the interrupted run's "
