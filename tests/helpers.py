@@ -151,6 +151,12 @@ def compose_config(
         return compose(config_name, overrides=list(overrides), return_hydra_config=return_hydra_config)
 
 
+def compose_run(run_dir: str | os.PathLike[str], *overrides: str) -> DictConfig:
+    """compose_config for a run writing to `run_dir` (paths.run_dir), with `overrides`: the config an in-process
+    test hands to the pipeline, the admission or the run-directory check."""
+    return compose_config([f"paths.run_dir={run_dir}", *overrides])
+
+
 def hydra_conf(config_dir: Path = CONF) -> contextlib.AbstractContextManager[Any]:
     """An initialized Hydra on conf/, for code that reads Hydra's state itself (a multirun's load, the config groups an
     override chose); a plain compose is compose_config."""
