@@ -20,7 +20,6 @@ attention's activation x activation MatMuls stay fp32.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from dataclasses import asdict, dataclass
@@ -29,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from vtlab.core.atomic import write_json
 from vtlab.core.choices import OnnxInt8Target
 from vtlab.core.json_files import read_json
 from vtlab.export.onnx_runtime import MANIFEST
@@ -114,4 +114,4 @@ def quantize_graphs(src: Path, dst: Path, target: OnnxInt8Target) -> None:
         "pair_bound": {g: pair_bound(dst / g) for g in graphs},
         "int16_max": INT16_MAX,
     }
-    (dst / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_json(dst / MANIFEST, manifest)
