@@ -15,23 +15,16 @@ import pytest
 from helpers import as_from_a_terminal, run_vtlab, start_vtlab
 from omegaconf import OmegaConf
 
+from vtlab.bench.tiny_runs import TINY_FINETUNE
 from vtlab.runs.signals import CAUGHT, catch_signals, interrupting_signal, raise_terminated
 from vtlab.runs.status import SweepExitCode
 
 _TRAIN = [
-    "backbone=splade-tiny",
-    "vocab=native",
-    "apc=off",
-    "baseline=false",
-    "logger=none",
+    *TINY_FINETUNE,
     "stage=finetune",
     "trainer.max_steps=400",
     "trainer.val_check_interval=400",
     "callbacks.last_checkpoint.every_n_train_steps=1",
-    "data.batch_size=2",
-    "data.doc_max_length=32",
-    "data.dev.dev_size=10",
-    "data.dev.max_docs=50",
 ]
 _EVAL = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none", "stage=evaluate"]
 
