@@ -16,10 +16,8 @@ from omegaconf import DictConfig
 
 import vtlab  # noqa: F401 - registers the resolvers conf/config.yaml uses (the run's name)
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("WANDB_MODE", "offline")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+for _name, _value in helpers.OFFLINE.items():
+    os.environ.setdefault(_name, _value)
 
 # The tiers (Makefile): `make test-fast` runs the unit tier, `-m "not slow and not cli and not train"`; `make test` runs
 # every tier. A test file marks its tests with `pytestmark = pytest.mark.<tier>` (or per test where a file mixes).

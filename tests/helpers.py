@@ -5,7 +5,9 @@ import importlib
 import json
 import os
 import signal
-from collections.abc import Iterable
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
@@ -16,11 +18,11 @@ from omegaconf import DictConfig
 
 from vtlab.bench.tiny_runs import TINY_FINETUNE
 
-ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 CONF = ROOT / "conf"
-# the environment of a `python -m vtlab` a test starts: offline (hub, datasets, wandb), no tokenizer threads
-OFFLINE_ENV = {
-    **os.environ,
+# what every process a test starts runs under: offline (hub, datasets, wandb), no tokenizer threads
+OFFLINE = {
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
     "WANDB_MODE": "offline",
@@ -47,6 +49,86 @@ TINY_RUN = [
 TWO_STEP_FINETUNE = [*TINY_FINETUNE, "stage=finetune", "trainer.max_steps=2", "trainer.val_check_interval=2"]
 
 
+def child_env(*first_on_path: str | os.PathLike[str], **extra: str) -> dict[str, str]:
+    """The environment of a process a test starts, read when it starts (VTLAB_CACHE is then the test's cache
+    fixture's): OFFLINE, PYTHONPATH `first_on_path` then this checkout (its vtlab imported from any working
+    directory), and `extra`."""
+    path = os.pathsep.join([*map(str, first_on_path), str(ROOT)])
+    return {**os.environ, **OFFLINE, "PYTHONPATH": path, **extra}
+
+
+def vtlab_command(*args: str) -> list[str]:
+    """`python -m vtlab <args>` with this interpreter."""
+    return [sys.executable, "-m", "vtlab", *args]
+
+
+def run_vtlab(
+    *args: str,
+    cwd: str | os.PathLike[str] = ROOT,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    check: bool = False,
+    text: bool = True,
+) -> subprocess.CompletedProcess:
+    """`python -m vtlab <args>` as a user runs it, to its end: its output captured, in child_env() unless `env`;
+    `check`: it must exit 0 (else the test fails with the end of its output)."""
+    proc = subprocess.run(
+        vtlab_command(*args),
+        cwd=cwd,
+        env=child_env() if env is None else env,
+        capture_output=True,
+        text=text,
+        timeout=timeout,
+    )
+    if check:
+        assert proc.returncode == 0, (
+            f"{' '.join(proc.args)}: exit {proc.returncode}\n{proc.stdout[-3000:]!s}{proc.stderr[-3000:]!s}"
+        )
+    return proc
+
+
+def start_vtlab(
+    *args: str, cwd: str | os.PathLike[str] = ROOT, env: dict[str, str] | None = None, **popen: Any
+) -> subprocess.Popen:
+    """`python -m vtlab <args>` started and not waited for (a test signals it, or runs several at once), in
+    child_env() unless `env`; `popen`: where its output goes, a preexec_fn, text."""
+    return subprocess.Popen(vtlab_command(*args), cwd=cwd, env=child_env() if env is None else env, **popen)
+
+
+def run_vtlab_together(
+    runs: Mapping[str, Sequence[str]],
+    *,
+    cwd: str | os.PathLike[str] | Mapping[str, str | os.PathLike[str]] = ROOT,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> dict[str, subprocess.CompletedProcess]:
+    """`python -m vtlab <args>` for each of `runs` (name → args), all started at once (each is mostly interpreter
+    start-up), in `cwd` (or each in its own: name → directory); each one's output captured, by name. One still running
+    after `timeout` seconds fails the test, naming it, and every run is killed."""
+    procs = {
+        name: start_vtlab(
+            *args,
+            cwd=cwd[name] if isinstance(cwd, Mapping) else cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, args in runs.items()
+    }
+    done = {}
+    for name, proc in procs.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs.values():
+                p.kill()
+                p.wait()
+            raise AssertionError(f"{name}: python -m vtlab ran past {timeout} s (a pipe waited on?)") from None
+        done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    return done
+
+
 def run_results(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A finished TINY_RUN's BoolQ-clean metrics without timings, and its trained weights."""
     from safetensors.torch import load_file
@@ -67,6 +149,12 @@ def compose_config(
     (also the `compose` fixture); `return_hydra_config=True` keeps the `hydra` node (launcher, sweeper, run dir)."""
     with hydra_conf(config_dir):
         return compose(config_name, overrides=list(overrides), return_hydra_config=return_hydra_config)
+
+
+def compose_run(run_dir: str | os.PathLike[str], *overrides: str) -> DictConfig:
+    """compose_config for a run writing to `run_dir` (paths.run_dir), with `overrides`: the config an in-process
+    test hands to the pipeline, the admission or the run-directory check."""
+    return compose_config([f"paths.run_dir={run_dir}", *overrides])
 
 
 def hydra_conf(config_dir: Path = CONF) -> contextlib.AbstractContextManager[Any]:

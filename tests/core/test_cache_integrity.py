@@ -58,7 +58,10 @@ def test_seal_and_problem(tmp_path: Path) -> None:
     (entry / "a.bin").unlink()
     assert integrity.problem(entry) == "a.bin is missing"
     (entry / integrity.MARKER).write_text("{not json")
-    assert integrity.problem(entry) == "unreadable completion marker vtlab_complete.json (JSONDecodeError)"
+    assert integrity.problem(entry) == (
+        "unreadable completion marker vtlab_complete.json "
+        "(invalid JSON (Expecting property name enclosed in double quotes at column 2))"
+    )
 
 
 def test_a_sealed_entry_holds_exactly_what_it_recorded(tmp_path: Path) -> None:

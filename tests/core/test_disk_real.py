@@ -11,7 +11,6 @@ a few steps, a small eval): each test takes 10-25 s on 2 CPU cores.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,27 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, one_error_line
+from helpers import ROOT, child_env, one_error_line
 
+from vtlab.bench.tiny_runs import TINY_FINETUNE
 from vtlab.runs.status import RESERVE, RESERVE_FILE
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 # a checkpoint every step: the disk is filled after the first one, the second one meets it
 _TRAIN = [
-    "backbone=splade-tiny",
-    "vocab=native",
-    "apc=off",
-    "baseline=false",
-    "logger=none",
+    *TINY_FINETUNE,
     "stage=finetune",
     "trainer.max_steps=3",
     "trainer.val_check_interval=3",
     "callbacks.last_checkpoint.every_n_train_steps=1",
-    "data.batch_size=2",
-    "data.doc_max_length=32",
-    "data.dev.dev_size=10",
-    "data.dev.max_docs=50",
 ]
 _EVAL = [
     "backbone=splade-tiny",
@@ -89,18 +81,6 @@ def namespace(tmp_path_factory: pytest.TempPathFactory) -> None:
         pytest.skip(f"this machine does not permit `unshare -r -m` + mount tmpfs: {res.stderr.strip()[:300]}")
 
 
-def _env(**extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "WANDB_MODE": "offline",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PY": sys.executable,
-        **extra,
-    }
-
-
 def _ended(out: Path, res: subprocess.CompletedProcess) -> Ended:
     assert (out / "rc").is_file(), f"the scenario's shell failed: {res.stdout[-2000:]}{res.stderr[-2000:]}"
     status_file = out / "status.json"
@@ -128,7 +108,7 @@ def _scenario(tmp_path: Path, script: str, overrides: list[str], *, namespace: b
         text=True,
         timeout=240,
         check=False,
-        env=_env(MNT=str(mnt), OUT=str(out), **env),
+        env=child_env(PY=sys.executable, MNT=str(mnt), OUT=str(out), **env),
     )
     return _ended(out, res)
 

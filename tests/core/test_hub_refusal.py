@@ -8,21 +8,12 @@ from pathlib import Path
 
 import huggingface_hub.constants
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from helpers import compose_config
 
 import vtlab.data.clean
 from vtlab.core.errors import AssetError
 from vtlab.core.hub import refuse_missing_hub_models
-from vtlab.core.paths import CONF_DIR
 from vtlab.stages.admission import admit
-
-
-def compose_config(overrides: list[str]) -> DictConfig:
-    """Hydra's compose of conf/ with `overrides`, as `python -m vtlab` composes it."""
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=overrides)
-
 
 MODERNBERT = "answerdotai/ModernBERT-base"  # conf/backbone/modernbert.yaml
 EXPECTED = (

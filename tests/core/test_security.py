@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import OFFLINE_ENV, ROOT
+from helpers import ROOT, child_env, run_vtlab
 from torch import nn
 
+from vtlab.bench.tiny_runs import TINY_FINETUNE
 from vtlab.core.errors import RunDirError, user_error
 from vtlab.runs.directory import LAST_CKPT
 
@@ -120,29 +121,7 @@ def test_rerun_with_a_crafted_last_ckpt_refuses_with_one_line(tmp_path: Path) ->
     command (resume=auto) must not run it."""
     run_dir, marker = tmp_path / "run", tmp_path / "ran"
     _crafted_checkpoint(run_dir / LAST_CKPT, marker)
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vtlab",
-            "backbone=splade-tiny",
-            "vocab=native",
-            "apc=off",
-            "baseline=false",
-            "logger=none",
-            "stage=finetune",
-            "data.batch_size=2",
-            "data.doc_max_length=32",
-            "data.dev.dev_size=10",
-            "data.dev.max_docs=50",
-            f"hydra.run.dir={run_dir}",
-        ],
-        cwd=ROOT,
-        env=OFFLINE_ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    res = run_vtlab(*TINY_FINETUNE, "stage=finetune", f"hydra.run.dir={run_dir}", timeout=600)
     assert res.returncode == 2, res.stderr[-3000:]
     assert "Traceback" not in res.stderr
     last = res.stderr.strip().splitlines()[-1]
@@ -181,7 +160,7 @@ def _load_in_subprocess(cache: Path, **env: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=300,
-        env={**OFFLINE_ENV, "VTLAB_CACHE": str(cache), **env},
+        env=child_env(VTLAB_CACHE=str(cache), **env),
     )
 
 
@@ -343,7 +322,7 @@ def test_the_opt_in_prints_what_it_imports_and_then_imports_it(tmp_path: Path) -
         capture_output=True,
         text=True,
         timeout=300,
-        env={**OFFLINE_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")},
+        env=child_env(HF_MODULES_CACHE=str(tmp_path / "modules")),
     )
     assert res.returncode == 0, res.stderr
     assert (
@@ -544,7 +523,7 @@ def test_each_crafted_payload_runs_when_hydra_instantiates_it(tmp_path: Path, na
         capture_output=True,
         text=True,
         timeout=300,
-        env={**OFFLINE_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")},
+        env=child_env(HF_MODULES_CACHE=str(tmp_path / "modules")),
     )
     assert res.returncode == 0, res.stderr[-3000:]
     assert marker.exists(), res.stderr[-3000:]
@@ -597,13 +576,12 @@ def test_export_command_refuses_a_crafted_run_config_with_one_line(
     attack, marker = ATTACKS[name], tmp_path / "ran"
     run_dir = _crafted_run(tmp_path, saved_model, attack, marker)
     before = _files(tmp_path, run_dir / "exports")
-    res = subprocess.run(
-        [sys.executable, "-m", "vtlab", "stage=export", f"run_dir={run_dir}", "logger=none"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    res = run_vtlab(
+        "stage=export",
+        f"run_dir={run_dir}",
+        "logger=none",
         timeout=600,
-        env={**OFFLINE_ENV, "HF_MODULES_CACHE": str(tmp_path / "modules")},
+        env=child_env(HF_MODULES_CACHE=str(tmp_path / "modules")),
     )
     assert res.returncode == 2, res.stderr[-3000:]
     assert one_error_line(res.stderr) == f"vtlab: error: {_refusal(run_dir, attack)}"

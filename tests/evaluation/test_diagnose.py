@@ -2,14 +2,12 @@
 output-space activity against a direct computation, the verdict, and the report of a real multirun."""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, compose_config
+from helpers import compose_config, run_vtlab
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE, WordPiece
 from transformers import PreTrainedTokenizerFast
@@ -398,25 +396,15 @@ def _diagnose_sweep(tmp: Path, texts: list[str], *overrides: str) -> tuple[Path,
     corpus = tmp / "corpus.txt"
     corpus.write_text("\n".join(texts) + "\n")
     sweep = tmp / "sweep"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vtlab",
-            "-m",
-            "stage=diagnose",
-            "backbone=splade-tiny,tiny-modernbert",
-            "vocab=native",
-            "logger=none",
-            f"diagnose.corpus.path={corpus}",
-            *overrides,
-            f"hydra.sweep.dir={sweep}",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
+    proc = run_vtlab(
+        "-m",
+        "stage=diagnose",
+        "backbone=splade-tiny,tiny-modernbert",
+        "vocab=native",
+        "logger=none",
+        f"diagnose.corpus.path={corpus}",
+        *overrides,
+        f"hydra.sweep.dir={sweep}",
         timeout=300,
     )
     return sweep, proc

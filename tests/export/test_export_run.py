@@ -4,12 +4,10 @@ explicit command line (`eval=...`, `eval.KEY=...`, `export.vectors.corpus=...`) 
 its targets are checked before anything in it is instantiated, and an evaluation suite needs a member picked."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import OFFLINE_ENV, ROOT, compose_config
+from helpers import compose_config, run_vtlab
 from omegaconf import OmegaConf
 
 from vtlab.backbones import Backbone
@@ -47,23 +45,11 @@ def write_beir(root: Path, prefix: str, n_docs: int = 30, n_queries: int = 10) -
     return root
 
 
-def cli(*overrides: str) -> subprocess.CompletedProcess:
-    """`python -m vtlab <overrides>` as a user runs it (offline; VTLAB_CACHE as the test module set it)."""
-    return subprocess.run(
-        [sys.executable, "-m", "vtlab", *overrides],
-        cwd=ROOT,
-        env=OFFLINE_ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def evaluated_run(run_dir: Path, beir: Path, name: str) -> Path:
     """A real run directory on a BEIR set: `stage=evaluate ... eval=beir eval.path=<beir>` recorded by Hydra
     (.hydra/config.yaml, overrides.yaml, eval/<set>/metrics.json), plus the SPLADE-tiny it evaluated saved as its
     model/ (what a training run leaves; training itself is not what these tests are about)."""
-    res = cli(
+    res = run_vtlab(
         "stage=evaluate",
         "backbone=splade-tiny",
         "vocab=native",
@@ -74,6 +60,7 @@ def evaluated_run(run_dir: Path, beir: Path, name: str) -> Path:
         f"eval.path={beir}",
         f"name={name}",
         f"hydra.run.dir={run_dir}",
+        timeout=300,
     )
     assert res.returncode == 0, res.stderr[-3000:]
     backbone = Backbone("asset:splade-tiny")
@@ -120,13 +107,14 @@ def test_export_of_a_beir_run_encodes_that_collection_and_says_so(beir_run):
     on: the vectors are the BEIR directory's 30 documents and 10 queries, and one line names them and whose config
     said so."""
     run_dir, _ = beir_run
-    res = cli(
+    res = run_vtlab(
         "stage=export",
         f"run_dir={run_dir}",
         "export.vectors.formats=[anserini]",
         "export.vectors.queries=true",
         "logger=none",
         f"hydra.run.dir={run_dir.parent / 'export'}",
+        timeout=300,
     )
     assert res.returncode == 0, res.stderr[-3000:]
     vectors = run_dir / "vectors"

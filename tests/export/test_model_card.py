@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import compose_config
+from helpers import compose_config, run_vtlab
 from omegaconf import OmegaConf
-from test_export_run import cli, evaluated_run, write_beir
+from test_export_run import evaluated_run, write_beir
 
 from vtlab.core.errors import VtlabError
 from vtlab.evaluation import SPARSITY_KEYS, TIMING_KEYS
@@ -32,13 +32,14 @@ def exported(tmp_path_factory) -> tuple[Path, str]:
         write_beir(tmp / "data" / "tinyfacts", "tf"),
         "tinyfacts-run",
     )
-    res = cli(
+    res = run_vtlab(
         "stage=export",
         f"run_dir={run_dir}",
         "export.vectors.formats=[anserini]",
         "export.vectors.queries=true",
         "logger=none",
         f"hydra.run.dir={tmp / 'outputs' / 'export'}",
+        timeout=300,
     )
     assert res.returncode == 0, res.stderr[-3000:]
     return run_dir, (run_dir / "sparse-encoder" / "README.md").read_text()

@@ -31,6 +31,16 @@ DOCS = [
 QUERIES = ["what is splade", "does vocabulary transfer keep retrieval quality?", "a"]
 
 
+def read_back(
+    onnx: OnnxSparseEncoder, enc: SpladeEncoder, texts: list[str], side: str = "doc", batch_size: int = 64
+) -> tuple[np.ndarray, np.ndarray]:
+    """`texts` encoded by ONNX Runtime on the exported graphs and by vtlab's encoder, each in batches of
+    `batch_size`: (theirs, ours), dense."""
+    theirs = onnx.encode(texts, side, batch_size=batch_size).toarray()
+    ours = enc.encode(texts, side, batch_size=batch_size, show_progress=False).toarray()
+    return theirs, ours
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     b = Backbone("asset:splade-tiny")
@@ -44,8 +54,7 @@ def test_onnx_runtime_vectors_equal_vtlab_encoder(exported):
     enc, out = exported
     onnx = OnnxSparseEncoder(out, threads=2)
     for side, texts in (("doc", DOCS), ("query", QUERIES)):
-        ours = enc.encode(texts, side, batch_size=8, show_progress=False).toarray()
-        theirs = onnx.encode(texts, side, batch_size=8).toarray()  # one padded batch: pads must not leak in
+        theirs, ours = read_back(onnx, enc, texts, side, batch_size=8)  # one padded batch: pads must not leak in
         assert theirs.shape == ours.shape == (len(texts), enc.vocab_size)
         assert np.abs(theirs - ours).max() <= TOL, side
         assert (ours > 0).sum() > 10 * len(texts)  # real SPLADE vectors, not all zeros
@@ -80,9 +89,7 @@ def test_onnx_export_of_the_papers_target_families_equals_their_encoder(family, 
     b = family()
     enc = SpladeEncoder(b.load_model(), b.load_tokenizer(), query_max_length=16, doc_max_length=64, precision="fp32")
     onnx = OnnxSparseEncoder(export_onnx(enc, tmp_path / "onnx"), threads=2)
-    texts = DOCS + ["Apple APPLE apple " * 30]
-    ours = enc.encode(texts, "doc", batch_size=8, show_progress=False).toarray()
-    theirs = onnx.encode(texts, "doc", batch_size=8).toarray()
+    theirs, ours = read_back(onnx, enc, DOCS + ["Apple APPLE apple " * 30], batch_size=8)
     assert np.abs(theirs - ours).max() <= TOL
     assert json.loads((tmp_path / "onnx" / "onnx.json").read_text())["graph_version"] == GRAPH_VERSION
 
@@ -103,11 +110,8 @@ def test_stage_export_onnx_true_writes_graphs_and_card_into_the_model_dir(tmp_pa
         ]
     )
     state = run(cfg)
-    enc = state["encoder"]
-    onnx = OnnxSparseEncoder(out / "onnx")
-    assert (
-        np.abs(onnx.encode(DOCS, "doc").toarray() - enc.encode(DOCS, "doc", show_progress=False).toarray()).max() <= TOL
-    )
+    theirs, ours = read_back(OnnxSparseEncoder(out / "onnx"), state["encoder"], DOCS)
+    assert np.abs(theirs - ours).max() <= TOL
     card = (out / "README.md").read_text()
     assert "## ONNX" in card and "`onnx/`" in card and 'SparseEncoder("path/to/this/directory")' in card
 

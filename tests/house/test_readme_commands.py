@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from helpers import compose_config
 from omegaconf import DictConfig, OmegaConf
 
 from vtlab.core.paths import CONF_DIR
@@ -60,8 +60,7 @@ def _jobs(args: list[str]) -> list[list[str]]:
 
 
 def _compose(overrides: list[str]) -> DictConfig:
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=[*overrides, "paths.run_dir=/runs/composed"])
+    return compose_config([*overrides, "paths.run_dir=/runs/composed"])
 
 
 QUICKSTART = _compose([])

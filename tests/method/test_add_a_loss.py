@@ -3,11 +3,9 @@ RankingLoss subclass, a conf/loss/<name>.yaml in a config directory of one's own
 `loss=<name>` on the command line trains with it."""
 
 import json
-import subprocess
-import sys
 
 import pytest
-from helpers import OFFLINE_ENV, ROOT
+from helpers import child_env, run_vtlab
 
 pytestmark = pytest.mark.cli
 
@@ -37,31 +35,23 @@ def test_a_loss_added_through_conf_alone_trains(tmp_path):
     (tmp_path / "conf" / "loss").mkdir(parents=True)
     (tmp_path / "conf" / "loss" / "hinge.yaml").write_text("_target_: mylosses.Hinge\nmargin: 2.0\n")
     run = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vtlab",
-            "stage=finetune",
-            "backbone=splade-tiny",
-            "vocab=native",
-            "apc=off",
-            "logger=csv",
-            "loss=hinge",
-            "trainer.max_steps=3",
-            "trainer.val_check_interval=3",
-            "trainer.log_every_n_steps=1",
-            "data.batch_size=2",
-            "data.doc_max_length=32",
-            "data.dev.dev_size=10",
-            "data.dev.max_docs=50",
-            f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
-            f"hydra.run.dir={run}",
-        ],
-        cwd=ROOT,
-        env={**OFFLINE_ENV, "PYTHONPATH": str(tmp_path)},
-        capture_output=True,
-        text=True,
+    proc = run_vtlab(
+        "stage=finetune",
+        "backbone=splade-tiny",
+        "vocab=native",
+        "apc=off",
+        "logger=csv",
+        "loss=hinge",
+        "trainer.max_steps=3",
+        "trainer.val_check_interval=3",
+        "trainer.log_every_n_steps=1",
+        "data.batch_size=2",
+        "data.doc_max_length=32",
+        "data.dev.dev_size=10",
+        "data.dev.max_docs=50",
+        f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+        f"hydra.run.dir={run}",
+        env=child_env(tmp_path),
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

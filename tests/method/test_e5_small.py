@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import missing, need
+from helpers import missing, need, run_vtlab
 
 from vtlab.backbones import E5Small
 from vtlab.backbones.e5s_file import dequantize_q4_0, read_e5s
@@ -182,16 +182,8 @@ def test_a_truncated_file_is_one_error_naming_it(tmp_path: Path, cut: int) -> No
         read_e5s(bad)
 
 
-def _vtlab(args: list[str], cwd: Path) -> str:
-    import os
-    import sys
-
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "vtlab", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1200
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout + proc.stderr
+def _vtlab(args: list[str], cwd: Path) -> None:
+    run_vtlab(*args, cwd=cwd, timeout=1200, check=True)
 
 
 @pytest.mark.cli

@@ -11,14 +11,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from helpers import ROOT, one_error_line, prepare_run_dir
+from helpers import ROOT, compose_run, one_error_line, prepare_run_dir, run_vtlab_together
 from torch import nn
 
 from vtlab.core.errors import (
@@ -355,12 +354,6 @@ def distillation_loss_without_teacher_scores(tmp, mp):
 # -- the run directory (vtlab/runs/directory.py) --
 
 
-def _cfg(run_dir: Path, *overrides: str):
-    from helpers import compose_config
-
-    return compose_config([f"paths.run_dir={run_dir}", *overrides])
-
-
 def _finished_run(run_dir: Path) -> Path:
     (run_dir / "eval" / "boolq").mkdir(parents=True)
     (run_dir / "eval" / "boolq" / "metrics.json").write_text('{"metrics": {"nDCG@10": 0.5}}\n')
@@ -375,14 +368,14 @@ def _finished_run(run_dir: Path) -> Path:
     r"overwritten: choose another hydra\.run\.dir, or pass overwrite=true to replace it$",
 )
 def run_dir_already_holds_results(tmp, mp):
-    return prepare_run_dir(_cfg(_finished_run(tmp)))
+    return prepare_run_dir(compose_run(_finished_run(tmp)))
 
 
 @case(RunDirError, r"run directory .* holds an interrupted run and resume=false .* or resume=auto to continue it")
 def interrupted_run_dir_with_resume_false(tmp, mp):
     (tmp / "checkpoints").mkdir()
     (tmp / LAST_CKPT).write_bytes(b"ckpt")
-    return prepare_run_dir(_cfg(tmp, "resume=false"))
+    return prepare_run_dir(compose_run(tmp, "resume=false"))
 
 
 @case(
@@ -393,7 +386,7 @@ def interrupted_run_dir_with_resume_false(tmp, mp):
 def run_dir_with_outputs_but_no_checkpoint(tmp, mp):
     (tmp / "model").mkdir()
     (tmp / "model" / "config.json").write_text("{}")
-    return prepare_run_dir(_cfg(tmp))
+    return prepare_run_dir(compose_run(tmp))
 
 
 @case(
@@ -402,7 +395,7 @@ def run_dir_with_outputs_but_no_checkpoint(tmp, mp):
     r"to continue as hydra\.run\.dir=",
 )
 def resume_true_without_a_checkpoint(tmp, mp):
-    return prepare_run_dir(_cfg(tmp, "resume=true"))
+    return prepare_run_dir(compose_run(tmp, "resume=true"))
 
 
 @case(RunDirError, r"resume=true: nothing to resume in .*/run \(no checkpoints/last\.ckpt\); pass the directory")
@@ -412,7 +405,7 @@ def resume_without_checkpoint(tmp, mp):
 
 @case(ConfigError, r"resume='maybe' must be auto, true or false")
 def unknown_resume_value(tmp, mp):
-    return prepare_run_dir(_cfg(tmp, "resume=maybe"))
+    return prepare_run_dir(compose_run(tmp, "resume=maybe"))
 
 
 @case(
@@ -583,7 +576,7 @@ def run_directory_in_use(tmp, mp):
     from vtlab.stages.pipeline import run
 
     with run_dir_lock(tmp):
-        return run(_cfg(tmp))
+        return run(compose_run(tmp))
 
 
 @case(
@@ -595,8 +588,8 @@ def resume_with_a_changed_config(tmp, mp):
     from vtlab.callbacks.resume_state import resume_configs
     from vtlab.runs.resume import run_config
 
-    torch.save({"callbacks": {"ResumeState": {"configs": [run_config(_cfg(tmp))]}}}, tmp / "last.ckpt")
-    return resume_configs(_cfg(tmp, "model.optimizer.lr=1e-3"), str(tmp / "last.ckpt"))
+    torch.save({"callbacks": {"ResumeState": {"configs": [run_config(compose_run(tmp))]}}}, tmp / "last.ckpt")
+    return resume_configs(compose_run(tmp, "model.optimizer.lr=1e-3"), str(tmp / "last.ckpt"))
 
 
 def _model_dir_with_code(tmp: Path) -> Path:
@@ -676,7 +669,7 @@ def truncated_model_weights(tmp, mp):
 
 @case(
     AssetError,
-    r"/tokenizer\.json: cannot read it \(JSONDecodeError: .*\); "
+    r"/tokenizer\.json: invalid JSON \(.* at column \d+\); "
     r"the file is truncated or damaged \(config "
     r"key: backbone\.name_or_path\): rebuild or re-download it$",
 )
@@ -789,33 +782,12 @@ def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
 def cli_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path, dict, list[str]]]:
     """All CLI cases at once (in parallel: each is mostly interpreter start-up), each in its own run directory."""
     tmp = tmp_path_factory.mktemp("cli")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
-    procs, before = {}, {}
     cases = _cli_cases(tmp)
-    for name, (overrides, _) in cases.items():
-        run_dir = tmp / name
-        before[name] = _snapshot(run_dir) if run_dir.exists() else {}
-        procs[name] = (
-            subprocess.Popen(
-                [sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={run_dir}"],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            ),
-            run_dir,
-        )
-    out = {}
-    for name, (proc, run_dir) in procs.items():
-        _, stderr = proc.communicate(timeout=600)
-        out[name] = (
-            subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr),
-            run_dir,
-            before[name],
-            cases[name][1],
-        )
-    return out
+    before = {name: _snapshot(tmp / name) if (tmp / name).exists() else {} for name in cases}
+    done = run_vtlab_together(
+        {name: [*overrides, f"hydra.run.dir={tmp / name}"] for name, (overrides, _) in cases.items()}, timeout=600
+    )
+    return {name: (done[name], tmp / name, before[name], cases[name][1]) for name in cases}
 
 
 CLI_NAMES = [
@@ -878,7 +850,7 @@ def refused_by_admission(run_dir: Path, overrides: list[str]) -> None:
 
     started = []
     try:
-        with admit(_cfg(run_dir, *overrides), on_start=lambda: started.append(True)):
+        with admit(compose_run(run_dir, *overrides), on_start=lambda: started.append(True)):
             pass
     finally:
         assert started == []
@@ -898,7 +870,7 @@ def test_the_admission_refuses_in_one_line_and_leaves_earlier_outputs(tmp_path: 
         refused_by_admission(run_dir, overrides)
     # the line `python -m vtlab` prints last (pipeline.run_or_exit), and an earlier run's files byte-for-byte and
     # mtime-for-mtime as they were (a fresh directory stays empty)
-    one_error_line(one_line(ei.value, config_key(ei.value, _cfg(run_dir, *overrides))), expected)
+    one_error_line(one_line(ei.value, config_key(ei.value, compose_run(run_dir, *overrides))), expected)
     assert _snapshot(run_dir) == before
 
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
-import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from helpers import CONF, ROOT, compose_config, one_error_line
+from helpers import CONF, compose_config, one_error_line, run_vtlab_together
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
 
 from vtlab.backbones import Backbone
@@ -485,28 +483,12 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
 @pytest.fixture(scope="module")
 def cli_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path, list[str]]]:
     tmp = tmp_path_factory.mktemp("cli2")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
     cases = _cli_cases(tmp)
     assert sorted(cases) == sorted(CLI_NAMES)
-    procs = {
-        name: (
-            subprocess.Popen(
-                [sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={tmp / name}"],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            ),
-            tmp / name,
-        )
-        for name, (overrides, _) in cases.items()
-    }
-    out = {}
-    for name, (proc, run_dir) in procs.items():
-        stdout, stderr = proc.communicate(timeout=600)
-        out[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), run_dir, cases[name][1])
-    return out
+    done = run_vtlab_together(
+        {name: [*overrides, f"hydra.run.dir={tmp / name}"] for name, (overrides, _) in cases.items()}, timeout=600
+    )
+    return {name: (done[name], tmp / name, cases[name][1]) for name in cases}
 
 
 CLI_NAMES = [

@@ -10,13 +10,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import OFFLINE_ENV, ROOT, TINY_RUN, hydra_conf, run_results
+from helpers import TINY_RUN, child_env, hydra_conf, run_results, start_vtlab
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
 
@@ -42,18 +41,12 @@ _PREEMPTED = 1  # the job the test preempts (job 0 runs through: the reference)
 
 def _sweep(sweep: Path, env: dict[str, str], log: Path, *extra: str) -> subprocess.Popen:
     with open(log, "w") as f:  # a file, not a pipe nobody drains while we wait
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "vtlab",
-                "-m",
-                *_JOB,
-                *extra,
-                f"hydra.sweep.dir={sweep}",
-                "hydra/launcher=submitit-local",
-            ],
-            cwd=ROOT,
+        return start_vtlab(
+            "-m",
+            *_JOB,
+            *extra,
+            f"hydra.sweep.dir={sweep}",
+            "hydra/launcher=submitit-local",
             env=env,
             stdout=f,
             stderr=subprocess.STDOUT,
@@ -114,7 +107,7 @@ def test_the_local_launcher_has_the_slurm_jobs_settings_that_apply_on_one_machin
 def test_a_sweep_through_submitit_shares_its_cache_and_a_preempted_job_resumes_exactly(tmp_path: Path) -> None:
     t0 = time.monotonic()
     sweep, cache = tmp_path / "sweep", tmp_path / "cache"
-    env = {**OFFLINE_ENV, "VTLAB_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
+    env = child_env(VTLAB_CACHE=str(cache), OMP_NUM_THREADS="1")
     log = tmp_path / "sweep.log"
     proc = _sweep(sweep, env, log, f"name={','.join(_NAMES)}")
     job = sweep / str(_PREEMPTED)

@@ -1,11 +1,7 @@
 """Every config group value composes and resolves; the CLI fails clearly on bad choices and missing keys."""
 
-import os
-import subprocess
-import sys
-
 import pytest
-from helpers import CONF, ROOT, compose_config
+from helpers import CONF, compose_config, run_vtlab
 from hydra.utils import get_object, instantiate
 from omegaconf import OmegaConf, open_dict
 
@@ -160,16 +156,9 @@ def test_default_is_offline_quickstart(tmp_path):
     assert isinstance(reg, Flops) and reg.weight == cfg.regularizer.doc.weight
 
 
-def _cli(*overrides: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
-    return subprocess.run(
-        [sys.executable, "-m", "vtlab", *overrides], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
 @pytest.mark.cli
 def test_cli_unknown_group_value_lists_options(tmp_path):
-    res = _cli("backbone=no-such-model", f"hydra.run.dir={tmp_path}")
+    res = run_vtlab("backbone=no-such-model", f"hydra.run.dir={tmp_path}", timeout=120)
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [res.stderr.strip()]
     assert res.stderr.startswith("vtlab: error: backbone=no-such-model: no such choice in conf/backbone/ (choices: ")
     assert "splade-tiny" in res.stderr
@@ -177,7 +166,7 @@ def test_cli_unknown_group_value_lists_options(tmp_path):
 
 @pytest.mark.cli
 def test_cli_missing_required_key_names_it(tmp_path):
-    res = _cli("stage=evaluate", "eval=beir", "logger=none", f"hydra.run.dir={tmp_path}")
+    res = run_vtlab("stage=evaluate", "eval=beir", "logger=none", f"hydra.run.dir={tmp_path}", timeout=120)
     assert res.returncode == 2
     line = res.stderr.strip().splitlines()[-1]
     assert "eval.path" in line

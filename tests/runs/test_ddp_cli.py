@@ -30,6 +30,33 @@ def test_a_later_rank_is_told_by_the_launchers_variables(monkeypatch, env, later
     assert later_rank() is later
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"LOCAL_RANK": "0"},
+        {"LOCAL_RANK": "1"},
+        {"RANK": "0", "LOCAL_RANK": "0"},
+        {"RANK": "3", "LOCAL_RANK": "1"},
+        {"RANK": "2", "LOCAL_RANK": "0"},
+        {"SLURM_PROCID": "0"},
+        {"SLURM_PROCID": "7"},
+        {"SLURM_PROCID": "0", "LOCAL_RANK": "1"},
+        {"SLURM_PROCID": "5", "RANK": "5", "LOCAL_RANK": "1"},
+    ],
+    ids=lambda env: ",".join(f"{k}={v}" for k, v in env.items()) or "none",
+)
+def test_a_later_rank_is_what_lightning_calls_a_rank_after_0(monkeypatch, env) -> None:
+    """The launchers' environments (Lightning's, torchrun's, SLURM's): vtlab's rule and Lightning's own agree."""
+    from lightning_fabric.utilities.rank_zero import _get_rank
+
+    for name in ("LOCAL_RANK", "RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert later_rank() is ((_get_rank() or 0) > 0)
+
+
 # two processes from the command line training into one run directory (one first line, the later rank's log in it,
 # nothing beside it), stopped by SIGTERM and resumed to a finished run: `make gpu-check-cpu`'s sigterm steps
 # (vtlab/bench/gpu_check.py, run by tests/runs/test_gpu_check.py)

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_resume import _RUN, _cfg  # tests/ is on sys.path (rootdir conftest)
+from helpers import compose_run
+from test_resume import _RUN  # tests/ is on sys.path (rootdir conftest)
 from torch import nn
 
 from vtlab.callbacks.checkpoints import SameDirCheckpointIO, check_free_space
@@ -95,7 +96,7 @@ def test_a_full_run_dir_stops_training_before_its_first_step(tmp_path: Path, mon
     _free(monkeypatch, 1 * MiB)
     overrides = [o for o in _RUN if not o.startswith("+eval")]
     with pytest.raises(SystemExit) as ei:
-        run_or_exit(_cfg(tmp_path, *overrides))
+        run_or_exit(compose_run(tmp_path, *overrides))
     assert ei.value.code == 2
     assert steps == [] and not (tmp_path / "checkpoints").exists() and not (tmp_path / "model").exists()
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vtlab")]  # (+ progress bars)
@@ -207,7 +208,7 @@ def test_the_cli_prints_one_line_for_a_full_disk(tmp_path: Path, capsys, monkeyp
     monkeypatch.setattr("vtlab.stages.pipeline.run", fails)
     _full_disk(monkeypatch)
     with pytest.raises(SystemExit) as ei:
-        run_or_exit(_cfg(tmp_path))
+        run_or_exit(compose_run(tmp_path))
     assert ei.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "vtlab: error: " + _one_line(tmp_path / "eval" / "metrics.json", *FULL)

@@ -12,39 +12,27 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import OFFLINE_ENV, ROOT, as_from_a_terminal
+from helpers import as_from_a_terminal, run_vtlab, start_vtlab
 from omegaconf import OmegaConf
 
+from vtlab.bench.tiny_runs import TINY_FINETUNE
 from vtlab.runs.signals import CAUGHT, catch_signals, interrupting_signal, raise_terminated
 from vtlab.runs.status import SweepExitCode
 
 _TRAIN = [
-    "backbone=splade-tiny",
-    "vocab=native",
-    "apc=off",
-    "baseline=false",
-    "logger=none",
+    *TINY_FINETUNE,
     "stage=finetune",
     "trainer.max_steps=400",
     "trainer.val_check_interval=400",
     "callbacks.last_checkpoint.every_n_train_steps=1",
-    "data.batch_size=2",
-    "data.doc_max_length=32",
-    "data.dev.dev_size=10",
-    "data.dev.max_docs=50",
 ]
 _EVAL = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none", "stage=evaluate"]
 
 
 def _start(overrides: list[str], run_dir: Path, log: Path) -> subprocess.Popen:
     with open(log, "w") as f:  # a file, not a pipe nobody drains while we wait
-        return subprocess.Popen(
-            [sys.executable, "-m", "vtlab", *overrides, f"hydra.run.dir={run_dir}"],
-            cwd=ROOT,
-            env=OFFLINE_ENV,
-            stdout=subprocess.DEVNULL,
-            stderr=f,
-            preexec_fn=as_from_a_terminal,
+        return start_vtlab(
+            *overrides, f"hydra.run.dir={run_dir}", stdout=subprocess.DEVNULL, stderr=f, preexec_fn=as_from_a_terminal
         )
 
 
@@ -182,20 +170,11 @@ def test_sweep_exit_code_counts_every_job_not_done(tmp_path: Path, capsys) -> No
 @pytest.mark.slow
 def test_multirun_with_failed_jobs_runs_them_all_and_exits_1(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vtlab",
-            "--multirun",
-            *_EVAL,
-            "backbone.name_or_path=./no/such/model,./no/such/other",
-            f"hydra.sweep.dir={sweep}",
-        ],
-        cwd=ROOT,
-        env=OFFLINE_ENV,
-        capture_output=True,
-        text=True,
+    res = run_vtlab(
+        "--multirun",
+        *_EVAL,
+        "backbone.name_or_path=./no/such/model,./no/such/other",
+        f"hydra.sweep.dir={sweep}",
         timeout=600,
     )
     assert res.returncode == 1, res.stderr[-3000:]

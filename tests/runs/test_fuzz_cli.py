@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from fuzz import MUTATIONS, READERS, Refused, beir_expected, explore, replace_file, snapshot, write_files
-from helpers import one_error_line
+from helpers import one_error_line, run_vtlab_together
 
 from vtlab.data.collections import judged_queries
 
@@ -68,29 +65,14 @@ def test_generated_collections_through_the_cli(tmp_path: Path, shared_cache: Pat
             replace_file(inputs / name / change[0], change[1], tmp_path / "outside")
     before = snapshot(tmp_path)
 
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, "-m", "vtlab", *EVAL, f"eval.path={inputs / name}", f"hydra.run.dir={runs / name}"],
-            cwd=work,  # anything written relative to the working directory lands in the compared tree
-            env={**env, "TOKENIZERS_PARALLELISM": "false"},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name in cases
-    }
-    stderr = {}
-    for name, proc in procs.items():
-        try:
-            _, stderr[name] = proc.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            for p in procs.values():
-                p.kill()
-            raise AssertionError(f"{name}: python -m vtlab ran past {TIMEOUT_S} s (a pipe waited on?)") from None
+    done = run_vtlab_together(
+        {name: [*EVAL, f"eval.path={inputs / name}", f"hydra.run.dir={runs / name}"] for name in cases},
+        cwd=work,  # anything written relative to the working directory lands in the compared tree
+        timeout=TIMEOUT_S,
+    )
 
     for name, (files, needles, _) in cases.items():
-        run, err, rc = runs / name, stderr[name], procs[name].returncode
+        run, err, rc = runs / name, done[name].stderr, done[name].returncode
         status = json.loads((run / "status.json").read_text())
         if needles is None:
             assert rc == 0, f"{name}: exit {rc}\n{err[-3000:]}"

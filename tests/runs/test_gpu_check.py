@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import OFFLINE_ENV, ROOT
+from helpers import ROOT, child_env
 
 from vtlab.bench import gpu_check
 
@@ -35,7 +35,7 @@ def report(tmp_path_factory) -> dict:
     proc = subprocess.run(
         [sys.executable, "-m", "vtlab.bench.gpu_check", "--cpu", "--out", str(out)],
         cwd=ROOT,
-        env=OFFLINE_ENV,
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=1800,

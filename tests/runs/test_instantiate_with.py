@@ -3,11 +3,8 @@
 an input `Normalizer` — into a DictConfig: every arm with a preprocess (lowercase, masked lowercase, blank prefix)
 then failed at its first training batch with "'DictConfig' object is not callable"."""
 
-import subprocess
-import sys
-
 import pytest
-from helpers import OFFLINE_ENV, TWO_STEP_FINETUNE, compose_config
+from helpers import TWO_STEP_FINETUNE, compose_config, run_vtlab
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
@@ -27,8 +24,6 @@ def test_a_dataclass_argument_is_passed_through_not_turned_into_a_config():
 def test_a_lowercased_arm_fine_tunes_through_the_stage(tmp_path):
     run = tmp_path / "run"
     args = [*(a for a in TWO_STEP_FINETUNE if a != "vocab=native"), "vocab=lowercase", f"hydra.run.dir={run}"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "vtlab", *args], env=OFFLINE_ENV, capture_output=True, text=True, timeout=None
-    )
+    proc = run_vtlab(*args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (run / "model").is_dir()

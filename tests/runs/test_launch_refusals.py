@@ -6,13 +6,11 @@ devices (the precheck), and a SLURM job step whose tasks Lightning's SLURMEnviro
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, compose_config, one_error_line
+from helpers import child_env, compose_config, one_error_line, run_vtlab
 
 import vtlab.runs.launch as launch
 from vtlab.core.errors import ConfigError
@@ -62,19 +60,18 @@ def _planted_torch(tmp_path: Path, cuda: str | None) -> tuple[dict[str, str], Pa
     (fake / "torch" / "version.py").write_text(
         f"from typing import Optional\n__version__ = {version!r}\ncuda: Optional[str] = {cuda!r}\nhip = None\n"
     )
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)])}, marker
+    return child_env(fake), marker
 
 
 @pytest.mark.cli
 def test_the_cpu_build_exits_2_before_torch_is_imported_and_writes_nothing(tmp_path: Path) -> None:
     env, marker = _planted_torch(tmp_path, cuda=None)
-    run = [sys.executable, "-m", "vtlab", "trainer=gpu"]
-    proc = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = run_vtlab("trainer=gpu", cwd=tmp_path, env=env)
     assert proc.returncode == 2, proc.stderr[-2000:]
     one_error_line(proc.stderr, ["trainer.accelerator='gpu'", "2.13.0+cpu", INSTALL])
     assert not marker.exists() and not (tmp_path / "outputs").exists()
     env, marker = _planted_torch(tmp_path / "cuda", cuda="12.8")  # the same line passes with a CUDA build
-    proc = subprocess.run([*run, "--cfg", "job"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = run_vtlab("trainer=gpu", "--cfg", "job", cwd=tmp_path, env=env)
     assert proc.returncode == 0 and "accelerator: gpu" in proc.stdout, proc.stderr[-2000:]
     assert not marker.exists()
 
@@ -175,10 +172,10 @@ def test_outside_slurm_nothing_is_checked(tmp_path, monkeypatch) -> None:
 
 @pytest.mark.cli
 def test_a_plain_job_step_with_too_few_tasks_exits_2_in_one_line(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ELASTIC}
+    env = {k: v for k, v in child_env().items() if not k.startswith("SLURM_") and k not in ELASTIC}
     env.update(SLURM_JOB_NAME="vtlab", SLURM_JOB_ID="1", SLURM_NTASKS="1", SLURM_NTASKS_PER_NODE="1", SLURM_NNODES="1")
-    env.update(SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0", HF_HUB_OFFLINE="1", WANDB_MODE="offline")
+    env.update(SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0")
     run = ["stage=evaluate", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "logger=none"]
-    proc = subprocess.run([sys.executable, "-m", "vtlab", *run], cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = run_vtlab(*run, cwd=tmp_path, env=env)
     assert proc.returncode == 2, proc.stderr[-2000:]
     one_error_line(proc.stderr, ["SLURM_NTASKS_PER_NODE=1", "trainer.devices=2", "--ntasks-per-node=2"])

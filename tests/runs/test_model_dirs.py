@@ -17,12 +17,10 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import OFFLINE_ENV, ROOT, compose_config, hydra_conf, one_error_line
+from helpers import compose_config, hydra_conf, one_error_line, run_vtlab
 from transformers import AutoConfig
 
 from vtlab.backbones import Backbone
@@ -64,17 +62,6 @@ def pickle_only(root: Path, marker: Path) -> Path:
     return model
 
 
-def cli(*overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "vtlab", *overrides],
-        cwd=ROOT,
-        env={**OFFLINE_ENV, "VTLAB_CACHE": os.environ["VTLAB_CACHE"]},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 # ---- 1. pickle weights ------------------------------------------------------------------------------------------
 def test_pickle_weights_are_refused_naming_the_file_and_what_is_expected(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
@@ -90,12 +77,13 @@ def test_pickle_weights_are_refused_naming_the_file_and_what_is_expected(tmp_pat
 def test_a_pickle_only_backbone_is_one_line_through_the_cli(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     model = pickle_only(tmp_path / "m", marker)
-    res = cli(
+    res = run_vtlab(
         "stage=export",
         f"backbone.name_or_path={model}",
         "vocab=native",
         "logger=none",
         f"hydra.run.dir={tmp_path / 'run'}",
+        timeout=600,
     )
     assert res.returncode == 2, res.stderr[-3000:]
     one_error_line(res.stderr, [f"{model / 'pytorch_model.bin'}: pickle weights", "expected model.safetensors"])
@@ -130,7 +118,7 @@ def test_the_opt_in_still_admits_a_model_that_names_code(tmp_path: Path) -> None
 def test_an_export_of_a_run_whose_model_names_code_is_refused_and_copies_nothing(tmp_path: Path) -> None:
     run = tmp_path / "run"
     splade_tiny_copy(run / "model", edits={"config.json": {"auto_map": CODE_MAP}})
-    res = cli("stage=export", f"run_dir={run}", "logger=none")
+    res = run_vtlab("stage=export", f"run_dir={run}", "logger=none", timeout=600)
     assert res.returncode == 2, res.stderr[-3000:]
     one_error_line(res.stderr, [f"{run / 'model'}' contains its own Python code (configuration_x.XConfig"])
     assert not (run / "sparse-encoder").exists()

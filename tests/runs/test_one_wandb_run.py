@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
 
 import pytest
-from helpers import OFFLINE_ENV, ROOT, as_from_a_terminal
+from helpers import TESTS, as_from_a_terminal, child_env, start_vtlab
 from omegaconf import OmegaConf
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities.rank_zero import rank_zero_warn
@@ -26,7 +25,6 @@ from vtlab.runs.signals import ignored_sigint_line
 from vtlab.runs.tracking_id import ID_FILE, recorded_id, run_id
 from vtlab.tracking.loggers import configured_loggers, instantiate_logger, logs_to_wandb
 
-TESTS = Path(__file__).resolve().parents[1]
 CHEAP = ["stage=evaluate", "eval=none", "logger=none", "baseline=false", "vocab=native", "apc=off"]
 
 
@@ -124,19 +122,16 @@ def _sigint_ignored() -> None:
 @pytest.mark.cli
 def test_a_run_started_with_sigint_ignored_says_so_after_its_first_line_and_ignores_ctrl_c(tmp_path: Path) -> None:
     run_dir, release, log = tmp_path / "run", tmp_path / "release", tmp_path / "log"
-    env = {**OFFLINE_ENV, "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)}
-    command = [
-        sys.executable,
-        "-m",
-        "vtlab",
-        *CHEAP,
-        f"hydra.run.dir={run_dir}",
-        "+hydra.callbacks.pause._target_=run_pause.WaitForFile",  # held before the pipeline, until `release`
-        f"+hydra.callbacks.pause.path={release}",
-    ]
     with open(log, "w") as f:
-        proc = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, preexec_fn=_sigint_ignored
+        proc = start_vtlab(
+            *CHEAP,
+            f"hydra.run.dir={run_dir}",
+            "+hydra.callbacks.pause._target_=run_pause.WaitForFile",  # held before the pipeline, until `release`
+            f"+hydra.callbacks.pause.path={release}",
+            env=child_env(TESTS),
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_sigint_ignored,
         )
     try:
         deadline = time.monotonic() + 300

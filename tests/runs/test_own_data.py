@@ -11,16 +11,13 @@ BoolQ), and Qdrant's top-10 for every exported query equals the run's own rankin
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, run_vtlab
 
 from vtlab.vocab.targets import CorpusWordPiece
 
@@ -172,18 +169,10 @@ def _kind(args: list[str]) -> str:
 
 def _run(args: list[str], data: Path, cwd: Path) -> str:
     assert args[:3] == ["python", "-m", "vtlab"], args
-    argv = [sys.executable, "-m", "vtlab", *(a.replace("$DATA", str(data)) for a in args[3:]), *FAST[_kind(args)]]
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "WANDB_MODE": "offline",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONPATH": str(ROOT),
-    }
-    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
+    argv = [*(a.replace("$DATA", str(data)) for a in args[3:]), *FAST[_kind(args)]]
+    proc = run_vtlab(*argv, cwd=cwd, timeout=1200)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{' '.join(argv)}\n{out[-4000:]}"
+    assert proc.returncode == 0, f"{' '.join(proc.args)}\n{out[-4000:]}"
     return out
 
 

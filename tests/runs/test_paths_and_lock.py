@@ -8,7 +8,6 @@ eval=none: no model is loaded). The lock race pauses a run after Hydra has writt
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, compose_config, one_error_line
+from helpers import ROOT, TESTS, child_env, compose_config, one_error_line, run_vtlab_together, start_vtlab
 from omegaconf import OmegaConf
 
 from vtlab.core.errors import ConfigError, RunDirError
@@ -24,23 +23,8 @@ from vtlab.export.sentence_transformers import MANIFEST, check_target
 from vtlab.runs.checks import check_config
 from vtlab.runs.directory import hold_run_dir_lock, run_dir_lock
 
-TESTS = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("shared_cache")
 CHEAP = ["stage=evaluate", "eval=none", "logger=none", "baseline=false", "vocab=native", "apc=off"]
-
-
-def _env() -> dict[str, str]:
-    """The environment of a `python -m vtlab` (read when it starts: VTLAB_CACHE of the cache fixture); tests/ on
-    the path for run_pause."""
-    path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
-    return {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "WANDB_MODE": "offline",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONPATH": path,
-    }
 
 
 def _snapshot(root: Path) -> dict[str, tuple[bytes, int] | None]:
@@ -331,22 +315,13 @@ def cli_cases(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, 
         "escape_short": ([*CHEAP, "name=../../escape"], tmp / "escape_short" / "work", tmp / "escape_short"),
     }
     before = {name: _snapshot(root) for name, (_, _, root) in cases.items()}
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, "-m", "vtlab", *overrides],
-            cwd=cwd,
-            env=_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name, (overrides, cwd, _) in cases.items()
-    }
-    out = {}
-    for name, proc in procs.items():
-        _, stderr = proc.communicate(timeout=600)
-        out[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr), cases[name][2], before[name])
-    return out
+    done = run_vtlab_together(
+        {name: overrides for name, (overrides, _, _) in cases.items()},
+        cwd={name: cwd for name, (_, cwd, _) in cases.items()},
+        env=child_env(TESTS),
+        timeout=600,
+    )
+    return {name: (done[name], root, before[name]) for name, (_, _, root) in cases.items()}
 
 
 CLI_EXPECTED = {
@@ -384,19 +359,13 @@ def test_the_guard_refuses_a_hydra_run_dir_that_is_a_file_in_one_line(tmp_path: 
 # ---- the lock race: a refused run never writes, not even Hydra's record of itself --------------------------------
 def _start(run_dir: Path, seed: int, go: Path, log: Path) -> subprocess.Popen:
     with open(log, "w") as f:  # a file, not a pipe nobody drains while the other run waits
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "vtlab",
-                *CHEAP,
-                f"seed={seed}",
-                f"hydra.run.dir={run_dir}",
-                "+hydra.callbacks.pause._target_=run_pause.WaitForFile",
-                f"+hydra.callbacks.pause.path={go}",
-            ],
-            cwd=ROOT,
-            env=_env(),
+        return start_vtlab(
+            *CHEAP,
+            f"seed={seed}",
+            f"hydra.run.dir={run_dir}",
+            "+hydra.callbacks.pause._target_=run_pause.WaitForFile",
+            f"+hydra.callbacks.pause.path={go}",
+            env=child_env(TESTS),  # tests/ on the path for run_pause
             stdout=subprocess.DEVNULL,
             stderr=f,
         )

@@ -1,12 +1,9 @@
 """End-to-end runs through the Hydra config: training, checkpoint selection, evaluation files, CLI evaluation."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-from helpers import ROOT, compose_config
+from helpers import compose_config, run_vtlab
 
 from vtlab.stages.pipeline import run
 
@@ -90,23 +87,13 @@ def test_short_training_keeps_best_checkpoint_and_evaluates_it(tmp_path):
 @pytest.mark.slow
 def test_cli_evaluate_splade_tiny_on_boolq_beats_bm25(tmp_path):
     """`python -m vtlab stage=evaluate backbone=splade-tiny vocab=native eval=boolq` — the real model vs BM25."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vtlab",
-            "stage=evaluate",
-            "backbone=splade-tiny",
-            "vocab=native",
-            "eval=boolq",
-            "logger=none",
-            f"hydra.run.dir={tmp_path}",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
+    res = run_vtlab(
+        "stage=evaluate",
+        "backbone=splade-tiny",
+        "vocab=native",
+        "eval=boolq",
+        "logger=none",
+        f"hydra.run.dir={tmp_path}",
         timeout=600,
     )
     assert res.returncode == 0, res.stderr[-2000:]

@@ -3,14 +3,11 @@ torch or Lightning is imported; an accepted run's first line names the directory
 
 from __future__ import annotations
 
-import os
 import resource
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, one_error_line
+from helpers import child_env, one_error_line, run_vtlab
 
 from vtlab.__main__ import LOADING
 from vtlab.core.paths import CONF_DIR
@@ -65,7 +62,7 @@ def _without_torch(tmp_path: Path) -> tuple[dict[str, str], Path]:
         (fake / name / "__init__.py").write_text(
             f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\nraise ImportError('{name} imported')\n"
         )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)])}
+    env = child_env(fake)
     return env, marker
 
 
@@ -75,7 +72,7 @@ def test_each_mistake_exits_2_before_torch_is_imported(tmp_path: Path, name: str
     argv, needles = MISTAKES[name]
     env, marker = _without_torch(tmp_path)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([sys.executable, "-m", "vtlab", *argv], cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = run_vtlab(*argv, cwd=tmp_path, env=env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert proc.returncode == 2, proc.stderr[-2000:]
     one_error_line(proc.stderr, needles)
@@ -90,12 +87,7 @@ def test_each_mistake_exits_2_before_torch_is_imported(tmp_path: Path, name: str
 def test_the_first_line_names_the_directory_hydra_writes(tmp_path: Path) -> None:
     """trainer.precision's choices are Lightning's: the precheck lets it through, the first line is printed, Hydra
     makes the directory that line names, and the admission refuses the value there."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "vtlab", "stage=evaluate", "trainer.precision=bogus"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    proc = run_vtlab("stage=evaluate", "trainer.precision=bogus", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     first = proc.stdout.splitlines()[0]
     assert first.startswith("vtlab: evaluate-") and "; writing to outputs/runs/" in first, first

@@ -8,12 +8,11 @@ import json
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import OFFLINE_ENV, TWO_STEP_FINETUNE, as_from_a_terminal
+from helpers import TWO_STEP_FINETUNE, as_from_a_terminal, run_vtlab, start_vtlab
 
 from vtlab.runs.signals import rerun_command
 
@@ -49,14 +48,7 @@ def _interrupt_once_started(proc: subprocess.Popen, cwd: Path, log: Path) -> Pat
 def test_the_rerun_line_of_a_run_stopped_before_its_first_checkpoint_reruns_in_its_directory(tmp_path):
     log = tmp_path / "first.log"
     with open(log, "w") as f:  # the dated default run directory: outputs/runs/<date>/<time>-<name> under cwd
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "vtlab", *_TRAIN],
-            cwd=tmp_path,
-            env=OFFLINE_ENV,
-            stdout=subprocess.DEVNULL,
-            stderr=f,
-            preexec_fn=as_from_a_terminal,
-        )
+        proc = start_vtlab(*_TRAIN, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=f, preexec_fn=as_from_a_terminal)
     run_dir = _interrupt_once_started(proc, tmp_path, log)
     assert proc.wait(timeout=300) == 128 + signal.SIGTERM, log.read_text()[-3000:]
     last = log.read_text().strip().splitlines()[-1]
@@ -67,9 +59,7 @@ def test_the_rerun_line_of_a_run_stopped_before_its_first_checkpoint_reruns_in_i
     assert "overwrite=true" not in command  # nothing the run directory check refuses was left
 
     time.sleep(1.1)  # a new dated directory would have another <time> in its name
-    rerun = subprocess.run(
-        [sys.executable, *command[1:]], cwd=tmp_path, env=OFFLINE_ENV, capture_output=True, text=True, timeout=600
-    )
+    rerun = run_vtlab(*command[3:], cwd=tmp_path, timeout=600)  # as printed (this interpreter for `python`)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert _run_dirs(tmp_path) == [run_dir]  # no second dated directory
     assert json.loads((run_dir / "status.json").read_text())["status"] == "done"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import OFFLINE_ENV, ROOT, TINY_RUN, compose_config, prepare_run_dir, run_results
+from helpers import ROOT, TINY_RUN, compose_config, compose_run, prepare_run_dir, run_results, run_vtlab, start_vtlab
 from torch import nn
 
 from vtlab.callbacks.checkpoints import SameDirCheckpointIO, load_checkpoint
@@ -235,21 +235,17 @@ def test_loader_state_skips_served_batches_and_rolls_over_at_epoch_end() -> None
 # ---- where a restart finds its run -----------------------------------------------------------------------------
 
 
-def _cfg(run_dir: Path, *overrides: str):
-    return compose_config([f"paths.run_dir={run_dir}", *overrides])
-
-
 def test_interrupted_run_dir_is_resumed_and_a_fresh_one_is_not(tmp_path: Path) -> None:
-    assert prepare_run_dir(_cfg(tmp_path)) is None
+    assert prepare_run_dir(compose_run(tmp_path)) is None
     # killed before its first checkpoint: what it left (APC report, logs) is made again, the same command starts over
     (tmp_path / "apc_report.json").write_text("{}")
     (tmp_path / "csv").mkdir()
-    assert prepare_run_dir(_cfg(tmp_path)) is None
+    assert prepare_run_dir(compose_run(tmp_path)) is None
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / LAST_CKPT).write_bytes(b"x")
     (tmp_path / "checkpoints" / "best-step4.ckpt").write_bytes(b"x")
-    assert prepare_run_dir(_cfg(tmp_path)) == tmp_path / LAST_CKPT
-    assert prepare_run_dir(_cfg(tmp_path, "resume=true")) == tmp_path / LAST_CKPT
+    assert prepare_run_dir(compose_run(tmp_path)) == tmp_path / LAST_CKPT
+    assert prepare_run_dir(compose_run(tmp_path, "resume=true")) == tmp_path / LAST_CKPT
 
 
 def test_overwrite_removes_old_checkpoints_so_they_are_not_resumed(tmp_path: Path) -> None:
@@ -257,7 +253,7 @@ def test_overwrite_removes_old_checkpoints_so_they_are_not_resumed(tmp_path: Pat
     (tmp_path / LAST_CKPT).write_bytes(b"x")
     (tmp_path / "eval" / "boolq").mkdir(parents=True)
     (tmp_path / "eval" / "boolq" / "metrics.json").write_text("{}")
-    assert prepare_run_dir(_cfg(tmp_path, "overwrite=true")) is None
+    assert prepare_run_dir(compose_run(tmp_path, "overwrite=true")) is None
     assert not (tmp_path / "checkpoints").exists()
 
 
@@ -310,7 +306,7 @@ def test_refused_run_writes_nothing_and_never_starts(tmp_path: Path) -> None:
     (tmp_path / "eval" / "boolq" / "metrics.json").write_text("{}")
     started = []
     with pytest.raises(RunDirError, match="is finished"):
-        run(_cfg(tmp_path), on_start=lambda: started.append(True))
+        run(compose_run(tmp_path), on_start=lambda: started.append(True))
     assert started == []
 
 
@@ -331,13 +327,7 @@ _LOGGED = ["logger=csv", "trainer.log_every_n_steps=2"]
 def _vtlab(run_dir: Path, log: Path) -> subprocess.Popen:
     # output to a file: a pipe nobody drains while the other run goes on could fill up and stall the process
     with open(log, "a") as f:
-        return subprocess.Popen(
-            [sys.executable, "-m", "vtlab", *_RUN, *_LOGGED, f"hydra.run.dir={run_dir}"],
-            cwd=ROOT,
-            env=OFFLINE_ENV,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-        )
+        return start_vtlab(*_RUN, *_LOGGED, f"hydra.run.dir={run_dir}", stdout=f, stderr=subprocess.STDOUT)
 
 
 def _tail(log: Path) -> str:
@@ -432,7 +422,7 @@ def test_a_second_writer_of_a_run_directory_is_refused(tmp_path: Path) -> None:
     started = []
     with run_dir_lock(tmp_path):  # another process's run (flock: a second open of the directory conflicts too)
         with pytest.raises(RunDirError) as ei:
-            run(_cfg(tmp_path), on_start=lambda: started.append(True))
+            run(compose_run(tmp_path), on_start=lambda: started.append(True))
     assert str(ei.value) == (
         f"run directory {tmp_path} is in use by another vtlab process (it holds the directory's "
         "lock); wait for it to end, or choose another hydra.run.dir"
@@ -459,14 +449,7 @@ def test_a_second_writer_through_the_cli_gets_one_line_and_writes_nothing(tmp_pa
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        res = subprocess.run(
-            [sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={tmp_path}"],
-            cwd=ROOT,
-            env=OFFLINE_ENV,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        res = run_vtlab(*_RUN, f"hydra.run.dir={tmp_path}", timeout=300)
     finally:
         holder.kill()
         holder.wait()
@@ -514,12 +497,12 @@ def test_resume_refuses_a_changed_config_unless_asked(tmp_path: Path) -> None:
     from vtlab.core.errors import RunDirError
     from vtlab.runs.resume import run_config
 
-    first = _cfg(tmp_path / "a")
+    first = compose_run(tmp_path / "a")
     ckpt = _checkpoint_recording(tmp_path / "last.ckpt", [run_config(first)])
     # the same command (another run dir, name, logger: run-local) resumes; the recorded config stays the only one
-    same = _cfg(tmp_path / "b", "name=other", "logger=none", "resume=true")
+    same = compose_run(tmp_path / "b", "name=other", "logger=none", "resume=true")
     assert resume_configs(same, ckpt) == [run_config(first)]
-    changed = _cfg(tmp_path / "a", "model.optimizer.lr=1e-3", "data.batch_size=7")
+    changed = compose_run(tmp_path / "a", "model.optimizer.lr=1e-3", "data.batch_size=7")
     with pytest.raises(RunDirError) as ei:
         resume_configs(changed, ckpt)
     assert str(ei.value) == (
@@ -528,7 +511,7 @@ def test_resume_refuses_a_changed_config_unless_asked(tmp_path: Path) -> None:
         "0.001); rerun with its settings, pass resume_with_changes=true to continue with these "
         "(both are recorded in the checkpoint), or overwrite=true to start over"
     )
-    asked = _cfg(tmp_path / "a", "model.optimizer.lr=1e-3", "data.batch_size=7", "resume_with_changes=true")
+    asked = compose_run(tmp_path / "a", "model.optimizer.lr=1e-3", "data.batch_size=7", "resume_with_changes=true")
     assert resume_configs(asked, ckpt) == [run_config(first), run_config(asked)]  # both recorded from now on
     assert run_config(asked)["model"]["optimizer"]["lr"] == 1e-3
 
@@ -566,7 +549,7 @@ def test_a_refused_resume_is_refused_before_on_start_writes_anything(tmp_path: P
     before = _interrupted_run(tmp_path)
     started = []
     with pytest.raises(RunDirError, match="cannot resume: the config differs from the interrupted run's"):
-        run(_cfg(tmp_path, *_FIRST, "model.optimizer.lr=0.001"), on_start=lambda: started.append(True))
+        run(compose_run(tmp_path, *_FIRST, "model.optimizer.lr=0.001"), on_start=lambda: started.append(True))
     assert started == [] and _files(tmp_path) == before  # status.json is written by on_start: never reached
 
 
@@ -577,14 +560,7 @@ def test_a_refused_resume_through_the_cli_leaves_the_record_and_status_byte_iden
     status.json: a refused `python -m vtlab` changes no byte (and no mtime) of the interrupted run."""
     before = _interrupted_run(tmp_path)
     first_lr = compose_config(_FIRST).model.optimizer.lr
-    res = subprocess.run(
-        [sys.executable, "-m", "vtlab", *_FIRST, "model.optimizer.lr=0.001", f"hydra.run.dir={tmp_path}"],
-        cwd=ROOT,
-        env=OFFLINE_ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    res = run_vtlab(*_FIRST, "model.optimizer.lr=0.001", f"hydra.run.dir={tmp_path}", timeout=600)
     assert res.returncode == 2, res.stderr[-3000:]
     assert res.stderr.strip().splitlines() == [
         f"vtlab: error: {tmp_path / LAST_CKPT}: cannot resume: the config differs from the interrupted run's "

@@ -11,12 +11,10 @@ in parallel. The control (links that stay inside) is a cheap run that goes throu
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import OFFLINE_ENV, ROOT, one_error_line
+from helpers import one_error_line, run_vtlab, run_vtlab_together
 
 from vtlab.core.atomic import guard_write, link_leaving
 from vtlab.core.errors import LinkError, note_write_roots
@@ -43,17 +41,6 @@ def outside(tmp: Path) -> Path:
     (out / "config.yaml").write_text("precious: true\n")
     (out / "victim.log").write_text("someone else's log\n")
     return out
-
-
-def cli(*overrides: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "vtlab", *overrides],
-        cwd=ROOT,
-        env={**OFFLINE_ENV, "VTLAB_CACHE": os.environ["VTLAB_CACHE"]},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def link(at: Path, to: Path) -> Path:
@@ -113,12 +100,8 @@ def cli_cases(tmp_path_factory) -> dict[str, tuple]:
         run.mkdir()
         overrides, planted_link = plant(run, out)
         planted[name] = (overrides, planted_link, out, run, snapshot(run), snapshot(out))
-    procs = {name: cli(*case[0]) for name, case in planted.items()}
-    done = {}
-    for name, proc in procs.items():
-        _, stderr = proc.communicate(timeout=600)
-        done[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr), *planted[name][1:])
-    return done
+    done = run_vtlab_together({name: case[0] for name, case in planted.items()}, timeout=600)
+    return {name: (done[name], *case[1:]) for name, case in planted.items()}
 
 
 @pytest.mark.cli
@@ -161,9 +144,8 @@ def test_links_that_stay_in_the_run_dir_or_the_cache_and_a_run_dir_that_is_a_lin
     link(disk / "wandb" / "offline-run-1" / "logs" / "debug-core.log", outside(tmp_path) / "victim.log")
     run = tmp_path / "run"
     run.symlink_to(disk, target_is_directory=True)  # runs kept on another disk
-    proc = cli(*CHEAP, f"hydra.run.dir={run}")
-    _, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stderr[-3000:]
+    proc = run_vtlab(*CHEAP, f"hydra.run.dir={run}", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     assert (disk / ".hydra" / "config.yaml").is_file() and (disk / "status.json").is_file()
 
 

@@ -6,17 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from helpers import compose_config
 
 from vtlab.core.paths import CONF_DIR
-
-
-def compose_config(overrides: list[str]) -> DictConfig:
-    """Hydra's compose of conf/ with `overrides`, as `python -m vtlab` composes it."""
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=overrides)
-
 
 STAGES = sorted(p.stem for p in (Path(CONF_DIR) / "stage").glob("*.yaml"))
 

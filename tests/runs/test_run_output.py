@@ -5,16 +5,14 @@ run, and output that is not a terminal holds no redrawn progress frames or libra
 from __future__ import annotations
 
 import json
-import os
 import struct
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import wandb
-from helpers import ROOT, compose_config
+from helpers import compose_config, run_vtlab
 from omegaconf import open_dict
 from pytorch_lightning.loggers import WandbLogger
 from wandb.proto import wandb_internal_pb2
@@ -22,19 +20,6 @@ from wandb.proto import wandb_internal_pb2
 from vtlab.core.errors import VtlabError
 from vtlab.stages.pipeline import run
 from vtlab.tracking.loggers import configured_loggers
-
-
-def _env() -> dict[str, str]:
-    """Read when a command starts, so that it gets the VTLAB_CACHE of the test's cache fixture."""
-    return {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "WANDB_MODE": "offline",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONPATH": str(ROOT),
-    }
-
 
 # job 0 evaluates only (its loggers come from the config), job 1 trains two steps first (the trainer's loggers)
 _SWEEP = [
@@ -113,13 +98,7 @@ def sweep(tmp_path_factory, fresh_cache) -> tuple[Path, subprocess.CompletedProc
     """Hydra's basic launcher runs both jobs in one process; stdout and stderr are pipes (as under SLURM). A fresh
     cache, so the data building (BM25 mining, model loading) prints whatever it prints."""
     sweep_dir = tmp_path_factory.mktemp("sweep") / "sweep"
-    res = subprocess.run(
-        [sys.executable, "-m", "vtlab", "-m", *_SWEEP, f"hydra.sweep.dir={sweep_dir}"],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        timeout=600,
-    )
+    res = run_vtlab("-m", *_SWEEP, f"hydra.sweep.dir={sweep_dir}", timeout=600, text=False)
     # decoded here: text=True would turn the carriage returns this module looks for into newlines
     res.stdout, res.stderr = res.stdout.decode(errors="replace"), res.stderr.decode(errors="replace")
     assert res.returncode == 0, res.stderr[-3000:]
@@ -216,22 +195,14 @@ def test_export_from_a_run_records_itself_inside_that_run(sweep, tmp_path):
             for i, t in enumerate(["sparse retrieval", "vocabulary transfer"])
         )
     )
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vtlab",
-            "stage=export",
-            f"run_dir={trained}",
-            "logger=none",
-            "export.sentence_transformers=false",
-            "export.vectors.formats=[anserini]",
-            f"export.vectors.corpus={corpus}",
-        ],
+    res = run_vtlab(
+        "stage=export",
+        f"run_dir={trained}",
+        "logger=none",
+        "export.sentence_transformers=false",
+        "export.vectors.formats=[anserini]",
+        f"export.vectors.corpus={corpus}",
         cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert res.returncode == 0, res.stderr[-3000:]

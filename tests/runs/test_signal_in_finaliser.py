@@ -14,12 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import OFFLINE_ENV, ROOT
+from helpers import TESTS, child_env, start_vtlab
 
 from vtlab.runs import signals
 from vtlab.runs.signals import Terminated, catch_signals
 
-TESTS = Path(__file__).resolve().parents[1]
 CHEAP = ["stage=evaluate", "eval=none", "logger=none", "baseline=false", "vocab=native", "apc=off"]
 
 
@@ -66,20 +65,13 @@ def test_a_signal_no_step_acted_on_is_raised_before_the_run_says_done(caught_sig
 @pytest.mark.slow
 def test_sigterm_during_a_finaliser_stops_the_run_with_its_line_code_and_status(tmp_path: Path) -> None:
     run_dir, marker, log = tmp_path / "run", tmp_path / "in-finaliser", tmp_path / "stderr.log"
-    env = {**OFFLINE_ENV, "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)}
     with open(log, "w") as f:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "vtlab",
-                *CHEAP,
-                f"hydra.run.dir={run_dir}",
-                "+hydra.callbacks.finaliser._target_=run_finaliser.SleepInFinaliser",
-                f"+hydra.callbacks.finaliser.marker={marker}",
-            ],
-            cwd=ROOT,
-            env=env,
+        proc = start_vtlab(
+            *CHEAP,
+            f"hydra.run.dir={run_dir}",
+            "+hydra.callbacks.finaliser._target_=run_finaliser.SleepInFinaliser",
+            f"+hydra.callbacks.finaliser.marker={marker}",
+            env=child_env(TESTS),  # tests/ on the path for run_finaliser
             stdout=subprocess.DEVNULL,
             stderr=f,
         )

@@ -12,20 +12,19 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import OFFLINE_ENV, ROOT, TINY_RUN, as_from_a_terminal, run_results
+from helpers import TINY_RUN, as_from_a_terminal, run_results, start_vtlab
 
 pytestmark = pytest.mark.cli
 
 STEPS = 12  # the signal comes at step 3: 9 steps of room before the run would end by itself
 STOPS = {signal.SIGTERM: (3, 7)}  # stopped again after its resume, at step 7 (the other signals: once, at step 3)
 _RUN = [
-    *(o if o != "logger=none" else "logger=wandb" for o in TINY_RUN),  # offline (OFFLINE_ENV): one run, however resumed
+    *(o if o != "logger=none" else "logger=wandb" for o in TINY_RUN),  # offline: one run, however resumed
     f"trainer.max_steps={STEPS}",
     f"trainer.val_check_interval={STEPS}",
     "callbacks.last_checkpoint.every_n_train_steps=1000",  # no periodic save: only the signal's
@@ -36,10 +35,9 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
+    """`python -m vtlab <args>`, its output appended to `log`."""
     with open(log, "a") as f:  # a file: a pipe nobody drains could stall the run
-        return subprocess.Popen(
-            args, cwd=ROOT, env=OFFLINE_ENV, stdout=f, stderr=subprocess.STDOUT, preexec_fn=as_from_a_terminal
-        )
+        return start_vtlab(*args, stdout=f, stderr=subprocess.STDOUT, preexec_fn=as_from_a_terminal)
 
 
 def _lock_is_free(run_dir: Path) -> bool:
@@ -57,7 +55,7 @@ def _lock_is_free(run_dir: Path) -> bool:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> tuple[dict, dict[str, torch.Tensor]]:
     tmp = tmp_path_factory.mktemp("uninterrupted")
-    proc = _start([sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={tmp / 'run'}"], tmp / "log")
+    proc = _start([*_RUN, f"hydra.run.dir={tmp / 'run'}"], tmp / "log")
     assert proc.wait(timeout=600) == 0, (tmp / "log").read_text()[-3000:]
     return run_results(tmp / "run")
 
@@ -92,7 +90,7 @@ def _stop_at(proc: subprocess.Popen, log: Path, run_dir: Path, step: int, sig: s
 @pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
 def test_a_signal_at_step_3_leaves_a_checkpoint_and_the_printed_command_resumes_it(tmp_path, reference, sig):
     run_dir, log = tmp_path / "run", tmp_path / "log"
-    proc = _start([sys.executable, "-m", "vtlab", *_RUN, f"hydra.run.dir={run_dir}"], log)
+    proc = _start([*_RUN, f"hydra.run.dir={run_dir}"], log)
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     stops = STOPS.get(sig, (3,))
     for n, stop in enumerate(stops):
@@ -102,7 +100,7 @@ def test_a_signal_at_step_3_leaves_a_checkpoint_and_the_printed_command_resumes_
         assert line.startswith(f"vtlab: interrupted by {sig.name} (exit {128 + sig}); resume from {ckpt} with: "), line
         command = shlex.split(line.split(" with: ", 1)[1])
         assert command[:3] == ["python", "-m", "vtlab"] and f"hydra.run.dir={run_dir}" in command
-        resumed = _start([sys.executable, *command[1:]], log)  # as printed (this interpreter for `python`)
+        resumed = _start(command[3:], log)  # as printed (this interpreter for `python`)
         if n + 1 < len(stops):
             proc = resumed  # stopped again
     assert resumed.wait(timeout=600) == 0, log.read_text()[-3000:]

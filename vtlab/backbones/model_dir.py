@@ -13,11 +13,11 @@ Hub ids and offline assets are not directories here: the hub's own loading appli
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from vtlab.core.errors import AssetError, gib
+from vtlab.core.json_files import JsonFileError, read_json
 
 
 def admit_model_dir(
@@ -47,10 +47,10 @@ def auto_map(source: str) -> list[str]:
     found: dict[str, None] = {}
     for name in ("config.json", "tokenizer_config.json"):
         try:
-            data = json.loads((Path(source) / name).read_text())
-        except (OSError, ValueError):
+            data = read_json(Path(source) / name)
+        except JsonFileError:
             continue
-        mapping = data.get("auto_map") if isinstance(data, dict) else None
+        mapping = data.get("auto_map")
         for value in mapping.values() if isinstance(mapping, dict) else ():
             for ref in value if isinstance(value, list) else [value]:
                 if isinstance(ref, str):
@@ -89,8 +89,8 @@ def physical_memory() -> int | None:
 
 def _missing_shards(index: Path) -> list[str]:
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
-    except (OSError, ValueError, AttributeError):
+        weight_map = read_json(index).get("weight_map", {})
+    except JsonFileError:
         return []  # unreadable: transformers' own error (or _damaged_json) names it
     return sorted(f for f in set(weight_map.values()) if isinstance(f, str) and not (index.parent / f).is_file())
 
@@ -160,11 +160,9 @@ def check_tokenizer_dir(source: str, field: str) -> None:
 
 def _check_sizes(config: Path, field: str, memory: int | None) -> None:
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(config)
+    except JsonFileError:
         return  # unreadable: _damaged_json names it when transformers fails on it
-    if not isinstance(data, dict):
-        return
     for key in SIZE_KEYS:
         value = data.get(key)
         if key in data and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

@@ -4,7 +4,6 @@ AssetError line naming the config key."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from vtlab.backbones.model_dir import check_tokenizer_dir as check_tokenizer_dir
 from vtlab.core import hub
 from vtlab.core.assets import looks_like_path, resolve, source_key
 from vtlab.core.errors import AssetError, ConfigError
+from vtlab.core.json_files import JsonFileError, read_json
 
 T = TypeVar("T")
 
@@ -49,13 +49,9 @@ def _damaged_json(source: str, field: str) -> str | None:
     truncated tokenizer.json or config.json names no file); None when they all parse."""
     for path in sorted(Path(source).glob("*.json")) if os.path.isdir(source) else ():
         try:
-            json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            first = " ".join(str(e).split())[:200]
-            return (
-                f"{path}: cannot read it ({type(e).__name__}: {first}); the file is truncated or damaged (config "
-                f"key: {field}): rebuild or re-download it"
-            )
+            read_json(path, expected=object)
+        except JsonFileError as e:  # names the file
+            return f"{e}; the file is truncated or damaged (config key: {field}): rebuild or re-download it"
     return None
 
 

@@ -44,6 +44,7 @@ from vtlab.bench.common import peak_rss_mb, rss_mb, set_threads, timed, write_re
 from vtlab.core.assets import asset_path, cache_dir
 from vtlab.core.atomic import build_dir
 from vtlab.core.choices import OnnxInt8Target
+from vtlab.core.json_files import read_json
 from vtlab.data.boolq import boolq_collection
 
 # torch-free; onnxruntime is imported only when used
@@ -142,7 +143,7 @@ def write_texts(path: Path, sets: dict[str, Any]) -> dict[str, Any]:
 
 def read_texts(path: str | Path, docs: int | None = None, queries: int | None = None) -> tuple[list[str], list[str]]:
     """The first `docs` passages and `queries` questions (None: all) of a write_texts file."""
-    texts = json.loads(Path(path).read_text())
+    texts = read_json(path, what="a write_texts file: docs, queries")
     return texts["docs"][:docs], texts["queries"][:queries]
 
 

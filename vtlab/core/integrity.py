@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vtlab.core.atomic import build_dir, json_hash
+from vtlab.core.json_files import JsonFileError, read_json, what_is_wrong
 
 MARKER = "vtlab_complete.json"
 
@@ -52,10 +53,10 @@ def content_key(path: Path) -> str:
     marker = path / MARKER
     if marker.is_file():
         try:
-            files = json.loads(marker.read_text())["files"]
+            files = read_json(marker)["files"]
             if isinstance(files, dict) and files:
                 return f"sealed:{json_hash(files)}"
-        except (OSError, ValueError, KeyError, TypeError):
+        except (JsonFileError, KeyError):
             pass  # an unreadable marker: keyed like any directory (and rebuilt where vtlab checks it)
     if path.is_file():
         st = path.stat()
@@ -75,10 +76,12 @@ def problem(directory: Path) -> str | None:
     if not marker.is_file():
         return f"no completion marker {MARKER} (an interrupted build, or one from before vtlab wrote markers)"
     try:
-        files = json.loads(marker.read_text())["files"]
+        files = read_json(marker)["files"]
         if not isinstance(files, dict) or not files:
             raise ValueError("no files listed")
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except JsonFileError as e:
+        return f"unreadable completion marker {MARKER} ({what_is_wrong(e, marker)})"
+    except (ValueError, KeyError) as e:
         return f"unreadable completion marker {MARKER} ({type(e).__name__})"
     held, links = _held(directory)
     if links:

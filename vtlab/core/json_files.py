@@ -68,6 +68,12 @@ def parse_json(where: str, text: str, error: type[VtlabError] = JsonFileError) -
         raise error(f"{where}: invalid JSON ({' '.join(str(e).split())[:200]})") from None
 
 
+def what_is_wrong(error: Exception, path: str | os.PathLike[str]) -> str:
+    """What is wrong with the file at `path`, from an `error` of this module's (whose message starts `<path>: `), for
+    a caller whose own line names the file."""
+    return str(error).removeprefix(f"{path}: ")
+
+
 def read_json(
     path: str | os.PathLike[str], expected: type = dict, what: str = "", error: type[VtlabError] = JsonFileError
 ) -> Any:

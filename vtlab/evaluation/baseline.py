@@ -4,7 +4,6 @@ per configuration under the cache's `evals/`, so every run of a sweep compares a
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import write_json
 from vtlab.core.cache_keys import settings_key
+from vtlab.core.json_files import read_json, what_is_wrong
 from vtlab.core.targets import RENAMED_TARGETS
 
 log = logging.getLogger("vtlab")
@@ -75,16 +75,14 @@ def _cached_metrics(path: Path) -> dict[str, float] | None:
     """A baseline cache entry: {measure: number}. None, with one warning naming the file, for a truncated or changed one
     (it is then evaluated again and rewritten)."""
     try:
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(metrics, dict) or not metrics:
-            raise ValueError(f"expected a JSON object measure -> number, got {type(metrics).__name__}")
+        metrics = read_json(path, what="measure -> number")
+        if not metrics:
+            raise ValueError("expected a JSON object measure -> number, got an empty one")
         bad = next((k for k, v in metrics.items() if isinstance(v, bool) or not isinstance(v, (int, float))), None)
         if bad is not None:
             raise ValueError(f"{bad!r} is {metrics[bad]!r}, expected a number")
-    except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-        log.warning(
-            "baseline cache %s is damaged (%s: %s): evaluating the baseline again", path, type(e).__name__, first
-        )
+    except ValueError as e:  # a JsonFileError too
+        why = what_is_wrong(e, path)[:160]
+        log.warning("baseline cache %s is damaged (%s): evaluating the baseline again", path, why)
         return None
     return metrics

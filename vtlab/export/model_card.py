@@ -9,7 +9,6 @@ the card, commands with `<run dir>` for the trained run's directory and `.../<na
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -21,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from vtlab.core.json_files import JsonFileError, read_json
 from vtlab.evaluation import SPARSITY_KEYS, TIMING_KEYS, split_budget_key
 from vtlab.export.hub import hub_datasets, hub_model_id
 from vtlab.export.run_config import RunConfig
@@ -72,8 +72,8 @@ def run_metrics(run_dir: Path | None) -> dict[str, dict[str, float]]:
         return out
     for path in sorted(Path(run_dir).glob("eval/*/metrics.json")):
         try:
-            metrics = json.loads(path.read_text()).get("metrics")
-        except (OSError, ValueError, AttributeError) as exc:
+            metrics = read_json(path).get("metrics")
+        except JsonFileError as exc:
             log.warning("model card: %s skipped (%s)", path, exc)
             continue
         if isinstance(metrics, dict):

@@ -18,7 +18,6 @@ Hugging Face masked LMs vtlab uses with dynamic batch and sequence axes.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import warnings
 from pathlib import Path
@@ -28,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from vtlab.backbones.heads import decoder_bypassed
+from vtlab.core.atomic import write_json
 from vtlab.core.errors import VtlabError
 from vtlab.export.onnx_runtime import GRAPH_VERSION, INPUTS, MANIFEST, OUTPUT
 from vtlab.export.sentence_transformers import _add_lowercase, encoder_settings, preprocess_parts
@@ -130,6 +130,6 @@ def export_onnx(encoder: Any, out_dir: str | Path) -> Path:
         "pooling": "log1p(relu(max over positions with attention_mask=1 of the MLM logits))"
         + (", log1p again (double_log)" if encoder.double_log else ""),
     }
-    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    write_json(out_dir / MANIFEST, manifest)
     log.info("export: ONNX encoder written to %s", out_dir)
     return out_dir

@@ -20,7 +20,6 @@ attention's activation x activation MatMuls stay fp32.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from dataclasses import asdict, dataclass
@@ -29,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from vtlab.core.atomic import write_json
 from vtlab.core.choices import OnnxInt8Target
+from vtlab.core.json_files import read_json
 from vtlab.export.onnx_runtime import MANIFEST
 
 QUANTIZATION_VERSION = 1  # bump when quantize_graphs' settings change: cached int8 graphs are named by it
@@ -80,7 +81,7 @@ def quantize_graphs(src: Path, dst: Path, target: OnnxInt8Target) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     spec = TARGETS[target]
-    manifest = json.loads((src / MANIFEST).read_text())
+    manifest = read_json(src / MANIFEST, what="export_onnx's manifest")
     graphs = sorted({g for g in manifest["sides"].values() if g is not None})
     dst.mkdir(parents=True, exist_ok=True)
     for f in src.iterdir():
@@ -113,4 +114,4 @@ def quantize_graphs(src: Path, dst: Path, target: OnnxInt8Target) -> None:
         "pair_bound": {g: pair_bound(dst / g) for g in graphs},
         "int16_max": INT16_MAX,
     }
-    (dst / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_json(dst / MANIFEST, manifest)

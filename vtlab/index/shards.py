@@ -30,6 +30,7 @@ import scipy.sparse as sp
 
 from vtlab.core.atomic import atomic_dir, atomic_write_bytes, atomic_write_text, stable_hash, write_json
 from vtlab.core.errors import ConfigError, DataError
+from vtlab.core.json_files import JsonFileError, read_json
 
 SHARD_FILE = "shard.json"
 SHARD_NAME = re.compile(r"shard-(\d+)-of-(\d+)")
@@ -155,15 +156,17 @@ def write_shard(
 
 def _read_shard(path: Path, index_dir: Path) -> Shard:
     where = f"{index_dir}: {path.name}/"
+    if not (path / SHARD_FILE).exists():
+        raise DataError(f"{where} is incomplete (no {SHARD_FILE}: its job did not finish); run it again")
     try:
-        meta = json.loads((path / SHARD_FILE).read_text())
+        meta = read_json(path / SHARD_FILE)
         shard = Shard(
             path, int(meta["shard"]), int(meta["num_shards"]), int(meta["start"]), int(meta["stop"]),
             int(meta["n_docs"]), str(meta["collection"]), str(meta["fingerprint"]),
             (int(meta["batch_size"]), int(meta["window"])),
         )  # fmt: skip
-    except FileNotFoundError:
-        raise DataError(f"{where} is incomplete (no {SHARD_FILE}: its job did not finish); run it again") from None
+    except JsonFileError as e:  # names the file
+        raise DataError(f"{e}; expected a shard record") from None
     except (ValueError, KeyError, TypeError) as e:
         raise DataError(f"{where}{SHARD_FILE} is not a shard record ({type(e).__name__}: {e})") from None
     named = tuple(int(g) for g in SHARD_NAME.fullmatch(path.name).groups())  # type: ignore[union-attr]
@@ -220,7 +223,7 @@ def check_shards(index_dir: str | os.PathLike[str]) -> list[Shard]:
 
 
 def _shard_ids(s: Shard) -> list[str]:
-    ids = json.loads((s.path / "doc_ids.json").read_text())
+    ids = read_json(s.path / "doc_ids.json", list, "the shard's document ids", DataError)
     if len(ids) != s.stop - s.start:
         raise DataError(f"{s.path}/doc_ids.json: {len(ids)} ids for documents {s.start}..{s.stop}")
     return ids
@@ -287,7 +290,7 @@ def iter_index(index_dir: str | os.PathLike[str]) -> Iterator[tuple[list[str], s
     (checked first)."""
     index_dir = Path(index_dir)
     if (index_dir / "docs.npz").is_file():
-        ids = json.loads((index_dir / "doc_ids.json").read_text())
+        ids = read_json(index_dir / "doc_ids.json", list, "the index's document ids", DataError)
         docs = _load_csr(index_dir / "docs.npz")
         if docs.shape[0] != len(ids):
             raise DataError(f"{index_dir}: docs.npz has {docs.shape[0]} rows, doc_ids.json {len(ids)} ids")

@@ -8,7 +8,6 @@ and saved as `idf.json` ({token: weight}, the format OpenSearch and sentence-tra
 
 from __future__ import annotations
 
-import json
 import logging
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
@@ -22,6 +21,7 @@ from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import atomic_write_bytes, stable_hash, write_json
 from vtlab.core.cache_keys import settings_key, tokenizer_key
 from vtlab.core.errors import DataError
+from vtlab.core.json_files import read_json
 
 log = logging.getLogger("vtlab")
 
@@ -112,14 +112,9 @@ class IdfTable:
     def from_json(cls, path: str | Path, tokenizer: Any) -> IdfTable:
         """Load {token: weight}; tokens absent from the file weigh 0, tokens unknown to `tokenizer` are an error."""
         path = Path(path)
-        try:
-            table = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DataError(f"{path}: no such IDF file (expected a JSON object token -> weight)") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise DataError(f"{path}: not valid JSON ({e}); expected an object token -> weight") from None
-        if not isinstance(table, dict):
-            raise DataError(f"{path}: expected a JSON object token -> weight, got {type(table).__name__}")
+        if not path.exists():
+            raise DataError(f"{path}: no such IDF file (expected a JSON object token -> weight)")
+        table = read_json(path, dict, "token -> weight", DataError)
         vocab = tokenizer.get_vocab()
         weights = np.zeros(len(tokenizer), dtype=np.float32)
         for token, w in table.items():

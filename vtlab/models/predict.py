@@ -24,7 +24,6 @@ processes: every batch is the same batch, whichever process encodes it.
 
 from __future__ import annotations
 
-import json
 import uuid
 import zipfile
 from collections.abc import Sequence
@@ -40,6 +39,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from vtlab.core.atomic import atomic_write_bytes, write_json
 from vtlab.core.errors import DataError
+from vtlab.core.json_files import JsonFileError, read_json
 from vtlab.models.encoder import SpladeEncoder, dense_to_csr
 
 _SPILLS = ("shard-r*.npz", "manifest-r*.json", ".shard-r*", ".manifest-r*")  # with a killed writer's temp files
@@ -193,13 +193,15 @@ def _read_manifest(shard_dir: Path, rank: int, token: str, world: int | None) ->
     named in order; with "parts" as (path, rows)."""
     path = shard_dir / manifest_name(rank)
     expected = f"expected rank {rank}'s manifest of the encoding with token {token}"
+    if not path.exists():
+        raise DataError(f"{path}: missing; {expected}")
     try:
-        m = json.loads(path.read_text())
+        m = read_json(path)
         m["parts"] = [(shard_dir / str(p["file"]), int(p["rows"])) for p in m["parts"]]
         m["world_size"] = int(m["world_size"])
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing; {expected}") from None
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except JsonFileError as e:  # names the file
+        raise DataError(f"{e}; {expected}") from None
+    except (ValueError, KeyError, TypeError) as e:
         raise DataError(f"{path}: unreadable ({type(e).__name__}: {e}); {expected}") from None
     if m.get("token") != token:
         raise DataError(f"{path}: written by another encoding (token {m.get('token')}); {expected}")

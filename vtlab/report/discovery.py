@@ -17,6 +17,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from vtlab.core.atomic import atomic_write
 from vtlab.core.errors import VtlabError
+from vtlab.core.json_files import JsonFileError, read_json, what_is_wrong
 from vtlab.core.records import load_record
 from vtlab.runs.status import job_dirs
 
@@ -107,15 +108,12 @@ def _load_yaml(path: Path) -> Any:
 
 
 def _load_json(path: Path, what: str) -> dict[str, Any]:
-    if path.exists() and not path.is_file():  # a directory; a named pipe, which a read would wait on forever
-        raise ReportError(f"{path}: malformed {what} (not a regular file)")
+    """The JSON object in `path`; ReportError `<path>: malformed <what> (why)` for anything read_json refuses (not a
+    regular file, not JSON, not an object)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ReportError(f"{path}: malformed {what} ({' '.join(str(exc).split())})") from exc
-    if not isinstance(data, dict):
-        raise ReportError(f"{path}: malformed {what} (expected a JSON object, got {type(data).__name__})")
-    return data
+        return read_json(path)
+    except JsonFileError as exc:
+        raise ReportError(f"{path}: malformed {what} ({what_is_wrong(exc, path)})") from None
 
 
 def read_metrics(path: Path) -> dict[str, Any]:

@@ -19,7 +19,6 @@ edit between its first and last MiB cannot be ruled out otherwise.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from omegaconf import DictConfig
 
 from vtlab.core.atomic import write_json
 from vtlab.core.errors import DataError, RunDirError
+from vtlab.core.json_files import JsonFileError, read_json
 from vtlab.runs.checks import values
 
 log = logging.getLogger("vtlab")
@@ -109,15 +109,15 @@ def _recorded(path: Path) -> dict[str, dict[str, Any]] | None:
     """The fingerprints an interrupted run recorded; None when it recorded none (a run from before inputs.json)."""
     if not path.is_file():
         return None
+    why = "the resumed run's inputs cannot be compared with the interrupted run's: pass overwrite=true to start over"
     try:
-        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        files = read_json(path)["files"]
         if not isinstance(files, dict):
             raise TypeError(f"'files' is a {type(files).__name__}")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise RunDirError(
-            f"{path}: unreadable ({type(e).__name__}: {e}); the resumed run's inputs cannot be compared "
-            "with the interrupted run's: pass overwrite=true to start over"
-        ) from None
+    except JsonFileError as e:  # names the file
+        raise RunDirError(f"{e}; {why}") from None
+    except (KeyError, TypeError) as e:
+        raise RunDirError(f"{path}: unreadable ({type(e).__name__}: {e}); {why}") from None
     return files
 
 

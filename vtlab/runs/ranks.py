@@ -5,7 +5,11 @@ directory: the lock, status.json, the records; a later rank takes where rank 0 s
 
 Under SLURM the tasks start together, so a later task reads the run directory while task 0 may still be admitting
 it: a fresh run (no checkpoint) and a resume (its last.ckpt) read the same either way; overwrite=true over an earlier
-run's checkpoints does not, and is not for a multi-task job (docs/cluster.md)."""
+run's checkpoints does not, and is not for a multi-task job (docs/cluster.md).
+
+Lightning reads the same variables (lightning_fabric.utilities.rank_zero._get_rank; tests/runs/test_ddp_cli.py checks
+that the two agree on every launcher's environment), but importing it loads torch, and `python -m vtlab` asks which
+rank it is before torch loads (its first line, vtlab/__main__.py); a blank variable is no rank here, an error there."""
 
 from __future__ import annotations
 

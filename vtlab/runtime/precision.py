@@ -24,7 +24,6 @@ once each way, so a test that only passes where auto happens to pick fp32 shows 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -40,6 +39,7 @@ from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import write_json
 from vtlab.core.choices import EncoderPrecision
 from vtlab.core.errors import VtlabError
+from vtlab.core.json_files import read_json
 from vtlab.core.waiting import Waiting
 from vtlab.runtime.cpu import cpu_flags, parse_cpu_flags  # noqa: F401 (parse_cpu_flags: part of this module's interface)
 
@@ -253,7 +253,7 @@ def check_cache_path(key: str) -> Path:
 def load_trials(path: Path) -> dict[str, Trial] | None:
     """Trials cached by a previous check (None when absent or unreadable: the check runs again)."""
     try:
-        raw = json.loads(path.read_text())
+        raw = read_json(path)
         if raw.get("version") != CHECK_VERSION:
             return None
         return {

@@ -44,6 +44,7 @@ from transformers import PreTrainedTokenizerBase
 from vtlab.backbones import Backbone
 from vtlab.core.assets import source_key
 from vtlab.core.errors import VtlabError
+from vtlab.core.json_files import read_json
 from vtlab.vocab.canonical import TokenizerKind, bytelevel_bytes, tokenizer_kind
 from vtlab.vocab.targets import CachedTokenizerVocab, Preprocess, PretrainedVocab
 
@@ -256,7 +257,7 @@ class LowercaseVocab(CachedTokenizerVocab):
     def stats(self) -> dict[str, Any]:
         """The build record (vtlab_vocab.json): family, source size, tokens kept and dropped, merges kept (BPE),
         added tokens dropped."""
-        return json.loads((self.materialize() / "vtlab_vocab.json").read_text())
+        return read_json(self.materialize() / "vtlab_vocab.json", what="the tokenizer's build record")
 
     def embedding_source(self) -> None:
         return None
