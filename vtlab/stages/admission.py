@@ -54,6 +54,10 @@ class Admission:
     reused_from: Path | None = None
     reused_training_from: Path | None = None
 
+    @property
+    def run_dir(self) -> Path:
+        return self.plan.run_dir
+
 
 @contextlib.contextmanager
 def admit(
