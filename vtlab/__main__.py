@@ -1,9 +1,8 @@
-"""`python -m vtlab [overrides]`: the Hydra entry point. Thin on purpose: all wiring is in conf/ and
-vtlab.stages.pipeline."""
+"""`python -m vtlab [overrides]`: the Hydra entry point. Thin on purpose: all wiring is in conf/, the run's
+lifecycle in vtlab.runs.lifecycle and its stages in vtlab.stages.pipeline."""
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
@@ -14,32 +13,24 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from vtlab.core.errors import DiskError, note_write_roots, one_line, user_error
+from vtlab.core.errors import note_write_roots
 from vtlab.core.logs import guard_log_files, quiet_third_party
 from vtlab.core.overrides import quoted
 from vtlab.core.paths import CONF_DIR, cache_root
-from vtlab.runs.directory import LAST_CKPT, release_run_dir_lock, trains
+from vtlab.runs.guard import taken
+from vtlab.runs.plan import trains
 from vtlab.runs.precheck import MULTIRUN, checked, first_line, sweep_size
 from vtlab.runs.ranks import later_rank
 from vtlab.runtime.allocator import keep_freed_memory
 
-log = logging.getLogger("vtlab")
 LOADING = "vtlab: loading torch, Lightning and the model code ..."  # said before they are imported
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
-def main(cfg: DictConfig) -> None:
+def task(cfg: DictConfig) -> None:
+    """The job Hydra runs: the process set up, then the stages inside the run's lifecycle (vtlab.runs.lifecycle)."""
     # imported here: the command line was answered (a mistake, or the run's first line) before torch loads
-    from vtlab.runs.signals import (
-        CAUGHT,
-        catch_signals,
-        interrupted_line,
-        interrupting_signal,
-        raise_unheeded,
-        rerun_command,
-        resume_command,
-    )
-    from vtlab.runs.status import RunStatus, error_line
+    from vtlab.runs.lifecycle import Job, run_job
+    from vtlab.runs.signals import catch_signals
     from vtlab.stages.pipeline import run_or_exit
 
     # here, not at import: a launcher (submitit) runs the job in another process; the run directory: Lightning's
@@ -57,75 +48,19 @@ def main(cfg: DictConfig) -> None:
     # TERM (a scheduler's kill, `timeout`), HUP (a dropped ssh session), QUIT, USR1/2 as an exception, like Ctrl-C:
     # status.json and the exit code tell
     catch_signals()
-    status = RunStatus(cfg.paths.run_dir, name=cfg.name, overrides=list(hc.overrides.task))
-    started = []
-
-    def start() -> None:  # only once the run dir is accepted: a refused run never touches an earlier run's status
-        started.append(True)  # first: a signal arriving while status.json is written still records the interruption
-        status.start()
-
-    try:
-        run_or_exit(cfg, on_start=start)
-        raise_unheeded()  # a signal no step acted on still ends the run as interrupted, not done
-    except BaseException as exc:  # noqa: BLE001 - interruptions too: recorded, then an honest exit code
-        signum = interrupting_signal(exc)
-        if signum is not None:
-            for signum_ in (signal.SIGINT, *CAUGHT):  # a second signal must not cut the status write short
-                signal.signal(signum_, signal.SIG_IGN)
-            if started:
-                status.interrupted(signum)
-            run_dir, training = Path(cfg.paths.run_dir), trains(cfg)
-            checkpoint = run_dir / LAST_CKPT if training and (run_dir / LAST_CKPT).is_file() else None
-            task = list(hc.overrides.task)
-            command = resume_command(task, run_dir) if checkpoint else rerun_command(task, run_dir)
-            release_run_dir_lock(run_dir)  # free when the line appears: the rerun may start at once
-            print(interrupted_line(signum, run_dir, checkpoint, command, training), file=sys.stderr)
-            leave(128 + signum)  # a sweep stops too: the user asked to stop
-        if started:
-            _record_failure(status, exc)
-        if hc.mode == RunMode.MULTIRUN:
-            # one failed job must not end the sweep: the table shows it as failed (vtlab.report), and the sweep exits
-            # 1 at its end (vtlab.runs.status.SweepExitCode)
-            log.error("job %s failed: %s", hc.job.num, error_line(exc))
-            return
-        raise
-    try:
-        if started:  # a later rank of a run records nothing: rank 0 does (vtlab.runs.ranks)
-            status.done()
-    except DiskError as err:  # the results are written, but status.json cannot say so: not an honest exit 0
-        if hc.mode == RunMode.MULTIRUN:
-            log.error("job %s: %s", hc.job.num, err)
-            return
-        print(one_line(err), file=sys.stderr)
-        raise SystemExit(2) from None
+    guarded = taken(task)  # what the run dir guard answered before Hydra wrote (vtlab.runs.guard); None in a sweep
+    job = Job(
+        run_dir=Path(cfg.paths.run_dir),
+        name=cfg.name,
+        overrides=tuple(hc.overrides.task),
+        trains=trains(cfg),
+        num=hc.job.num if hc.mode == RunMode.MULTIRUN else None,
+        lock=guarded.lock if guarded is not None else None,
+    )
+    run_job(job, lambda on_start: run_or_exit(cfg, on_start, guarded))
 
 
-def _record_failure(status: object, exc: BaseException) -> None:
-    """status.json says "failed"; where it cannot be written (a link there, a full disk) that is one more line, and
-    none after a refusal that already named the file (the run exits 2 on its own line, no traceback)."""
-    try:
-        status.fail(exc)  # type: ignore[attr-defined]
-    except Exception as err:  # noqa: BLE001 - a user's error is one line; anything else is a bug
-        said = user_error(err)
-        if said is None:
-            raise
-        if not isinstance(exc, SystemExit):
-            print(one_line(said), file=sys.stderr)
-
-
-def leave(code: int) -> None:
-    """Exit now, the line printed: flush what is open and skip the interpreter's teardown (collecting a large
-    model's objects took minutes on a loaded machine, holding the CPU past the line a scheduler reads)."""
-    from vtlab.runs import world
-
-    wandb = sys.modules.get("wandb")
-    if wandb is not None and getattr(wandb, "run", None) is not None:
-        wandb.finish(exit_code=code, quiet=True)
-    world.current().farewell()  # every rank leaves once rank 0 recorded the run's end
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+main = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(task)
 
 
 if __name__ == "__main__":

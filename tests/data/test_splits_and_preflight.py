@@ -442,9 +442,9 @@ def test_a_vocabulary_learned_on_the_evaluation_corpus_is_said(tmp_path, caplog)
         {"vocab": {"corpus": {"path": str(tmp_path / "texts.txt")}}, "eval": {"path": str(tmp_path / "mine")}}
     )
     with caplog.at_level(logging.WARNING, logger="vtlab"):
-        warn_vocab_on_eval_corpus(other)
-        warn_vocab_on_eval_corpus(OmegaConf.create({"vocab": {"name": "bert-uncased"}}))
+        warn_vocab_on_eval_corpus(other.vocab.corpus.path, other.eval.path)
+        warn_vocab_on_eval_corpus(None, None)  # vocab=bert-uncased: no corpus
         assert not caplog.records
-        warn_vocab_on_eval_corpus(same)
+        warn_vocab_on_eval_corpus(same.vocab.corpus.path, same.eval.path)
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith(f"vocab.corpus.path and eval.path are the same collection ({tmp_path / 'mine'})")

@@ -12,7 +12,7 @@ from helpers import compose_config
 from omegaconf import OmegaConf
 
 from vtlab.core.paths import CONF_DIR
-from vtlab.runs.directory import RunDirInside
+from vtlab.runs.guard import RunDirInside
 from vtlab.runs.precheck import checked, first_line
 
 EVALUATED = ["stage=evaluate", "backbone=splade-tiny", "vocab=native", "apc=off", "logger=none", "name=my-eval"]

@@ -59,9 +59,8 @@ PIPELINE = "vtlab.stages.pipeline"
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
     # the entry answers a command line's mistakes (vtlab.runs.precheck) before torch loads: what imports it waits
     ("vtlab.__main__", "vtlab.runs.signals"): "imports Lightning (torch): after the command line is checked",
-    ("vtlab.__main__", "vtlab.runs.status"): "imports vtlab.runs.signals (torch): after the command line is checked",
+    ("vtlab.__main__", "vtlab.runs.lifecycle"): "imports vtlab.runs.world (torch): after the command line is checked",
     ("vtlab.__main__", "vtlab.stages.pipeline"): "the stages (torch, models): after the command line is checked",
-    ("vtlab.__main__", "vtlab.runs.world"): "imports torch.distributed: after the command line is checked",
     # bench workers: each tool is measured in its own process, so a peer's process must not load vtlab's torch code
     ("vtlab.bench.common", "vtlab.runtime.precision"): "imports torch; the ONNX Runtime encode worker (which imports "
     "bench.common) must run without torch",

@@ -199,7 +199,7 @@ def test_the_cli_prints_one_line_for_a_full_disk(tmp_path: Path, capsys, monkeyp
     """What the entry point does with a DiskError from deep inside a stage: one line, exit 2."""
     from vtlab.stages.pipeline import run_or_exit
 
-    def fails(cfg, on_start=None):
+    def fails(cfg, on_start=None, guarded=None):
         try:
             atomic_write(tmp_path / "eval" / "metrics.json", lambda f: f.write("{}"))
         except DiskError as e:
@@ -389,7 +389,7 @@ def test_a_run_dir_that_cannot_be_written_is_refused_before_hydra_writes_there(
     # stage=export run_dir=R: Hydra's directory moves into R (RunDirInside, a later callback); that one is checked
     inside = {
         "run_dir_inside": {
-            "_target_": "vtlab.runs.directory.RunDirInside",
+            "_target_": "vtlab.runs.guard.RunDirInside",
             "source": str(tmp_path / "R"),
             "subdir": "exports/t",
         }

@@ -67,7 +67,7 @@ def test_the_wandb_logger_continues_the_run_directorys_run_on_rank_0_only(tmp_pa
     for name in ("LOCAL_RANK", "RANK", "SLURM_PROCID"):
         monkeypatch.delenv(name, raising=False)
     cfg = _cfg(tmp_path)
-    assert logs_to_wandb(cfg) and not logs_to_wandb(_cfg(tmp_path, "none"))
+    assert logs_to_wandb(cfg.logger) and not logs_to_wandb(_cfg(tmp_path, "none").logger)
     recorded = run_id(tmp_path, resumes=False)
     (logger,) = configured_loggers(cfg)
     assert isinstance(logger, WandbLogger)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vtlab.core.overrides import override, quoted_list, shell_line, value
-from vtlab.runs.signals import rerun_command, resume_command
+from vtlab.runs.lifecycle import rerun_command, resume_command
 
 NAMES = ["plain", "a,b", "k=v", "two words", "it's", 'say "hi"', "back\\slash", "end\\", "[1, 2]", "${oc.env:HOME}"]
 PARSER = OverridesParser.create()

@@ -264,10 +264,10 @@ def test_a_run_dir_that_is_a_file_is_one_line_in_process(tmp_path: Path) -> None
 @pytest.mark.cli
 def test_the_pipeline_runs_under_the_lock_the_guard_holds_and_others_stay_out(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    hold_run_dir_lock(run_dir)  # as RunDirGuard does before Hydra writes .hydra/
-    with run_dir_lock(run_dir):  # the pipeline's: this process's own lock, not a conflict
+    held = hold_run_dir_lock(run_dir)  # as RunDirGuard does before Hydra writes .hydra/
+    with run_dir_lock(run_dir, held=held):  # the pipeline's: this process's own lock, not a conflict
         pass
-    with run_dir_lock(run_dir):  # still held after the pipeline's block (until the process ends)
+    with run_dir_lock(run_dir, held=held):  # still held after the pipeline's block (until the process ends)
         pass
     probe = (
         "import sys\nfrom pathlib import Path\nfrom vtlab.core.errors import RunDirError\n"
@@ -344,7 +344,7 @@ def test_the_guard_refuses_a_hydra_run_dir_that_is_a_file_in_one_line(tmp_path: 
     """RunDirGuard.check, the admission's first step in `python -m vtlab` (before Hydra makes the directory), on the
     Hydra config the CLI composes: the line it prints (exit 2), the file and its folder as they were."""
     from vtlab.core.errors import one_line
-    from vtlab.runs.directory import RunDirGuard
+    from vtlab.runs.guard import RunDirGuard
 
     (tmp_path / "file").mkdir()
     (tmp_path / "file" / "run").write_text("a file, not a directory\n")

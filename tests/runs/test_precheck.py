@@ -141,13 +141,7 @@ def test_a_finished_run_dir_rerun_exits_2_before_torch_is_imported(tmp_path: Pat
     run_dir = _finished_run(tmp_path)
     env, marker = _without_torch(tmp_path)
     before = _tree(run_dir)
-    proc = subprocess.run(
-        [sys.executable, "-m", "vtlab", "stage=evaluate", f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    proc = run_vtlab("stage=evaluate", f"hydra.run.dir={run_dir}", cwd=tmp_path, env=env)
     assert proc.returncode == 2, proc.stderr[-2000:]
     one_error_line(proc.stderr, [str(run_dir), "is finished"])
     assert proc.stdout == "" and not marker.exists()
@@ -171,13 +165,8 @@ def test_an_accepted_run_says_it_is_loading_before_torch_is_imported(tmp_path: P
     fake = tmp_path / "fake" / "torch"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("import sys\nprint('FAKE TORCH IMPORTED', file=sys.stderr)\nraise ImportError\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(ROOT)])}
-    proc = subprocess.run(
-        [sys.executable, "-m", "vtlab", "stage=evaluate", f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+    proc = run_vtlab(
+        "stage=evaluate", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=child_env(tmp_path / "fake")
     )
     assert proc.stdout.startswith("vtlab: evaluate-"), proc.stdout
     lines = proc.stderr.splitlines()

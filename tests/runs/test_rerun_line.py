@@ -1,5 +1,5 @@
 """A run interrupted before its first checkpoint prints the command that runs it again; that command runs in the same
-run directory (vtlab.runs.signals.rerun_command pins hydra.run.dir), so `stage=export run_dir=<that dir>` finds the
+run directory (vtlab.runs.lifecycle.rerun_command pins hydra.run.dir), so `stage=export run_dir=<that dir>` finds the
 results, and no second dated directory appears."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import TWO_STEP_FINETUNE, as_from_a_terminal, run_vtlab, start_vtlab
 
-from vtlab.runs.signals import rerun_command
+from vtlab.runs.lifecycle import rerun_command
 
 pytestmark = pytest.mark.cli
 

@@ -577,6 +577,7 @@ def test_a_resume_refused_for_changed_inputs_changes_nothing(tmp_path: Path) -> 
     written; the line is the one the CLI prints."""
     from vtlab.core.errors import RunDirError, config_key, one_line
     from vtlab.runs.inputs import fingerprints, record
+    from vtlab.runs.plan import run_plan
     from vtlab.runs.resume import run_config
     from vtlab.stages.admission import admit
 
@@ -586,7 +587,7 @@ def test_a_resume_refused_for_changed_inputs_changes_nothing(tmp_path: Path) -> 
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
     _checkpoint_recording(run_dir / LAST_CKPT, [run_config(compose_config(first))])
-    record(run_dir, fingerprints(compose_config(first)))  # writes .hydra/inputs.json
+    record(run_dir, fingerprints(run_plan(compose_config(first), run_dir).inputs))  # writes .hydra/inputs.json
     (run_dir / ".hydra" / "config.yaml").write_text("recorded: by the interrupted run\n")
     (run_dir / "status.json").write_text('{"status": "interrupted"}\n')
     before = _files(run_dir)

@@ -9,6 +9,7 @@ from helpers import compose_config
 from omegaconf import OmegaConf
 
 from vtlab import reproduce
+from vtlab.runs.plan import run_plan
 from vtlab.runs.reuse import MARKER, find_equal_run, reuse_training
 from vtlab.stages import pipeline
 
@@ -96,7 +97,7 @@ def test_a_run_that_differs_only_in_eval_takes_the_training_not_the_evaluation(t
     run_dir.mkdir(parents=True)
     cfg = cfg_for("experiment=testbed/main/unc-native", f"reuse_runs=['{sweep}']", f"paths.run_dir={run_dir}")
     assert find_equal_run(cfg, [sweep]) is None  # not the same run: its evaluation differs
-    assert reuse_training(cfg) == src
+    assert reuse_training(run_plan(cfg)) == src
     assert (run_dir / "model" / "config.json").is_file() and (run_dir / "apc_report.json").is_file()
     assert not (run_dir / "eval").exists() and not (run_dir / "checkpoints").exists()
     assert (run_dir / MARKER).read_text().strip() == str(src.resolve())
@@ -117,14 +118,14 @@ def test_training_is_reused_only_when_everything_but_eval_is_equal(tmp_path, ove
         f"reuse_runs=['{sweep}']",
         f"paths.run_dir={tmp_path / 'run'}",
     )
-    assert reuse_training(cfg) is None
+    assert reuse_training(run_plan(cfg)) is None
 
 
 def test_a_run_without_a_saved_model_is_not_taken_for_its_training(tmp_path):
     sweep = tmp_path / "select"
     finished_job(sweep, 0, cfg_for("experiment=testbed/main/unc-native", "eval=testbed-dev"))
     cfg = cfg_for("experiment=testbed/main/unc-native", f"reuse_runs=['{sweep}']", f"paths.run_dir={tmp_path / 'r'}")
-    assert reuse_training(cfg) is None
+    assert reuse_training(run_plan(cfg)) is None
 
 
 @pytest.mark.train

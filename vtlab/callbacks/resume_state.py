@@ -9,6 +9,7 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig
 
 from vtlab.callbacks.checkpoints import check_checkpoint_fits, load_checkpoint, rng_states, set_rng_states
+from vtlab.runs.plan import run_plan
 from vtlab.runs.resume import checked_configs
 from vtlab.runs.world import current
 
@@ -70,6 +71,6 @@ def recorded_configs(resume_from: str) -> list[dict[str, Any]] | None:
 
 
 def resume_configs(cfg: DictConfig, resume_from: str | None) -> list[dict[str, Any]]:
-    """vtlab.runs.resume.checked_configs with the record read from `resume_from` (for callers outside the pipeline:
-    a run's admission reads it once and hands the result on)."""
-    return checked_configs(cfg, resume_from, recorded_configs(resume_from) if resume_from else None)
+    """vtlab.runs.resume.checked_configs of `cfg`'s plan with the record read from `resume_from` (for callers outside
+    the pipeline: a run's admission reads it once and hands the result on)."""
+    return checked_configs(run_plan(cfg), resume_from, recorded_configs(resume_from) if resume_from else None)

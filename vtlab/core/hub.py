@@ -1,7 +1,7 @@
 """The Hugging Face hub in one place: the one offline check (`offline`), one bounded reachability probe (`reachable`),
 and the one loader of hub datasets and dataset files (`load_dataset`, `dataset_file`). Model loaders (backbones,
-the inference-free IDF table, export) ask `offline` and `reachable` too, and `refuse_missing_hub_models` refuses a run
-whose config names a hub model this machine cannot have before any data is prepared.
+the inference-free IDF table, export) ask `offline` and `reachable` too, and `refuse_unavailable` refuses a run whose
+config names a hub model this machine cannot have (`hub_models`) before any data is prepared.
 
 Offline (a flag set, or the endpoint unreachable) the loaders use only the local cache: a cached copy still loads,
 an uncached one fails at once, with no retries. A failure is `HubUnavailable`, which callers reword into their own
@@ -183,17 +183,16 @@ def cached(repo: str, revision: str | None = None) -> bool:
     return True
 
 
-def refuse_missing_hub_models(cfg: Any) -> None:
-    """AssetError (the loaders' own line, `must_download`) for the first hub model the run's config names
-    (MODEL_KEYS anywhere in it) that cannot be had: offline and not in the local cache. Before any data is built,
-    so an offline run does not spend minutes preparing data for weights it cannot load. No probe when the config
-    names no hub model."""
+def hub_models(cfg: Any) -> dict[tuple[str, str | None], str]:
+    """(hub id, revision) → the first config key naming it, for every hub model the run's config names (MODEL_KEYS
+    anywhere in it). A node that does not resolve here is left out: it fails where its stage reads it, with its own
+    line."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    models: dict[tuple[str, str | None], str] = {}  # (hub id, revision) → the first key naming it
+    models: dict[tuple[str, str | None], str] = {}
     for key in cfg:
-        try:  # a node that does not resolve here fails where its stage reads it, with its own line
+        try:
             node = cfg[key]
             if not OmegaConf.is_config(node):
                 continue
@@ -202,8 +201,20 @@ def refuse_missing_hub_models(cfg: Any) -> None:
             continue
         for field, repo, revision in _hub_models(tree, str(key)):
             models.setdefault((repo, revision), field)
+    return models
+
+
+def refuse_unavailable(models: dict[tuple[str, str | None], str]) -> None:
+    """AssetError (the loaders' own line, `must_download`) for the first of `models` (hub_models) that cannot be had:
+    offline and not in the local cache. Before any data is built, so an offline run does not spend minutes preparing
+    data for weights it cannot load. No probe when there is no hub model."""
     if not models or not (offline() or not reachable()):
         return
     for (repo, revision), field in models.items():
         if not cached(repo, revision):
             raise AssetError(must_download(field, repo))
+
+
+def refuse_missing_hub_models(cfg: Any) -> None:
+    """refuse_unavailable of the hub models `cfg` names."""
+    refuse_unavailable(hub_models(cfg))

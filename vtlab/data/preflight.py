@@ -15,7 +15,7 @@ TripletDataModule.setup: building the training set can be the expensive part.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from vtlab.data.collections import HUB_LOADERS, Collection, check_collection, load_beir
 from vtlab.data.overlap import normalize
-
-# the evaluation's own check of a loaded collection: the same words now as after training
-from vtlab.runs.directory import TRAINING_STEP
+from vtlab.runs.plan import RunPlan
 
 log = logging.getLogger("vtlab")
 
@@ -34,20 +32,15 @@ log = logging.getLogger("vtlab")
 EVALUATE_STEP = "vtlab.stages.evaluate.run"
 
 
-def preflight(cfg: DictConfig) -> None:
+def preflight(plan: RunPlan) -> None:
     """The checks this run's stages call for (the module docstring): DataError / RunDirError, one line each."""
-    steps = [
-        str(s.get("_target_"))
-        for s in OmegaConf.select(cfg, "stage.steps", default=None) or []
-        if isinstance(s, DictConfig)
-    ]
-    evaluates_late, trains = EVALUATE_STEP in steps[1:], TRAINING_STEP in steps
-    evaluated = check_eval(cfg) if evaluates_late else []  # evaluation after another stage: checked before it runs
-    warn_vocab_on_eval_corpus(cfg)
-    if trains:
-        dev = check_dev_path(cfg)
+    evaluates_late = EVALUATE_STEP in plan.steps[1:]
+    evaluated = check_eval(plan.evaluations) if evaluates_late else []  # evaluation after another stage: checked now
+    warn_vocab_on_eval_corpus(plan.vocab_corpus, plan.eval_path)
+    if plan.trains:
+        dev = check_dev_path(plan.dev_path, plan.dev_split)
         if dev is not None:
-            warn_dev_overlap(dev, evaluated, str(cfg.data.dev_path))
+            warn_dev_overlap(dev, evaluated, str(plan.dev_path))
 
 
 def _targets(node: Any) -> Iterator[str]:
@@ -74,22 +67,11 @@ def _reads_hub(node: DictConfig) -> bool:
     return any(_located(t) in HUB_LOADERS for t in targets)
 
 
-def eval_members(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
-    """(config key, node) of each evaluation: the eval itself, or each member of a suite (eval.evaluations.*)."""
-    ev = cfg.get("eval")
-    if not isinstance(ev, DictConfig):
-        return []
-    members = ev.get("evaluations")
-    if isinstance(members, DictConfig):
-        return [(f"eval.evaluations.{name}", node) for name, node in members.items() if isinstance(node, DictConfig)]
-    return [("eval", ev)]
-
-
-def check_eval(cfg: DictConfig) -> list[Collection]:
+def check_eval(evaluations: Iterable[tuple[str, DictConfig]]) -> list[Collection]:
     """Load and check each evaluation collection that is not on the hub (DataError / Hydra's error naming the key);
-    returns them."""
+    `evaluations`: (config key, node) of each (a RunPlan's). Returns them."""
     out = []
-    for key, node in eval_members(cfg):
+    for key, node in evaluations:
         if _reads_hub(node):
             log.info("%s reads the Hugging Face hub: checked when evaluated, not ahead of the run", key)
             continue
@@ -107,14 +89,11 @@ def check_eval(cfg: DictConfig) -> list[Collection]:
     return out
 
 
-def check_dev_path(cfg: DictConfig) -> Collection | None:
+def check_dev_path(dev_path: Any, split: str = "dev") -> Collection | None:
     """A dev set given as data.dev_path parses (the data module reads it again after the model loads); returns it."""
-    dev_path = OmegaConf.select(cfg, "data.dev_path", default=None)
     if not dev_path:
         return None
-    return load_beir(
-        str(Path(str(dev_path)).expanduser()), split=str(OmegaConf.select(cfg, "data.dev_split", default="dev"))
-    )
+    return load_beir(str(Path(str(dev_path)).expanduser()), split=split)
 
 
 def _dir_of(path: Any) -> Path | None:
@@ -125,11 +104,10 @@ def _dir_of(path: Any) -> Path | None:
     return (p.parent if p.name.startswith("corpus.jsonl") else p).resolve()
 
 
-def warn_vocab_on_eval_corpus(cfg: DictConfig) -> None:
+def warn_vocab_on_eval_corpus(corpus_path: Any, eval_path: Any) -> None:
     """A vocabulary learned from the collection the run is evaluated on (vocab.corpus.path = eval.path, as for a
     domain WordPiece on your own data) is transductive: legitimate, but to be said when the result is reported."""
-    corpus = _dir_of(OmegaConf.select(cfg, "vocab.corpus.path", default=None))
-    evaluated = _dir_of(OmegaConf.select(cfg, "eval.path", default=None))
+    corpus, evaluated = _dir_of(corpus_path), _dir_of(eval_path)
     if corpus is not None and corpus == evaluated:
         log.warning(
             "vocab.corpus.path and eval.path are the same collection (%s): the vocabulary is learned from the passages "

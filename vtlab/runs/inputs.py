@@ -5,10 +5,10 @@ was rewritten under the same path. A resume whose inputs changed is refused with
 The record sits beside Hydra's record of the invocation (`.hydra/config.yaml`): like it, it describes what the run was
 given, not a result, so a run that fails before any result leaves no new result file (tests/runs/test_bad_inputs.py).
 
-Inputs: the files the config names by path (`KEYS`): the training triplets and their teacher scores, the dev set
-(data.dev_path) and the evaluation collection(s) (eval.path, eval.evaluations.*.path); a BEIR directory stands for its
-corpus.jsonl, queries.jsonl and qrels/*.tsv. Built-in data (BoolQ, the hub) is named by its settings, which the config
-check covers.
+Inputs: the files the config names by path (vtlab.runs.plan.INPUT_KEYS, the plan's `inputs`): the training triplets
+and their teacher scores, the dev set (data.dev_path) and the evaluation collection(s) (eval.path,
+eval.evaluations.*.path); a BEIR directory stands for its corpus.jsonl, queries.jsonl and qrels/*.tsv. Built-in data
+(BoolQ, the hub) is named by its settings, which the config check covers.
 
 Fingerprint: size, mtime and sha256 of the whole file up to `WHOLE` bytes; above it, sha256 of the first and the last
 MiB (a multi-GB triplet file is not read whole at every start). A file hashed whole counts as changed only when its
@@ -20,40 +20,36 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-
-from omegaconf import DictConfig
 
 from vtlab.core.atomic import write_json
 from vtlab.core.errors import DataError, RunDirError
 from vtlab.core.json_files import JsonFileError, read_json
-from vtlab.runs.checks import values
 
 log = logging.getLogger("vtlab")
 
 INPUTS_JSON = Path(".hydra") / "inputs.json"
-KEYS = ("data.train.path", "data.train.scores_path", "data.dev_path", "eval.path", "eval.evaluations.*.path")
 WHOLE = 64 * 2**20  # hashed whole up to this size: ~0.1 s
 EDGE = 2**20  # larger files: the first and the last MiB
 
 
-def input_files(cfg: DictConfig) -> dict[str, str]:
-    """{absolute file path: the config key naming it} for every input file of `KEYS`; DataError for a named path
-    that does not exist (before any model loads)."""
+def input_files(named: Iterable[tuple[str, Any]]) -> dict[str, str]:
+    """{absolute file path: the config key naming it} for every input file `named` ((full key, value), the plan's
+    `inputs`); DataError for a named path that does not exist (before any model loads)."""
     files: dict[str, str] = {}
-    for key in KEYS:
-        for full, value in values(cfg, key):
-            if value is None:
-                continue
-            path = Path(str(value)).expanduser().resolve()
-            if path.is_dir():
-                named = [path / "corpus.jsonl", path / "queries.jsonl", *sorted((path / "qrels").glob("*.tsv"))]
-                files.update({str(p): full for p in named if p.is_file()})
-            elif path.is_file():
-                files[str(path)] = full
-            else:
-                raise DataError(f"{full}={value}: no such file or directory")
+    for full, value in named:
+        if value is None:
+            continue
+        path = Path(str(value)).expanduser().resolve()
+        if path.is_dir():
+            inside = [path / "corpus.jsonl", path / "queries.jsonl", *sorted((path / "qrels").glob("*.tsv"))]
+            files.update({str(p): full for p in inside if p.is_file()})
+        elif path.is_file():
+            files[str(path)] = full
+        else:
+            raise DataError(f"{full}={value}: no such file or directory")
     return files
 
 
@@ -97,8 +93,9 @@ def difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     return None
 
 
-def fingerprints(cfg: DictConfig) -> dict[str, dict[str, Any]]:
-    return {path: {"key": key, **fingerprint(path)} for path, key in input_files(cfg).items()}
+def fingerprints(named: Iterable[tuple[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{absolute file path: its config key and fingerprint} of every input file `named` (input_files)."""
+    return {path: {"key": key, **fingerprint(path)} for path, key in input_files(named).items()}
 
 
 def record(run_dir: Path, files: dict[str, dict[str, Any]]) -> None:

@@ -28,8 +28,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vtlab.core.errors import VtlabError, one_line
 from vtlab.runs.checks import CHECKS, Deferred, check_config
-from vtlab.runs.directory import check_run_dir, moved_run_dir
+from vtlab.runs.directory import check_run_dir
 from vtlab.runs.export_source import check_export_source, export_banner
+from vtlab.runs.guard import moved_run_dir
 from vtlab.runs.launch import check_launch
 from vtlab.runs.overrides import bad_override, command_line_overrides
 from vtlab.runs.ranks import later_rank

@@ -3,9 +3,10 @@
 
 A run with `reuse_runs=[DIR, ...]` looks in each DIR (a run directory or a sweep directory of job directories) for a
 job whose status.json says done and whose recorded `.hydra/config.yaml` equals its own config apart from the keys in
-IGNORED (labels that do not change what is computed). The first match's results are copied into the run directory,
-`reused_from.txt` names it, and no stage runs. Like the stage caches (transfer, MLM), it trusts that the code has not
-changed since: use it within one reproduction (vtlab.reproduce passes the main table's sweep to the ablations).
+vtlab.runs.plan.IGNORED (labels that do not change what is computed). The first match's results are copied into the
+run directory, `reused_from.txt` names it, and no stage runs. Like the stage caches (transfer, MLM), it trusts that
+the code has not changed since: use it within one reproduction (vtlab.reproduce passes the main table's sweep to the
+ablations).
 
 A training run whose config differs from a finished one's only in `eval` takes that run's training instead
 (reuse_training): everything the training wrote (the saved model, APC report, training logs' results) is copied, its
@@ -21,31 +22,22 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from vtlab.core.records import load_record
-from vtlab.runs.directory import trains
+from vtlab.runs.plan import IGNORED, RunPlan, comparable
 from vtlab.runs.status import job_dirs, read_status
 from vtlab.runs.tracking_id import ID_FILE
 
 log = logging.getLogger("vtlab")
 
-IGNORED = ("name", "group", "paths", "reuse_runs", "report", "selection")  # wandb labels, where the run writes,
-# this option itself, which contrasts a table reports, how vtlab.reproduce picks settings on dev before any job (an
-# ablation's `selection.arm` names the main row whose choice it takes; no stage reads it)
 # What a reused run gets: its results and reports; not the logs, trackers (nor the wandb id: each directory is its own
 # wandb run) or checkpoints of the original invocation.
 NOT_COPIED = (".hydra", "status.json", "*.log", "wandb", ID_FILE, "checkpoints", "csv", "mlm", "reused_from.txt")
 MARKER = "reused_from.txt"
 EVALUATION = "eval"  # the config key a run may differ in and still take another's training; also its results folder
 SAVED_MODEL = Path("model") / "config.json"  # what fine-tuning leaves in a run directory (vtlab.stages.finetune)
-
-
-def comparable(cfg: DictConfig | dict[str, Any], ignored: tuple[str, ...] = IGNORED) -> dict[str, Any]:
-    """The config as a plain dict, unresolved (paths stay `${...}`), without the `ignored` keys."""
-    data = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else dict(cfg)
-    return {k: v for k, v in data.items() if k not in ignored and k != "hydra"}
 
 
 def _job_dirs(root: Path) -> list[Path]:
@@ -61,14 +53,14 @@ def _is_done(job: Path) -> bool:
 
 
 def find_equal_run(
-    cfg: DictConfig,
+    cfg: DictConfig | dict[str, Any],
     dirs: list[str | Path],
     exclude: Path | None = None,
     ignored: tuple[str, ...] = IGNORED,
     holding: Path | None = None,
 ) -> Path | None:
-    """The first finished job under `dirs` whose recorded config equals `cfg` (up to `ignored`) and, with `holding`,
-    that holds that file; or None."""
+    """The first finished job under `dirs` whose recorded config equals `cfg` (a config, or a RunPlan's `config`) up to
+    `ignored` and, with `holding`, that holds that file; or None."""
     want = comparable(cfg, ignored)
     for root in dirs:
         for job in _job_dirs(Path(root)):
@@ -103,15 +95,13 @@ def copy_results(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:
     (dst / MARKER).write_text(f"{src.resolve()}\n")
 
 
-def reuse(cfg: DictConfig) -> Path | None:
-    """If `cfg.reuse_runs` holds an equal finished run, copy its results into `cfg.paths.run_dir`; returns its path."""
-    dirs = list(cfg.get("reuse_runs") or [])
-    if not dirs:
+def reuse(plan: RunPlan) -> Path | None:
+    """If `plan.reuse_runs` holds an equal finished run, copy its results into `plan.run_dir`; returns its path."""
+    if not plan.reuse_runs:
         return None
-    run_dir = Path(str(cfg.paths.run_dir))
-    src = find_equal_run(cfg, dirs, exclude=run_dir)
+    src = find_equal_run(plan.config, list(plan.reuse_runs), exclude=plan.run_dir)
     if src is not None:
-        copy_results(src, run_dir)
+        copy_results(src, plan.run_dir)
         log.info(
             "reuse: the config equals the finished run %s (up to %s): its results copied, no stage run",
             src,
@@ -120,17 +110,16 @@ def reuse(cfg: DictConfig) -> Path | None:
     return src
 
 
-def reuse_training(cfg: DictConfig) -> Path | None:
-    """If `cfg.reuse_runs` holds a finished run that trained this run's model (its config equal but for `eval`, its
-    model saved), copy what its training wrote, not its evaluation, into `cfg.paths.run_dir`; returns its path. The
+def reuse_training(plan: RunPlan) -> Path | None:
+    """If `plan.reuse_runs` holds a finished run that trained this run's model (its config equal but for `eval`, its
+    model saved), copy what its training wrote, not its evaluation, into `plan.run_dir`; returns its path. The
     caller then evaluates the copied model (vtlab.stages.pipeline)."""
-    dirs = list(cfg.get("reuse_runs") or [])
-    if not dirs or not trains(cfg):
+    if not plan.reuse_runs or not plan.trains:
         return None
-    run_dir = Path(str(cfg.paths.run_dir))
-    src = find_equal_run(cfg, dirs, exclude=run_dir, ignored=(*IGNORED, EVALUATION), holding=SAVED_MODEL)
+    ignored = (*IGNORED, EVALUATION)
+    src = find_equal_run(plan.config, list(plan.reuse_runs), exclude=plan.run_dir, ignored=ignored, holding=SAVED_MODEL)
     if src is not None:
-        copy_results(src, run_dir, skip=(EVALUATION,))
+        copy_results(src, plan.run_dir, skip=(EVALUATION,))
         log.info(
             "reuse: the training equals the finished run %s's (its eval differs): its model copied, evaluated here", src
         )

@@ -20,13 +20,10 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from vtlab.core.errors import exception_chain
-from vtlab.core.overrides import override, shell_line
-from vtlab.runs.directory import earlier_outputs
 
 # the signals a run records as an interruption: a scheduler's kill (TERM), a dropped ssh session (HUP), Ctrl-\ (QUIT),
 # a batch system's warning (USR1/USR2; under SLURM with auto-requeue, Lightning takes USR1 over while fitting)
@@ -213,40 +210,3 @@ def interrupting_signal(exc: BaseException) -> int | None:
         if isinstance(seen, SIGTERMException):
             return int(signal.SIGTERM)
     return None
-
-
-_PINNED = {"hydra.run.dir", "paths.run_dir", "resume", "overwrite"}  # what the commands below set themselves
-
-
-def _kept(overrides: Sequence[str]) -> list[str]:
-    return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in _PINNED]
-
-
-def resume_command(overrides: Sequence[str], run_dir: str | Path) -> str:
-    """The command that continues a run in `run_dir` from its checkpoint: its own overrides with `hydra.run.dir`
-    pinned to the directory (a dated default directory would be a new one), less `resume=`/`overwrite=` (the default
-    resume=auto continues; overwrite=true would delete the checkpoint)."""
-    return shell_line(["python", "-m", "vtlab", *_kept(overrides), override("hydra.run.dir", run_dir)])
-
-
-def rerun_command(overrides: Sequence[str], run_dir: str | Path) -> str:
-    """The command that runs an interrupted run with nothing to resume again from the start, in the same `run_dir`
-    (so what points at it, `stage=export run_dir=...`, gets the results): its overrides with `hydra.run.dir` pinned,
-    less `resume=` (resume=true would refuse: there is no checkpoint) and `overwrite=`, plus `overwrite=true` only when
-    the interrupted run left outputs the run directory check refuses without it (vtlab.runs.directory.earlier_outputs:
-    an evaluation suite's first metrics, a finished stage's model, a best checkpoint); its logs, .hydra/ and
-    status.json never need it."""
-    rerun = ["python", "-m", "vtlab", *_kept(overrides), override("hydra.run.dir", run_dir)]
-    if Path(run_dir).is_dir() and earlier_outputs(Path(run_dir)):
-        rerun.append("overwrite=true")
-    return shell_line(rerun)
-
-
-def interrupted_line(signum: int, run_dir: str | Path, checkpoint: Path | None, command: str, trains: bool) -> str:
-    """The one line an interrupted run ends with: the command that resumes it from `checkpoint`, or why a rerun
-    starts over (an evaluation or export keeps no partial results; a training run stopped before its first save)."""
-    head = f"vtlab: interrupted by {signal.Signals(signum).name} (exit {128 + signum}); "
-    if checkpoint is not None:
-        return f"{head}resume from {checkpoint} with: {command}"
-    why = "it stopped before its first checkpoint" if trains else "an evaluation or export keeps no partial results"
-    return f"{head}nothing to resume in {run_dir} ({why}); to run it again: {command}"

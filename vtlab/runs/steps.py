@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from vtlab.runs.directory import trains
+from vtlab.runs.plan import trains
 
 MLM_STEP = "vtlab.stages.mlm.run"
 

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from vtlab.core.atomic import hard_link_error, hard_link_in, link_leaving, real_path
 from vtlab.core.errors import DiskError, LinkError, disk_error, one_line
 from vtlab.core.paths import cache_root
-from vtlab.runs.directory import moved_run_dir
+from vtlab.runs.guard import moved_run_dir
 
 # what the probe writes: about what Hydra writes before the job starts (.hydra/*.yaml, the log's first lines), so a
 # disk too full for that is refused here too

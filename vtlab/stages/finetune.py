@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from vtlab.callbacks.checkpoints import SameDirCheckpointIO, check_free_space, chosen_checkpoint, load_checkpoint
-from vtlab.callbacks.resume_state import ResumeState, resume_configs
+from vtlab.callbacks.resume_state import ResumeState
 from vtlab.callbacks.run_config import RunConfigLogger
 from vtlab.callbacks.vocab_transfer import VocabTransferCallback
 from vtlab.core.atomic import atomic_dir
@@ -64,8 +64,6 @@ def tell_callbacks(callbacks: list[pl.Callback], cfg: DictConfig, state: dict[st
 def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     join_trainer(cfg.trainer)
     resume_from = state.get("resume_from")
-    # what the checkpoints record, read before cfg resolves in place (by the admission, else here first)
-    configs = state.get("configs") or resume_configs(cfg, resume_from)
     materialize_inputs(cfg, state)
     pl.seed_everything(cfg.seed, workers=True)
     run_dir = Path(cfg.paths.run_dir)
@@ -78,7 +76,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None]
     tell_callbacks(callbacks, cfg, state)
     # ResumeState last: its setup check runs after the callbacks that reshape the model (vocabulary transfer)
-    callbacks.append(ResumeState(resume_from, configs))
+    callbacks.append(ResumeState(resume_from, state.get("configs")))  # what the admission read
     loggers = configured_loggers(cfg)
     extra = {} if cfg.trainer.get("plugins") else {"plugins": [SameDirCheckpointIO()]}
     precision = trainer_precision(cfg.trainer.get("precision"), cfg.trainer.get("accelerator", "cpu"))

@@ -53,9 +53,10 @@ def _is_wandb(logger_cfg: Any) -> bool:
     return isinstance(logger_cfg, Mapping) and str(logger_cfg.get("_target_", "")).endswith("WandbLogger")
 
 
-def logs_to_wandb(cfg: DictConfig) -> bool:
-    """Whether the run has a wandb logger (the admission then records the run directory's wandb id)."""
-    return any(_is_wandb(c) for c in (cfg.get("logger") or {}).values())
+def logs_to_wandb(loggers: Any) -> bool:
+    """Whether the run's logger group (`cfg.logger`) has a wandb logger (the admission then records the run directory's
+    wandb id)."""
+    return any(_is_wandb(c) for c in (loggers or {}).values())
 
 
 def instantiate_logger(cfg: DictConfig, logger_cfg: Any, **overrides: Any) -> Logger:
