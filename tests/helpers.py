@@ -174,6 +174,14 @@ def prepare_run_dir(cfg: DictConfig) -> Path | None:
     return resume_from
 
 
+def said(stderr: str) -> list[str]:
+    """What a run said on stderr, line by line, less the line every accepted command prints before torch loads
+    (vtlab.__main__.LOADING): a refusal's or an interruption's lines alone."""
+    from vtlab.__main__ import LOADING
+
+    return [line for line in stderr.strip().splitlines() if line != LOADING]
+
+
 def one_error_line(stderr: str, expected: Iterable[str] = ()) -> str:
     """The single `vtlab: error:` line a refused command prints last, with no traceback and each of `expected` in it."""
     assert "Traceback" not in stderr, stderr[-3000:]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_RUN, child_env, hydra_conf, run_results, start_vtlab
+from helpers import TINY_RUN, child_env, hydra_conf, run_results, said, start_vtlab
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
 
@@ -124,7 +124,7 @@ def test_a_sweep_through_submitit_shares_its_cache_and_a_preempted_job_resumes_e
         os.kill(task, signal.SIGCONT)
     _wait("interruption", lambda: _status(job).get("status") == "interrupted", proc, log)
     out, err = _submitit_logs(sweep, controller)
-    stopped = [ln for ln in err.splitlines() if ln.startswith("vtlab: ")]
+    stopped = [ln for ln in said(err) if ln.startswith("vtlab: ")]
     assert len(stopped) == 1 and stopped[0].startswith("vtlab: interrupted by SIGTERM (exit 143); resume from "), err
     assert _status(job)["error"] == "interrupted by SIGTERM"
     stopped_at = int(load_checkpoint(job / LAST_CKPT)["global_step"])

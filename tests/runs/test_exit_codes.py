@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import as_from_a_terminal, run_vtlab, start_vtlab
+from helpers import as_from_a_terminal, run_vtlab, said, start_vtlab
 from omegaconf import OmegaConf
 
 from vtlab.bench.tiny_runs import TINY_FINETUNE
@@ -99,8 +99,8 @@ def test_a_signal_gives_its_exit_code_one_line_and_status_interrupted(interrupte
     rc, stderr, status = interrupted_runs[name]
     assert rc == code, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
-    lines = [ln for ln in stderr.splitlines() if ln.startswith("vtlab: ")]
-    assert lines == [stderr.strip().splitlines()[-1]], stderr[-3000:]
+    lines = [ln for ln in said(stderr) if ln.startswith("vtlab: ")]
+    assert lines == [said(stderr)[-1]], stderr[-3000:]
     assert lines[0].startswith(f"vtlab: interrupted by {signame} (exit {code});"), lines
     # what a rerun does: training resumes from its checkpoint; an evaluation has none and runs again
     if name.endswith("training"):

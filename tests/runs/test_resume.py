@@ -19,7 +19,17 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import ROOT, TINY_RUN, compose_config, compose_run, prepare_run_dir, run_results, run_vtlab, start_vtlab
+from helpers import (
+    ROOT,
+    TINY_RUN,
+    compose_config,
+    compose_run,
+    prepare_run_dir,
+    run_results,
+    run_vtlab,
+    said,
+    start_vtlab,
+)
 from torch import nn
 
 from vtlab.callbacks.checkpoints import SameDirCheckpointIO, load_checkpoint
@@ -454,7 +464,7 @@ def test_a_second_writer_through_the_cli_gets_one_line_and_writes_nothing(tmp_pa
         holder.kill()
         holder.wait()
     assert res.returncode == 2, res.stderr[-3000:]
-    assert res.stderr.strip().splitlines() == [
+    assert said(res.stderr) == [
         f"vtlab: error: run directory {tmp_path} is in use by another vtlab "
         "process (it holds the directory's lock); wait for it to end, or "
         "choose another hydra.run.dir"
@@ -562,7 +572,7 @@ def test_a_refused_resume_through_the_cli_leaves_the_record_and_status_byte_iden
     first_lr = compose_config(_FIRST).model.optimizer.lr
     res = run_vtlab(*_FIRST, "model.optimizer.lr=0.001", f"hydra.run.dir={tmp_path}", timeout=600)
     assert res.returncode == 2, res.stderr[-3000:]
-    assert res.stderr.strip().splitlines() == [
+    assert said(res.stderr) == [
         f"vtlab: error: {tmp_path / LAST_CKPT}: cannot resume: the config differs from the interrupted run's "
         f"(model.optimizer.lr: {first_lr!r} -> 0.001); rerun with its settings, pass resume_with_changes=true to "
         "continue with these (both are recorded in the checkpoint), or overwrite=true to start over"

@@ -50,6 +50,13 @@ def link(at: Path, to: Path) -> Path:
     return at
 
 
+def with_model(run: Path) -> Path:
+    """`run` given what a training run leaves for export to find (model/config.json), so export reaches its writes."""
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "config.json").write_text("{}")
+    return run
+
+
 # name → plant(run or sweep dir, outside dir) → (the command, the planted link)
 CASES = {
     "hydra_dir": lambda run, out: ([*CHEAP, f"hydra.run.dir={run}"], link(run / ".hydra", out)),
@@ -58,8 +65,11 @@ CASES = {
         ["-m", *CHEAP, "seed=0", f"hydra.sweep.dir={run}"],
         link(run / "0" / ".hydra", out),
     ),
-    # stage=export run_dir=R records itself in R/exports/<time>
-    "export_subdir": lambda run, out: (["stage=export", f"run_dir={run}", "logger=none"], link(run / "exports", out)),
+    # stage=export run_dir=R (R holds a model: model/config.json) records itself in R/exports/<time>
+    "export_subdir": lambda run, out: (
+        ["stage=export", f"run_dir={run}", "logger=none"],
+        with_model(run) and link(run / "exports", out),
+    ),
 }
 
 
