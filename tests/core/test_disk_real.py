@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, child_env, one_error_line
+from helpers import ROOT, child_env, one_error_line, said
 
 from vtlab.bench.tiny_runs import TINY_FINETUNE
 from vtlab.runs.status import RESERVE, RESERVE_FILE
@@ -174,7 +174,7 @@ mount -t tmpfs -o size=1m none "$MNT" && mount -o remount,ro "$MNT"
     ended = _scenario(tmp_path, script, _EVAL)
     line = _failed_with(ended, EROFS)
     assert line.startswith(f"vtlab: error: {tmp_path / 'mnt' / 'run'}: "), line
-    assert ended.stderr.strip().splitlines() == [line]
+    assert said(ended.stderr) == [line]
     assert ended.status is None  # nothing could be written: the line is the record
 
 
@@ -188,7 +188,7 @@ mount -t tmpfs -o size=32k none "$MNT"
     ended = _scenario(tmp_path, script, _EVAL)
     line = _failed_with(ended, ENOSPC)
     assert line.startswith(f"vtlab: error: {tmp_path / 'mnt' / 'run'}: "), line
-    assert ended.stderr.strip().splitlines() == [line] and ended.status is None
+    assert said(ended.stderr) == [line] and ended.status is None
 
 
 def test_a_read_only_cold_cache(namespace, tmp_path: Path) -> None:

@@ -53,11 +53,16 @@ def _splade_by_hand(texts: list[str], max_length: int) -> np.ndarray:
     return w.max(dim=1).values.numpy()
 
 
-@pytest.mark.usefixtures("empty_cache")
-def test_scores_are_the_teachers_dot_products_and_the_teacher_runs_once(monkeypatch):
-    calls = []
+@pytest.fixture
+def scorings(empty_cache, monkeypatch) -> list[int]:
+    """One entry per time the teacher itself scores (the cache empty at the start)."""
+    calls: list[int] = []
     score = teacher._score
     monkeypatch.setattr(teacher, "_score", lambda *args: calls.append(1) or score(*args))
+    return calls
+
+
+def test_scores_are_the_teachers_dot_products_and_the_teacher_runs_once(scorings):
     scored = teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
     for ex, out in zip(EXAMPLES, scored):
         q = _splade_by_hand([ex.query], 32)[0]
@@ -66,17 +71,13 @@ def test_scores_are_the_teachers_dot_products_and_the_teacher_runs_once(monkeypa
         assert (out.query, out.positive, out.negatives) == (ex.query, ex.positive, ex.negatives)
     assert scored[0].scores[0] > max(scored[0].scores[1:])  # the teacher ranks the answer first
     again = teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
-    assert calls == [1] and [e.scores for e in again] == [e.scores for e in scored]
+    assert scorings == [1] and [e.scores for e in again] == [e.scores for e in scored]
 
 
-@pytest.mark.usefixtures("empty_cache")
-def test_a_scale_multiplies_the_scores_and_the_cache_keeps_them_raw(monkeypatch):
-    calls = []
-    score = teacher._score
-    monkeypatch.setattr(teacher, "_score", lambda *args: calls.append(1) or score(*args))
+def test_a_scale_multiplies_the_scores_and_the_cache_keeps_them_raw(scorings):
     raw = teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64")
     scaled = teacher_scored(EXAMPLES, _teacher, name="tiny-q32-d64", scale=30.0)
-    assert calls == [1]  # one cache entry for every scale
+    assert scorings == [1]  # one cache entry for every scale
     for r, s in zip(raw, scaled):
         np.testing.assert_allclose(s.scores, [30.0 * v for v in r.scores], rtol=1e-12)
     for bad in (0.0, -1.0, float("nan"), float("inf")):

@@ -40,10 +40,11 @@ class CacheKeyError(VtlabError, TypeError):
 
 
 def key_neutral(target: Any) -> frozenset[str]:
-    """The setting names `target` (a class or module, an instance, or a classmethod bound to a class) declares
-    key-neutral in its `KEY_NEUTRAL`."""
+    """The setting names `target` (a class or module, an instance, a classmethod bound to a class, or a function)
+    declares key-neutral in its `KEY_NEUTRAL`."""
     owner = getattr(target, "__self__", target)
-    owner = owner if inspect.isclass(owner) or inspect.ismodule(owner) else type(owner)
+    keep = inspect.isclass(owner) or inspect.ismodule(owner) or inspect.isfunction(owner)
+    owner = owner if keep else type(owner)
     return frozenset(getattr(owner, "KEY_NEUTRAL", ()))
 
 

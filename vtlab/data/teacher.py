@@ -141,3 +141,6 @@ def teacher_scored(
     path = score_file(name, examples, teacher)
     scores = cached_scores(path, examples, lambda: _score(teacher(), examples, batch_size))
     return with_scores(examples, [[scale * v for v in s] for s in scores], source)
+
+
+teacher_scored.KEY_NEUTRAL = ("scale", "batch_size")  # type: ignore[attr-defined]  # the cache holds raw scores
