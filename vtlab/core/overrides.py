@@ -44,6 +44,11 @@ def shell_line(argv: Iterable[str]) -> str:
     return " ".join(words)
 
 
+def key(override_text: str) -> str:
+    """The key of one override: `+experiment=x` -> `experiment`, `~a.b` -> `a.b` (a Hydra key never holds `=`)."""
+    return override_text.split("=", 1)[0].lstrip("+~")
+
+
 def value(override_text: str) -> Any:
     """The value of one `key=value` override as Hydra reads it: `6e-05` is a float (YAML 1.1, which PyYAML follows,
     reads it as a string), `null` None, `[a,b]` a list, a quoted value the string inside."""

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from vtlab.core.atomic import atomic_write
 from vtlab.core.errors import VtlabError
 from vtlab.core.json_files import JsonFileError, read_json, what_is_wrong
+from vtlab.core.overrides import key as override_key
 from vtlab.core.records import load_record
 from vtlab.runs.status import job_dirs
 
@@ -86,11 +87,6 @@ class Job:
             path = (self.path or Path()) / "eval" / dataset / "per_query.json"
             self._per_query[dataset] = _read_per_query(path) if self.path is not None and path.is_file() else None
         return self._per_query[dataset]
-
-
-def override_key(override: str) -> str:
-    """`+experiment=x` -> `experiment`, `~a.b` -> `a.b` (a Hydra key never contains `=`)."""
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def _override_value(overrides: Iterable[str], key: str) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 
+from vtlab.core.overrides import key as override_key
 from vtlab.core.paths import CONF_DIR
 from vtlab.reproduce import paper_plan
 from vtlab.reproduce.learning import gate_rows
@@ -66,14 +67,10 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
 def with_extra(preset: Preset, extra: list[str]) -> list[str]:
     """The preset's overrides less those the user's `extra` sets again, then `extra` (e.g. `trainer=cpu` in a test)."""
-    mine = {_key(o) for o in extra}
-    return [o for o in preset.overrides if _key(o) not in mine] + list(extra)
+    mine = {override_key(o) for o in extra}
+    return [o for o in preset.overrides if override_key(o) not in mine] + list(extra)
 
 
 def applies(preset: Preset, scale: str, overrides: list[str]) -> bool:

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from vtlab.core.errors import ConfigError
+from vtlab.core.overrides import key
 from vtlab.core.records import RecordError, load_record
 
 # overrides of R that say how R ran, not which model it evaluated: left out of the export command
@@ -48,7 +49,7 @@ def export_command(run_dir: Path) -> str | None:
     if record is None or not OmegaConf.is_list(record):
         return None
     overrides = [str(o) for o in record]
-    kept = [o for o in overrides if o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] not in RUN_KEYS]
+    kept = [o for o in overrides if key(o).split(".", 1)[0] not in RUN_KEYS]
     return shlex.join(["python", "-m", "vtlab", "stage=export", *kept])
 
 

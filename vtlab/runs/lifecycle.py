@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vtlab.core.errors import DiskError, one_line, user_error
-from vtlab.core.overrides import override, shell_line
+from vtlab.core.overrides import key, override, shell_line
 from vtlab.runs import world
 from vtlab.runs.directory import LAST_CKPT, HeldLock, earlier_outputs
 from vtlab.runs.signals import CAUGHT, interrupting_signal, raise_unheeded
@@ -127,7 +127,7 @@ def leave(code: int) -> None:
 
 
 def _kept(overrides: Sequence[str]) -> list[str]:
-    return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in _PINNED]
+    return [o for o in overrides if key(o) not in _PINNED]
 
 
 def resume_command(overrides: Sequence[str], run_dir: str | Path) -> str:
