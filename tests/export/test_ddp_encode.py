@@ -1,7 +1,7 @@
 """A corpus encoded by several processes (vtlab.models.predict): the batches are dealt to the ranks in turn, so a
 corpus of fewer batches than processes encodes; rank 0 merges only after every rank's spills and manifest are
-written, and refuses, in one line naming the file, a missing or damaged spill, another encoding's manifest, or a
-file no manifest lists. The merged index is bitwise the one-process index."""
+written, and refuses, in one line naming the file, a missing or damaged spill, another encoding's manifest or spill,
+a spill copied over another part, or a file no manifest lists. The merged index is bitwise the one-process index."""
 
 from __future__ import annotations
 
@@ -102,6 +102,21 @@ def test_a_missing_or_damaged_spill_is_one_line_naming_it(tmp_path):
     part.unlink()
     assert refused(tmp_path, token) == (
         f"{part}: missing; expected the positions and CSR rows of 5 documents, as its manifest lists"
+    )
+
+
+def test_a_spill_records_its_encoding_and_part(tmp_path):
+    token = write_spills(tmp_path / "ours")
+    other = write_spills(tmp_path / "theirs")
+    part = tmp_path / "ours" / "shard-r0000-00001.npz"
+    shutil.copy(tmp_path / "theirs" / part.name, part)  # another encoding's spill of the same name and rows
+    assert refused(tmp_path / "ours", token) == (
+        f"{part}: holds shard-r0000-00001.npz of the encoding with token {other}; expected this encoding's ({token}) "
+        "shard-r0000-00001.npz: another encoding's spill, or a copy of another part"
+    )
+    shutil.copy(tmp_path / "ours" / "shard-r0000-00000.npz", part)  # a second copy of part 0 as part 1
+    assert refused(tmp_path / "ours", token).startswith(
+        f"{part}: holds shard-r0000-00000.npz of the encoding with token {token}; expected this encoding's"
     )
 
 

@@ -1,5 +1,6 @@
 """stage=encode in 3 independent jobs + the merge: docs.npz, doc_ids.json and the Anserini / Qdrant exports byte-equal
-to one job's; the slices are whole windows in corpus order; a missing, duplicated or foreign shard is one line."""
+to one job's; the slices are whole windows in corpus order; a missing, duplicated, foreign (another corpus, model or
+config) or damaged shard is one line naming it."""
 
 import json
 import random
@@ -50,6 +51,8 @@ def encoded(tmp_path_factory):
         encode(config(root / "three", "stage.encode.num_shards=3", f"stage.encode.shard={i}"), {"encoder": encoder})
     copy_shards(root / "three" / "index", root / "shards")  # the shards alone, before the merge
     encode(config(root / "three", "stage.encode.merge=true"), {})
+    other = config(root / "other", "stage.encode.num_shards=3", "stage.encode.shard=1", "model.encoder.double_log=true")
+    encode(other, {"encoder": build_encoder(other)})  # shard 1 of the same corpus, by another encoder config
     return root, corpus, encoder, config
 
 
@@ -134,8 +137,18 @@ def test_missing_duplicated_and_foreign_shards_are_one_line(encoded, tmp_path, c
 
     index = copy_shards(src, tmp_path / "duplicated" / "index", skip=("shard-1-of-3",))  # shard 0 copied as 1
     shutil.copytree(src / "shard-0-of-3", index / "shard-1-of-3")
-    (err,) = merge_error(config, index, capsys)
-    assert err.startswith(f"vtlab: error: {index}: shard-1-of-3/ holds shard 0 of 3") and "duplicated" in err
+    assert merge_error(config, index, capsys) == [
+        f"vtlab: error: {index}: shard-1-of-3/ holds shard 0 of 3 (shard.json), as shard-0-of-3/ does: a duplicated "
+        "or misnamed shard; remove it (shard 0 of 3 is shard-0-of-3/)"
+    ]
+
+    for copy in ("shard-1-of-3.bak", "shard-01-of-3"):  # a second copy beside the first: refused, not skipped
+        index = copy_shards(src, tmp_path / copy / "index")
+        shutil.copytree(src / "shard-1-of-3", index / copy)
+        assert merge_error(config, index, capsys) == [
+            f"vtlab: error: {index}: {copy}/ holds shard 1 of 3 (shard.json), as shard-1-of-3/ does: a duplicated "
+            "or misnamed shard; remove it (shard 1 of 3 is shard-1-of-3/)"
+        ]
 
     index = copy_shards(src, tmp_path / "foreign" / "index")  # a shard of another corpus (its ids' fingerprint)
     meta = json.loads((index / "shard-2-of-3" / "shard.json").read_text())
@@ -148,6 +161,54 @@ def test_missing_duplicated_and_foreign_shards_are_one_line(encoded, tmp_path, c
     (index / "shard-0-of-2" / "shard.json").write_text(json.dumps({**meta, "num_shards": 2}))
     with pytest.raises(DataError, match="shard-0-of-2/ is one of 2 shards, the others of 3"):
         check_shards(index)
+
+
+def test_a_shard_of_another_model_or_config_is_refused(encoded, tmp_path, capsys):
+    root, _, _, config = encoded
+    src = root / "shards"
+    index = copy_shards(src, tmp_path / "index", skip=("shard-1-of-3",))
+    shutil.copytree(root / "other" / "index" / "shard-1-of-3", index / "shard-1-of-3")  # double_log=true
+    ours, theirs = (json.loads((d / "shard-1-of-3" / "shard.json").read_text())["model"] for d in (src, index))
+    assert ours != theirs
+    assert merge_error(config, index, capsys) == [
+        f"vtlab: error: {index}: shard-1-of-3/ was encoded by another model or encoder config (model {theirs}; the "
+        f"others: {ours}): a foreign shard; remove it"
+    ]
+    assert not (index / "docs.npz").exists()
+
+
+def damage(path: Path) -> None:
+    blob = path.read_bytes()
+    path.write_bytes(blob[: len(blob) // 2])
+
+
+def test_a_damaged_shard_is_one_line_naming_the_file(encoded, tmp_path, capsys):
+    root, _, _, config = encoded
+    index = copy_shards(root / "shards", tmp_path / "npz" / "index")
+    damage(index / "shard-1-of-3" / "docs.npz")
+    expected = "expected the CSR rows of documents 8..16 in scipy's npz layout"
+    assert merge_error(config, index, capsys) == [
+        f"vtlab: error: {index}/shard-1-of-3/docs.npz: unreadable (BadZipFile: File is not a zip file); {expected}"
+    ]
+    with pytest.raises(DataError, match="unreadable"):  # read for an export, shard by shard: the same line
+        list(iter_index(index))
+    (index / "shard-1-of-3" / "docs.npz").write_bytes(b"\x80\x04N.")  # a pickle: refused, never run
+    assert merge_error(config, index, capsys) == [
+        f"vtlab: error: {index}/shard-1-of-3/docs.npz: unreadable (ValueError: This file contains pickled (object) "
+        f"data. If you trust the file you can load it unsafely using the `allow_pickle=` keyword argument or "
+        f"`pickle.load()`.); {expected}"
+    ]
+
+    index = copy_shards(root / "shards", tmp_path / "json" / "index")
+    damage(index / "shard-0-of-3" / "shard.json")
+    (err,) = merge_error(config, index, capsys)
+    assert err.startswith(f"vtlab: error: {index}/shard-0-of-3/shard.json: invalid JSON (")
+    assert err.endswith("; expected a shard record")
+    damage(index / "shard-2-of-3" / "doc_ids.json")
+    (index / "shard-0-of-3" / "shard.json").write_bytes((root / "shards" / "shard-0-of-3" / "shard.json").read_bytes())
+    (err,) = merge_error(config, index, capsys)
+    assert err.startswith(f"vtlab: error: {index}/shard-2-of-3/doc_ids.json: invalid JSON (")
+    assert not (index / "docs.npz").exists() and not (index / "doc_ids.json").exists()
 
 
 def test_shard_index_from_config_or_environment():

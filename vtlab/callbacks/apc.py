@@ -15,11 +15,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vtlab.apc.calibration import APC, flat_metrics, json_report, summary_line, write_outputs
-from vtlab.backbones.weights import weights_key
+from vtlab.backbones.weights import reading_settings
 from vtlab.core import integrity
 from vtlab.core.assets import cache_dir
 from vtlab.core.atomic import file_lock, json_hash
-from vtlab.core.cache_keys import settings_key, tokenizer_key
+from vtlab.core.cache_keys import settings_key
 from vtlab.core.errors import VtlabError
 from vtlab.core.json_files import read_json
 from vtlab.core.paths import child
@@ -72,19 +72,10 @@ def _biases(encoder: Any) -> list[torch.Tensor]:
 
 
 def _key(apc: APC, encoder: Any, texts: list[str]) -> str:
-    """The calibration's identity: APC's settings, how the encoder reads the probe texts (its class, lengths,
-    tokenizer and input preprocessing), the probe texts and every weight of the encoder's networks."""
-    return settings_key(
-        "apc",
-        _CACHE_VERSION,
-        apc=apc,
-        encoder=type(encoder).__name__,
-        max_length=encoder.max_length,
-        tokenizer=tokenizer_key(encoder.tokenizer),
-        preprocess=encoder.preprocess,
-        texts=json_hash(texts[: apc.num_docs], 40),
-        weights=weights_key(encoder.networks()),
-    )
+    """The calibration's identity: APC's settings, the probe texts and how the encoder reads them
+    (vtlab.backbones.weights.reading_settings: its class, lengths, tokenizer, preprocessing and weights)."""
+    texts_key = json_hash(texts[: apc.num_docs], 40)
+    return settings_key("apc", _CACHE_VERSION, apc=apc, texts=texts_key, **reading_settings(encoder))
 
 
 @contextlib.contextmanager

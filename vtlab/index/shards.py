@@ -3,21 +3,28 @@
 - `shard_bounds`: the contiguous slice of the corpus (corpus order) each of n shards encodes. Cuts fall on multiples
   of `window` documents: the encoder length-sorts documents within windows of that many (vtlab.models.predict), so a
   document meets the same batch, and gets the same vector to the bit, however many shards the corpus is cut into.
-- `write_shard`: <index>/shard-<i>-of-<n>/ with docs.npz, doc_ids.json and shard.json (i, n, the slice, the
-  collection, a fingerprint of the corpus ids, the batching), renamed into place whole (shard.json present: complete).
-- `check_shards`: the shard directories of an index are one encoding: every shard 0..n-1 present exactly once, the
-  same n, corpus and batching, slices contiguous and covering the corpus; else one DataError line naming the shard.
+- `write_shard`: <index>/shard-<i>-of-<n>/ with docs.npz, doc_ids.json and shard.json, the shard's record (i, n, the
+  slice, the collection, a fingerprint of the corpus ids, the model: vtlab.models.encoder.vectors_key, the batching),
+  renamed into place whole (shard.json present: complete).
+- `check_shards`: the shard directories of an index are one encoding: every entry named shard-* is a directory named
+  after the part its record claims (a second copy, shard-1-of-3.bak or shard-01-of-3, is refused, naming both), every
+  shard 0..n-1 present, the same n, corpus, model and batching, slices contiguous and covering the corpus.
 - `merge_shards`: <index>/docs.npz and doc_ids.json, streamed shard by shard (no shard held with another), byte-equal
   to one unsharded job's (`save_csr` writes a CSR in scipy's npz layout with fixed zip metadata: equal matrices,
   equal bytes; scipy.sparse.load_npz reads it).
 - `iter_index`: an index's (doc ids, CSR rows) in corpus order, a part at a time: its docs.npz, else its checked shards.
+
+The rule for what is read: shards are a job's output, not a cache entry, so nothing is rebuilt behind the user's back.
+A foreign shard (another n, corpus, model or batching), a duplicated, misnamed or missing part, and a damaged file
+(a record that is not JSON or not a shard record, an npz that is truncated, not an archive or inconsistent:
+vtlab.core.npz_files, arrays only, nothing pickled) are each one DataError line naming the file and what was
+expected; at the command line, exit status 2.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -31,9 +38,9 @@ import scipy.sparse as sp
 from vtlab.core.atomic import atomic_dir, atomic_write_bytes, atomic_write_text, stable_hash, write_json
 from vtlab.core.errors import ConfigError, DataError
 from vtlab.core.json_files import JsonFileError, read_json
+from vtlab.core.npz_files import csr_of, read_npz
 
 SHARD_FILE = "shard.json"
-SHARD_NAME = re.compile(r"shard-(\d+)-of-(\d+)")
 # where a job's shard index comes from when stage.encode.shard is null, in this order
 SHARD_ENV = ("SLURM_ARRAY_TASK_ID", "VTLAB_SHARD")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the zip format's earliest date: no clock in the bytes
@@ -116,10 +123,6 @@ def save_csr(path: str | os.PathLike[str], m: sp.csr_matrix) -> Path:
     return atomic_write_bytes(path, lambda f: _write_csr(f, m.shape, m.nnz, parts))
 
 
-def _load_csr(path: Path) -> sp.csr_matrix:
-    return sp.load_npz(path).tocsr()
-
-
 # ---- shards --------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Shard:
@@ -131,6 +134,7 @@ class Shard:
     n_docs: int  # the whole corpus's
     collection: str
     fingerprint: str
+    model: str  # vtlab.models.encoder.vectors_key of the encoder
     batching: tuple[int, int]  # (batch_size, window): what fixes each document's batch
 
 
@@ -143,8 +147,8 @@ def write_shard(
     doc_ids: Sequence[str],
     info: Mapping[str, Any],
 ) -> Path:
-    """<index_dir>/shard-<i>-of-<n>/, whole or not at all. `info`: collection, n_docs, fingerprint, batch_size, window
-    (and anything else to record, e.g. timings)."""
+    """<index_dir>/shard-<i>-of-<n>/, whole or not at all. `info`: collection, n_docs, fingerprint, model, batch_size,
+    window (and anything else to record, e.g. timings)."""
     if docs.shape[0] != len(doc_ids) or len(doc_ids) != bounds[1] - bounds[0]:
         raise ValueError(f"shard {i} of {n}: {docs.shape[0]} rows, {len(doc_ids)} ids for the slice {bounds}")
     with atomic_dir(index_dir / shard_name(i, n)) as tmp:
@@ -155,27 +159,39 @@ def write_shard(
 
 
 def _read_shard(path: Path, index_dir: Path) -> Shard:
-    where = f"{index_dir}: {path.name}/"
+    where = f"{index_dir}: {path.name}"
+    if not path.is_dir():
+        raise DataError(f"{where} is not a directory; expected only shard-<i>-of-<n>/ directories there: remove it")
     if not (path / SHARD_FILE).exists():
-        raise DataError(f"{where} is incomplete (no {SHARD_FILE}: its job did not finish); run it again")
+        raise DataError(f"{where}/ is incomplete (no {SHARD_FILE}: its job did not finish); run it again")
     try:
         meta = read_json(path / SHARD_FILE)
         shard = Shard(
             path, int(meta["shard"]), int(meta["num_shards"]), int(meta["start"]), int(meta["stop"]),
-            int(meta["n_docs"]), str(meta["collection"]), str(meta["fingerprint"]),
+            int(meta["n_docs"]), str(meta["collection"]), str(meta["fingerprint"]), str(meta["model"]),
             (int(meta["batch_size"]), int(meta["window"])),
         )  # fmt: skip
     except JsonFileError as e:  # names the file
         raise DataError(f"{e}; expected a shard record") from None
     except (ValueError, KeyError, TypeError) as e:
-        raise DataError(f"{where}{SHARD_FILE} is not a shard record ({type(e).__name__}: {e})") from None
-    named = tuple(int(g) for g in SHARD_NAME.fullmatch(path.name).groups())  # type: ignore[union-attr]
-    if (shard.i, shard.n) != named:
-        raise DataError(
-            f"{where} holds shard {shard.i} of {shard.n} ({SHARD_FILE}), not {named[0]} of {named[1]}: a duplicated "
-            "shard; remove it"
-        )
+        raise DataError(f"{where}/{SHARD_FILE} is not a shard record ({type(e).__name__}: {e})") from None
+    if not 0 <= shard.i < shard.n:
+        raise DataError(f"{where}/{SHARD_FILE} is not a shard record (shard {shard.i} of {shard.n})")
     return shard
+
+
+def _refuse_misnamed(shards: Sequence[Shard], index_dir: Path) -> None:
+    """DataError naming the first shard whose directory is not named after the part its record claims, and the
+    shard of that name if there is one (two directories claiming one part: a second copy)."""
+    names = {s.path.name for s in shards}
+    for s in shards:
+        name = shard_name(s.i, s.n)
+        if s.path.name != name:
+            twin = f", as {name}/ does" if name in names else ""
+            raise DataError(
+                f"{index_dir}: {s.path.name}/ holds shard {s.i} of {s.n} ({SHARD_FILE}){twin}: a duplicated or "
+                f"misnamed shard; remove it (shard {s.i} of {s.n} is {name}/)"
+            )
 
 
 def _odd_one(shards: Sequence[Shard], key: Callable[[Shard], Any]) -> tuple[Shard, Any] | None:
@@ -187,14 +203,16 @@ def _odd_one(shards: Sequence[Shard], key: Callable[[Shard], Any]) -> tuple[Shar
 def check_shards(index_dir: str | os.PathLike[str]) -> list[Shard]:
     """The shards of `index_dir` in order, checked to be one complete encoding; DataError (one line) otherwise."""
     index_dir = Path(index_dir)
-    dirs = sorted(p for p in index_dir.glob("shard-*-of-*") if p.is_dir() and SHARD_NAME.fullmatch(p.name))
-    if not dirs:
+    entries = sorted(index_dir.glob("shard-*"))  # a builder's temp directories are hidden (.shard-…)
+    if not entries:
         raise DataError(f"{index_dir}: no shard-<i>-of-<n>/ directories (stage=encode stage.encode.num_shards=n)")
-    shards = [_read_shard(p, index_dir) for p in dirs]
+    shards = [_read_shard(p, index_dir) for p in entries]
+    _refuse_misnamed(shards, index_dir)
     checks: list[tuple[Callable[[Shard], Any], str]] = [
         (lambda s: s.n, "is one of {v} shards, the others of {c}"),
         (lambda s: (s.fingerprint, s.n_docs), "encodes another corpus (ids {v[0]}, {v[1]} documents; the others: "
          "{c[0]}, {c[1]})"),
+        (lambda s: s.model, "was encoded by another model or encoder config (model {v}; the others: {c})"),
         (lambda s: s.batching, "was batched otherwise (batch_size, window = {v}; the others: {c})"),
     ]  # fmt: skip
     for key, what in checks:
@@ -204,7 +222,7 @@ def check_shards(index_dir: str | os.PathLike[str]) -> list[Shard]:
                 f"{index_dir}: {s.path.name}/ {what.format(v=key(s), c=common)}: a foreign shard; remove it"
             )
     n, n_docs = shards[0].n, shards[0].n_docs
-    by_index = {s.i: s for s in shards}
+    by_index = {s.i: s for s in shards}  # one shard per part: _refuse_misnamed and the same n
     for i in range(n):
         if i not in by_index:
             raise DataError(f"{index_dir}: shard {i} of {n} is missing ({shard_name(i, n)}/)")
@@ -229,17 +247,36 @@ def _shard_ids(s: Shard) -> list[str]:
     return ids
 
 
+def _csr_rows(s: Shard) -> str:
+    return f"the CSR rows of documents {s.start}..{s.stop} in scipy's npz layout"
+
+
+def _npy_shape(z: np.lib.npyio.NpzFile, name: str) -> tuple[int, ...]:
+    """The shape an archive's array `name` has, from its header (nothing loaded)."""
+    with z.zip.open(f"{name}.npy") as f:
+        fmt = np.lib.format
+        read = fmt.read_array_header_1_0 if fmt.read_magic(f) == (1, 0) else fmt.read_array_header_2_0
+        return tuple(read(f)[0])
+
+
 def _shard_header(s: Shard) -> tuple[tuple[int, int], int]:
-    """(shape, nnz) of a shard's docs.npz, from its arrays' headers (nothing loaded)."""
-    with np.load(s.path / "docs.npz") as z:
-        shape = tuple(int(x) for x in z["shape"])
-        with z.zip.open("data.npy") as f:
-            fmt = np.lib.format
-            read = fmt.read_array_header_1_0 if fmt.read_magic(f) == (1, 0) else fmt.read_array_header_2_0
-            nnz = read(f)[0][0]
-    if shape[0] != s.stop - s.start:
-        raise DataError(f"{s.path}/docs.npz: {shape[0]} rows for documents {s.start}..{s.stop}")
-    return (shape[0], shape[1]), int(nnz)
+    """(shape, nnz) of a shard's docs.npz, from its arrays' headers (nothing loaded), checked to be a CSR of the
+    shard's rows."""
+    path = s.path / "docs.npz"
+
+    def read(z: np.lib.npyio.NpzFile) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
+        return tuple(int(x) for x in z["shape"]), {a: _npy_shape(z, a) for a in ("data", "indices", "indptr")}
+
+    shape, arrays = read_npz(path, read, _csr_rows(s))
+    nnz = arrays["data"][0] if len(arrays["data"]) == 1 else -1
+    if (
+        len(shape) != 2
+        or shape[0] != s.stop - s.start
+        or arrays["indices"] != (nnz,)
+        or arrays["indptr"] != (shape[0] + 1,)
+    ):
+        raise DataError(f"{path}: a {shape} matrix with arrays of shapes {arrays}; expected {_csr_rows(s)}")
+    return (shape[0], shape[1]), nnz
 
 
 def merge_shards(index_dir: str | os.PathLike[str]) -> Path:
@@ -258,18 +295,17 @@ def merge_shards(index_dir: str | os.PathLike[str]) -> Path:
     def parts(name: str) -> Iterator[np.ndarray]:
         offset = 0
         for s, (_, count) in zip(shards, headers):
-            with np.load(s.path / "docs.npz") as z:
-                a = z[name]
+            a = read_npz(s.path / "docs.npz", lambda z: z[name], _csr_rows(s))
             if name == "indptr":
                 yield a[1:].astype(index) + offset
                 offset += count
             else:
                 yield a
 
-    docs = atomic_write_bytes(index_dir / "docs.npz", lambda f: _write_csr(f, shape, nnz, parts))
     ids: list[str] = []
-    for s in shards:
+    for s in shards:  # every shard's ids read before anything is written: a failed merge leaves no docs.npz
         ids += _shard_ids(s)
+    docs = atomic_write_bytes(index_dir / "docs.npz", lambda f: _write_csr(f, shape, nnz, parts))
     atomic_write_text(index_dir / "doc_ids.json", [json.dumps(ids)])
     first = shards[0]
     write_json(
@@ -279,6 +315,7 @@ def merge_shards(index_dir: str | os.PathLike[str]) -> Path:
             "n_docs": shape[0],
             "doc_active_dims": round(nnz / max(shape[0], 1), 1),
             "fingerprint": first.fingerprint,
+            "model": first.model,
             "merged_from": [s.path.name for s in shards],
         },
     )
@@ -291,10 +328,14 @@ def iter_index(index_dir: str | os.PathLike[str]) -> Iterator[tuple[list[str], s
     index_dir = Path(index_dir)
     if (index_dir / "docs.npz").is_file():
         ids = read_json(index_dir / "doc_ids.json", list, "the index's document ids", DataError)
-        docs = _load_csr(index_dir / "docs.npz")
+        expected = f"the CSR rows of its {len(ids)} documents in scipy's npz layout"
+        docs = read_npz(index_dir / "docs.npz", csr_of, expected)
         if docs.shape[0] != len(ids):
             raise DataError(f"{index_dir}: docs.npz has {docs.shape[0]} rows, doc_ids.json {len(ids)} ids")
         yield ids, docs
         return
     for s in check_shards(index_dir):
-        yield _shard_ids(s), _load_csr(s.path / "docs.npz")
+        docs = read_npz(s.path / "docs.npz", csr_of, _csr_rows(s))
+        if docs.shape[0] != s.stop - s.start:
+            raise DataError(f"{s.path}/docs.npz: {docs.shape[0]} rows; expected {_csr_rows(s)}")
+        yield _shard_ids(s), docs

@@ -16,6 +16,8 @@ from torch import Tensor, nn
 
 from vtlab.backbones import Backbone
 from vtlab.backbones.pretrained import check_input_lengths
+from vtlab.backbones.weights import reading_settings
+from vtlab.core.cache_keys import settings_key
 from vtlab.core.choices import EncoderPrecision
 from vtlab.core.progress import encoding
 from vtlab.models.activation import splade_activation
@@ -233,6 +235,22 @@ class SpladeEncoder(nn.Module):
         inverse = np.empty_like(order)
         inverse[order] = np.arange(len(order))
         return stacked[inverse]
+
+
+VECTORS_VERSION = 1  # bump when an encoder computes other vectors with the same settings
+
+
+def vectors_key(encoder: Any) -> str:
+    """Names the document vectors `encoder` computes (an index's, a shard's): how it reads text (reading_settings),
+    its precision setting and its activation. Two encodings of one key give a document the same vector in the same
+    batch."""
+    return settings_key(
+        "vectors",
+        VECTORS_VERSION,
+        precision=encoder.precision,
+        double_log=encoder.double_log,
+        **reading_settings(encoder),
+    )
 
 
 def dense_to_csr(w: Tensor) -> sp.csr_matrix:

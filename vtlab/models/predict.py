@@ -9,23 +9,25 @@ none), in place of Lightning's distributed sampler (the Trainer runs with use_di
 encoded twice, and a corpus of fewer batches than processes encodes too.
 
 A `ShardWriter` spills each process's vectors to `shard-r<rank>-<part>.npz` in the spill directory, each file written
-whole (temp file + rename), and keeps the processes in step in the hooks Lightning runs on every process, one with no
-batch included (setup, teardown):
+whole (temp file + rename) and carrying its record (the encoding's token, its rank and part), and keeps the processes
+in step in the hooks Lightning runs on every process, one with no batch included (setup, teardown):
 - setup: rank 0 removes an earlier encoding's spills and manifests, then a barrier (no process deletes another's
   work); rank 0's random token for this encoding is broadcast to all.
 - teardown: each process flushes its last rows, writes `manifest-r<rank>.json` (the token, the number of processes,
   its spill files and their rows; a process with no batch lists none), then a barrier.
 Only after that barrier does global rank 0 merge (`merge_spills`), checking what it reads: every process's manifest,
-all with this encoding's token; every listed spill present, readable and holding the rows listed; no other file in
-the directory (a second copy of a spill is refused, not skipped); every document position exactly once. Anything else
-is one DataError naming the file and what was expected. The merged matrix does not depend on the number of
-processes: every batch is the same batch, whichever process encodes it.
+all with this encoding's token; every listed spill present, readable (vtlab.core.npz_files: arrays only, nothing
+pickled), recording this encoding's token and the rank and part its name says, and holding the rows listed; no other
+file in the directory (a second copy of a spill is refused, not skipped); every document position exactly once. The
+token, drawn afresh for each encoding, stands for the model, the corpus and the batching: a spill of any other
+encoding is refused, never merged. Anything else is one DataError naming the file and what was expected (spills are
+scratch files, not a cache: nothing is rebuilt behind the caller's back). The merged matrix does not depend on the
+number of processes: every batch is the same batch, whichever process encodes it.
 """
 
 from __future__ import annotations
 
 import uuid
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from vtlab.core.atomic import atomic_write_bytes, write_json
 from vtlab.core.errors import DataError
 from vtlab.core.json_files import JsonFileError, read_json
+from vtlab.core.npz_files import csr_of, read_npz
 from vtlab.models.encoder import SpladeEncoder, dense_to_csr
 
 _SPILLS = ("shard-r*.npz", "manifest-r*.json", ".shard-r*", ".manifest-r*")  # with a killed writer's temp files
@@ -183,7 +186,8 @@ class ShardWriter(BasePredictionWriter):
         m = sp.vstack([m for _, m in self._pending], format="csr")
         name = spill_name(rank, len(self._parts))
         arrays = {"positions": positions, "data": m.data, "indices": m.indices, "indptr": m.indptr, "shape": m.shape}
-        atomic_write_bytes(self.out_dir / name, lambda f: np.savez(f, **arrays))
+        record = {"token": np.array(self.token), "rank": np.array(rank), "part": np.array(len(self._parts))}
+        atomic_write_bytes(self.out_dir / name, lambda f: np.savez(f, **arrays, **record))
         self._pending = []
         self._parts.append((name, len(positions)))
 
@@ -233,19 +237,23 @@ def _refuse_strays(shard_dir: Path, listed: set[str]) -> None:
             )
 
 
-def _read_spill(path: Path, rows: int) -> tuple[np.ndarray, sp.csr_matrix]:
-    """A spill's (positions, CSR rows), checked to hold the `rows` documents its manifest lists."""
-    expected = f"expected the positions and CSR rows of {rows} documents, as its manifest lists"
-    try:
-        with np.load(path) as z:
-            positions = z["positions"]
-            m = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(int(s) for s in z["shape"]))
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing; {expected}") from None
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as e:
-        raise DataError(f"{path}: unreadable ({type(e).__name__}: {e}); {expected}") from None
+def _read_spill(path: Path, rows: int, token: str) -> tuple[np.ndarray, sp.csr_matrix]:
+    """A spill's (positions, CSR rows), checked to be this encoding's spill of that name holding the `rows` documents
+    its manifest lists."""
+    holds = f"the positions and CSR rows of {rows} documents, as its manifest lists"
+
+    def read(z: np.lib.npyio.NpzFile) -> tuple[tuple[str, str], np.ndarray, sp.csr_matrix]:
+        record = (str(z["token"]), spill_name(int(z["rank"]), int(z["part"])))
+        return record, z["positions"], csr_of(z)
+
+    (written, name), positions, m = read_npz(path, read, holds)
+    if (written, name) != (token, path.name):
+        raise DataError(
+            f"{path}: holds {name} of the encoding with token {written}; expected this encoding's ({token}) "
+            f"{path.name}: another encoding's spill, or a copy of another part"
+        )
     if positions.shape != (rows,) or m.shape[0] != rows:
-        raise DataError(f"{path}: holds {positions.size} positions and {m.shape[0]} rows; {expected}")
+        raise DataError(f"{path}: holds {positions.size} positions and {m.shape[0]} rows; expected {holds}")
     return positions, m
 
 
@@ -268,7 +276,7 @@ def merge_spills(shard_dir: str | Path, n_docs: int, token: str) -> sp.csr_matri
     shard_dir = Path(shard_dir)
     world, parts = _read_manifests(shard_dir, token)
     _refuse_strays(shard_dir, {manifest_name(r) for r in range(world)} | {path.name for path, _ in parts})
-    spills = [_read_spill(path, rows) for path, rows in parts]
+    spills = [_read_spill(path, rows, token) for path, rows in parts]
     if not spills:
         raise DataError(f"{shard_dir}: no spill files were written; expected the rows of {n_docs} documents")
     width = {m.shape[1] for _, m in spills}

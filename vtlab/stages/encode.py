@@ -7,8 +7,10 @@ over the processes of one trainer and, with stage.encode.num_shards=n, over n in
     python -m vtlab stage=encode stage.encode.merge=true stage.encode.dir=IDX                             # the merge
 
 Writes <index>/ (stage.encode.dir, default <run_dir>/index): docs.npz (CSR [n_docs, vocab], float32, corpus order),
-doc_ids.json, encode.json; a job of n writes <index>/shard-<i>-of-<n>/ (its slice, and shard.json) instead, and the
-merge checks the n shards and writes <index>/docs.npz and doc_ids.json, byte-equal to one job's.
+doc_ids.json, encode.json (with the model: vtlab.models.encoder.vectors_key); a job of n writes
+<index>/shard-<i>-of-<n>/ (its slice, and shard.json: its record) instead, and the merge checks the n shards (one
+encoding: vtlab.index.shards, where a foreign, duplicated, missing or damaged shard is one line) and writes
+<index>/docs.npz and doc_ids.json, byte-equal to one job's.
 
 With several processes, the batches are dealt to them in turn (a corpus of fewer batches than processes encodes too,
 a process with none writing an empty shard); each spills its vectors to <index>/shards/ (a job of n: under
@@ -32,6 +34,7 @@ from hydra.utils import instantiate
 from vtlab.core.atomic import atomic_write_text, write_json
 from vtlab.core.errors import ConfigError, VtlabError
 from vtlab.index.shards import corpus_fingerprint, merge_shards, save_csr, shard_bounds, shard_index, write_shard
+from vtlab.models.encoder import vectors_key
 from vtlab.models.predict import encode_corpus
 from vtlab.runs.reads import reads
 from vtlab.runtime.precision import trainer_precision
@@ -96,6 +99,7 @@ def run(cfg: Any, state: dict[str, Any]) -> dict[str, Any]:
         "doc_active_dims": round(docs.nnz / max(len(ids), 1), 1),
         "processes": trainer_kwargs.get("devices", 1),
         "strategy": str(trainer_kwargs.get("strategy", "auto")),
+        "model": vectors_key(encoder),
     }
     if shard is None:
         save_csr(out / "docs.npz", docs)
