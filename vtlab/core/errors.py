@@ -223,6 +223,12 @@ def hidden_character(text: str) -> str | None:
     return None
 
 
+def first_line(exc: BaseException) -> str:
+    """What an exception says, its first line (omegaconf, YAML and Hydra append the node's key, type or a caret on
+    later ones); its type's name when it says nothing."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def one_line(exc: BaseException, key: str | None = None) -> str:
     msg = visible(" ".join(str(exc).split()))
     if isinstance(exc, OmegaConfBaseException) and getattr(exc, "full_key", None) and exc.full_key not in msg:

@@ -21,7 +21,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from vtlab.core.errors import VtlabError
+from vtlab.core.errors import VtlabError, first_line
 from vtlab.core.records import RecordError, load_record
 from vtlab.data.collections import Collection
 from vtlab.export.safe_config import check_targets, rename_targets
@@ -91,7 +91,7 @@ class RunConfig:
             node = OmegaConf.select(merged, key)
         except (OmegaConfBaseException, RecursionError) as e:
             if strict:
-                raise VtlabError(f"{self.path} ({key}): does not resolve ({_first_line(e)})") from e
+                raise VtlabError(f"{self.path} ({key}): does not resolve ({first_line(e)})") from e
             return None, f"{self.path} ({key})"
         if node is not None and rename_targets(copy.deepcopy(node)):  # a run recorded before a target was renamed
             if merged is self.recorded:
@@ -105,7 +105,7 @@ class RunConfig:
                 resolved = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
             except Exception as e:  # noqa: BLE001 - omegaconf raises several types; when strict, named where it is
                 if strict:
-                    raise VtlabError(f"{where}): does not resolve ({_first_line(e)})") from e
+                    raise VtlabError(f"{where}): does not resolve ({first_line(e)})") from e
                 return node, f"{where})"
             check_targets(resolved, f"{where}, resolved)")
         self._checked[key] = node, f"{where})"
@@ -130,7 +130,7 @@ def _load(path: Path) -> DictConfig:
     # OSError: unreadable, or a YAML scalar (omegaconf's "Invalid loaded object type"); Recursion: `&a [*a]`
     except (yaml.YAMLError, UnicodeDecodeError, OmegaConfBaseException, RecursionError, OSError, RecordError) as e:
         raise VtlabError(
-            f"{path}: not a readable run config ({type(e).__name__}: {_first_line(e)}): expected the "
+            f"{path}: not a readable run config ({type(e).__name__}: {first_line(e)}): expected the "
             ".hydra/config.yaml a vtlab run writes"
         ) from None
     if not isinstance(loaded, DictConfig):
@@ -139,11 +139,6 @@ def _load(path: Path) -> DictConfig:
             ".hydra/config.yaml a vtlab run writes"
         )
     return loaded
-
-
-def _first_line(exc: BaseException) -> str:
-    """What an omegaconf or YAML error says, its first line (they append the node's key and type on later ones)."""
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _set(config: DictConfig, key: str, value: Any) -> None:

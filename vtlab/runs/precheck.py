@@ -7,11 +7,11 @@ error, `--cfg` with a sweep (`-m`), each value, name and output path vtlab.runs.
 swept value, the others at their first value), but trainer.precision, whose choices are Lightning's, a GPU count that
 does not divide the paper's global batches, and a launch torch or Lightning would refuse inside the run (a SLURM
 launcher's tasks against trainer.devices, a GPU accelerator with the CPU build of torch, read from torch's version.py
-as text), `stage=export run_dir=R` where R saved no model (vtlab.runs.export_source: the command that exports the
-model R evaluated), and a single run's directory that refuses it (a finished run there:
-vtlab.runs.directory.check_run_dir, which reads and writes nothing). trainer.precision, the process's GPUs and SLURM
-allocation, the directory's lock and what needs the data or a resume's record, are the run's admission's
-(vtlab.stages.admission), seconds later.
+as text), `stage=export run_dir=R` where R saved no model and its record does not compose the model it evaluated
+(vtlab.runs.export_source: a crafted record, or the command that exports a model that is gone), and a single run's
+directory that refuses it (a finished run there: vtlab.runs.directory.check_run_dir, which reads and writes
+nothing). trainer.precision, the process's GPUs and SLURM allocation, the directory's lock and what needs the data or
+a resume's record, are the run's admission's (vtlab.stages.admission), seconds later.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from vtlab.export.run_config import EvalSource, RunConfig
 from vtlab.export.run_encoder import encoder_from_run
 from vtlab.export.sentence_transformers import export_sentence_transformers
 from vtlab.export.vectors import write_vectors
+from vtlab.runs.export_source import evaluated_config, model_dir_of
 from vtlab.runs.reads import reads
 from vtlab.stages.build import ENCODER_READS, build_encoder
 
@@ -33,13 +34,17 @@ __all__ = ["run"]
 
 
 def load_encoder(cfg: DictConfig, run: RunConfig) -> tuple[Any, dict[str, Any]]:
-    """The encoder to export: run_dir's trained one, or the one this command's config builds."""
-    if cfg.get("run_dir"):
-        return encoder_from_run(Path(str(cfg.run_dir)), cfg, run)
-    return build_encoder(cfg), {
-        "backbone": OmegaConf.to_container(cfg.backbone, resolve=True),
-        "vocab": str(cfg.vocab.get("name", "")),
-        "init": str(cfg.init.get("name", "")),
+    """The encoder to export: run_dir's trained one; the model an evaluate-only run_dir evaluated, built again from its
+    record (vtlab.runs.export_source.evaluated_config); else the one this command's config builds."""
+    run_dir = Path(str(cfg.run_dir)) if cfg.get("run_dir") else None
+    if run_dir is not None and (not run_dir.is_dir() or model_dir_of(run_dir) is not None):
+        return encoder_from_run(run_dir, cfg, run)
+    built = cfg if run_dir is None else evaluated_config(run_dir, this_run_overrides(cfg) or ())
+    return build_encoder(built), {
+        **({"run_dir": str(run_dir.resolve())} if run_dir is not None else {}),
+        "backbone": OmegaConf.to_container(built.backbone, resolve=True),
+        "vocab": str(built.vocab.get("name", "")),
+        "init": str(built.init.get("name", "")),
     }
 
 
@@ -48,7 +53,7 @@ def run(cfg: DictConfig, state: dict[str, Any]) -> dict[str, Any]:
     ex = cfg.export
     base = Path(str(cfg.run_dir)) if cfg.get("run_dir") else Path(cfg.paths.run_dir)
     out, repo, formats, query_formats = export_outputs(cfg, base)  # config and target errors before any model loads
-    trained = state.get("encoder") is not None or bool(cfg.get("run_dir"))
+    trained = state.get("encoder") is not None or bool(cfg.get("run_dir") and model_dir_of(base) is not None)
     run_cfg = RunConfig(cfg, Path(str(cfg.run_dir)) if cfg.get("run_dir") else None, this_run_overrides(cfg))
     source = EvalSource(run_cfg, member=ex.vectors.get("collection"))
     corpus = corpus_path(cfg) if formats else None
