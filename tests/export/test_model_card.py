@@ -287,3 +287,31 @@ def test_the_template_is_the_source_of_the_cards_text(tmp_path, monkeypatch):
     text = card()
     assert "## Model details\n\nWritten from a template.\n\n- **Model type:**" in text
     assert "## ONNX\n\nA section's own template.\n\n`onnx/` holds" in text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "- &a stage=train\n- *a\n",  # an alias: a run's record never holds one
+        "- backbone=splade-tiny\n" * 200_000,  # past a record's size
+    ],
+)
+def test_a_runs_overrides_are_read_bounded_and_named(tmp_path, text):
+    from vtlab.export.model_card import run_overrides
+
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text(text)
+    with pytest.raises(VtlabError) as err:
+        run_overrides(tmp_path)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(str(tmp_path / ".hydra" / "overrides.yaml"))
+    assert line.endswith("expected the overrides.yaml a vtlab run writes")
+
+
+def test_a_runs_overrides_are_returned_as_written(tmp_path):
+    from vtlab.export.model_card import run_overrides
+
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- backbone=splade-tiny\n- seed=3\n")
+    assert run_overrides(tmp_path) == ["backbone=splade-tiny", "seed=3"]
+    assert run_overrides(tmp_path / "absent") is None

@@ -19,8 +19,11 @@ from string import Template
 from typing import Any
 
 import yaml
+from omegaconf import OmegaConf
 
+from vtlab.core.errors import ConfigError
 from vtlab.core.json_files import JsonFileError, read_json
+from vtlab.core.records import RecordError, load_record
 from vtlab.evaluation import SPARSITY_KEYS, TIMING_KEYS, split_budget_key
 from vtlab.export.hub import hub_datasets, hub_model_id
 from vtlab.export.run_config import RunConfig
@@ -61,8 +64,11 @@ def run_overrides(run_dir: Path | None) -> list[str] | None:
     path = None if run_dir is None else Path(run_dir) / ".hydra" / "overrides.yaml"
     if path is None or not path.is_file():
         return None
-    data = yaml.safe_load(path.read_text())
-    return [str(x) for x in data] if isinstance(data, list) else None
+    try:
+        data = load_record(path)  # bounded: no aliases, no file past a record's size
+    except RecordError as e:  # names the file
+        raise ConfigError(f"{e}: expected the overrides.yaml a vtlab run writes") from None
+    return [str(x) for x in OmegaConf.to_container(data, resolve=False)] if OmegaConf.is_list(data) else None
 
 
 def run_metrics(run_dir: Path | None) -> dict[str, dict[str, float]]:
