@@ -4,6 +4,8 @@ when the output is a file; third-party chatter filtered in one place (vtlab.core
 from __future__ import annotations
 
 import logging
+import re
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -54,6 +56,7 @@ def _lines(bar: LogProgress, trainer: _Trainer, batches: int, caplog, accumulate
         for i in range(batches):
             trainer.global_step = (i + 1) // accumulate
             bar.on_train_batch_end(trainer, None, None, None, i)
+        bar.on_train_end(trainer, None)
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith("train: ")]
 
 
@@ -100,6 +103,27 @@ def test_log_progress_also_writes_a_line_once_an_interval_has_passed(monkeypatch
     lines = _lines(LogProgress(), _Trainer(max_steps=95, every_n=5), 95, caplog)
     steps = [line.split(" · ")[0] for line in lines]
     assert steps == [f"train: step {s}/95 ({100 * s / 95:.0f}%)" for s in range(1, 96)]
+
+
+def test_a_step_still_running_after_an_interval_gets_a_line_and_the_line_stops_with_training(monkeypatch, caplog):
+    """Off a terminal a step longer than the interval (a busy machine) still gives a line per interval: the heartbeat
+    thread's, which says how long the run has been in it; none once training ended."""
+    monkeypatch.setenv(INTERVAL_ENV, "0")  # the heartbeat still waits a second between its lines
+    bar, trainer = LogProgress(), _Trainer(max_steps=10)
+    with caplog.at_level(logging.INFO, logger="vtlab"):
+        bar.on_train_start(trainer, None)
+        trainer.global_step = 1
+        bar.on_train_batch_end(trainer, None, None, None, 0)  # step 1 ends; step 2 never does
+        deadline = time.monotonic() + 120  # the line comes after ~1 s; the bound only keeps a broken build finite
+        while not any("since the last step" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, "no heartbeat line"
+            time.sleep(0.05)
+        bar.on_train_end(trainer, None)
+        beats = [r.getMessage() for r in caplog.records if "since the last step" in r.getMessage()]
+        assert re.fullmatch(r"train: step 1/10 · \d+s since the last step", beats[0]), beats[0]
+        ended = len(caplog.records)
+        time.sleep(2.5)
+    assert len(caplog.records) == ended
 
 
 class _FitTrainer(_Trainer):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from typing import Any
 
@@ -38,7 +39,9 @@ class LogProgress(ProgressBar):
     """One log line every `every` optimizer steps, at the last one, and after any step that ends an interval_s() after
     the last line (vtlab.core.progress): the step, the share of the run, the metrics
     the model shows on a progress bar (loss, the dev metric), the speed and the time left. `every=None`: a tenth of
-    the run, at least `trainer.log_every_n_steps`."""
+    the run, at least `trainer.log_every_n_steps`. A step still running an interval after the last line (a busy
+    machine, a slow CPU, a dev evaluation) gets a line of its own from a thread that only reads the clock and the step
+    count."""
 
     def __init__(self, every: int | None = None) -> None:
         super().__init__()
@@ -48,6 +51,8 @@ class LogProgress(ProgressBar):
         self._start: tuple[float, int] = (0.0, 0)  # (time, step) training started (or resumed) at
         self._total: int | None = None  # optimizer steps of the whole run; None: unbounded
         self._last_line = 0.0  # when the last line was logged
+        self._stepped, self._step_began = -1, 0.0  # the last optimizer step seen, and when it ended
+        self._quiet: threading.Event | None = None  # set: the heartbeat thread stops
 
     def disable(self) -> None:
         self._enabled = False
@@ -61,11 +66,45 @@ class LogProgress(ProgressBar):
         self._reported = trainer.global_step  # nothing to report before the first optimizer step
         total = trainer.max_steps if trainer.max_steps > 0 else trainer.estimated_stepping_batches
         self._total = int(total) if math.isfinite(total) else None
+        self._stepped, self._step_began = trainer.global_step, self._start[0]
+        self._beat(trainer)
+
+    def _beat(self, trainer: pl.Trainer) -> None:
+        """Start the thread that says a step is still running (at most one a second, once per interval_s())."""
+        self._stop_beat()
+        self._quiet = quiet = threading.Event()
+
+        def beating() -> None:
+            while not quiet.wait(max(1.0, interval_s())):
+                now = time.perf_counter()
+                if self._enabled and now - self._last_line >= max(1.0, interval_s()):
+                    self._last_line = now
+                    step = trainer.global_step
+                    done = f"step {step}/{self._total}" if self._total else f"step {step}"
+                    log.info("train: %s · %s since the last step", done, duration(now - self._step_began))
+
+        threading.Thread(target=beating, name="vtlab-train-heartbeat", daemon=True).start()
+
+    def _stop_beat(self) -> None:
+        if self._quiet is not None:
+            self._quiet.set()
+            self._quiet = None
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._stop_beat()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._stop_beat()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._stop_beat()
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         step, total = trainer.global_step, self._total
+        if step != self._stepped:
+            self._stepped, self._step_began = step, time.perf_counter()
         if not self._enabled or step == self._reported:
             return  # no optimizer step since the last line (gradient accumulation: several batches per step)
         every = self.every or max(int(trainer.log_every_n_steps), math.ceil(total / 10) if total else 1)
