@@ -205,8 +205,9 @@ def test_evaluate_on_a_beir_directory_and_export_a_run(tmp_path: Path) -> None:
     assert 0.0 <= metrics["nDCG@10"] <= 1.0 and metrics["doc_active_dims"] > 0
 
     run = tmp_path / "run"
-    fast = ["mlm.steps=2", "mlm.head_fit.spans=32", "apc.num_docs=32", "trainer.max_steps=2", "data.batch_size=4"]
-    fast += ["eval=beir"]
+    fast = ["mlm.steps=2", "mlm.corpus.max_docs=400", "mlm.head_fit.spans=32", "mlm.held_out.max_spans=8"]
+    fast += ["apc.num_docs=8", "callbacks.preflight.num_queries=4", "callbacks.preflight.num_docs=8"]
+    fast += ["trainer.max_steps=2", "data.batch_size=4", "eval=beir"]
     _vtlab(
         ["experiment=testbed/real-case/e5-native", *fast, f"eval.path={beir}", "logger=none", f"hydra.run.dir={run}"],
         tmp_path,

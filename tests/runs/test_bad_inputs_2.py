@@ -415,7 +415,8 @@ def test_sizes_that_do_not_fit_the_weights_name_config_json(tmp_path):
 # ---- through the CLI: exit 2, one `vtlab: error:` line, no traceback, nothing expensive done first -----------------
 
 _BASE = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "logger=none"]
-_EVAL = [*_BASE, "stage=evaluate", "eval=beir"]
+# fp32: precision=auto would time its probe in each of these processes at once (nothing these cases are about)
+_EVAL = [*_BASE, "stage=evaluate", "eval=beir", "model.encoder.precision=fp32"]
 GOOD = {"query": "what is a cat", "positive": "a cat is an animal", "negatives": ["dogs bark", "fish swim"]}
 
 

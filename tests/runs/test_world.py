@@ -75,6 +75,7 @@ def _worker(rank: int, port: int, out: dict) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.cli
 def test_two_processes_agree() -> None:
     with mp.Manager() as manager:
         out = manager.dict()
