@@ -53,6 +53,7 @@ class LogProgress(ProgressBar):
         self._last_line = 0.0  # when the last line was logged
         self._stepped, self._step_began = -1, 0.0  # the last optimizer step seen, and when it ended
         self._quiet: threading.Event | None = None  # set: the heartbeat thread stops
+        self._beating = threading.Thread()  # the heartbeat thread
 
     def disable(self) -> None:
         self._enabled = False
@@ -83,11 +84,13 @@ class LogProgress(ProgressBar):
                     done = f"step {step}/{self._total}" if self._total else f"step {step}"
                     log.info("train: %s · %s since the last step", done, duration(now - self._step_began))
 
-        threading.Thread(target=beating, name="vtlab-train-heartbeat", daemon=True).start()
+        self._beating = threading.Thread(target=beating, name="vtlab-train-heartbeat", daemon=True)
+        self._beating.start()
 
     def _stop_beat(self) -> None:
         if self._quiet is not None:
-            self._quiet.set()
+            self._quiet.set()  # wakes the thread's wait: it ends at once
+            self._beating.join()
             self._quiet = None
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
