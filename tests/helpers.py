@@ -70,8 +70,9 @@ def run_vtlab(
     check: bool = False,
     text: bool = True,
 ) -> subprocess.CompletedProcess:
-    """`python -m vtlab <args>` as a user runs it, to its end: its output captured, in child_env() unless `env`;
-    `check`: it must exit 0 (else the test fails with the end of its output)."""
+    """`python -m vtlab <args>` as a user runs it from a terminal, to its end (as_from_a_terminal: whatever the suite's
+    own signal dispositions): its output captured, in child_env() unless `env`; `check`: it must exit 0 (else the test
+    fails with the end of its output)."""
     proc = subprocess.run(
         vtlab_command(*args),
         cwd=cwd,
@@ -79,6 +80,7 @@ def run_vtlab(
         capture_output=True,
         text=text,
         timeout=timeout,
+        preexec_fn=as_from_a_terminal,
     )
     if check:
         assert proc.returncode == 0, (
@@ -91,7 +93,9 @@ def start_vtlab(
     *args: str, cwd: str | os.PathLike[str] = ROOT, env: dict[str, str] | None = None, **popen: Any
 ) -> subprocess.Popen:
     """`python -m vtlab <args>` started and not waited for (a test signals it, or runs several at once), in
-    child_env() unless `env`; `popen`: where its output goes, a preexec_fn, text."""
+    child_env() unless `env`, with a terminal's signal dispositions (as_from_a_terminal) unless `popen` gives another
+    preexec_fn; `popen`: where its output goes, text."""
+    popen.setdefault("preexec_fn", as_from_a_terminal)
     return subprocess.Popen(vtlab_command(*args), cwd=cwd, env=child_env() if env is None else env, **popen)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, child_env, one_error_line, said
+from helpers import ROOT, as_from_a_terminal, child_env, one_error_line, said
 
 from vtlab.bench.tiny_runs import TINY_FINETUNE
 from vtlab.runs.status import RESERVE, RESERVE_FILE
@@ -109,6 +109,7 @@ def _scenario(tmp_path: Path, script: str, overrides: list[str], *, namespace: b
         timeout=240,
         check=False,
         env=child_env(PY=sys.executable, MNT=str(mnt), OUT=str(out), **env),
+        preexec_fn=as_from_a_terminal,  # the script's vtlab as from a terminal, whatever the suite was started with
     )
     return _ended(out, res)
 

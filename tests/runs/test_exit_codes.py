@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import as_from_a_terminal, run_vtlab, said, start_vtlab
+from helpers import run_vtlab, said, start_vtlab
 from omegaconf import OmegaConf
 
 from vtlab.bench.tiny_runs import TINY_FINETUNE
@@ -31,9 +31,7 @@ _EVAL = ["backbone=splade-tiny", "vocab=native", "apc=off", "baseline=false", "l
 
 def _start(overrides: list[str], run_dir: Path, log: Path) -> subprocess.Popen:
     with open(log, "w") as f:  # a file, not a pipe nobody drains while we wait
-        return start_vtlab(
-            *overrides, f"hydra.run.dir={run_dir}", stdout=subprocess.DEVNULL, stderr=f, preexec_fn=as_from_a_terminal
-        )
+        return start_vtlab(*overrides, f"hydra.run.dir={run_dir}", stdout=subprocess.DEVNULL, stderr=f)
 
 
 def _interrupt_while_running(proc: subprocess.Popen, run_dir: Path, sig: signal.Signals) -> None:

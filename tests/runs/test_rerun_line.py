@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import TWO_STEP_FINETUNE, as_from_a_terminal, run_vtlab, start_vtlab
+from helpers import TWO_STEP_FINETUNE, run_vtlab, start_vtlab
 
 from vtlab.runs.lifecycle import rerun_command
 
@@ -48,7 +48,7 @@ def _interrupt_once_started(proc: subprocess.Popen, cwd: Path, log: Path) -> Pat
 def test_the_rerun_line_of_a_run_stopped_before_its_first_checkpoint_reruns_in_its_directory(tmp_path):
     log = tmp_path / "first.log"
     with open(log, "w") as f:  # the dated default run directory: outputs/runs/<date>/<time>-<name> under cwd
-        proc = start_vtlab(*_TRAIN, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=f, preexec_fn=as_from_a_terminal)
+        proc = start_vtlab(*_TRAIN, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=f)
     run_dir = _interrupt_once_started(proc, tmp_path, log)
     assert proc.wait(timeout=300) == 128 + signal.SIGTERM, log.read_text()[-3000:]
     last = log.read_text().strip().splitlines()[-1]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_RUN, as_from_a_terminal, run_results, start_vtlab
+from helpers import TINY_RUN, run_results, start_vtlab
 
 pytestmark = pytest.mark.cli
 
@@ -37,7 +37,7 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 def _start(args: list[str], log: Path) -> subprocess.Popen:
     """`python -m vtlab <args>`, its output appended to `log`."""
     with open(log, "a") as f:  # a file: a pipe nobody drains could stall the run
-        return start_vtlab(*args, stdout=f, stderr=subprocess.STDOUT, preexec_fn=as_from_a_terminal)
+        return start_vtlab(*args, stdout=f, stderr=subprocess.STDOUT)
 
 
 def _lock_is_free(run_dir: Path) -> bool:
