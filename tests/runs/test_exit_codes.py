@@ -4,7 +4,9 @@ dropped ssh session's SIGHUP, 131 for SIGQUIT) with one line saying what a rerun
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from helpers import run_vtlab, said, start_vtlab
 from omegaconf import OmegaConf
 
 from vtlab.bench.tiny_runs import TINY_FINETUNE
+from vtlab.runs import signals
 from vtlab.runs.signals import CAUGHT, catch_signals, interrupting_signal, raise_terminated
 from vtlab.runs.status import SweepExitCode
 
@@ -192,3 +195,50 @@ def test_an_exception_chain_that_loops_is_walked_once_not_forever() -> None:
     c = DataError("c")
     c.__cause__ = c
     assert list(exception_chain(c)) == [c] and user_error(c) is c
+
+
+class _FlushingStream(io.StringIO):
+    """A log stream whose flush is where a signal lands (its handler called there, as Python would between two
+    bytecodes of the flush), and which notes any write made while it is flushing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushing = self.reentered = self.landed = False
+
+    def write(self, text: str) -> int:
+        self.reentered |= self.flushing
+        return super().write(text)
+
+    def flush(self) -> None:
+        self.flushing = True
+        try:
+            if not self.landed:
+                self.landed = True
+                raise_terminated(signal.SIGTERM, None)
+        finally:
+            self.flushing = False
+
+
+def test_a_signal_landing_inside_a_log_write_says_its_line_after_it_not_inside_it() -> None:
+    """While training a signal is noted and its line logged; logged from the handler itself it would re-enter the
+    stream the interrupted log line was flushing (a real stream raises "reentrant call" and logging prints a
+    traceback)."""
+    stream, logger = _FlushingStream(), logging.getLogger("vtlab")
+    handler, level, sigint = logging.StreamHandler(stream), logger.level, signal.getsignal(signal.SIGINT)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    signals.defer_signals(True)
+    try:
+        logger.info("a line under way")
+        deadline = time.monotonic() + 120  # the line comes at once; the bound only keeps a broken build finite
+        while "SIGTERM received: stopping after this training step" not in stream.getvalue():
+            assert time.monotonic() < deadline, stream.getvalue()
+            time.sleep(0.01)
+    finally:
+        signals.defer_signals(False)
+        signals.heeded()
+        signal.signal(signal.SIGINT, sigint)
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert stream.landed and not stream.reentered
+    assert stream.getvalue().index("a line under way") < stream.getvalue().index("SIGTERM received")

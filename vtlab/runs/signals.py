@@ -56,18 +56,27 @@ def raise_terminated(signum: int, frame: Any) -> None:
     the run stops for an agreed signal (`raise_pending`), a later one is only logged: the stop under way writes the
     run's status (another rank ending first may send one)."""
     if _stopping:
-        log.warning("%s received while the run stops: ignored", signal.Signals(signum).name)
+        _say("%s received while the run stops: ignored", signal.Signals(signum).name)
         return
     _received.append(int(signum))
     if _deferring and not _pending:
         _pending.append(int(signum))
-        log.warning(
+        _say(
             "%s received: stopping after this training step, once its checkpoint is written (send it again to stop "
             "at once)",
             signal.Signals(signum).name,
         )
         return
     _raise(signum)
+
+
+def _say(message: str, *args: Any) -> threading.Thread:
+    """Log a handler's line from a thread of its own. A handler runs between two bytecodes of the main thread, which
+    may be inside a log handler's write or flush at that moment: logging there re-enters the stream (a "reentrant
+    call", and logging's own traceback on stderr). The thread waits for the log handler's lock instead."""
+    thread = threading.Thread(target=log.warning, args=(message, *args), name="vtlab-signal-line", daemon=True)
+    thread.start()
+    return thread
 
 
 def take_over() -> None:
