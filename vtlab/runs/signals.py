@@ -70,13 +70,11 @@ def raise_terminated(signum: int, frame: Any) -> None:
     _raise(signum)
 
 
-def _say(message: str, *args: Any) -> threading.Thread:
+def _say(message: str, *args: Any) -> None:
     """Log a handler's line from a thread of its own. A handler runs between two bytecodes of the main thread, which
     may be inside a log handler's write or flush at that moment: logging there re-enters the stream (a "reentrant
     call", and logging's own traceback on stderr). The thread waits for the log handler's lock instead."""
-    thread = threading.Thread(target=log.warning, args=(message, *args), name="vtlab-signal-line", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=log.warning, args=(message, *args), name="vtlab-signal-line", daemon=True).start()
 
 
 def take_over() -> None:
