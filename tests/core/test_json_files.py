@@ -76,7 +76,6 @@ def test_damaged_teacher_scores_are_named_never_trusted(tmp_path: Path, stored: 
 
 @pytest.mark.parametrize("manifest", ["{", "[]", '{"sides": {}}', '{"encoder": {"max_length": 3}}'])
 def test_a_damaged_onnx_manifest_is_one_error_naming_it(tmp_path: Path, manifest: str) -> None:
-    pytest.importorskip("onnxruntime")
     from vtlab.export.onnx_runtime import MANIFEST, OnnxSparseEncoder
 
     (tmp_path / MANIFEST).write_text(manifest)

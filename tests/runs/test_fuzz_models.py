@@ -12,9 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from fuzz import call_bounded, one_line, user_error
-
-torch = pytest.importorskip("torch")
 
 
 class _Runs:

@@ -12,6 +12,7 @@ from helpers import child_env, one_error_line, run_vtlab
 from vtlab.__main__ import LOADING
 from vtlab.core.paths import CONF_DIR
 from vtlab.runs.precheck import checked, first_line, sweep_size
+from vtlab.runs.steps import NO_DEV_SET
 
 SLURM_SWEEP = [
     "-m",
@@ -186,3 +187,25 @@ def test_the_first_line_of_a_training_run_says_its_size() -> None:
     )
     _, cfg = checked(["stage=evaluate"], CONF_DIR)
     assert ": evaluate; writing to " in first_line(cfg)  # no training: no size
+
+
+def test_the_first_line_says_when_there_is_no_dev_set(tmp_path: Path) -> None:
+    """Own triplets without data.dev_path: the run's first line (printed before torch) says that the last step's
+    weights are the ones evaluated; with a dev set it names the dev interval instead."""
+    triplets = tmp_path / "train.jsonl"
+    triplets.write_text('{"query": "q", "pos": "p", "neg": ["n"]}\n')
+    own = ["stage=finetune", "data=jsonl", f"data.train.path={triplets}", "trainer.val_check_interval=10"]
+    _, cfg = checked(own, CONF_DIR)
+    assert f", {NO_DEV_SET}); writing to " in first_line(cfg)
+    assert "last step's weights are evaluated" in NO_DEV_SET
+    beir = tmp_path / "dev"
+    for name, text in (
+        ("corpus.jsonl", '{"_id": "d", "text": "p"}\n'),
+        ("queries.jsonl", '{"_id": "q", "text": "q"}\n'),
+    ):
+        beir.mkdir(exist_ok=True)
+        (beir / name).write_text(text)
+    (beir / "qrels").mkdir()
+    (beir / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq\td\t1\n")
+    _, cfg = checked([*own, f"data.dev_path={beir}"], CONF_DIR)
+    assert "dev every 10 batches); writing to " in first_line(cfg) and NO_DEV_SET not in first_line(cfg)

@@ -4,6 +4,7 @@ AssetError line naming the config key."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from vtlab.core.errors import AssetError, ConfigError
 from vtlab.core.json_files import JsonFileError, read_json
 
 T = TypeVar("T")
+log = logging.getLogger("vtlab")
 
 
 def _damaged_weights(source: str, field: str, exc: Exception) -> str:
@@ -274,7 +276,18 @@ class Backbone:
             model, info = self._load(  # no sdpa support
                 AutoModelForMaskedLM.from_pretrained, source, field, weights=True, **kwargs
             )
-        fix_decoder_bias(model, set(info.get("missing_keys", ())))
+        missing = sorted(info.get("missing_keys", ()))
+        fix_decoder_bias(model, set(missing))
+        if missing:  # transformers' own key-by-key table is silenced (vtlab.core.logs): this line says it once
+            log.info(
+                "%s=%s: %d weights not in the checkpoint start fresh (%s%s); unused: %d",
+                field,
+                source,
+                len(missing),
+                ", ".join(missing[:3]),
+                ", …" if len(missing) > 3 else "",
+                len(info.get("unexpected_keys", ())),
+            )
         if getattr(model, "sparse_prediction", False):
             # ModernBERT's sparse_prediction drops unmasked positions when labels are given: logits would no longer
             # be (batch, length, vocab), which SPLADE pooling and the decoder bypass rely on.

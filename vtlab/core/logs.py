@@ -20,6 +20,10 @@ from vtlab.core.errors import disk_problem
 _CHATTER: dict[str, tuple[int, tuple[str, ...]]] = {
     "bm25s": (logging.WARNING, ()),  # the library sets its own logger to DEBUG when it is imported
     "pytorch_lightning.utilities.rank_zero": (logging.INFO, ("litlogger",)),  # an advert on every Trainer
+    # transformers' key-by-key table of the weights a checkpoint lacks (an encoder without an MLM head, e.g. MiniLM as
+    # semantic init's source or e5), and its "seem corrupted" line for the same head: vtlab.backbones.pretrained says
+    # it in one line, with what vtlab does about it
+    "transformers.modeling_utils": (logging.WARNING, ("LOAD REPORT", "This checkpoint seem corrupted")),
 }
 # (message regex, category) of warnings that say nothing a user can act on
 _WARNINGS: tuple[tuple[str, type[Warning]], ...] = (

@@ -28,12 +28,19 @@ def step_names(cfg: DictConfig) -> list[str]:
     return [t.rsplit(".", 2)[-2] for t in targets if not IDLE_WHEN.get(t, lambda _cfg: False)(cfg)]
 
 
-def training_size(steps: int, epochs: int, batch_size: Any, accumulate: int, dev_every: Any) -> str:
+NO_DEV_SET = "no dev set (data.dev_path): the last step's weights are evaluated"
+
+
+def training_size(
+    steps: int, epochs: int, batch_size: Any, accumulate: int, dev_every: Any, has_dev: bool = True
+) -> str:
     """`300 steps of 16 triplets, dev every 100 batches`: what a fine-tuning run will do (`dev_every` None: no dev
-    evaluation; a fraction: of an epoch)."""
+    evaluation; a fraction: of an epoch; `has_dev` False: the data has no dev set, and the line says so)."""
     size = f"{steps:,} steps" if steps > 0 else f"{epochs} epochs"
     if batch_size is not None:
         size += f" of {batch_size} triplets" + (f" x {accumulate} batches" if accumulate > 1 else "")
+    if not has_dev:
+        return f"{size}, {NO_DEV_SET}"
     if dev_every is None:
         return f"{size}, no dev evaluation"
     return (
@@ -55,4 +62,5 @@ def configured_size(cfg: DictConfig) -> str | None:
         cfg.data.get("batch_size"),
         int(t.get("accumulate_grad_batches") or 1),
         dev,
+        has_dev=bool(cfg.data.get("dev_path") or cfg.data.get("dev") is not None),
     )
