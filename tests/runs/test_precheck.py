@@ -197,6 +197,8 @@ def test_the_first_line_says_when_there_is_no_dev_set(tmp_path: Path) -> None:
     own = ["stage=finetune", "data=jsonl", f"data.train.path={triplets}", "trainer.val_check_interval=10"]
     _, cfg = checked(own, CONF_DIR)
     assert f", {NO_DEV_SET}); writing to " in first_line(cfg)
+    _, one = checked([*own, "trainer.max_steps=1"], CONF_DIR)
+    assert f"(1 step of {one.data.batch_size} triplets, {NO_DEV_SET})" in first_line(one)
     assert "last step's weights are evaluated" in NO_DEV_SET
     beir = tmp_path / "dev"
     for name, text in (

@@ -36,7 +36,7 @@ def training_size(
 ) -> str:
     """`300 steps of 16 triplets, dev every 100 batches`: what a fine-tuning run will do (`dev_every` None: no dev
     evaluation; a fraction: of an epoch; `has_dev` False: the data has no dev set, and the line says so)."""
-    size = f"{steps:,} steps" if steps > 0 else f"{epochs} epochs"
+    size = f"{steps:,} step{'s' * (steps != 1)}" if steps > 0 else f"{epochs} epoch{'s' * (epochs != 1)}"
     if batch_size is not None:
         size += f" of {batch_size} triplets" + (f" x {accumulate} batches" if accumulate > 1 else "")
     if not has_dev:
